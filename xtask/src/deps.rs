@@ -1,0 +1,158 @@
+//! `cargo xtask deps`: an idempotent installer for what the build and the tests need.
+//!
+//! Each [`Source`] checks what is already there and installs only what is missing, printing one
+//! line per action. When nothing was needed it prints `deps: all present`.
+
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use crate::{on_path, run_output, run_status};
+
+/// Debian packages the workspace needs.
+const APT_PACKAGES: &[&str] = &[
+    // Build: DPDK 22.11 headers and libraries (crates/dpdk-sys links them, found through
+    // pkg-config), and the EAL's PMD plugins (net_af_packet, net_ring, ...) at run time.
+    "dpdk",
+    "dpdk-dev",
+    "libdpdk-dev",
+    "pkg-config",
+    // Build: bindgen needs clang and libclang to generate the DPDK bindings.
+    "clang",
+    "libclang-dev",
+    // Test peers and lab tools: traffic (iperf3, socat, ping), capture (tcpdump), a real PMTUD
+    // peer (scamper), ICMP black-holing (nftables), offload control (ethtool), hand-made packets
+    // (python3-scapy), BPF inspection (bpftool), namespaces/veths/routes (iproute2).
+    "iperf3",
+    "tcpdump",
+    "scamper",
+    "nftables",
+    "socat",
+    "iputils-ping",
+    "ethtool",
+    "python3-scapy",
+    "bpftool",
+    "iproute2",
+];
+
+/// rustup components `cargo xtask test` uses (`cargo fmt`, `cargo clippy`).
+const RUSTUP_COMPONENTS: &[&str] = &["rustfmt", "clippy"];
+
+/// Seconds apt-get waits for a dpkg/apt lock held by another process before giving up.
+const APT_LOCK_TIMEOUT_SECS: u32 = 300;
+
+/// One kind of dependency that `deps` knows how to check and install.
+///
+/// Extension point: to add a new kind of dependency (for example `bpf-linker` through
+/// `cargo install`, needed by `cargo xtask build-ebpf`), add a variant here, implement its check
+/// and install in [`Source::ensure`], and list it in [`SOURCES`].
+enum Source {
+    /// Debian packages, installed with apt-get (needs root).
+    Apt(&'static [&'static str]),
+    /// rustup components, installed with `rustup component add` (only when rustup is on PATH).
+    Rustup(&'static [&'static str]),
+}
+
+/// Everything `deps` ensures, in order.
+const SOURCES: &[Source] = &[Source::Apt(APT_PACKAGES), Source::Rustup(RUSTUP_COMPONENTS)];
+
+impl Source {
+    /// Installs whatever of this source is missing; returns the number of actions taken.
+    fn ensure(&self) -> Result<usize> {
+        match self {
+            Source::Apt(packages) => ensure_apt(packages),
+            Source::Rustup(components) => ensure_rustup(components),
+        }
+    }
+}
+
+/// Runs `cargo xtask deps`.
+pub fn run() -> Result<()> {
+    let mut actions = 0;
+    for source in SOURCES {
+        actions += source.ensure()?;
+    }
+    if actions == 0 {
+        println!("deps: all present");
+    }
+    Ok(())
+}
+
+/// Whether dpkg reports `package` as fully installed.
+fn dpkg_installed(package: &str) -> Result<bool> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run dpkg-query (is this Debian?): {e}"))?;
+    // dpkg-query exits non-zero for a package it has never heard of: that is "missing".
+    Ok(out.status.success()
+        && String::from_utf8_lossy(&out.stdout).trim() == "install ok installed")
+}
+
+/// Installs the missing ones among `packages` with apt-get.
+fn ensure_apt(packages: &[&str]) -> Result<usize> {
+    let mut missing = Vec::new();
+    for &package in packages {
+        if !dpkg_installed(package)? {
+            missing.push(package);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(0);
+    }
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "deps: missing Debian packages: {}; run `cargo xtask deps` as root to install them",
+            missing.join(" ")
+        );
+    }
+    let lock_timeout = format!("DPkg::Lock::Timeout={APT_LOCK_TIMEOUT_SECS}");
+    println!("deps: apt-get update");
+    run_status(Command::new("apt-get").args(["-o", &lock_timeout, "update"]))?;
+    println!("deps: apt-get install {}", missing.join(" "));
+    run_status(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args([
+                "-o",
+                &lock_timeout,
+                "install",
+                "-y",
+                "--no-install-recommends",
+            ])
+            .args(&missing),
+    )?;
+    Ok(2)
+}
+
+/// Adds the missing ones among `components` to the active rustup toolchain.
+fn ensure_rustup(components: &[&str]) -> Result<usize> {
+    if !on_path("rustup") {
+        return Ok(0);
+    }
+    let listed = run_output(Command::new("rustup").args(["component", "list", "--installed"]))?;
+    // Installed components are listed with their target triple, e.g. `clippy-x86_64-unknown-linux-gnu`.
+    let installed = |component: &str| {
+        listed.lines().map(str::trim).any(|line| {
+            line == component
+                || line
+                    .strip_prefix(component)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        })
+    };
+    let missing: Vec<&str> = components
+        .iter()
+        .copied()
+        .filter(|c| !installed(c))
+        .collect();
+    if missing.is_empty() {
+        return Ok(0);
+    }
+    println!("deps: rustup component add {}", missing.join(" "));
+    run_status(
+        Command::new("rustup")
+            .args(["component", "add"])
+            .args(&missing),
+    )?;
+    Ok(1)
+}

@@ -1,0 +1,102 @@
+//! `cargo xtask`: developer tasks for the PacketExpress workspace.
+//!
+//! * `cargo xtask deps` installs the Debian packages and rustup components the build and the
+//!   tests need, and only those that are missing.
+//! * `cargo xtask test` is the one test command (`.ci/run` calls it): deps, fmt, clippy, unit
+//!   tests, then the integration suites.
+
+#![forbid(unsafe_code)]
+
+mod deps;
+mod test;
+
+use std::ffi::OsStr;
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+/// Command-line interface of `cargo xtask`.
+#[derive(Debug, Parser)]
+#[command(
+    bin_name = "cargo xtask",
+    about = "Developer tasks for the PacketExpress workspace"
+)]
+struct Cli {
+    /// The task to run.
+    #[command(subcommand)]
+    task: Task,
+}
+
+/// The tasks `cargo xtask` knows.
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Install missing build and test dependencies (Debian packages, rustup components).
+    Deps,
+    /// Run the full test sequence: deps, fmt, clippy, unit tests, integration suites (as root).
+    Test,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Deps => deps::run(),
+        Task::Test => test::run(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A `Command` for the cargo that runs this xtask (`$CARGO`), falling back to `cargo` on `PATH`.
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Whether an executable named `name` is found in a directory of `PATH`.
+fn on_path(name: impl AsRef<OsStr>) -> bool {
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
+    std::env::split_paths(&path).any(|dir| dir.join(name.as_ref()).is_file())
+}
+
+/// Runs `cmd` with inherited stdio and fails unless it exits successfully.
+fn run_status(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {}", describe(cmd)))?;
+    if !status.success() {
+        bail!("{} failed: {status}", describe(cmd));
+    }
+    Ok(())
+}
+
+/// Runs `cmd`, captures its stdout and returns it as text; fails unless it exits successfully.
+fn run_output(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot start {}", describe(cmd)))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}: {}",
+            describe(cmd),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A human-readable rendering of `cmd`'s program and arguments, for messages.
+fn describe(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,148 @@
+//! `cargo xtask test`: the one test command.
+//!
+//! Runs, in order and stopping at the first failure: deps, `cargo fmt --check`, clippy with
+//! `-D warnings`, the workspace's unit tests, then each of [`INTEGRATION_SUITES`].
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+
+use crate::{cargo, deps, run_status};
+
+/// Parallel build jobs for cargo: the development machines have 2 cores.
+const JOBS: &str = "-j2";
+
+/// An integration suite: a named command run after the unit tests, as root.
+struct Suite {
+    /// Name shown in the step header and the summary.
+    name: &'static str,
+    /// Program to run; `"cargo"` means `$CARGO`.
+    program: &'static str,
+    /// Arguments to `program`.
+    args: &'static [&'static str],
+}
+
+/// Integration suites, run in order after the unit tests.
+///
+/// Append new suites here, e.g.
+/// `Suite { name: "netlab", program: "cargo", args: &["test", "-p", "netlab", "--", "--ignored"] }`.
+const INTEGRATION_SUITES: &[Suite] = &[];
+
+/// What one step of the test sequence does.
+enum Action {
+    /// `cargo xtask deps`, in process.
+    Deps,
+    /// An external command.
+    Command(Command),
+}
+
+/// One step of the test sequence.
+struct Step {
+    /// Name shown in the header (`==> name`), failure message and summary.
+    name: String,
+    /// What the step runs.
+    action: Action,
+}
+
+impl Step {
+    /// A step that runs `$CARGO` with `args`.
+    fn cargo(name: &str, args: &[&str]) -> Self {
+        let mut cmd = cargo();
+        cmd.args(args);
+        Step {
+            name: name.to_owned(),
+            action: Action::Command(cmd),
+        }
+    }
+
+    /// A step for an integration suite.
+    fn suite(suite: &Suite) -> Self {
+        let mut cmd = if suite.program == "cargo" {
+            cargo()
+        } else {
+            Command::new(suite.program)
+        };
+        cmd.args(suite.args);
+        Step {
+            name: suite.name.to_owned(),
+            action: Action::Command(cmd),
+        }
+    }
+
+    /// Runs the step.
+    fn run(&mut self) -> Result<()> {
+        match &mut self.action {
+            Action::Deps => deps::run(),
+            Action::Command(cmd) => run_status(cmd),
+        }
+    }
+}
+
+/// Runs `cargo xtask test`.
+pub fn run() -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "xtask test: the tests create network namespaces and DPDK vdevs; run as root \
+             (e.g. `sudo .ci/run`)"
+        );
+    }
+
+    let mut steps = vec![
+        Step {
+            name: "deps".to_owned(),
+            action: Action::Deps,
+        },
+        Step::cargo("fmt", &["fmt", "--all", "--", "--check"]),
+        Step::cargo(
+            "clippy",
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                JOBS,
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+        Step::cargo("test", &["test", "--workspace", JOBS]),
+    ];
+    steps.extend(INTEGRATION_SUITES.iter().map(Step::suite));
+
+    let total = Instant::now();
+    let mut done: Vec<(String, Duration)> = Vec::new();
+    for step in &mut steps {
+        println!("==> {}", step.name);
+        let start = Instant::now();
+        let result = step.run();
+        let elapsed = start.elapsed();
+        if let Err(err) = result {
+            eprintln!("{err:#}");
+            print_summary(&done, Some((&step.name, elapsed)), total.elapsed());
+            bail!("xtask test: step {} failed", step.name);
+        }
+        println!("<== {} ok ({:.1} s)", step.name, elapsed.as_secs_f64());
+        done.push((step.name.clone(), elapsed));
+    }
+    print_summary(&done, None, total.elapsed());
+    Ok(())
+}
+
+/// Prints one line per step that ran, then the total.
+fn print_summary(done: &[(String, Duration)], failed: Option<(&str, Duration)>, total: Duration) {
+    println!();
+    println!("xtask test summary:");
+    for (name, elapsed) in done {
+        println!("  ok      {name:<24} {:>8.1} s", elapsed.as_secs_f64());
+    }
+    if let Some((name, elapsed)) = failed {
+        println!("  FAILED  {name:<24} {:>8.1} s", elapsed.as_secs_f64());
+    }
+    let verdict = if failed.is_some() { "FAILED" } else { "ok" };
+    println!(
+        "  {verdict:<7} {:<24} {:>8.1} s",
+        "total",
+        total.as_secs_f64()
+    );
+}
