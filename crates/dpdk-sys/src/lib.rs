@@ -9,7 +9,12 @@
 //! safe layer.
 
 #![no_std]
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, missing_docs)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    missing_docs
+)]
 #![allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

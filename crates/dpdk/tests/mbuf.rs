@@ -1,0 +1,184 @@
+//! Mbuf and burst semantics on a real EAL: room checks, chains, shallow clones, and that every
+//! buffer returns to its pool exactly once.
+
+use dpdk::testing::{assert_no_leaks, pool};
+use dpdk::{Burst, Error};
+
+#[test]
+fn append_prepend_adj_trim_respect_room() {
+    let pool = pool(64, 2048 + 128);
+    let mut m = pool.alloc().unwrap();
+    assert!(m.is_empty());
+    let (head, tail) = (m.headroom(), m.tailroom());
+    assert_eq!(head, 128, "DPDK's default headroom");
+    assert_eq!(tail, 2048);
+
+    m.extend_from_slice(b"payload").unwrap();
+    m.prepend(4).unwrap().copy_from_slice(b"hdr:");
+    assert_eq!(m.data(), b"hdr:payload");
+    assert_eq!((m.headroom(), m.tailroom()), (head - 4, tail - 7));
+
+    m.adj(4).unwrap();
+    m.trim(3).unwrap();
+    assert_eq!(m.data(), b"payl");
+
+    assert!(matches!(
+        m.append(tail),
+        Err(Error::NoRoom {
+            what: "tailroom",
+            ..
+        })
+    ));
+    assert!(matches!(
+        m.prepend(head + 1),
+        Err(Error::NoRoom {
+            what: "headroom",
+            ..
+        })
+    ));
+    assert!(matches!(m.adj(5), Err(Error::NoRoom { what: "data", .. })));
+    assert!(matches!(m.trim(5), Err(Error::NoRoom { what: "data", .. })));
+    assert_eq!(m.data(), b"payl", "failed calls change nothing");
+    drop(m);
+    assert_no_leaks(&pool);
+}
+
+#[test]
+fn chains_concatenate_and_free_every_segment_once() {
+    let pool = pool(64, 2048 + 128);
+    let mut head = pool.alloc().unwrap();
+    head.extend_from_slice(&[1; 1000]).unwrap();
+    let mut tail = pool.alloc().unwrap();
+    tail.extend_from_slice(&[2; 1500]).unwrap();
+    let mut third = pool.alloc().unwrap();
+    third.extend_from_slice(&[3; 10]).unwrap();
+    tail.chain(third).unwrap();
+    head.chain(tail).unwrap();
+
+    assert_eq!(head.len(), 2510);
+    assert_eq!(head.num_segs(), 3);
+    let lens: Vec<usize> = head.segments().map(<[u8]>::len).collect();
+    assert_eq!(lens, [1000, 1500, 10]);
+    let bytes = head.to_vec();
+    assert!(bytes[..1000].iter().all(|&b| b == 1));
+    assert!(bytes[1000..2500].iter().all(|&b| b == 2));
+    assert!(bytes[2500..].iter().all(|&b| b == 3));
+
+    // Append and trim work on the last segment; adj on the first.
+    head.extend_from_slice(&[4; 5]).unwrap();
+    assert_eq!(head.len(), 2515);
+    assert_eq!(
+        head.segments().last().unwrap(),
+        &[3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4]
+    );
+    head.trim(5).unwrap();
+    head.adj(999).unwrap();
+    assert_eq!(head.len(), 1511);
+    assert_eq!(head.data(), &[1]);
+
+    assert_eq!(pool.in_use(), 3);
+    drop(head);
+    assert_no_leaks(&pool);
+}
+
+#[test]
+fn shallow_clone_shares_data_and_blocks_writes() {
+    let pool = pool(64, 2048 + 128);
+    let mut original = pool.alloc().unwrap();
+    original.extend_from_slice(b"shared bytes").unwrap();
+    let mut second = pool.alloc().unwrap();
+    second.extend_from_slice(b" and more").unwrap();
+    original.chain(second).unwrap();
+
+    let clone = original.try_clone(&pool).unwrap();
+    assert_eq!(clone.to_vec(), b"shared bytes and more");
+    assert_eq!(clone.num_segs(), 2);
+    assert_eq!(original.data_refcnt(), 2);
+    assert_eq!(clone.data_refcnt(), 2);
+    // The clone's data lives in the original's buffer: same address, not a copy.
+    assert_eq!(clone.data().as_ptr(), original.data().as_ptr());
+    assert_eq!(pool.in_use(), 4, "two direct segments + two indirect ones");
+
+    assert!(matches!(original.data_mut(), Err(Error::SharedData)));
+    assert!(matches!(original.append(1), Err(Error::SharedData)));
+    let mut clone = clone;
+    assert!(matches!(clone.prepend(1), Err(Error::SharedData)));
+    // Trimming a clone's view does not write the shared data.
+    clone.adj(7).unwrap();
+    assert_eq!(clone.to_vec(), b"bytes and more");
+    assert_eq!(original.to_vec(), b"shared bytes and more");
+
+    drop(clone);
+    assert_eq!(original.data_refcnt(), 1);
+    original.data_mut().unwrap()[0] = b'S';
+    assert_eq!(original.data(), b"Shared bytes");
+    drop(original);
+    assert_no_leaks(&pool);
+}
+
+#[test]
+fn dropping_the_original_first_keeps_the_clone_valid() {
+    let pool = pool(16, 2048 + 128);
+    let mut original = pool.alloc().unwrap();
+    original.extend_from_slice(&[7; 512]).unwrap();
+    let clone = original.try_clone(&pool).unwrap();
+    drop(original);
+    assert_eq!(
+        pool.in_use(),
+        2,
+        "the direct mbuf stays out while the clone uses its buffer"
+    );
+    assert_eq!(clone.to_vec(), vec![7; 512]);
+    drop(clone);
+    assert_no_leaks(&pool);
+}
+
+#[test]
+fn exhausted_pool_is_an_error_not_a_panic() {
+    let pool = pool(8, 256);
+    let held: Vec<_> = (0..8).map(|_| pool.alloc().unwrap()).collect();
+    assert!(matches!(pool.alloc(), Err(Error::PoolExhausted(_))));
+    let mut burst = Burst::<4>::new();
+    assert!(matches!(
+        pool.alloc_bulk(&mut burst, 1),
+        Err(Error::PoolExhausted(_))
+    ));
+    assert!(burst.is_empty());
+    let clone = held[0].try_clone(&pool);
+    assert!(
+        matches!(clone, Err(Error::PoolExhausted(_))),
+        "clones need mbufs too"
+    );
+    drop(held);
+    assert_no_leaks(&pool);
+}
+
+#[test]
+fn burst_holds_n_and_frees_what_it_still_holds() {
+    let pool = pool(64, 256);
+    let mut burst = Burst::<4>::new();
+    pool.alloc_bulk(&mut burst, 3).unwrap();
+    assert!(matches!(
+        pool.alloc_bulk(&mut burst, 2),
+        Err(Error::InvalidArgument(_))
+    ));
+    burst.push(pool.alloc().unwrap()).unwrap();
+    assert!(burst.is_full());
+    let extra = pool.alloc().unwrap();
+    let extra = burst.push(extra).unwrap_err();
+    drop(extra);
+    for (i, m) in burst.as_mut_slice().iter_mut().enumerate() {
+        m.extend_from_slice(&[i as u8]).unwrap();
+    }
+    // Take two, and let the drain's drop free the other two.
+    let taken: Vec<_> = burst.drain().take(2).collect();
+    assert_eq!(taken[0].data(), &[0]);
+    assert_eq!(taken[1].data(), &[1]);
+    assert!(burst.is_empty());
+    assert_eq!(pool.in_use(), 2);
+    drop(taken);
+
+    pool.alloc_bulk(&mut burst, 4).unwrap();
+    drop(burst);
+    assert_no_leaks(&pool);
+}
