@@ -30,6 +30,11 @@ pub use port::{
     Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue, TxOffloads, TxQueue,
 };
 
+/// The README's Rust examples, compiled as doc tests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 /// The CPU's time-stamp counter (`rte_rdtsc`): cheap, monotonic on one core.
 #[inline]
 pub fn rdtsc() -> u64 {
