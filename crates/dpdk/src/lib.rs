@@ -30,6 +30,22 @@ pub use port::{
     Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue, TxOffloads, TxQueue,
 };
 
+/// The `RTE_MBUF_F_TX_*` flags [`Mbuf::set_tx_offload`] takes.
+pub mod tx_flags {
+    /// The packet is IPv4.
+    pub const IPV4: u64 = dpdk_sys::RTE_MBUF_F_TX_IPV4;
+    /// The packet is IPv6.
+    pub const IPV6: u64 = dpdk_sys::RTE_MBUF_F_TX_IPV6;
+    /// Fill the IPv4 header checksum.
+    pub const IP_CKSUM: u64 = dpdk_sys::RTE_MBUF_F_TX_IP_CKSUM;
+    /// Fill the TCP checksum.
+    pub const TCP_CKSUM: u64 = dpdk_sys::RTE_MBUF_F_TX_TCP_CKSUM;
+    /// Fill the UDP checksum.
+    pub const UDP_CKSUM: u64 = dpdk_sys::RTE_MBUF_F_TX_UDP_CKSUM;
+    /// TCP segmentation offload.
+    pub const TCP_SEG: u64 = dpdk_sys::RTE_MBUF_F_TX_TCP_SEG;
+}
+
 /// The README's Rust examples, compiled as doc tests so they cannot drift from the API.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]

@@ -245,6 +245,145 @@ impl Mbuf {
             .ok_or_else(|| Error::PoolExhausted(pool.name().to_owned()))
     }
 
+    /// Shortens the packet to `len` bytes, cutting inside a segment and freeing the segments past
+    /// the cut. No data is written, so clones may be truncated too.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        let total = self.len();
+        if len > total {
+            return Err(Error::NoRoom {
+                what: "data",
+                available: total,
+                requested: len,
+            });
+        }
+        if len == total {
+            return Ok(());
+        }
+        // Find the segment holding byte `len - 1` (the head when len == 0: it keeps 0 bytes).
+        let mut seg = self.raw;
+        let mut before = 0usize;
+        let mut segs = 1u16;
+        loop {
+            // SAFETY: seg is a valid segment of our chain.
+            let m = unsafe { seg.as_ref() };
+            let seg_len = m.data_len as usize;
+            if before + seg_len >= len || m.next.is_null() {
+                break;
+            }
+            before += seg_len;
+            segs += 1;
+            // SAFETY: checked non-null above; it is the next segment of our chain.
+            seg = unsafe { NonNull::new_unchecked(m.next) };
+        }
+        // SAFETY: seg and head are valid segments we own; we cut the chain after `seg`, hand the
+        // detached tail (a valid chain of its own once its head's counters are fixed) to DPDK to
+        // free, and fix the head's counters. No other reference to these structs exists.
+        unsafe {
+            let m = seg.as_ptr();
+            let tail = (*m).next;
+            (*m).next = std::ptr::null_mut();
+            (*m).data_len = (len - before) as u16;
+            if let Some(tail) = NonNull::new(tail) {
+                let mut n = 0u16;
+                let mut bytes = 0u32;
+                let mut t = tail.as_ptr();
+                while !t.is_null() {
+                    n += 1;
+                    bytes += u32::from((*t).data_len);
+                    t = (*t).next;
+                }
+                (*tail.as_ptr()).nb_segs = n;
+                (*tail.as_ptr()).pkt_len = bytes;
+                dpdk_sys::px_pktmbuf_free(tail.as_ptr());
+            }
+            let head = self.raw.as_ptr();
+            (*head).nb_segs = segs;
+            (*head).pkt_len = len as u32;
+        }
+        Ok(())
+    }
+
+    /// A zero-copy view of bytes `[offset, offset + len)`: a new chain of indirect mbufs from
+    /// `pool`, each attached (by refcount) to the segment of this packet it covers.
+    pub fn share_range(&self, offset: usize, len: usize, pool: &Mempool) -> Result<Mbuf> {
+        if offset + len > self.len() || len == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "range {offset}+{len} outside a {}-byte packet",
+                self.len()
+            )));
+        }
+        let mut head: Option<Mbuf> = None;
+        let mut skip = offset;
+        let mut left = len;
+        for seg in self.segment_ptrs() {
+            if left == 0 {
+                break;
+            }
+            // SAFETY: seg is a valid segment of our chain, borrowed for this loop.
+            let seg_len = unsafe { seg.as_ref().data_len } as usize;
+            if skip >= seg_len {
+                skip -= seg_len;
+                continue;
+            }
+            let take = (seg_len - skip).min(left);
+            let mut piece = pool.alloc()?;
+            // SAFETY: piece is a fresh, empty, direct mbuf we own; seg is valid. Attaching makes
+            // piece indirect, pointing at seg's buffer and holding a reference on it; DPDK's free
+            // of piece later drops that reference.
+            unsafe { dpdk_sys::px_pktmbuf_attach(piece.as_ptr(), seg.as_ptr()) };
+            piece.adj(skip)?;
+            let excess = piece.len() - take;
+            piece.trim(excess)?;
+            match head.as_mut() {
+                None => head = Some(piece),
+                Some(h) => h.chain(piece).map_err(|(e, _)| e)?,
+            }
+            skip = 0;
+            left -= take;
+        }
+        head.ok_or_else(|| Error::InvalidArgument("empty range".into()))
+    }
+
+    fn segment_ptrs(&self) -> impl Iterator<Item = NonNull<dpdk_sys::rte_mbuf>> + '_ {
+        // SAFETY: each `next` of our valid chain is null or a valid segment.
+        std::iter::successors(Some(self.raw), |s| NonNull::new(unsafe { s.as_ref().next }))
+    }
+
+    /// The offload flags (`ol_flags`).
+    #[inline]
+    pub fn ol_flags(&self) -> u64 {
+        self.head().ol_flags
+    }
+
+    /// Whether the NIC verified the L4 checksum as good on receive.
+    #[inline]
+    pub fn rx_l4_checksum_good(&self) -> bool {
+        let mask = u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK);
+        self.head().ol_flags & mask == u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD)
+    }
+
+    /// Requests TX offloads for this packet: header lengths, the `RTE_MBUF_F_TX_*` flags to set,
+    /// and the TSO segment size (0 for none). The port must have been granted the matching
+    /// offloads; see [`Port::tx_offloads`](crate::Port::tx_offloads).
+    pub fn set_tx_offload(
+        &mut self,
+        l2_len: u8,
+        l3_len: u16,
+        l4_len: u8,
+        flags: u64,
+        tso_segsz: u16,
+    ) {
+        // SAFETY: we own the head struct; these are plain metadata fields.
+        let m = unsafe { self.raw.as_mut() };
+        m.ol_flags |= flags;
+        // SAFETY: writing the bitfield view of the tx_offload union, which is always valid.
+        let fields = unsafe { &mut m.__bindgen_anon_3.__bindgen_anon_1 };
+        fields.set_l2_len(u64::from(l2_len));
+        fields.set_l3_len(u64::from(l3_len));
+        fields.set_l4_len(u64::from(l4_len));
+        fields.set_tso_segsz(u64::from(tso_segsz));
+    }
+
     /// How many owners the first segment's data buffer has (1 when not shared).
     pub fn data_refcnt(&self) -> u16 {
         let m = self.head();

@@ -182,3 +182,63 @@ fn burst_holds_n_and_frees_what_it_still_holds() {
     drop(burst);
     assert_no_leaks(&pool);
 }
+
+fn three_segment_packet(pool: &dpdk::Mempool) -> dpdk::Mbuf {
+    let mut head = pool.alloc().unwrap();
+    head.extend_from_slice(&(0..100).collect::<Vec<u8>>())
+        .unwrap();
+    for start in [100u8, 200] {
+        let mut seg = pool.alloc().unwrap();
+        seg.extend_from_slice(&(start..start + 50).collect::<Vec<u8>>())
+            .unwrap();
+        head.chain(seg).map_err(|(e, _)| e).unwrap();
+    }
+    head
+}
+
+#[test]
+fn truncate_cuts_inside_a_segment_and_frees_the_rest() {
+    let pool = pool(64, 512);
+    let mut m = three_segment_packet(&pool);
+    assert_eq!((m.len(), m.num_segs()), (200, 3));
+    m.truncate(120).unwrap();
+    assert_eq!((m.len(), m.num_segs()), (120, 2));
+    assert_eq!(pool.in_use(), 2, "the third segment went back to the pool");
+    let bytes = m.to_vec();
+    assert_eq!(&bytes[..100], &(0..100).collect::<Vec<u8>>()[..]);
+    assert_eq!(&bytes[100..], &(100..120).collect::<Vec<u8>>()[..]);
+    assert!(matches!(m.truncate(121), Err(Error::NoRoom { .. })));
+    m.truncate(0).unwrap();
+    assert_eq!((m.len(), m.num_segs()), (0, 1));
+    drop(m);
+    assert_no_leaks(&pool);
+}
+
+#[test]
+fn share_range_is_a_zero_copy_view_of_any_byte_range() {
+    let pool = pool(64, 512);
+    let m = three_segment_packet(&pool);
+    let whole = m.to_vec();
+    for (offset, len) in [(0, 200), (90, 20), (100, 50), (120, 80), (149, 2), (199, 1)] {
+        let view = m.share_range(offset, len, &pool).unwrap();
+        assert_eq!(
+            view.to_vec(),
+            &whole[offset..offset + len],
+            "{offset}+{len}"
+        );
+        // The view points into the original buffers.
+        let first = view.data().as_ptr();
+        assert!(m.segments().any(|s| s.as_ptr_range().contains(&first)));
+    }
+    assert!(matches!(
+        m.share_range(150, 51, &pool),
+        Err(Error::InvalidArgument(_))
+    ));
+    let view = m.share_range(95, 60, &pool).unwrap();
+    assert_eq!(view.num_segs(), 3);
+    drop(m);
+    // The view keeps the shared segments alive after the original is gone.
+    assert_eq!(view.to_vec(), &whole[95..155]);
+    drop(view);
+    assert_no_leaks(&pool);
+}

@@ -1,3 +1,8 @@
-//! PXIO: the zero-copy merge/split engine (SIGCOMM'26 §4, §6, Appendix A).
+//! PXIO: PacketExpress's packet I/O stack (SIGCOMM'26 §4).
 //!
-//! This crate is filled by its own issue; the foundation only reserves its place in the workspace.
+//! The engine core is generic over [`PacketBuf`], implemented by [`dpdk::Mbuf`] for real ports
+//! and by [`HeapBuf`] for tests, fuzzing and benches that run without an EAL.
+
+pub mod buf;
+
+pub use buf::{HeapBuf, HeapPool, PacketBuf, TxOffload};

@@ -1,0 +1,360 @@
+//! The buffer abstraction the engine is written against: a packet made of one or more segments,
+//! which can be chained, cut and shared without copying payload.
+//!
+//! Two implementations: [`dpdk::Mbuf`] (production, on real mempools) and [`HeapBuf`] (tests,
+//! fuzzing, benches without an EAL). Both count their live segments in a pool, so the same leak
+//! check works on both.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A packet buffer the engine can merge and split without copying payload (SIGCOMM'26 §4.2).
+///
+/// Headers are read from and written to the first segment only; the engine guarantees it never
+/// needs more than that (a packet whose headers straddle segments is classified as malformed).
+pub trait PacketBuf: Sized {
+    /// Where new buffers (headers for split segments, indirect views) come from.
+    type Pool;
+
+    /// Total bytes.
+    fn len(&self) -> usize;
+    /// Whether the packet is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Number of segments.
+    fn num_segs(&self) -> usize;
+    /// The first segment's bytes.
+    fn head(&self) -> &[u8];
+    /// The first segment's bytes, writable; `None` while they are shared with another buffer.
+    fn head_mut(&mut self) -> Option<&mut [u8]>;
+    /// Every segment, in order.
+    fn for_each_segment(&self, f: impl FnMut(&[u8]));
+    /// Removes `n` bytes from the front of the first segment; false if it holds fewer.
+    fn adj(&mut self, n: usize) -> bool;
+    /// Shortens the packet to `len` bytes; false if it is shorter.
+    fn truncate(&mut self, len: usize) -> bool;
+    /// Appends `tail`'s segments; gives `tail` back when the chain would be too long.
+    fn chain(&mut self, tail: Self) -> Result<(), Self>;
+    /// A zero-copy view of `[offset, offset + len)`, sharing the data by refcount; `None` when the
+    /// pool is exhausted or the range is out of bounds.
+    fn share_range(&self, offset: usize, len: usize, pool: &Self::Pool) -> Option<Self>;
+    /// A new single-segment buffer holding a copy of `bytes` (used for headers of split
+    /// segments and caravans); `None` when the pool is exhausted or `bytes` does not fit.
+    fn alloc_with(pool: &Self::Pool, bytes: &[u8]) -> Option<Self>;
+    /// The NIC's RSS hash, when it computed one.
+    fn rss_hash(&self) -> Option<u32>;
+    /// Whether the NIC already verified the L4 checksum.
+    fn l4_checksum_verified(&self) -> bool;
+    /// Asks the NIC to finish this packet on transmit: TSO to `tso_segsz` (0: none), and the IP
+    /// and L4 checksums. Only called when the port granted those offloads.
+    fn request_tx_offload(&mut self, offload: TxOffload);
+    /// Copies the whole packet out (tests and slow paths only).
+    fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len());
+        self.for_each_segment(|s| out.extend_from_slice(s));
+        out
+    }
+}
+
+/// What to ask of the NIC for one packet on transmit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxOffload {
+    /// Ethernet (+VLAN) header bytes.
+    pub l2_len: u8,
+    /// IP header bytes.
+    pub l3_len: u16,
+    /// TCP/UDP header bytes.
+    pub l4_len: u8,
+    /// IPv4 (else IPv6).
+    pub ipv4: bool,
+    /// Fill the IPv4 header checksum.
+    pub ip_checksum: bool,
+    /// Fill the TCP checksum.
+    pub tcp_checksum: bool,
+    /// Fill the UDP checksum.
+    pub udp_checksum: bool,
+    /// Segment to this many payload bytes per packet (0: no TSO).
+    pub tso_segsz: u16,
+}
+
+impl PacketBuf for dpdk::Mbuf {
+    type Pool = dpdk::Mempool;
+
+    fn len(&self) -> usize {
+        dpdk::Mbuf::len(self)
+    }
+    fn num_segs(&self) -> usize {
+        dpdk::Mbuf::num_segs(self)
+    }
+    fn head(&self) -> &[u8] {
+        self.data()
+    }
+    fn head_mut(&mut self) -> Option<&mut [u8]> {
+        self.data_mut().ok()
+    }
+    fn for_each_segment(&self, mut f: impl FnMut(&[u8])) {
+        for s in self.segments() {
+            f(s);
+        }
+    }
+    fn adj(&mut self, n: usize) -> bool {
+        dpdk::Mbuf::adj(self, n).is_ok()
+    }
+    fn truncate(&mut self, len: usize) -> bool {
+        dpdk::Mbuf::truncate(self, len).is_ok()
+    }
+    fn chain(&mut self, tail: Self) -> Result<(), Self> {
+        dpdk::Mbuf::chain(self, tail).map_err(|(_, tail)| tail)
+    }
+    fn share_range(&self, offset: usize, len: usize, pool: &dpdk::Mempool) -> Option<Self> {
+        dpdk::Mbuf::share_range(self, offset, len, pool).ok()
+    }
+    fn alloc_with(pool: &dpdk::Mempool, bytes: &[u8]) -> Option<Self> {
+        let mut m = pool.alloc().ok()?;
+        m.extend_from_slice(bytes).ok()?;
+        Some(m)
+    }
+    fn rss_hash(&self) -> Option<u32> {
+        dpdk::Mbuf::rss_hash(self)
+    }
+    fn l4_checksum_verified(&self) -> bool {
+        self.rx_l4_checksum_good()
+    }
+    fn request_tx_offload(&mut self, o: TxOffload) {
+        use dpdk::tx_flags as f;
+        let mut flags = if o.ipv4 { f::IPV4 } else { f::IPV6 };
+        if o.ip_checksum {
+            flags |= f::IP_CKSUM;
+        }
+        if o.tcp_checksum {
+            flags |= f::TCP_CKSUM;
+        }
+        if o.udp_checksum {
+            flags |= f::UDP_CKSUM;
+        }
+        if o.tso_segsz > 0 {
+            flags |= f::TCP_SEG;
+        }
+        self.set_tx_offload(o.l2_len, o.l3_len, o.l4_len, flags, o.tso_segsz);
+    }
+}
+
+/// Counts the live segments of [`HeapBuf`]s, like a mempool's in-use count.
+#[derive(Debug, Default)]
+pub struct HeapPool {
+    live: Arc<AtomicUsize>,
+    /// Largest segment `alloc_with` accepts (like an mbuf's data room).
+    seg_capacity: usize,
+}
+
+impl HeapPool {
+    /// A pool whose segments hold up to `seg_capacity` bytes.
+    pub fn new(seg_capacity: usize) -> Self {
+        Self {
+            live: Arc::default(),
+            seg_capacity,
+        }
+    }
+
+    /// Segments alive (buffers and views that still hold data). Zero when nothing leaked.
+    pub fn in_use(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// A buffer holding a copy of `bytes` in one segment, regardless of `seg_capacity`
+    /// (for building test input).
+    pub fn packet(&self, bytes: &[u8]) -> HeapBuf {
+        HeapBuf {
+            segs: vec![Seg::new(Arc::new(SegData::new(bytes.to_vec(), &self.live)))],
+        }
+    }
+}
+
+/// The bytes of one heap segment, shared by the segments that view them.
+#[derive(Debug)]
+struct SegData {
+    bytes: Vec<u8>,
+    live: Arc<AtomicUsize>,
+}
+
+impl SegData {
+    fn new(bytes: Vec<u8>, live: &Arc<AtomicUsize>) -> Self {
+        live.fetch_add(1, Ordering::Relaxed);
+        Self {
+            bytes,
+            live: live.clone(),
+        }
+    }
+}
+
+impl Drop for SegData {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A view of `[start, end)` of shared segment bytes.
+#[derive(Debug, Clone)]
+struct Seg {
+    data: Arc<SegData>,
+    start: usize,
+    end: usize,
+}
+
+impl Seg {
+    fn new(data: Arc<SegData>) -> Self {
+        let end = data.bytes.len();
+        Self {
+            data,
+            start: 0,
+            end,
+        }
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.data.bytes[self.start..self.end]
+    }
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+/// A heap-backed [`PacketBuf`]: segments are views into reference-counted byte vectors, so
+/// chaining and sharing copy no payload, exactly like mbufs. Used by tests, fuzzing and benches.
+#[derive(Debug)]
+pub struct HeapBuf {
+    segs: Vec<Seg>,
+}
+
+impl HeapBuf {
+    /// Builds a multi-segment packet (tests): one segment per slice.
+    pub fn from_segments(pool: &HeapPool, parts: &[&[u8]]) -> HeapBuf {
+        HeapBuf {
+            segs: parts
+                .iter()
+                .map(|p| Seg::new(Arc::new(SegData::new(p.to_vec(), &pool.live))))
+                .collect(),
+        }
+    }
+}
+
+/// Chains longer than this are refused, like DPDK's limit on `nb_segs`.
+const HEAP_MAX_SEGS: usize = 1024;
+
+impl PacketBuf for HeapBuf {
+    type Pool = HeapPool;
+
+    fn len(&self) -> usize {
+        self.segs.iter().map(Seg::len).sum()
+    }
+    fn num_segs(&self) -> usize {
+        self.segs.len()
+    }
+    fn head(&self) -> &[u8] {
+        self.segs.first().map_or(&[], Seg::bytes)
+    }
+    fn head_mut(&mut self) -> Option<&mut [u8]> {
+        let seg = self.segs.first_mut()?;
+        let (start, end) = (seg.start, seg.end);
+        Arc::get_mut(&mut seg.data).map(|d| &mut d.bytes[start..end])
+    }
+    fn for_each_segment(&self, mut f: impl FnMut(&[u8])) {
+        for s in &self.segs {
+            f(s.bytes());
+        }
+    }
+    fn adj(&mut self, n: usize) -> bool {
+        match self.segs.first_mut() {
+            Some(seg) if seg.len() >= n => {
+                seg.start += n;
+                true
+            }
+            _ => n == 0,
+        }
+    }
+    fn truncate(&mut self, len: usize) -> bool {
+        if len > self.len() {
+            return false;
+        }
+        let mut before = 0;
+        for i in 0..self.segs.len() {
+            let seg_len = self.segs[i].len();
+            if before + seg_len >= len {
+                self.segs[i].end = self.segs[i].start + (len - before);
+                self.segs.truncate(i + 1);
+                return true;
+            }
+            before += seg_len;
+        }
+        true
+    }
+    fn chain(&mut self, mut tail: Self) -> Result<(), Self> {
+        if self.segs.len() + tail.segs.len() > HEAP_MAX_SEGS {
+            return Err(tail);
+        }
+        self.segs.append(&mut tail.segs);
+        Ok(())
+    }
+    fn share_range(&self, offset: usize, len: usize, _pool: &HeapPool) -> Option<Self> {
+        if len == 0 || offset + len > self.len() {
+            return None;
+        }
+        let mut segs = Vec::new();
+        let (mut skip, mut left) = (offset, len);
+        for seg in &self.segs {
+            if left == 0 {
+                break;
+            }
+            if skip >= seg.len() {
+                skip -= seg.len();
+                continue;
+            }
+            let take = (seg.len() - skip).min(left);
+            segs.push(Seg {
+                data: seg.data.clone(),
+                start: seg.start + skip,
+                end: seg.start + skip + take,
+            });
+            skip = 0;
+            left -= take;
+        }
+        Some(HeapBuf { segs })
+    }
+    fn alloc_with(pool: &HeapPool, bytes: &[u8]) -> Option<Self> {
+        (bytes.len() <= pool.seg_capacity).then(|| pool.packet(bytes))
+    }
+    fn rss_hash(&self) -> Option<u32> {
+        None
+    }
+    fn l4_checksum_verified(&self) -> bool {
+        false
+    }
+    fn request_tx_offload(&mut self, _offload: TxOffload) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_buffers_share_and_count_like_mbufs() {
+        let pool = HeapPool::new(2048);
+        let mut a = HeapBuf::from_segments(&pool, &[b"hello ", b"wide ", b"world"]);
+        assert_eq!((a.len(), a.num_segs(), pool.in_use()), (16, 3, 3));
+        let view = a.share_range(4, 8, &pool).unwrap();
+        assert_eq!(view.to_vec(), b"o wide w");
+        assert!(a.head_mut().is_none(), "shared data is read-only");
+        assert!(a.truncate(8));
+        assert_eq!(a.to_vec(), b"hello wi");
+        assert_eq!(pool.in_use(), 3, "the view keeps the third segment alive");
+        drop(view);
+        assert_eq!(pool.in_use(), 2);
+        a.head_mut().unwrap()[0] = b'H';
+        let b = pool.packet(b"!");
+        a.chain(b).unwrap();
+        assert!(a.adj(1));
+        assert_eq!(a.to_vec(), b"ello wi!");
+        drop(a);
+        assert_eq!(pool.in_use(), 0);
+    }
+}
