@@ -63,6 +63,7 @@ fn main() {
         .allowlist_function("rte_mempool_(free|lookup|avail_count|in_use_count)")
         .allowlist_type("rte_mbuf")
         .allowlist_var("RTE_MBUF_.*")
+        .allowlist_var("RTE_PTYPE_.*")
         .allowlist_var("RTE_PKTMBUF_HEADROOM")
         // Rings, for ring-pair ports.
         .allowlist_function("rte_ring_(create|free)")

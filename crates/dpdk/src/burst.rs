@@ -140,6 +140,19 @@ impl<const N: usize> Burst<N> {
         }
         self.len = rest;
     }
+
+    /// Keeps the first `n` mbufs and forgets the rest (DPDK took them). DPDK may have rewritten
+    /// the slot array in place (as `rte_gro_reassemble` does when it compacts what it did not
+    /// keep to the front).
+    ///
+    /// # Safety
+    /// After DPDK's call, the first `n` slots must hold mbufs owned by nobody else, and every
+    /// mbuf the burst held before the call must now either be one of them or be owned by DPDK.
+    #[inline]
+    pub(crate) unsafe fn keep_front(&mut self, n: usize) {
+        debug_assert!(n <= self.len);
+        self.len = n;
+    }
 }
 
 impl<const N: usize> Drop for Burst<N> {

@@ -129,6 +129,17 @@ pub enum Error {
     /// A chain would exceed DPDK's segment limit.
     #[error("chain would have {0} segments, more than DPDK allows")]
     TooManySegments(usize),
+    /// `rte_gro_ctx_create` failed: bad sizes or no DPDK memory for the tables.
+    #[error(
+        "cannot create an rte_gro context for {max_flows} flows x {max_items_per_flow} items \
+         (zero sizes, or not enough DPDK memory for the tables)"
+    )]
+    GroContext {
+        /// Flows asked for.
+        max_flows: u16,
+        /// Items per flow asked for.
+        max_items_per_flow: u16,
+    },
     /// The PMD has no `rte_flow` support at all.
     #[error("port {0}: the driver does not support rte_flow")]
     Unsupported(u16),

@@ -15,6 +15,7 @@ mod burst;
 mod eal;
 mod error;
 mod flow;
+pub mod gro;
 mod mbuf;
 mod mempool;
 mod port;
@@ -24,6 +25,7 @@ pub use burst::{Burst, Drain};
 pub use eal::{Eal, EalBuilder, PortId};
 pub use error::{Errno, Error, Result};
 pub use flow::{Flow, FlowAction, FlowRule, IpMatch, L4Match, L4Proto};
+pub use gro::GroContext;
 pub use mbuf::{Mbuf, Segments};
 pub use mempool::Mempool;
 pub use port::{
@@ -44,6 +46,18 @@ pub mod tx_flags {
     pub const UDP_CKSUM: u64 = dpdk_sys::RTE_MBUF_F_TX_UDP_CKSUM;
     /// TCP segmentation offload.
     pub const TCP_SEG: u64 = dpdk_sys::RTE_MBUF_F_TX_TCP_SEG;
+}
+
+/// The `RTE_PTYPE_*` packet-type bits [`Mbuf::set_packet_type`] takes.
+pub mod ptype {
+    /// Ethernet.
+    pub const L2_ETHER: u32 = dpdk_sys::RTE_PTYPE_L2_ETHER;
+    /// IPv4 without options.
+    pub const L3_IPV4: u32 = dpdk_sys::RTE_PTYPE_L3_IPV4;
+    /// TCP.
+    pub const L4_TCP: u32 = dpdk_sys::RTE_PTYPE_L4_TCP;
+    /// Ethernet / IPv4 / TCP: what `rte_gro` merges.
+    pub const ETHER_IPV4_TCP: u32 = L2_ETHER | L3_IPV4 | L4_TCP;
 }
 
 /// The README's Rust examples, compiled as doc tests so they cannot drift from the API.

@@ -384,6 +384,48 @@ impl Mbuf {
         fields.set_tso_segsz(u64::from(tso_segsz));
     }
 
+    /// The packet type (`RTE_PTYPE_*` bits, see [`ptype`](crate::ptype)): what the NIC or the
+    /// application says the headers are.
+    #[inline]
+    pub fn packet_type(&self) -> u32 {
+        // SAFETY: every bit pattern of the union is a valid u32.
+        unsafe { self.head().__bindgen_anon_1.packet_type }
+    }
+
+    /// Sets the packet type (`RTE_PTYPE_*` bits, see [`ptype`](crate::ptype)). Libraries such
+    /// as `rte_gro` trust it, together with [`set_header_lens`](Self::set_header_lens).
+    #[inline]
+    pub fn set_packet_type(&mut self, ptype: u32) {
+        // SAFETY: we own the head struct; a plain metadata field.
+        unsafe { self.raw.as_mut().__bindgen_anon_1.packet_type = ptype };
+    }
+
+    /// The L2, L3 and L4 header lengths recorded in the mbuf.
+    #[inline]
+    pub fn header_lens(&self) -> (u8, u16, u8) {
+        // SAFETY: reading the bitfield view of the tx_offload union, valid for any bits.
+        let f = unsafe { &self.head().__bindgen_anon_3.__bindgen_anon_1 };
+        (f.l2_len() as u8, f.l3_len() as u16, f.l4_len() as u8)
+    }
+
+    /// Records the L2, L3 and L4 header lengths, leaving the offload flags and TSO size alone
+    /// (`rte_gro` reads the headers at these offsets).
+    #[inline]
+    pub fn set_header_lens(&mut self, l2_len: u8, l3_len: u16, l4_len: u8) {
+        // SAFETY: we own the head struct; writing the bitfield view of the tx_offload union.
+        let f = unsafe { &mut self.raw.as_mut().__bindgen_anon_3.__bindgen_anon_1 };
+        f.set_l2_len(u64::from(l2_len));
+        f.set_l3_len(u64::from(l3_len));
+        f.set_l4_len(u64::from(l4_len));
+    }
+
+    /// Whether the first segment's data buffer is exclusively this mbuf's (direct, refcount 1),
+    /// so writing its bytes cannot be seen through a clone.
+    #[inline]
+    pub fn head_writable(&self) -> bool {
+        writable(self.raw).is_ok()
+    }
+
     /// How many owners the first segment's data buffer has (1 when not shared).
     pub fn data_refcnt(&self) -> u16 {
         let m = self.head();
