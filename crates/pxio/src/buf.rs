@@ -16,6 +16,9 @@ pub trait PacketBuf: Sized {
     /// Where new buffers (headers for split segments, indirect views) come from.
     type Pool;
 
+    /// Most segments one packet may have; `chain` fails beyond it.
+    const MAX_SEGS: usize;
+
     /// Total bytes.
     fn len(&self) -> usize;
     /// Whether the packet is empty.
@@ -80,6 +83,7 @@ pub struct TxOffload {
 
 impl PacketBuf for dpdk::Mbuf {
     type Pool = dpdk::Mempool;
+    const MAX_SEGS: usize = u16::MAX as usize;
 
     fn len(&self) -> usize {
         dpdk::Mbuf::len(self)
@@ -243,6 +247,7 @@ const HEAP_MAX_SEGS: usize = 1024;
 
 impl PacketBuf for HeapBuf {
     type Pool = HeapPool;
+    const MAX_SEGS: usize = HEAP_MAX_SEGS;
 
     fn len(&self) -> usize {
         self.segs.iter().map(Seg::len).sum()

@@ -4,5 +4,8 @@
 //! and by [`HeapBuf`] for tests, fuzzing and benches that run without an EAL.
 
 pub mod buf;
+pub mod checksum;
+pub mod toeplitz;
+pub mod wire;
 
 pub use buf::{HeapBuf, HeapPool, PacketBuf, TxOffload};

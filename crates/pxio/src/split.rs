@@ -1,0 +1,287 @@
+//! Splitting outbound TCP packets to the path MTU (SIGCOMM'26 §3, §4.1): TSO when the port
+//! granted it, software GSO otherwise. The payload is never copied: each segment is a fresh
+//! header chained to a refcounted view of the original's bytes.
+
+use crate::buf::{PacketBuf, TxOffload};
+use crate::checksum::{self, Sum};
+use crate::wire::{self, tcp_flags, Class, Headers};
+
+/// Why a packet could not be split. The caller drops and counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    /// The MTU leaves no room for payload after the headers.
+    #[error("MTU {mtu} leaves no room for payload after {headers} header bytes")]
+    MtuTooSmall {
+        /// The MTU asked for.
+        mtu: u16,
+        /// IP + TCP header bytes.
+        headers: u16,
+    },
+    /// No buffer for a segment's header or view.
+    #[error("buffer pool exhausted while splitting")]
+    PoolExhausted,
+    /// The packet's TCP checksum does not match its bytes: it is not re-checksummed into
+    /// segments that would look valid.
+    #[error("TCP checksum of the packet to split does not verify")]
+    BadChecksum,
+}
+
+/// What the port can do for us on transmit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SplitOffloads {
+    /// TCP segmentation offload was granted.
+    pub tso: bool,
+    /// IPv4 and TCP checksum offload were granted.
+    pub checksum: bool,
+}
+
+/// Splits `pkt` so that no IP packet exceeds `mtu`, pushing the result to `out`.
+///
+/// Packets that already fit, and everything that is not TCP, go to `out` unchanged. With TSO the
+/// packet goes out whole with a TSO request; otherwise it is cut in software: sequence numbers
+/// advance, IPv4 IDs increase by one per segment, PSH/FIN/RST go on the last segment only, CWR on
+/// the first only, and every checksum is correct (or left to the NIC when checksum offload was
+/// granted). On error nothing was pushed and the packet is returned with the reason.
+pub fn split_tcp<B: PacketBuf>(
+    pkt: B,
+    mtu: u16,
+    offloads: SplitOffloads,
+    pool: &B::Pool,
+    out: &mut Vec<B>,
+) -> Result<usize, (SplitError, B)> {
+    let hdr = match wire::classify(pkt.head(), pkt.len()) {
+        Class::Tcp(h) if h.ip_len > mtu => h,
+        _ => {
+            out.push(pkt);
+            return Ok(1);
+        }
+    };
+    let headers = hdr.l3_len + hdr.l4_len;
+    if mtu <= headers {
+        return Err((SplitError::MtuTooSmall { mtu, headers }, pkt));
+    }
+    let mss = mtu - headers;
+    if offloads.tso {
+        let mut pkt = pkt;
+        if prepare_for_nic(&mut pkt, &hdr, mss) {
+            out.push(pkt);
+            return Ok(1);
+        }
+        // Shared headers we cannot prepare: fall back to software.
+        return software(pkt, &hdr, mss, offloads.checksum, pool, out);
+    }
+    software(pkt, &hdr, mss, offloads.checksum, pool, out)
+}
+
+/// Asks the NIC to segment: IPv4 checksum zeroed, TCP checksum seeded with the pseudo-header
+/// sum without length, as DPDK's TSO contract requires.
+fn prepare_for_nic<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
+    let (l2, l3, end) = (
+        usize::from(hdr.l2_len),
+        usize::from(hdr.l3_len),
+        hdr.hdr_len(),
+    );
+    let Some(bytes) = pkt.head_mut() else {
+        return false;
+    };
+    let seed = pseudo_header(bytes, hdr, 0);
+    if !hdr.v6 {
+        match wire::Ipv4Packet::new_checked(&mut bytes[l2..l2 + l3]) {
+            Ok(mut ip) => ip.set_checksum(0),
+            Err(_) => return false,
+        }
+    }
+    match wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) {
+        Ok(mut tcp) => tcp.set_checksum(seed.fold()),
+        Err(_) => return false,
+    }
+    pkt.request_tx_offload(TxOffload {
+        l2_len: hdr.l2_len as u8,
+        l3_len: hdr.l3_len,
+        l4_len: hdr.l4_len as u8,
+        ipv4: !hdr.v6,
+        ip_checksum: !hdr.v6,
+        tcp_checksum: true,
+        udp_checksum: false,
+        tso_segsz: mss,
+    });
+    true
+}
+
+fn software<B: PacketBuf>(
+    pkt: B,
+    hdr: &Headers,
+    mss: u16,
+    checksum_offload: bool,
+    pool: &B::Pool,
+    out: &mut Vec<B>,
+) -> Result<usize, (SplitError, B)> {
+    let start = out.len();
+    let hdr_len = hdr.hdr_len();
+    let payload = usize::from(hdr.payload_len);
+    let (l2, l3) = (usize::from(hdr.l2_len), usize::from(hdr.l3_len));
+    let head = &pkt.head()[..hdr_len];
+    let ip_id = if hdr.v6 {
+        0
+    } else {
+        wire::Ipv4Packet::new_checked(&head[l2..l2 + l3]).map_or(0, |ip| ip.ident())
+    };
+    let Ok(tcp) = wire::TcpPacket::new_checked(&head[l2 + l3..hdr_len]) else {
+        out.push(pkt);
+        return Ok(1);
+    };
+    let (seq, flags, orig_csum) = (tcp.seq_number(), tcp.flags(), tcp.checksum());
+    let tcp_hdr_sum = Sum::of(&head[l2 + l3..hdr_len]).sub(Sum(u32::from(orig_csum)));
+    let mut whole = Sum::default();
+    let mut offset = 0usize;
+    let mut index = 0u16;
+    while offset < payload {
+        let len = usize::from(mss).min(payload - offset);
+        let last = offset + len == payload;
+        let Some(mut seg) = B::alloc_with(pool, &pkt.head()[..hdr_len]) else {
+            out.truncate(start);
+            return Err((SplitError::PoolExhausted, pkt));
+        };
+        let Some(view) = pkt.share_range(hdr_len + offset, len, pool) else {
+            out.truncate(start);
+            return Err((SplitError::PoolExhausted, pkt));
+        };
+        let mut payload_sum = Sum::default();
+        if !checksum_offload {
+            let mut pos = 0usize;
+            view.for_each_segment(|s| {
+                let part = Sum::of(s);
+                payload_sum = payload_sum.add(if pos % 2 == 1 { part.swapped() } else { part });
+                pos += s.len();
+            });
+            whole = whole.add(if offset % 2 == 1 {
+                payload_sum.swapped()
+            } else {
+                payload_sum
+            });
+        }
+        let ip_len = (usize::from(hdr.l3_len) + usize::from(hdr.l4_len) + len) as u16;
+        let mut seg_flags = flags;
+        if !last {
+            seg_flags &= !(tcp_flags::PSH | tcp_flags::FIN | tcp_flags::RST);
+        }
+        if index > 0 {
+            seg_flags &= !tcp_flags::CWR;
+        }
+        let fields = SegmentFields {
+            ip_len,
+            ip_id: ip_id.wrapping_add(index),
+            seq: seq.wrapping_add(offset as u32),
+            flags: seg_flags,
+        };
+        if !rewrite(&mut seg, hdr, fields, payload_sum, checksum_offload)
+            || seg.chain(view).is_err()
+        {
+            out.truncate(start);
+            return Err((SplitError::PoolExhausted, pkt));
+        }
+        out.push(seg);
+        offset += len;
+        index += 1;
+    }
+    if !checksum_offload {
+        // The original's checksum must cover exactly these bytes; otherwise the packet was
+        // corrupt and must not leave as freshly checksummed segments.
+        let pseudo = pseudo_header(pkt.head(), hdr, u32::from(hdr.l4_len + hdr.payload_len));
+        let expected = checksum::covered_sum(orig_csum)
+            .sub(pseudo)
+            .sub(tcp_hdr_sum);
+        let norm = |s: Sum| if s.fold() == 0xffff { 0 } else { s.fold() };
+        if norm(expected) != norm(whole) {
+            out.truncate(start);
+            return Err((SplitError::BadChecksum, pkt));
+        }
+    }
+    Ok(out.len() - start)
+}
+
+#[derive(Clone, Copy)]
+struct SegmentFields {
+    ip_len: u16,
+    ip_id: u16,
+    seq: u32,
+    flags: u8,
+}
+
+/// Writes one segment's header fields and checksums (or NIC seeds).
+fn rewrite<B: PacketBuf>(
+    seg: &mut B,
+    hdr: &Headers,
+    f: SegmentFields,
+    payload_sum: Sum,
+    checksum_offload: bool,
+) -> bool {
+    let (l2, l3, end) = (
+        usize::from(hdr.l2_len),
+        usize::from(hdr.l3_len),
+        hdr.hdr_len(),
+    );
+    let Some(bytes) = seg.head_mut() else {
+        return false;
+    };
+    if hdr.v6 {
+        let Ok(mut ip) = wire::Ipv6Packet::new_checked(&mut bytes[l2..l2 + l3]) else {
+            return false;
+        };
+        ip.set_payload_len(f.ip_len - 40);
+    } else {
+        let Ok(mut ip) = wire::Ipv4Packet::new_checked(&mut bytes[l2..l2 + l3]) else {
+            return false;
+        };
+        ip.set_total_len(f.ip_len);
+        ip.set_ident(f.ip_id);
+        if checksum_offload {
+            ip.set_checksum(0);
+        } else {
+            ip.fill_checksum();
+        }
+    }
+    let pseudo = pseudo_header(bytes, hdr, u32::from(f.ip_len - hdr.l3_len));
+    let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) else {
+        return false;
+    };
+    tcp.set_seq_number(f.seq);
+    tcp.set_flags(f.flags);
+    tcp.set_checksum(0);
+    let value = if checksum_offload {
+        pseudo.fold()
+    } else {
+        pseudo
+            .add(Sum::of(&bytes[l2 + l3..end]))
+            .add(payload_sum)
+            .checksum()
+    };
+    if let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) {
+        tcp.set_checksum(value);
+    }
+    if checksum_offload {
+        seg.request_tx_offload(TxOffload {
+            l2_len: hdr.l2_len as u8,
+            l3_len: hdr.l3_len,
+            l4_len: hdr.l4_len as u8,
+            ipv4: !hdr.v6,
+            ip_checksum: !hdr.v6,
+            tcp_checksum: true,
+            ..TxOffload::default()
+        });
+    }
+    true
+}
+
+/// The TCP pseudo-header sum for an L4 length of `l4_len` (0: without length, for TSO seeds).
+pub(crate) fn pseudo_header(frame: &[u8], hdr: &Headers, l4_len: u32) -> Sum {
+    let l3 = &frame[usize::from(hdr.l2_len)..];
+    // `classify` validated these headers, so the unchecked views cannot run off the end.
+    if hdr.v6 {
+        let ip = wire::Ipv6Packet::new_unchecked(l3);
+        checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), hdr.proto, l4_len)
+    } else {
+        let ip = wire::Ipv4Packet::new_unchecked(l3);
+        checksum::pseudo_header_v4(ip.src_addr(), ip.dst_addr(), hdr.proto, l4_len as u16)
+    }
+}

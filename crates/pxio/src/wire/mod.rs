@@ -1,0 +1,428 @@
+//! Zero-copy header views (Ethernet, IPv4, IPv6, TCP, UDP) and the per-packet classifier the
+//! merge engine runs on every received packet (SIGCOMM'26 §4.1).
+//!
+//! Each view wraps a buffer (`&[u8]` to read, `&mut [u8]` to write too), checks its length once
+//! in `new_checked`, and then reads each field at the named offsets of its `field` module.
+//! [`classify`] validates a whole frame's headers in one pass and never panics.
+
+pub mod ethernet;
+pub mod ipv4;
+pub mod ipv6;
+pub mod tcp;
+pub mod udp;
+
+#[cfg(test)]
+mod tests;
+
+pub use ethernet::EthernetFrame;
+pub use ipv4::Ipv4Packet;
+pub use ipv6::Ipv6Packet;
+pub use tcp::{tcp_flags, TcpFlags, TcpPacket};
+pub use udp::UdpPacket;
+
+use crate::toeplitz::Toeplitz;
+
+/// A byte range of a header field.
+pub type Field = core::ops::Range<usize>;
+
+/// IP protocol numbers (IPv4 protocol, IPv6 next header) the classifier distinguishes.
+pub mod ip_proto {
+    /// IPv6 hop-by-hop options extension header.
+    pub const HOP_BY_HOP: u8 = 0;
+    /// ICMP.
+    pub const ICMP: u8 = 1;
+    /// TCP.
+    pub const TCP: u8 = 6;
+    /// UDP.
+    pub const UDP: u8 = 17;
+    /// IPv6 routing extension header.
+    pub const IPV6_ROUTE: u8 = 43;
+    /// IPv6 fragment extension header.
+    pub const IPV6_FRAG: u8 = 44;
+    /// ICMPv6.
+    pub const ICMPV6: u8 = 58;
+    /// IPv6 "no next header".
+    pub const IPV6_NO_NXT: u8 = 59;
+    /// IPv6 destination options extension header.
+    pub const IPV6_OPTS: u8 = 60;
+}
+
+/// Why a view refused a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum WireError {
+    /// The buffer ends before the header does.
+    #[error("buffer too short for the header")]
+    Truncated,
+    /// The IP version field does not match the header type.
+    #[error("wrong IP version")]
+    BadVersion,
+    /// A header length field (IPv4 IHL, TCP data offset) is below the minimum header.
+    #[error("header length field below the minimum header length")]
+    BadHeaderLength,
+    /// A total length field (IPv4 total length, UDP length) is shorter than the header.
+    #[error("length field shorter than the header")]
+    BadLength,
+}
+
+/// Reads the big-endian `u16` at `field`.
+pub(crate) fn read_u16(bytes: &[u8], field: Field) -> u16 {
+    let b = &bytes[field];
+    u16::from_be_bytes([b[0], b[1]])
+}
+
+/// Writes `value` big-endian at `field`.
+pub(crate) fn write_u16(bytes: &mut [u8], field: Field, value: u16) {
+    bytes[field].copy_from_slice(&value.to_be_bytes());
+}
+
+/// Reads the big-endian `u32` at `field`.
+pub(crate) fn read_u32(bytes: &[u8], field: Field) -> u32 {
+    let b = &bytes[field];
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// Writes `value` big-endian at `field`.
+pub(crate) fn write_u32(bytes: &mut [u8], field: Field, value: u32) {
+    bytes[field].copy_from_slice(&value.to_be_bytes());
+}
+
+/// The 5-tuple that identifies a flow (SIGCOMM'26 §4.1), as the sender wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Source address; an IPv4 address fills the first 4 bytes and the rest are zero.
+    pub src: [u8; 16],
+    /// Destination address; an IPv4 address fills the first 4 bytes and the rest are zero.
+    pub dst: [u8; 16],
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+    /// IP protocol: [`ip_proto::TCP`] or [`ip_proto::UDP`].
+    pub proto: u8,
+    /// Whether the addresses are IPv6.
+    pub v6: bool,
+}
+
+/// Length of an IPv4 address inside a [`FlowKey`]'s 16-byte address fields.
+const IPV4_ADDR_LEN: usize = 4;
+
+impl FlowKey {
+    /// The source address as IPv4, when the key is IPv4.
+    pub fn src_v4(&self) -> Option<[u8; 4]> {
+        (!self.v6).then(|| first_four(&self.src))
+    }
+
+    /// The destination address as IPv4, when the key is IPv4.
+    pub fn dst_v4(&self) -> Option<[u8; 4]> {
+        (!self.v6).then(|| first_four(&self.dst))
+    }
+
+    /// The Toeplitz hash a NIC with the same key would report for this flow (SIGCOMM'26 §4.1).
+    pub fn rss_hash(&self, toeplitz: &Toeplitz) -> u32 {
+        if self.v6 {
+            toeplitz.hash_v6(self.src, self.dst, self.sport, self.dport)
+        } else {
+            toeplitz.hash_v4(
+                first_four(&self.src),
+                first_four(&self.dst),
+                self.sport,
+                self.dport,
+            )
+        }
+    }
+}
+
+fn first_four(addr: &[u8; 16]) -> [u8; 4] {
+    let mut v4 = [0; IPV4_ADDR_LEN];
+    v4.copy_from_slice(&addr[..IPV4_ADDR_LEN]);
+    v4
+}
+
+/// Where the headers of a TCP or UDP packet lie, and its flow (SIGCOMM'26 §4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Headers {
+    /// Ethernet header length, VLAN tags included.
+    pub l2_len: u16,
+    /// IPv4 header length with options, or 40 for IPv6.
+    pub l3_len: u16,
+    /// TCP header length with options, or 8 for UDP.
+    pub l4_len: u16,
+    /// Whether the packet is IPv6.
+    pub v6: bool,
+    /// IP protocol: [`ip_proto::TCP`] or [`ip_proto::UDP`].
+    pub proto: u8,
+    /// IPv4 total length, or 40 plus the IPv6 payload length.
+    pub ip_len: u16,
+    /// L4 payload length: `ip_len - l3_len - l4_len`.
+    pub payload_len: u16,
+    /// The flow.
+    pub key: FlowKey,
+}
+
+impl Headers {
+    /// Length of all headers, L2 to L4.
+    pub fn hdr_len(&self) -> usize {
+        usize::from(self.l2_len) + usize::from(self.l3_len) + usize::from(self.l4_len)
+    }
+
+    /// Length of the frame without Ethernet padding: L2 header plus IP packet.
+    pub fn frame_len(&self) -> usize {
+        usize::from(self.l2_len) + usize::from(self.ip_len)
+    }
+
+    /// Offset of the IP header in the frame.
+    pub fn l3_offset(&self) -> usize {
+        usize::from(self.l2_len)
+    }
+
+    /// Offset of the TCP or UDP header in the frame.
+    pub fn l4_offset(&self) -> usize {
+        usize::from(self.l2_len) + usize::from(self.l3_len)
+    }
+}
+
+/// What a received frame is, as far as the merge engine cares (SIGCOMM'26 §4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// A well-formed TCP segment.
+    Tcp(Headers),
+    /// A well-formed UDP datagram.
+    Udp(Headers),
+    /// IP fragments (any fragment of IPv4 with MF or offset != 0; IPv6 fragment header).
+    Fragment,
+    /// Valid IP, but a protocol or feature we pass through untouched (ICMP, IPv6 extension
+    /// headers, ...).
+    OtherIp,
+    /// ARP, LLDP and other non-IP frames.
+    NonIp,
+    /// A frame whose headers are inconsistent or cut short.
+    Malformed(Malformed),
+}
+
+/// Why [`classify`] rejected a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Malformed {
+    /// The frame ends inside the Ethernet header or its VLAN tags.
+    #[error("frame ends inside the Ethernet header")]
+    TruncatedL2,
+    /// The frame ends inside the IP header.
+    #[error("frame ends inside the IP header")]
+    TruncatedL3,
+    /// The IP version does not match the EtherType.
+    #[error("IP version does not match the EtherType")]
+    BadVersion,
+    /// IPv4 IHL below 5.
+    #[error("IPv4 header length below 20 bytes")]
+    BadHeaderLength,
+    /// IP total length shorter than the IP header, or longer than the frame.
+    #[error("IP length shorter than its header or longer than the frame")]
+    BadTotalLength,
+    /// The IP packet is too short for the fixed TCP or UDP header.
+    #[error("IP packet too short for the TCP or UDP header")]
+    TruncatedL4,
+    /// TCP data offset below 5, or pointing past the end of the IP packet.
+    #[error("TCP data offset below 5 or past the IP packet")]
+    BadTcpDataOffset,
+    /// UDP length different from the IP payload length.
+    #[error("UDP length differs from the IP payload length")]
+    BadUdpLength,
+    /// The headers are all in the frame but not all in its first segment.
+    #[error("headers continue past the first segment")]
+    HeadersNotContiguous,
+}
+
+/// The bytes a classification may read: the first segment, and the frame's full length.
+struct Bounds {
+    head_len: usize,
+    frame_len: usize,
+}
+
+impl Bounds {
+    /// Checks that the frame's first `end` bytes lie in the first segment; if not, reports
+    /// `truncated` when the frame itself is shorter, else that the headers are split.
+    fn need(&self, end: usize, truncated: Malformed) -> Result<(), Malformed> {
+        if end <= self.head_len {
+            Ok(())
+        } else {
+            Err(self.missing(end, truncated))
+        }
+    }
+
+    /// Why the first `end` bytes, known not to lie in the first segment, are missing.
+    fn missing(&self, end: usize, truncated: Malformed) -> Malformed {
+        if end <= self.frame_len {
+            Malformed::HeadersNotContiguous
+        } else {
+            truncated
+        }
+    }
+}
+
+/// Classifies a received frame and, for TCP and UDP, locates its headers (SIGCOMM'26 §4.1).
+///
+/// `head` is the first segment; `frame_len` the whole packet length (the payload may continue in
+/// later segments, but all headers must lie within `head`, else HeadersNotContiguous).
+///
+/// Rules: IP total length must be >= header length and l2_len + ip_len <= frame_len (trailing
+/// Ethernet padding after ip_len is allowed); UDP length must equal ip_len - l3_len; TCP data
+/// offset >= 5 and header within ip_len. An IP packet too short for the fixed 20-byte TCP or
+/// 8-byte UDP header is [`Malformed::TruncatedL4`]; a TCP data offset pointing past the IP packet
+/// is [`Malformed::BadTcpDataOffset`]. IPv6 packets are classified by the fixed header's next
+/// header only: a fragment header there makes a [`Class::Fragment`], any other extension header
+/// (or ICMPv6) an [`Class::OtherIp`]. An IPv6 packet longer than 65535 bytes in all, which
+/// [`Headers::ip_len`] cannot express, is also [`Class::OtherIp`]. Bytes of `head` beyond
+/// `frame_len` are ignored.
+pub fn classify(head: &[u8], frame_len: usize) -> Class {
+    let head = &head[..head.len().min(frame_len)];
+    let bounds = Bounds {
+        head_len: head.len(),
+        frame_len,
+    };
+    match classify_frame(head, &bounds) {
+        Ok(class) => class,
+        Err(malformed) => Class::Malformed(malformed),
+    }
+}
+
+fn classify_frame(head: &[u8], bounds: &Bounds) -> Result<Class, Malformed> {
+    let (l2_len, ethertype) = match ethernet::walk_header(head) {
+        Ok((_, header_len, ethertype)) => (header_len, ethertype),
+        Err(needed) => return Err(bounds.missing(needed, Malformed::TruncatedL2)),
+    };
+    match ethertype {
+        ethernet::ethertype::IPV4 => classify_ipv4(head, l2_len, bounds),
+        ethernet::ethertype::IPV6 => classify_ipv6(head, l2_len, bounds),
+        _ => Ok(Class::NonIp),
+    }
+}
+
+/// What the IP layer found, for the L4 step.
+struct Network {
+    l2_len: usize,
+    l3_len: usize,
+    ip_len: usize,
+    proto: u8,
+    src: [u8; 16],
+    dst: [u8; 16],
+    v6: bool,
+}
+
+fn classify_ipv4(head: &[u8], l2_len: usize, bounds: &Bounds) -> Result<Class, Malformed> {
+    bounds.need(l2_len + ipv4::field::HEADER_LEN, Malformed::TruncatedL3)?;
+    let ip = Ipv4Packet::new_unchecked(&head[l2_len..]);
+    if ip.version() != ipv4::VERSION {
+        return Err(Malformed::BadVersion);
+    }
+    let l3_len = ip.header_len();
+    if l3_len < ipv4::field::HEADER_LEN {
+        return Err(Malformed::BadHeaderLength);
+    }
+    bounds.need(l2_len + l3_len, Malformed::TruncatedL3)?;
+    let ip_len = usize::from(ip.total_len());
+    if ip_len < l3_len || l2_len + ip_len > bounds.frame_len {
+        return Err(Malformed::BadTotalLength);
+    }
+    if ip.is_fragment() {
+        return Ok(Class::Fragment);
+    }
+    let mut src = [0; 16];
+    let mut dst = [0; 16];
+    src[..IPV4_ADDR_LEN].copy_from_slice(&ip.src_addr());
+    dst[..IPV4_ADDR_LEN].copy_from_slice(&ip.dst_addr());
+    let net = Network {
+        l2_len,
+        l3_len,
+        ip_len,
+        proto: ip.protocol(),
+        src,
+        dst,
+        v6: false,
+    };
+    classify_l4(head, &net, bounds)
+}
+
+fn classify_ipv6(head: &[u8], l2_len: usize, bounds: &Bounds) -> Result<Class, Malformed> {
+    let l3_len = ipv6::field::HEADER_LEN;
+    bounds.need(l2_len + l3_len, Malformed::TruncatedL3)?;
+    let ip = Ipv6Packet::new_unchecked(&head[l2_len..]);
+    if ip.version() != ipv6::VERSION {
+        return Err(Malformed::BadVersion);
+    }
+    let ip_len = l3_len + usize::from(ip.payload_len());
+    if l2_len + ip_len > bounds.frame_len {
+        return Err(Malformed::BadTotalLength);
+    }
+    let proto = ip.next_header();
+    match proto {
+        ip_proto::IPV6_FRAG => return Ok(Class::Fragment),
+        ip_proto::TCP | ip_proto::UDP if ip_len <= usize::from(u16::MAX) => {}
+        _ => return Ok(Class::OtherIp),
+    }
+    let net = Network {
+        l2_len,
+        l3_len,
+        ip_len,
+        proto,
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
+        v6: true,
+    };
+    classify_l4(head, &net, bounds)
+}
+
+fn classify_l4(head: &[u8], net: &Network, bounds: &Bounds) -> Result<Class, Malformed> {
+    let l4_offset = net.l2_len + net.l3_len;
+    let l4_room = net.ip_len - net.l3_len;
+    let (l4_len, sport, dport) = match net.proto {
+        ip_proto::TCP => {
+            if l4_room < tcp::field::HEADER_LEN {
+                return Err(Malformed::TruncatedL4);
+            }
+            bounds.need(l4_offset + tcp::field::HEADER_LEN, Malformed::TruncatedL4)?;
+            let tcp = TcpPacket::new_unchecked(&head[l4_offset..]);
+            let l4_len = tcp.header_len();
+            if l4_len < tcp::field::HEADER_LEN || l4_len > l4_room {
+                return Err(Malformed::BadTcpDataOffset);
+            }
+            bounds.need(l4_offset + l4_len, Malformed::TruncatedL4)?;
+            (l4_len, tcp.src_port(), tcp.dst_port())
+        }
+        ip_proto::UDP => {
+            let l4_len = udp::field::HEADER_LEN;
+            if l4_room < l4_len {
+                return Err(Malformed::TruncatedL4);
+            }
+            bounds.need(l4_offset + l4_len, Malformed::TruncatedL4)?;
+            let udp = UdpPacket::new_unchecked(&head[l4_offset..]);
+            if usize::from(udp.len()) != l4_room {
+                return Err(Malformed::BadUdpLength);
+            }
+            (l4_len, udp.src_port(), udp.dst_port())
+        }
+        _ => return Ok(Class::OtherIp),
+    };
+    // Every length below is bounded by `ip_len`, which is at most u16::MAX here, so the casts
+    // are lossless.
+    let headers = Headers {
+        l2_len: net.l2_len as u16,
+        l3_len: net.l3_len as u16,
+        l4_len: l4_len as u16,
+        v6: net.v6,
+        proto: net.proto,
+        ip_len: net.ip_len as u16,
+        payload_len: (l4_room - l4_len) as u16,
+        key: FlowKey {
+            src: net.src,
+            dst: net.dst,
+            sport,
+            dport,
+            proto: net.proto,
+            v6: net.v6,
+        },
+    };
+    Ok(if net.proto == ip_proto::TCP {
+        Class::Tcp(headers)
+    } else {
+        Class::Udp(headers)
+    })
+}

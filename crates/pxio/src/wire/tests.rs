@@ -1,0 +1,595 @@
+//! Classifier tests: agreement with etherparse on valid packets, one test per malformation,
+//! the pass-through classes, split headers, and no panics on arbitrary input.
+
+use super::*;
+use crate::checksum::{pseudo_header_v4, pseudo_header_v6};
+use etherparse::{
+    IpHeaders, Ipv4Header, NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement,
+    TransportHeader, VlanHeader,
+};
+use proptest::prelude::*;
+
+const MAC_SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+const MAC_DST: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+const V4_SRC: [u8; 4] = [192, 0, 2, 1];
+const V4_DST: [u8; 4] = [198, 51, 100, 7];
+const V6_SRC: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+const V6_DST: [u8; 16] = [
+    0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xbe, 0xef,
+];
+
+/// Offsets of the untagged test frames used by the malformation tests.
+const L2: usize = 14;
+const V4_TOTAL_LEN: usize = L2 + 2;
+const V4_FLG_OFF: usize = L2 + 6;
+const V4_PROTO: usize = L2 + 9;
+const V6_PAYLOAD_LEN: usize = L2 + 4;
+const V6_NEXT_HEADER: usize = L2 + 6;
+
+fn mss_options() -> [TcpOptionElement; 4] {
+    use TcpOptionElement::*;
+    [
+        MaximumSegmentSize(1460),
+        Noop,
+        WindowScale(7),
+        SelectiveAcknowledgementPermitted,
+    ]
+}
+
+fn payload(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+/// IPv4 + TCP with TCP options, untagged.
+fn v4_tcp(payload_len: usize) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(MAC_SRC, MAC_DST)
+        .ipv4(V4_SRC, V4_DST, 64)
+        .tcp(40000, 443, 0x1000, 64240)
+        .ack(77)
+        .options(&mss_options())
+        .unwrap();
+    let mut out = Vec::new();
+    b.write(&mut out, &payload(payload_len)).unwrap();
+    out
+}
+
+/// IPv4 with IP options + TCP, single VLAN tag.
+fn v4_opts_tcp_vlan(payload_len: usize) -> Vec<u8> {
+    let mut ip = Ipv4Header::new(0, 64, etherparse::IpNumber::TCP, V4_SRC, V4_DST).unwrap();
+    ip.options = [0x94, 0x04, 0x00, 0x00, 0x01, 0x01, 0x01, 0x00].into();
+    let b = PacketBuilder::ethernet2(MAC_SRC, MAC_DST)
+        .single_vlan(100.try_into().unwrap())
+        .ip(IpHeaders::Ipv4(ip, Default::default()))
+        .tcp(1234, 80, 7, 1000)
+        .options(&mss_options())
+        .unwrap();
+    let mut out = Vec::new();
+    b.write(&mut out, &payload(payload_len)).unwrap();
+    out
+}
+
+/// IPv4 + UDP, untagged.
+fn v4_udp(payload_len: usize) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(MAC_SRC, MAC_DST)
+        .ipv4(V4_SRC, V4_DST, 64)
+        .udp(5353, 53);
+    let mut out = Vec::new();
+    b.write(&mut out, &payload(payload_len)).unwrap();
+    out
+}
+
+/// IPv6 + UDP, untagged.
+fn v6_udp(payload_len: usize) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(MAC_SRC, MAC_DST)
+        .ipv6(V6_SRC, V6_DST, 64)
+        .udp(4789, 50000);
+    let mut out = Vec::new();
+    b.write(&mut out, &payload(payload_len)).unwrap();
+    out
+}
+
+/// IPv6 + TCP, double VLAN tag.
+fn v6_tcp_qinq(payload_len: usize) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(MAC_SRC, MAC_DST)
+        .double_vlan(10.try_into().unwrap(), 20.try_into().unwrap())
+        .ipv6(V6_SRC, V6_DST, 64)
+        .tcp(443, 40001, 1, 100)
+        .syn()
+        .options(&mss_options())
+        .unwrap();
+    let mut out = Vec::new();
+    b.write(&mut out, &payload(payload_len)).unwrap();
+    out
+}
+
+/// The classification etherparse's decoding implies, for frames it parses fully.
+fn expected_from_etherparse(frame: &[u8]) -> Class {
+    let h = PacketHeaders::from_ethernet_slice(frame).expect("etherparse parses");
+    let l2_len =
+        h.link.as_ref().unwrap().header_len() + h.vlan.as_ref().map_or(0, VlanHeader::header_len);
+    let (l3_len, ip_len, src, dst, v6) = match h.net.as_ref().unwrap() {
+        NetHeaders::Ipv4(ip, _) => {
+            let mut src = [0; 16];
+            let mut dst = [0; 16];
+            src[..4].copy_from_slice(&ip.source);
+            dst[..4].copy_from_slice(&ip.destination);
+            (ip.header_len(), usize::from(ip.total_len), src, dst, false)
+        }
+        NetHeaders::Ipv6(ip, _) => (
+            40,
+            40 + usize::from(ip.payload_length),
+            ip.source,
+            ip.destination,
+            true,
+        ),
+    };
+    let (l4_len, sport, dport, proto) = match h.transport.as_ref().unwrap() {
+        TransportHeader::Tcp(t) => (t.header_len(), t.source_port, t.destination_port, 6),
+        TransportHeader::Udp(u) => (8, u.source_port, u.destination_port, 17),
+        other => panic!("unexpected transport {other:?}"),
+    };
+    let headers = Headers {
+        l2_len: l2_len as u16,
+        l3_len: l3_len as u16,
+        l4_len: l4_len as u16,
+        v6,
+        proto,
+        ip_len: ip_len as u16,
+        payload_len: (ip_len - l3_len - l4_len) as u16,
+        key: FlowKey {
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+            v6,
+        },
+    };
+    assert_eq!(headers.payload_len as usize, h.payload.slice().len());
+    if proto == 6 {
+        Class::Tcp(headers)
+    } else {
+        Class::Udp(headers)
+    }
+}
+
+fn headers_of(class: Class) -> Headers {
+    match class {
+        Class::Tcp(h) | Class::Udp(h) => h,
+        other => panic!("expected TCP or UDP, got {other:?}"),
+    }
+}
+
+fn malformed(frame: &[u8]) -> Class {
+    classify(frame, frame.len())
+}
+
+#[test]
+fn v4_tcp_with_options_matches_etherparse() {
+    let frame = v4_tcp(100);
+    let class = classify(&frame, frame.len());
+    assert_eq!(class, expected_from_etherparse(&frame));
+    let h = headers_of(class);
+    assert_eq!(
+        (h.l2_len, h.l3_len, h.l4_len, h.payload_len),
+        (14, 20, 32, 100)
+    );
+    assert_eq!(h.hdr_len(), 66);
+    assert_eq!(h.frame_len(), frame.len());
+    assert_eq!(h.key.src_v4(), Some(V4_SRC));
+    assert_eq!(h.key.dst_v4(), Some(V4_DST));
+    assert_eq!(
+        (h.key.sport, h.key.dport, h.key.proto, h.key.v6),
+        (40000, 443, 6, false)
+    );
+
+    // The located headers read back through the views, checksums included.
+    let ip = Ipv4Packet::new_checked(&frame[h.l3_offset()..h.frame_len()]).unwrap();
+    assert!(ip.verify_checksum());
+    let tcp = TcpPacket::new_checked(&frame[h.l4_offset()..h.frame_len()]).unwrap();
+    assert_eq!(tcp.mss(), Some(1460));
+    let l4_len = h.ip_len - h.l3_len;
+    assert!(tcp.verify_checksum(pseudo_header_v4(V4_SRC, V4_DST, 6, l4_len)));
+}
+
+#[test]
+fn v4_options_and_vlan_match_etherparse() {
+    let frame = v4_opts_tcp_vlan(33);
+    let h = headers_of(classify(&frame, frame.len()));
+    assert_eq!(Class::Tcp(h), expected_from_etherparse(&frame));
+    assert_eq!((h.l2_len, h.l3_len), (18, 28));
+    let eth = EthernetFrame::new_checked(&frame[..]).unwrap();
+    assert_eq!(eth.vlan_id(0), Some(100));
+}
+
+#[test]
+fn v6_udp_matches_etherparse() {
+    let frame = v6_udp(61);
+    let h = headers_of(classify(&frame, frame.len()));
+    assert_eq!(Class::Udp(h), expected_from_etherparse(&frame));
+    assert_eq!(
+        (h.l2_len, h.l3_len, h.l4_len, h.ip_len, h.payload_len),
+        (14, 40, 8, 109, 61)
+    );
+    assert!(h.key.v6 && h.v6);
+    assert_eq!(h.key.src_v4(), None);
+    let udp = UdpPacket::new_checked(&frame[h.l4_offset()..]).unwrap();
+    assert!(udp.verify_checksum(pseudo_header_v6(V6_SRC, V6_DST, 17, 69)));
+}
+
+#[test]
+fn v6_tcp_double_vlan_matches_etherparse() {
+    let frame = v6_tcp_qinq(0);
+    let h = headers_of(classify(&frame, frame.len()));
+    assert_eq!(Class::Tcp(h), expected_from_etherparse(&frame));
+    assert_eq!((h.l2_len, h.payload_len), (22, 0));
+}
+
+#[test]
+fn v4_udp_matches_etherparse() {
+    let frame = v4_udp(0);
+    assert_eq!(
+        classify(&frame, frame.len()),
+        expected_from_etherparse(&frame)
+    );
+}
+
+#[test]
+fn ethernet_padding_is_allowed() {
+    let mut frame = v4_udp(2);
+    let unpadded = frame.len();
+    frame.resize(60, 0);
+    let h = headers_of(classify(&frame, frame.len()));
+    assert_eq!(h.frame_len(), unpadded);
+    assert_eq!(h.payload_len, 2);
+}
+
+#[test]
+fn head_past_frame_len_is_ignored() {
+    let frame = v4_udp(10);
+    // A head longer than the frame (stale bytes in the buffer) cannot lengthen it.
+    assert_eq!(
+        classify(&frame, frame.len() - 1),
+        Class::Malformed(Malformed::BadTotalLength)
+    );
+}
+
+#[test]
+fn flow_key_hashes_like_the_nic() {
+    let t = Toeplitz::default();
+    let h = headers_of(classify(&v4_tcp(0), v4_tcp(0).len()));
+    assert_eq!(h.key.rss_hash(&t), t.hash_v4(V4_SRC, V4_DST, 40000, 443));
+    let h = headers_of(classify(&v6_udp(0), v6_udp(0).len()));
+    assert_eq!(h.key.rss_hash(&t), t.hash_v6(V6_SRC, V6_DST, 4789, 50000));
+}
+
+// ---- pass-through classes ----
+
+#[test]
+fn ipv4_fragments() {
+    let mut frame = v4_udp(40);
+    frame[V4_FLG_OFF] |= 0x20; // MF, offset 0: the first fragment
+    assert_eq!(malformed(&frame), Class::Fragment);
+    frame[V4_FLG_OFF] = 0x00;
+    frame[V4_FLG_OFF + 1] = 0x10; // last fragment, offset 128
+    assert_eq!(malformed(&frame), Class::Fragment);
+    frame[V4_FLG_OFF] = 0x40; // DF only: not a fragment
+    frame[V4_FLG_OFF + 1] = 0x00;
+    assert!(matches!(malformed(&frame), Class::Udp(_)));
+}
+
+/// Inserts an 8-byte extension header after the IPv6 fixed header of an untagged frame.
+fn with_v6_ext(mut frame: Vec<u8>, kind: u8, ext: [u8; 8]) -> Vec<u8> {
+    let next = frame[V6_NEXT_HEADER];
+    let mut ext = ext;
+    ext[0] = next;
+    frame[V6_NEXT_HEADER] = kind;
+    let len = u16::from_be_bytes([frame[V6_PAYLOAD_LEN], frame[V6_PAYLOAD_LEN + 1]]) + 8;
+    frame[V6_PAYLOAD_LEN..V6_PAYLOAD_LEN + 2].copy_from_slice(&len.to_be_bytes());
+    frame.splice(L2 + 40..L2 + 40, ext);
+    frame
+}
+
+#[test]
+fn ipv6_fragment_header() {
+    let frame = with_v6_ext(
+        v6_udp(16),
+        ip_proto::IPV6_FRAG,
+        [0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef],
+    );
+    assert!(PacketHeaders::from_ethernet_slice(&frame).is_ok());
+    assert_eq!(malformed(&frame), Class::Fragment);
+}
+
+#[test]
+fn ipv6_extension_headers_pass_through() {
+    // Hop-by-hop with a PadN option.
+    let frame = with_v6_ext(v6_udp(16), ip_proto::HOP_BY_HOP, [0, 0, 1, 4, 0, 0, 0, 0]);
+    assert!(PacketHeaders::from_ethernet_slice(&frame).is_ok());
+    assert_eq!(malformed(&frame), Class::OtherIp);
+    let frame = with_v6_ext(v6_udp(16), ip_proto::IPV6_OPTS, [0, 0, 1, 4, 0, 0, 0, 0]);
+    assert_eq!(malformed(&frame), Class::OtherIp);
+}
+
+#[test]
+fn icmp_is_other_ip() {
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(MAC_SRC, MAC_DST)
+        .ipv4(V4_SRC, V4_DST, 64)
+        .icmpv4_echo_request(1, 2)
+        .write(&mut frame, b"ping")
+        .unwrap();
+    assert_eq!(malformed(&frame), Class::OtherIp);
+
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(MAC_SRC, MAC_DST)
+        .ipv6(V6_SRC, V6_DST, 64)
+        .icmpv6_echo_request(1, 2)
+        .write(&mut frame, b"ping")
+        .unwrap();
+    assert_eq!(malformed(&frame), Class::OtherIp);
+
+    // Any other protocol (SCTP here) passes through too, however short its header.
+    let mut frame = v4_udp(0);
+    frame[V4_PROTO] = 132;
+    assert_eq!(malformed(&frame), Class::OtherIp);
+}
+
+#[test]
+fn arp_and_lldp_are_non_ip() {
+    let mut arp = [MAC_DST, MAC_SRC].concat();
+    arp.extend_from_slice(&ethernet::ethertype::ARP.to_be_bytes());
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend_from_slice(&[0; 20]);
+    assert_eq!(malformed(&arp), Class::NonIp);
+    let mut lldp = [MAC_DST, MAC_SRC].concat();
+    lldp.extend_from_slice(&ethernet::ethertype::LLDP.to_be_bytes());
+    assert_eq!(malformed(&lldp), Class::NonIp);
+    // A VLAN-tagged ARP is still ARP.
+    let mut tagged = [MAC_DST, MAC_SRC].concat();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05, 0x08, 0x06]);
+    assert_eq!(malformed(&tagged), Class::NonIp);
+}
+
+#[test]
+fn ipv6_longer_than_ip_len_can_express_is_other_ip() {
+    // 40 + 65535 bytes overflows `Headers::ip_len`; such a packet is valid, so pass it through.
+    let mut frame = v6_udp(0);
+    frame[V6_PAYLOAD_LEN..V6_PAYLOAD_LEN + 2].copy_from_slice(&u16::MAX.to_be_bytes());
+    let frame_len = L2 + 40 + usize::from(u16::MAX);
+    assert_eq!(classify(&frame, frame_len), Class::OtherIp);
+    // The largest that fits is still UDP.
+    let payload_len = u16::MAX - 40;
+    frame[V6_PAYLOAD_LEN..V6_PAYLOAD_LEN + 2].copy_from_slice(&payload_len.to_be_bytes());
+    frame[L2 + 44..L2 + 46].copy_from_slice(&payload_len.to_be_bytes());
+    let h = headers_of(classify(&frame, frame_len));
+    assert_eq!((h.ip_len, h.payload_len), (u16::MAX, payload_len - 8));
+}
+
+// ---- one test per malformation ----
+
+#[test]
+fn truncated_l2() {
+    let frame = v4_tcp(0);
+    assert_eq!(
+        malformed(&frame[..13]),
+        Class::Malformed(Malformed::TruncatedL2)
+    );
+    assert_eq!(malformed(&[]), Class::Malformed(Malformed::TruncatedL2));
+    let tagged = v4_opts_tcp_vlan(0);
+    assert_eq!(
+        malformed(&tagged[..17]),
+        Class::Malformed(Malformed::TruncatedL2)
+    );
+    let qinq = v6_tcp_qinq(0);
+    assert_eq!(
+        malformed(&qinq[..21]),
+        Class::Malformed(Malformed::TruncatedL2)
+    );
+}
+
+#[test]
+fn truncated_l3() {
+    let frame = v4_tcp(0);
+    assert_eq!(
+        malformed(&frame[..L2 + 19]),
+        Class::Malformed(Malformed::TruncatedL3)
+    );
+    let opts = v4_opts_tcp_vlan(0);
+    // The fixed header is there, the options are cut.
+    assert_eq!(
+        malformed(&opts[..18 + 24]),
+        Class::Malformed(Malformed::TruncatedL3)
+    );
+    let v6 = v6_udp(0);
+    assert_eq!(
+        malformed(&v6[..L2 + 39]),
+        Class::Malformed(Malformed::TruncatedL3)
+    );
+}
+
+#[test]
+fn bad_version() {
+    let mut frame = v4_tcp(0);
+    frame[L2] = 0x65;
+    assert_eq!(malformed(&frame), Class::Malformed(Malformed::BadVersion));
+    let mut frame = v6_udp(0);
+    frame[L2] = 0x40;
+    assert_eq!(malformed(&frame), Class::Malformed(Malformed::BadVersion));
+}
+
+#[test]
+fn bad_header_length() {
+    let mut frame = v4_tcp(0);
+    frame[L2] = 0x44;
+    assert_eq!(
+        malformed(&frame),
+        Class::Malformed(Malformed::BadHeaderLength)
+    );
+}
+
+#[test]
+fn bad_total_length() {
+    let mut frame = v4_tcp(0);
+    frame[V4_TOTAL_LEN..V4_TOTAL_LEN + 2].copy_from_slice(&19u16.to_be_bytes());
+    assert_eq!(
+        malformed(&frame),
+        Class::Malformed(Malformed::BadTotalLength)
+    );
+    let frame = v4_tcp(10);
+    // The IP header claims more than the frame holds.
+    assert_eq!(
+        malformed(&frame[..frame.len() - 1]),
+        Class::Malformed(Malformed::BadTotalLength)
+    );
+    let frame = v6_udp(10);
+    assert_eq!(
+        malformed(&frame[..frame.len() - 1]),
+        Class::Malformed(Malformed::BadTotalLength)
+    );
+}
+
+#[test]
+fn truncated_l4() {
+    // TCP: an IP packet with room for only 19 bytes of TCP header.
+    let mut frame = v4_tcp(0);
+    frame[V4_TOTAL_LEN..V4_TOTAL_LEN + 2].copy_from_slice(&39u16.to_be_bytes());
+    assert_eq!(malformed(&frame), Class::Malformed(Malformed::TruncatedL4));
+    // UDP over IPv6 with a 4-byte payload.
+    let mut frame = v6_udp(0);
+    frame[V6_PAYLOAD_LEN..V6_PAYLOAD_LEN + 2].copy_from_slice(&4u16.to_be_bytes());
+    assert_eq!(malformed(&frame), Class::Malformed(Malformed::TruncatedL4));
+}
+
+#[test]
+fn bad_tcp_data_offset() {
+    let mut frame = v4_tcp(0);
+    let doff = L2 + 20 + 12;
+    frame[doff] = 4 << 4;
+    assert_eq!(
+        malformed(&frame),
+        Class::Malformed(Malformed::BadTcpDataOffset)
+    );
+    // Data offset 15 (60 bytes) in a 32-byte TCP header with no payload.
+    frame[doff] = 15 << 4;
+    assert_eq!(
+        malformed(&frame),
+        Class::Malformed(Malformed::BadTcpDataOffset)
+    );
+    // ...which is fine again once the IP packet is long enough.
+    let mut frame = v4_tcp(28);
+    frame[doff] = 15 << 4;
+    let h = headers_of(malformed(&frame));
+    assert_eq!((h.l4_len, h.payload_len), (60, 0));
+}
+
+#[test]
+fn bad_udp_length() {
+    let mut frame = v4_udp(10);
+    let len_at = L2 + 20 + 4;
+    frame[len_at..len_at + 2].copy_from_slice(&17u16.to_be_bytes());
+    assert_eq!(malformed(&frame), Class::Malformed(Malformed::BadUdpLength));
+    frame[len_at..len_at + 2].copy_from_slice(&19u16.to_be_bytes());
+    assert_eq!(malformed(&frame), Class::Malformed(Malformed::BadUdpLength));
+    frame[len_at..len_at + 2].copy_from_slice(&18u16.to_be_bytes());
+    assert!(matches!(malformed(&frame), Class::Udp(_)));
+}
+
+#[test]
+fn headers_not_contiguous() {
+    for frame in [
+        v4_tcp(100),
+        v4_opts_tcp_vlan(100),
+        v6_udp(100),
+        v6_tcp_qinq(100),
+    ] {
+        let h = headers_of(classify(&frame, frame.len()));
+        for cut in 0..h.hdr_len() {
+            assert_eq!(
+                classify(&frame[..cut], frame.len()),
+                Class::Malformed(Malformed::HeadersNotContiguous),
+                "cut at {cut}"
+            );
+        }
+        for cut in h.hdr_len()..=frame.len() {
+            assert_eq!(
+                classify(&frame[..cut], frame.len()),
+                class_of(h),
+                "cut at {cut}"
+            );
+        }
+    }
+}
+
+fn class_of(h: Headers) -> Class {
+    if h.proto == ip_proto::UDP {
+        Class::Udp(h)
+    } else {
+        Class::Tcp(h)
+    }
+}
+
+#[test]
+fn split_non_ip_frames_need_only_l2() {
+    let mut arp = [MAC_DST, MAC_SRC].concat();
+    arp.extend_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0; 28]);
+    assert_eq!(classify(&arp[..14], arp.len()), Class::NonIp);
+    assert_eq!(
+        classify(&arp[..13], arp.len()),
+        Class::Malformed(Malformed::HeadersNotContiguous)
+    );
+}
+
+// ---- properties ----
+
+/// Valid frames of every shape the tests build, with random payload lengths.
+fn valid_frame() -> impl Strategy<Value = Vec<u8>> {
+    (0usize..5, 0usize..300).prop_map(|(shape, len)| match shape {
+        0 => v4_tcp(len),
+        1 => v4_opts_tcp_vlan(len),
+        2 => v4_udp(len),
+        3 => v6_udp(len),
+        _ => v6_tcp_qinq(len),
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..160),
+                                       frame_len in 0usize..400) {
+        let _ = classify(&bytes, frame_len);
+        let _ = classify(&bytes, bytes.len());
+        let _ = classify(&bytes, usize::MAX);
+    }
+
+    #[test]
+    fn never_panics_on_mutated_frames(frame in valid_frame(),
+                                      flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+                                      cut in any::<prop::sample::Index>(),
+                                      extra in 0usize..100) {
+        let mut frame = frame;
+        for (at, value) in flips {
+            let i = at.index(frame.len());
+            frame[i] = value;
+        }
+        let head = &frame[..cut.index(frame.len() + 1)];
+        let class = classify(head, frame.len() + extra);
+        // Whatever was found must lie inside the head and the frame.
+        if let Class::Tcp(h) | Class::Udp(h) = class {
+            prop_assert!(h.hdr_len() <= head.len());
+            prop_assert!(h.frame_len() <= frame.len() + extra);
+            prop_assert_eq!(usize::from(h.payload_len) + h.hdr_len(), h.frame_len());
+        }
+    }
+
+    #[test]
+    fn valid_frames_agree_with_etherparse(frame in valid_frame(), padding in 0usize..64) {
+        let expected = expected_from_etherparse(&frame);
+        let mut padded = frame.clone();
+        padded.resize(frame.len() + padding, 0);
+        prop_assert_eq!(classify(&padded, padded.len()), expected);
+    }
+}
