@@ -5,6 +5,8 @@
 
 pub mod buf;
 pub mod checksum;
+pub mod merge;
+pub mod split;
 pub mod toeplitz;
 pub mod wire;
 
