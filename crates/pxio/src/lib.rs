@@ -4,6 +4,7 @@
 //! and by [`HeapBuf`] for tests, fuzzing and benches that run without an EAL.
 
 pub mod buf;
+pub mod caravan;
 pub mod checksum;
 pub mod merge;
 pub mod split;

@@ -1,0 +1,415 @@
+//! PX-caravan (SIGCOMM'26 §6): many UDP datagrams of one flow in one large packet, each still
+//! behind its own UDP header, so the receiver can give every socket its original datagrams back.
+//!
+//! The wire format is specified in `docs/caravan.md`. In short:
+//!
+//! ```text
+//! | Ethernet | IPv4/IPv6 (DSCP = mark) | UDP (flow ports, total length) | UDP hdr | payload | UDP hdr | payload | ...
+//! ```
+//!
+//! Packing is zero-copy: the caravan is a fresh outer header chained to the original datagrams'
+//! UDP parts. Unpacking is zero-copy too: each datagram becomes a fresh L2/L3 header chained to
+//! a refcounted view of its bytes in the caravan.
+
+use crate::buf::PacketBuf;
+use crate::checksum::{self, Sum};
+use crate::wire::{self, Class, Headers};
+
+/// The DSCP codepoint that marks a caravan by default: 7 (`000111`), from the pool RFC 2474 §6
+/// reserves for experimental or local use (codepoints `xxxx11`).
+pub const DEFAULT_DSCP: u8 = 7;
+
+/// Most datagrams one caravan may carry, by default (receivers reject more).
+pub const DEFAULT_MAX_DATAGRAMS: u16 = 64;
+
+/// UDP header bytes.
+const UDP_HDR: usize = 8;
+
+/// Caravan settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CaravanConfig {
+    /// The DSCP codepoint that marks caravans (0..=63, not 0).
+    pub dscp: u8,
+    /// Largest caravan IP packet (the internal MTU).
+    pub imtu: u16,
+    /// Most datagrams per caravan.
+    pub max_datagrams: u16,
+}
+
+impl Default for CaravanConfig {
+    fn default() -> Self {
+        Self {
+            dscp: DEFAULT_DSCP,
+            imtu: 9000,
+            max_datagrams: DEFAULT_MAX_DATAGRAMS,
+        }
+    }
+}
+
+/// Why a caravan is malformed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    /// An inner UDP header runs past the end of the caravan.
+    #[error("an inner UDP header is truncated")]
+    Truncated,
+    /// An inner length field is below 8 (a zero-length segment).
+    #[error("an inner UDP length is below 8")]
+    ZeroLength,
+    /// The inner lengths do not add up to the outer payload exactly.
+    #[error("inner UDP lengths disagree with the outer length")]
+    LengthMismatch,
+    /// An inner header's ports differ from the outer header's.
+    #[error("an inner UDP header's ports differ from the caravan's")]
+    PortMismatch,
+    /// More datagrams than the configured bound.
+    #[error("more inner datagrams than allowed")]
+    TooMany,
+}
+
+/// Why packing or unpacking did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CaravanError {
+    /// Not an unfragmented UDP packet with valid headers.
+    #[error("not a UDP packet")]
+    NotUdp,
+    /// The datagram's DSCP is neither 0 nor the caravan mark: packing would lose it.
+    #[error("DSCP {0} would be lost in a caravan")]
+    Dscp(u8),
+    /// The datagram belongs to another flow, or its IP header differs where a caravan keeps one.
+    #[error("datagram does not match the caravan's flow or IP header")]
+    Mismatch,
+    /// Adding the datagram would exceed the iMTU or the datagram bound.
+    #[error("caravan is full")]
+    Full,
+    /// No buffer for a header.
+    #[error("buffer pool exhausted")]
+    PoolExhausted,
+    /// Not marked as a caravan.
+    #[error("not a caravan (DSCP mark absent)")]
+    NotCaravan,
+    /// Marked as a caravan but malformed.
+    #[error("malformed caravan: {0}")]
+    Malformed(Malformed),
+}
+
+/// An open caravan: datagrams are appended zero-copy until [`finish`](Self::finish).
+#[derive(Debug)]
+pub struct CaravanBuilder<B> {
+    pkt: B,
+    hdr: Headers,
+    /// One's-complement sum of the inner datagrams, aligned to the outer payload.
+    inner_sum: Sum,
+    inner_len: usize,
+    count: u16,
+    cfg: CaravanConfig,
+}
+
+/// The IP fields a caravan keeps once for all its datagrams: they must agree.
+fn ip_signature(frame: &[u8], hdr: &Headers) -> Option<(u8, u8, bool)> {
+    let l3 = &frame[usize::from(hdr.l2_len)..usize::from(hdr.l2_len + hdr.l3_len)];
+    if hdr.v6 {
+        let ip = wire::Ipv6Packet::new_checked(l3).ok()?;
+        Some((ip.ecn(), ip.hop_limit(), true))
+    } else {
+        let ip = wire::Ipv4Packet::new_checked(l3).ok()?;
+        if ip.header_len() != 20 {
+            return None; // IP options would have to be repeated per datagram: not packed
+        }
+        Some((ip.ecn(), ip.ttl(), ip.dont_frag()))
+    }
+}
+
+fn dscp_of(frame: &[u8], hdr: &Headers) -> u8 {
+    let l3 = &frame[usize::from(hdr.l2_len)..];
+    if hdr.v6 {
+        wire::Ipv6Packet::new_unchecked(l3).dscp()
+    } else {
+        wire::Ipv4Packet::new_unchecked(l3).dscp()
+    }
+}
+
+/// Sum of a datagram's UDP header and payload, from its checksum when it has one (no payload
+/// read), else by reading it.
+fn datagram_sum<B: PacketBuf>(pkt: &B, hdr: &Headers) -> Sum {
+    let frame = pkt.head();
+    let l4 = hdr.l4_offset();
+    let udp = wire::UdpPacket::new_unchecked(&frame[l4..l4 + UDP_HDR]);
+    let udp_len = u32::from(hdr.ip_len - hdr.l3_len);
+    if udp.checksum() != 0 {
+        let pseudo = crate::split::pseudo_header(frame, hdr, udp_len);
+        // The sender's sum had the checksum field as 0; inside the caravan the field holds the
+        // checksum itself, which the outer checksum covers too.
+        return checksum::covered_sum(udp.checksum())
+            .sub(pseudo)
+            .add(Sum(u32::from(udp.checksum())));
+    }
+    read_sum(pkt, l4, udp_len as usize)
+}
+
+/// Sum of `len` bytes of `pkt` from `offset`, aligned to `offset`.
+fn read_sum<B: PacketBuf>(pkt: &B, offset: usize, len: usize) -> Sum {
+    let (end, mut pos, mut sum) = (offset + len, 0usize, Sum::default());
+    pkt.for_each_segment(|s| {
+        let (a, b) = (offset.max(pos), end.min(pos + s.len()));
+        if a < b {
+            let part = Sum::of(&s[a - pos..b - pos]);
+            sum = sum.add(if (a - offset) % 2 == 1 {
+                part.swapped()
+            } else {
+                part
+            });
+        }
+        pos += s.len();
+    });
+    sum
+}
+
+impl<B: PacketBuf> CaravanBuilder<B> {
+    /// Opens a caravan with its first datagram.
+    pub fn start(first: B, cfg: CaravanConfig, pool: &B::Pool) -> Result<Self, (CaravanError, B)> {
+        let hdr = match wire::classify(first.head(), first.len()) {
+            Class::Udp(h) => h,
+            _ => return Err((CaravanError::NotUdp, first)),
+        };
+        let dscp = dscp_of(first.head(), &hdr);
+        if dscp != 0 && dscp != cfg.dscp {
+            return Err((CaravanError::Dscp(dscp), first));
+        }
+        if ip_signature(first.head(), &hdr).is_none() {
+            return Err((CaravanError::Mismatch, first));
+        }
+        if usize::from(hdr.ip_len) + UDP_HDR > usize::from(cfg.imtu) {
+            return Err((CaravanError::Full, first));
+        }
+        // The outer header: the first datagram's L2/L3/UDP headers, rewritten in finish().
+        let Some(outer) = B::alloc_with(pool, &first.head()[..hdr.hdr_len()]) else {
+            return Err((CaravanError::PoolExhausted, first));
+        };
+        let mut builder = Self {
+            pkt: outer,
+            hdr,
+            inner_sum: Sum::default(),
+            inner_len: 0,
+            count: 0,
+            cfg,
+        };
+        if let Err((e, first)) = builder.push(first) {
+            return Err((e, first));
+        }
+        Ok(builder)
+    }
+
+    /// Datagrams so far.
+    pub fn count(&self) -> u16 {
+        self.count
+    }
+
+    /// IP bytes the caravan would have now.
+    pub fn ip_len(&self) -> usize {
+        usize::from(self.hdr.l3_len) + UDP_HDR + self.inner_len
+    }
+
+    /// Whether `next` (a datagram of `len` IP bytes) would fit.
+    pub fn fits(&self, ip_len: usize) -> bool {
+        let inner = ip_len - usize::from(self.hdr.l3_len);
+        self.count < self.cfg.max_datagrams && self.ip_len() + inner <= usize::from(self.cfg.imtu)
+    }
+
+    /// Appends a datagram of the same flow; gives it back when it does not belong or fit.
+    pub fn push(&mut self, mut dgram: B) -> Result<(), (CaravanError, B)> {
+        let hdr = match wire::classify(dgram.head(), dgram.len()) {
+            Class::Udp(h) => h,
+            _ => return Err((CaravanError::NotUdp, dgram)),
+        };
+        if hdr.key != self.hdr.key
+            || hdr.l2_len != self.hdr.l2_len
+            || hdr.l3_len != self.hdr.l3_len
+            || dgram.head()[..usize::from(hdr.l2_len)] != self.pkt.head()[..usize::from(hdr.l2_len)]
+            || ip_signature(dgram.head(), &hdr) != ip_signature(self.pkt.head(), &self.hdr)
+        {
+            return Err((CaravanError::Mismatch, dgram));
+        }
+        let dscp = dscp_of(dgram.head(), &hdr);
+        if dscp != 0 && dscp != self.cfg.dscp {
+            return Err((CaravanError::Dscp(dscp), dgram));
+        }
+        if !self.fits(usize::from(hdr.ip_len))
+            || self.pkt.num_segs() + dgram.num_segs() > B::MAX_SEGS
+        {
+            return Err((CaravanError::Full, dgram));
+        }
+        let sum = datagram_sum(&dgram, &hdr);
+        let udp_len = usize::from(hdr.ip_len - hdr.l3_len);
+        // Keep only the UDP header and payload (and drop Ethernet padding).
+        let l4 = hdr.l4_offset();
+        if !dgram.truncate(l4 + udp_len) || !dgram.adj(l4) {
+            return Err((CaravanError::NotUdp, dgram));
+        }
+        if let Err(dgram) = self.pkt.chain(dgram) {
+            return Err((CaravanError::Full, dgram));
+        }
+        self.inner_sum = self.inner_sum.add(if self.inner_len % 2 == 1 {
+            sum.swapped()
+        } else {
+            sum
+        });
+        self.inner_len += udp_len;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Closes the caravan: outer lengths, the DSCP mark, the IPv4 header checksum and the outer
+    /// UDP checksum (derived from the inner checksums, without reading payload).
+    pub fn finish(mut self) -> B {
+        let hdr = self.hdr;
+        let (l2, l3) = (usize::from(hdr.l2_len), usize::from(hdr.l3_len));
+        let udp_len = (UDP_HDR + self.inner_len) as u16;
+        let ip_len = hdr.l3_len + udp_len;
+        let dscp = self.cfg.dscp;
+        let bytes = self
+            .pkt
+            .head_mut()
+            .expect("the outer header is a fresh private buffer");
+        if hdr.v6 {
+            let mut ip = wire::Ipv6Packet::new_unchecked(&mut bytes[l2..l2 + l3]);
+            ip.set_payload_len(udp_len);
+            ip.set_dscp(dscp);
+        } else {
+            let mut ip = wire::Ipv4Packet::new_unchecked(&mut bytes[l2..l2 + l3]);
+            ip.set_total_len(ip_len);
+            ip.set_dscp(dscp);
+            ip.fill_checksum();
+        }
+        let pseudo = crate::split::pseudo_header(bytes, &hdr, u32::from(udp_len));
+        let mut udp = wire::UdpPacket::new_unchecked(&mut bytes[l2 + l3..l2 + l3 + UDP_HDR]);
+        udp.set_len(udp_len);
+        udp.set_checksum(0);
+        let sum = pseudo
+            .add(Sum::of(&bytes[l2 + l3..l2 + l3 + UDP_HDR]))
+            .add(self.inner_sum);
+        let mut value = sum.checksum();
+        if value == 0 {
+            value = 0xffff; // 0 means "no checksum" in UDP
+        }
+        wire::UdpPacket::new_unchecked(&mut bytes[l2 + l3..l2 + l3 + UDP_HDR]).set_checksum(value);
+        self.pkt
+    }
+}
+
+/// Whether `frame` carries the caravan mark (a UDP packet with DSCP `dscp`).
+pub fn is_caravan(head: &[u8], frame_len: usize, dscp: u8) -> bool {
+    matches!(wire::classify(head, frame_len), Class::Udp(h) if dscp_of(head, &h) == dscp)
+}
+
+/// Validates a caravan: the mark, then every inner header (length at least 8, the outer ports,
+/// inside the caravan), the lengths adding up to the outer payload exactly, and the datagram
+/// bound. Returns the outer headers and the datagram count.
+pub fn parse<B: PacketBuf>(pkt: &B, cfg: &CaravanConfig) -> Result<(Headers, u16), CaravanError> {
+    let hdr = match wire::classify(pkt.head(), pkt.len()) {
+        Class::Udp(h) => h,
+        _ => return Err(CaravanError::NotUdp),
+    };
+    if dscp_of(pkt.head(), &hdr) != cfg.dscp {
+        return Err(CaravanError::NotCaravan);
+    }
+    let outer = usize::from(hdr.ip_len - hdr.l3_len);
+    let (sport, dport) = (hdr.key.sport, hdr.key.dport);
+    let mut offset = hdr.hdr_len();
+    let end = hdr.l4_offset() + outer;
+    let mut count = 0u16;
+    while offset < end {
+        if count == cfg.max_datagrams {
+            return Err(CaravanError::Malformed(Malformed::TooMany));
+        }
+        let mut h = [0u8; UDP_HDR];
+        if offset + UDP_HDR > end || !read_into(pkt, offset, &mut h) {
+            return Err(CaravanError::Malformed(Malformed::Truncated));
+        }
+        let udp = wire::UdpPacket::new_unchecked(&h[..]);
+        let len = usize::from(udp.len());
+        if len < UDP_HDR {
+            return Err(CaravanError::Malformed(Malformed::ZeroLength));
+        }
+        if udp.src_port() != sport || udp.dst_port() != dport {
+            return Err(CaravanError::Malformed(Malformed::PortMismatch));
+        }
+        if offset + len > end {
+            return Err(CaravanError::Malformed(Malformed::LengthMismatch));
+        }
+        offset += len;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(CaravanError::Malformed(Malformed::LengthMismatch));
+    }
+    Ok((hdr, count))
+}
+
+/// Copies `out.len()` bytes at `offset` out of a possibly chained packet.
+fn read_into<B: PacketBuf>(pkt: &B, offset: usize, out: &mut [u8]) -> bool {
+    let (end, mut pos, mut copied) = (offset + out.len(), 0usize, 0usize);
+    pkt.for_each_segment(|s| {
+        let (a, b) = (offset.max(pos), end.min(pos + s.len()));
+        if a < b {
+            out[a - offset..b - offset].copy_from_slice(&s[a - pos..b - pos]);
+            copied += b - a;
+        }
+        pos += s.len();
+    });
+    copied == out.len()
+}
+
+/// Unpacks a caravan into its datagrams, pushed to `out` in order: each a fresh copy of the outer
+/// L2/L3 header (DSCP back to 0, lengths and IPv4 ID/checksum per datagram) chained to a
+/// zero-copy view of the inner UDP datagram, whose own checksum is untouched. On error nothing
+/// was pushed and the caravan comes back.
+pub fn unpack<B: PacketBuf>(
+    pkt: B,
+    cfg: &CaravanConfig,
+    pool: &B::Pool,
+    out: &mut Vec<B>,
+) -> Result<usize, (CaravanError, B)> {
+    let (hdr, count) = match parse(&pkt, cfg) {
+        Ok(x) => x,
+        Err(e) => return Err((e, pkt)),
+    };
+    let start = out.len();
+    let (l2, l3) = (usize::from(hdr.l2_len), usize::from(hdr.l3_len));
+    let base_id = if hdr.v6 {
+        0
+    } else {
+        wire::Ipv4Packet::new_unchecked(&pkt.head()[l2..]).ident()
+    };
+    let mut offset = hdr.hdr_len();
+    for i in 0..count {
+        let mut h = [0u8; UDP_HDR];
+        let read = read_into(&pkt, offset, &mut h);
+        debug_assert!(read, "parse() checked every inner header");
+        let len = usize::from(wire::UdpPacket::new_unchecked(&h[..]).len());
+        let made = B::alloc_with(pool, &pkt.head()[..l2 + l3]).and_then(|mut d| {
+            let view = pkt.share_range(offset, len, pool)?;
+            let bytes = d.head_mut()?;
+            let ip_len = (l3 + len) as u16;
+            if hdr.v6 {
+                let mut ip = wire::Ipv6Packet::new_unchecked(&mut bytes[l2..l2 + l3]);
+                ip.set_payload_len(len as u16);
+                ip.set_dscp(0);
+            } else {
+                let mut ip = wire::Ipv4Packet::new_unchecked(&mut bytes[l2..l2 + l3]);
+                ip.set_total_len(ip_len);
+                ip.set_dscp(0);
+                ip.set_ident(base_id.wrapping_add(i));
+                ip.fill_checksum();
+            }
+            d.chain(view).ok()?;
+            Some(d)
+        });
+        let Some(d) = made else {
+            out.truncate(start);
+            return Err((CaravanError::PoolExhausted, pkt));
+        };
+        out.push(d);
+        offset += len;
+    }
+    Ok(usize::from(count))
+}
