@@ -82,7 +82,7 @@ pub struct TxOffload {
 }
 
 impl PacketBuf for dpdk::Mbuf {
-    type Pool = dpdk::Mempool;
+    type Pool = std::sync::Arc<dpdk::Mempool>;
     const MAX_SEGS: usize = u16::MAX as usize;
 
     fn len(&self) -> usize {
@@ -111,10 +111,10 @@ impl PacketBuf for dpdk::Mbuf {
     fn chain(&mut self, tail: Self) -> Result<(), Self> {
         dpdk::Mbuf::chain(self, tail).map_err(|(_, tail)| tail)
     }
-    fn share_range(&self, offset: usize, len: usize, pool: &dpdk::Mempool) -> Option<Self> {
+    fn share_range(&self, offset: usize, len: usize, pool: &Self::Pool) -> Option<Self> {
         dpdk::Mbuf::share_range(self, offset, len, pool).ok()
     }
-    fn alloc_with(pool: &dpdk::Mempool, bytes: &[u8]) -> Option<Self> {
+    fn alloc_with(pool: &Self::Pool, bytes: &[u8]) -> Option<Self> {
         let mut m = pool.alloc().ok()?;
         m.extend_from_slice(bytes).ok()?;
         Some(m)

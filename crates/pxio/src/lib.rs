@@ -8,7 +8,9 @@ pub mod caravan;
 pub mod checksum;
 pub mod merge;
 pub mod split;
+pub mod stack;
 pub mod toeplitz;
 pub mod wire;
 
 pub use buf::{HeapBuf, HeapPool, PacketBuf, TxOffload};
+pub use stack::{Clock, ManualClock, Pxio, PxioConfig, TscClock, TxStats};

@@ -9,64 +9,12 @@
 
 mod common;
 
-use common::{arrival_times, case_strategy, check_outputs, Case, Knobs};
+use common::{
+    case_strategy, check_outputs, config, run, Case, Knobs, MAX_POLL_GAP_NS, MAX_WINDOW_NS,
+};
 use proptest::prelude::*;
-use pxio::merge::{DelayConfig, MergeConfig, Merger};
-use pxio::{HeapBuf, HeapPool, PacketBuf};
-
-/// Most a segment may wait: the window cap plus the largest gap between two polls.
-const MAX_WINDOW_NS: u64 = 50_000;
-const MAX_POLL_GAP_NS: u64 = 40_000;
-
-fn config(imtu: u16, delay: bool) -> MergeConfig {
-    MergeConfig {
-        imtu,
-        flow_capacity: 8, // small, so evictions happen too
-        max_items_per_flow: 4,
-        delay: DelayConfig {
-            enabled: delay,
-            rate_threshold_bps: 1.0, // every flow is "fast": the delay path runs
-            yield_bypass: 1.0,
-            max_window_ns: MAX_WINDOW_NS,
-            ..DelayConfig::default()
-        },
-        ..MergeConfig::default()
-    }
-}
-
-/// Feeds `case` to a merger and returns the emitted frames and the merger's final stats.
-pub fn run<B: PacketBuf>(
-    case: &Case,
-    merger: &mut Merger<B>,
-    make: impl Fn(&[u8]) -> B,
-) -> Vec<Vec<u8>> {
-    let times = arrival_times(case);
-    let mut out = Vec::new();
-    let mut frames = Vec::new();
-    let mut start = 0;
-    let mut now = 0;
-    for &(end, _) in &case.bursts {
-        now = times[start];
-        merger.poll(now, &mut out);
-        let burst: Vec<B> = case.inputs[start..end]
-            .iter()
-            .map(|i| make(&i.frame))
-            .collect();
-        merger.rx_burst(burst, now, &mut out);
-        frames.extend(out.drain(..).map(|p| p.to_vec()));
-        start = end;
-    }
-    // Polls at the window's end release everything that was delayed.
-    merger.poll(now + MAX_WINDOW_NS, &mut out);
-    assert_eq!(
-        merger.stats().held_items,
-        0,
-        "poll released every delayed item"
-    );
-    merger.flush_all(now + MAX_WINDOW_NS, &mut out);
-    frames.extend(out.drain(..).map(|p| p.to_vec()));
-    frames
-}
+use pxio::merge::Merger;
+use pxio::{HeapBuf, HeapPool};
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
