@@ -60,11 +60,6 @@ pub mod ptype {
     pub const ETHER_IPV4_TCP: u32 = L2_ETHER | L3_IPV4 | L4_TCP;
 }
 
-/// The README's Rust examples, compiled as doc tests so they cannot drift from the API.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
-
 /// The CPU's time-stamp counter (`rte_rdtsc`): cheap, monotonic on one core.
 #[inline]
 pub fn rdtsc() -> u64 {

@@ -14,3 +14,9 @@ pub mod wire;
 
 pub use buf::{HeapBuf, HeapPool, PacketBuf, TxOffload};
 pub use stack::{Clock, ManualClock, Pxio, PxioConfig, TscClock, TxStats};
+
+/// The README's Rust examples (the `dpdk` wrapper and embedding pxio), compiled as doc tests so
+/// they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
