@@ -4,13 +4,17 @@
 //!   tests need, and only those that are missing.
 //! * `cargo xtask test` is the one test command (`.ci/run` calls it): deps, fmt, clippy, unit
 //!   tests, then the integration suites.
+//! * `cargo xtask bench merge [--json FILE]` runs a benchmark in release mode and prints its
+//!   table (and writes its JSON report).
 
 #![forbid(unsafe_code)]
 
+mod bench;
 mod deps;
 mod test;
 
 use std::ffi::OsStr;
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
@@ -35,6 +39,18 @@ enum Task {
     Deps,
     /// Run the full test sequence: deps, fmt, clippy, unit tests, integration suites (as root).
     Test,
+    /// Run a benchmark in release mode and print its table (as root).
+    Bench {
+        /// Which benchmark.
+        #[arg(value_enum)]
+        what: bench::BenchKind,
+        /// Also write the JSON report to FILE.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Further arguments for the benchmark binary, after `--` (e.g. `-- --flows 64`).
+        #[arg(last = true)]
+        extra: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -42,6 +58,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Deps => deps::run(),
         Task::Test => test::run(),
+        Task::Bench { what, json, extra } => bench::run(what, json, &extra),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

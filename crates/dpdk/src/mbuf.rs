@@ -420,10 +420,23 @@ impl Mbuf {
     }
 
     /// Whether the first segment's data buffer is exclusively this mbuf's (direct, refcount 1),
-    /// so writing its bytes cannot be seen through a clone.
+    /// so writing its bytes cannot be seen through a clone. Inline (no shim call): `rte_gro`'s
+    /// wrapper asks it of every packet.
     #[inline]
     pub fn head_writable(&self) -> bool {
-        writable(self.raw).is_ok()
+        let attached = dpdk_sys::RTE_MBUF_F_INDIRECT | dpdk_sys::RTE_MBUF_F_EXTERNAL;
+        if self.head().ol_flags & attached != 0 {
+            return false;
+        }
+        // SAFETY: `refcnt` is a live, aligned u16 of our head mbuf that DPDK updates with atomic
+        // operations (possibly from another thread, through a clone); this is the relaxed
+        // atomic load `rte_mbuf_refcnt_read` does.
+        let refcnt = unsafe {
+            std::sync::atomic::AtomicU16::from_ptr(std::ptr::addr_of_mut!(
+                (*self.raw.as_ptr()).refcnt
+            ))
+        };
+        refcnt.load(std::sync::atomic::Ordering::Relaxed) == 1
     }
 
     /// How many owners the first segment's data buffer has (1 when not shared).

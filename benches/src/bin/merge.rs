@@ -1,0 +1,116 @@
+//! `merge`: pxio's merge engine against DPDK's `rte_gro`, scenario by scenario (SIGCOMM'26
+//! §7.1). Run it through `cargo xtask bench merge [--json FILE]`, which builds it in release
+//! mode. Needs root (the DPDK EAL, with `--no-huge`).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use pxbench::report::{print_costs, print_table, write_json};
+use pxbench::trace::Schedule;
+use pxbench::{run_merge, MergeBenchConfig, SCENARIOS};
+
+/// Command line of the merge benchmark.
+#[derive(Debug, Parser)]
+#[command(about = "pxio's merge engine against DPDK's rte_gro on the same deterministic traces")]
+struct Args {
+    /// Also write the rows as a JSON array to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Run only the scenarios with these flow counts (repeatable).
+    #[arg(long = "flows", value_name = "F")]
+    only_flows: Vec<u32>,
+    /// Trace generator seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How flows send: the Poisson TSO bursts, or DESIGN.md's round robin.
+    #[arg(long, value_enum, default_value_t = ScheduleArg::PoissonTso)]
+    schedule: ScheduleArg,
+    /// Delay budget, µs of simulated time.
+    #[arg(long, default_value_t = 20.0)]
+    delay_us: f64,
+    /// Minimum input packets per scenario.
+    #[arg(long)]
+    min_packets: Option<u64>,
+    /// rte_gro table items per flow.
+    #[arg(long)]
+    gro_items: Option<u16>,
+    /// Runs per engine and scenario; the fastest is reported.
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
+    /// Check every output payload byte against the flow's stream (slower, not timed).
+    #[arg(long)]
+    verify: bool,
+}
+
+/// `--schedule` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ScheduleArg {
+    /// 64 KB TSO bursts on a Poisson schedule (the model).
+    PoissonTso,
+    /// One segment per flow in turn (DESIGN.md's anchors).
+    RoundRobin,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let scenarios: Vec<(u32, f64)> = SCENARIOS
+        .iter()
+        .copied()
+        .filter(|(f, _)| args.only_flows.is_empty() || args.only_flows.contains(f))
+        .collect();
+    if scenarios.is_empty() {
+        bail!(
+            "no scenario has {:?} flows; the scenarios have {:?}",
+            args.only_flows,
+            SCENARIOS.map(|s| s.0)
+        );
+    }
+    if !(args.delay_us >= 0.0 && args.delay_us.is_finite()) {
+        bail!("--delay-us must be a non-negative number of microseconds");
+    }
+
+    let eal = dpdk::testing::test_eal_builder()
+        .init()
+        .context("starting the DPDK EAL (--no-huge; run as root)")?;
+    let mut cfg = MergeBenchConfig::new(&eal);
+    cfg.seed = args.seed;
+    cfg.schedule = match args.schedule {
+        ScheduleArg::PoissonTso => Schedule::PoissonTso,
+        ScheduleArg::RoundRobin => Schedule::RoundRobin,
+    };
+    cfg.delay_budget_ns = (args.delay_us * 1e3).round() as u64;
+    cfg.verify_payload = args.verify;
+    cfg.repetitions = args.reps.max(1);
+    if let Some(n) = args.min_packets {
+        cfg.min_packets = n;
+    }
+    if let Some(n) = args.gro_items {
+        cfg.gro_items_per_flow = n;
+    }
+
+    let runs = run_merge(&eal, &scenarios, &cfg)?;
+    let rows: Vec<_> = runs.iter().map(|r| r.row.clone()).collect();
+    let costs: Vec<_> = runs.iter().map(|r| r.cost.clone()).collect();
+
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "merge: pxio vs rte_gro, {:?} traffic, delay budget {} µs, iMTU {} B, seed {}, TSC {:.3} GHz, one core",
+        args.schedule,
+        args.delay_us,
+        cfg.imtu,
+        cfg.seed,
+        cfg.tsc_hz as f64 / 1e9
+    )?;
+    print_table(&mut out, &rows)?;
+    writeln!(out)?;
+    writeln!(out, "cost of each scenario:")?;
+    print_costs(&mut out, &costs)?;
+    if let Some(path) = &args.json {
+        write_json(path, &rows)?;
+        writeln!(out, "wrote {}", path.display())?;
+    }
+    Ok(())
+}

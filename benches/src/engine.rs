@@ -1,0 +1,112 @@
+//! What an engine run reports, and the clock both engines are timed with.
+
+use crate::ledger::Outcome;
+use crate::BenchError;
+
+/// One engine's result on one trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineResult {
+    /// CPU time of the engine's own work (merge and flush, not building input or recording
+    /// output) per input packet, ns, on one core.
+    pub ns_per_pkt: f64,
+    /// Yield, delay and output counts.
+    pub outcome: Outcome,
+    /// Bytes of per-flow state the engine keeps.
+    pub flow_entry_bytes: u64,
+    /// Wall-clock seconds of the whole run, input building and recording included.
+    pub wall_s: f64,
+    /// Timed sections set aside as descheduled ([`CycleTimer::discarded`]).
+    pub discarded_sections: u64,
+    /// Mean packets the engine held when it flushed, when it can tell.
+    pub held_at_flush: Option<f64>,
+}
+
+/// A timed section longer than this was almost surely descheduled (a legitimate section is one
+/// RX burst or one flush: tens of µs even for rte_gro at thousands of flows).
+const PREEMPTED_NS: f64 = 250_000.0;
+
+/// Accumulates CPU time of the timed sections only, with the TSC.
+///
+/// On a shared machine the OS may deschedule the thread inside a section, which would add a
+/// whole time slice to it. A section longer than 250 µs is therefore set aside, and the total
+/// is extrapolated from the other sections (`kept cycles x sections / kept sections`).
+/// [`discarded`](Self::discarded) says how many were set aside; on a quiet machine, none.
+#[derive(Clone, Debug)]
+pub struct CycleTimer {
+    tsc_hz: u64,
+    preempted_cycles: u64,
+    cycles: u64,
+    kept: u64,
+    discarded: u64,
+}
+
+impl CycleTimer {
+    /// A timer for a TSC running at `tsc_hz` ([`dpdk::Eal::tsc_hz`]).
+    pub fn new(tsc_hz: u64) -> Self {
+        Self {
+            tsc_hz,
+            preempted_cycles: (PREEMPTED_NS * tsc_hz as f64 / 1e9) as u64,
+            cycles: 0,
+            kept: 0,
+            discarded: 0,
+        }
+    }
+
+    /// Runs `f` as one timed section.
+    #[inline]
+    pub fn time<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        let start = dpdk::rdtsc();
+        let r = f();
+        let spent = dpdk::rdtsc().wrapping_sub(start);
+        if spent > self.preempted_cycles {
+            self.discarded += 1;
+        } else {
+            self.cycles += spent;
+            self.kept += 1;
+        }
+        r
+    }
+
+    /// Sections set aside as descheduled.
+    pub fn discarded(&self) -> u64 {
+        self.discarded
+    }
+
+    /// Total timed nanoseconds, extrapolated over the sections set aside.
+    pub fn ns(&self) -> f64 {
+        let sections = (self.kept + self.discarded) as f64;
+        let scale = if self.kept == 0 {
+            0.0
+        } else {
+            sections / self.kept as f64
+        };
+        self.cycles as f64 * scale * 1e9 / self.tsc_hz.max(1) as f64
+    }
+}
+
+/// Runs an engine `repetitions` times (at least once) on the same trace and keeps the fastest
+/// run: on a shared machine, the least disturbed one. The runs must agree on everything but
+/// time (same outputs, same yield and delays), else the engine is not deterministic and the
+/// result is an error. `wall_s` becomes the total over all runs.
+pub fn best_of(
+    repetitions: u32,
+    mut run: impl FnMut() -> Result<EngineResult, BenchError>,
+) -> Result<EngineResult, BenchError> {
+    let mut best = run()?;
+    let mut wall_s = best.wall_s;
+    for _ in 1..repetitions {
+        let next = run()?;
+        wall_s += next.wall_s;
+        if next.outcome != best.outcome {
+            return Err(BenchError::Config(format!(
+                "two runs on the same trace differ: {:?} vs {:?}",
+                best.outcome, next.outcome
+            )));
+        }
+        if next.ns_per_pkt < best.ns_per_pkt {
+            best = next;
+        }
+    }
+    best.wall_s = wall_s;
+    Ok(best)
+}

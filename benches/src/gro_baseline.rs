@@ -1,0 +1,205 @@
+//! The baseline: a trace through DPDK's `rte_gro` (heavyweight mode, TCP/IPv4) on real mbufs.
+//!
+//! For each RX burst:
+//! 1. **Not timed:** take 32 mbufs from a mempool, write the trace's frames into them, set
+//!    `packet_type` (Ether/IPv4/TCP) and the header lengths, as a NIC's RX path would.
+//! 2. **Timed:** `rte_gro_reassemble` on the burst, and, when due, the flush.
+//! 3. **Not timed:** record what came out in the [`Ledger`] and free it (a TX path would).
+//!
+//! **The flush emulates "timeout flush with the same delay budget".** `rte_gro` stamps each held
+//! packet with the real TSC when it enters the table, and `rte_gro_timeout_flush` compares those
+//! stamps with the real TSC. Real time cannot follow the trace's simulated time (the CPU runs a
+//! trace far faster or slower than real time), so we never ask it for a partial timeout. Instead
+//! the emulated worker does a full flush (timeout 0) every time simulated time has advanced by
+//! the delay budget (20 µs) since the last flush, as a polling loop that checks its flush timer
+//! on every iteration, with or without traffic, would: the flushes fall on a grid of budget-long
+//! steps starting at the first burst. A flush due before a burst arrives runs, and is dated,
+//! at its deadline, before that burst is reassembled; a deadline that passes with an empty table
+//! costs nothing. One more flush at the first deadline after the last burst ends the run. So a
+//! packet waits between 0 and one budget for its flush (a mean of about half the budget), where
+//! `rte_gro`'s own timeout would hold each merged packet a full budget after its first segment.
+//! The flushes' CPU cost is timed. A budget of 0 flushes after every burst.
+//!
+//! **Table size.** The context is sized for the scenario's flow count and
+//! [`MergeBenchConfig::gro_items_per_flow`] items per flow (32, testpmd's `MAX_PKT_BURST`).
+//! DPDK 22.11 allocates `flows x items` entries for both its flow array (32 B each,
+//! `struct gro_tcp4_flow`) and its item array (40 B each, `struct gro_tcp4_item`), so it
+//! reserves `items x 72` bytes per flow; that is its [`EngineResult::flow_entry_bytes`].
+
+use std::time::Instant;
+
+use dpdk::{ptype, Burst, Eal, GroContext, Mbuf, Mempool};
+
+use crate::engine::{best_of, CycleTimer, EngineResult};
+use crate::ledger::Ledger;
+use crate::trace::layout::{ETH_LEN, FRAME_LEN, IPV4_LEN, TCP_LEN};
+use crate::trace::Trace;
+use crate::{BenchError, MergeBenchConfig};
+
+/// Largest RX burst the baseline takes.
+pub const RX_CAPACITY: usize = 64;
+/// Packets taken out of the table per flush call.
+const FLUSH_CAPACITY: usize = 1024;
+/// `sizeof(struct gro_tcp4_flow)` in DPDK 22.11 (MACs, addresses, ACK, ports, start index).
+pub const GRO_FLOW_BYTES: u64 = 32;
+/// `sizeof(struct gro_tcp4_item)` in DPDK 22.11 (first and last mbuf, start time, next index,
+/// sequence, IP ID, merge count, atomic flag; padded).
+pub const GRO_ITEM_BYTES: u64 = 40;
+/// Data room of the baseline's mbufs: a 1514 B frame after DPDK's 128 B headroom.
+const DATA_ROOM: u16 = 2048 + 128;
+
+/// Runs `trace` through `rte_gro` [`MergeBenchConfig::repetitions`] times and reports the
+/// fastest run (see [`best_of`]).
+pub fn run_rte_gro(
+    eal: &Eal,
+    trace: &Trace,
+    cfg: &MergeBenchConfig,
+) -> Result<EngineResult, BenchError> {
+    best_of(cfg.repetitions, || run_once(eal, trace, cfg))
+}
+
+/// One run of `trace` through a fresh `rte_gro` context.
+fn run_once(eal: &Eal, trace: &Trace, cfg: &MergeBenchConfig) -> Result<EngineResult, BenchError> {
+    let wall = Instant::now();
+    let flows = trace.config().flows;
+    let max_flows = u16::try_from(flows).map_err(|_| {
+        BenchError::Config(format!(
+            "rte_gro tables hold at most 65535 flows, not {flows}"
+        ))
+    })?;
+    if trace.config().rx_burst > RX_CAPACITY {
+        return Err(BenchError::Config(format!(
+            "RX bursts of {} exceed the baseline's {RX_CAPACITY}",
+            trace.config().rx_burst
+        )));
+    }
+    let pool = Mempool::new(
+        eal,
+        &unique_pool_name(),
+        pool_size(trace, cfg.delay_budget_ns),
+        256,
+        DATA_ROOM,
+    )?;
+    let mut run = Run {
+        gro: GroContext::new(eal, max_flows, cfg.gro_items_per_flow)?,
+        out: Box::new(Burst::new()),
+        timer: CycleTimer::new(cfg.tsc_hz),
+        ledger: Ledger::new(trace, "rte_gro", cfg.imtu, cfg.verify_payload),
+        flushes: 0,
+        held_at_flushes: 0,
+    };
+    let mut rx = Burst::<RX_CAPACITY>::new();
+
+    let budget = cfg.delay_budget_ns;
+    let mut next_flush = trace.bursts().next().map_or(0, |b| b.time_ns) + budget;
+    for burst in trace.bursts() {
+        if budget > 0 && burst.time_ns >= next_flush {
+            run.flush(next_flush);
+            // Later deadlines up to this burst found the table empty.
+            next_flush += ((burst.time_ns - next_flush) / budget + 1) * budget;
+        }
+        pool.alloc_bulk(&mut rx, burst.len())?;
+        for (m, slot) in rx.as_mut_slice().iter_mut().zip(burst.slots.clone()) {
+            fill(m, trace, slot)?;
+        }
+        run.timer.time(|| run.gro.reassemble(&mut rx));
+        // What rte_gro hands back (nothing, for this trace's pure-ACK data segments, unless the
+        // table is full) leaves at once.
+        for m in rx.drain() {
+            run.ledger
+                .record(|v| m.segments().for_each(v), burst.time_ns);
+        }
+        if budget == 0 {
+            run.flush(burst.time_ns);
+        }
+    }
+    run.flush(if budget == 0 {
+        trace.end_ns()
+    } else {
+        next_flush
+    });
+    debug_assert_eq!(run.gro.item_count(), 0);
+
+    let held_at_flush = run.held_at_flushes as f64 / run.flushes.max(1) as f64;
+    let (timer, ledger) = (run.timer, run.ledger);
+    Ok(EngineResult {
+        ns_per_pkt: timer.ns() / trace.len().max(1) as f64,
+        outcome: ledger.finish()?,
+        flow_entry_bytes: u64::from(cfg.gro_items_per_flow) * (GRO_FLOW_BYTES + GRO_ITEM_BYTES),
+        wall_s: wall.elapsed().as_secs_f64(),
+        discarded_sections: timer.discarded(),
+        held_at_flush: Some(held_at_flush),
+    })
+}
+
+/// The state of one run.
+struct Run<'t> {
+    gro: GroContext,
+    out: Box<Burst<FLUSH_CAPACITY>>,
+    timer: CycleTimer,
+    ledger: Ledger<'t>,
+    flushes: u64,
+    /// Packets the table held, summed over flushes.
+    held_at_flushes: u64,
+}
+
+impl Run<'_> {
+    /// Flushes the whole table (timed), then records what came out as emitted at `now_ns` and
+    /// frees it (not timed).
+    fn flush(&mut self, now_ns: u64) {
+        self.flushes += 1;
+        self.held_at_flushes += self.gro.item_count() as u64;
+        loop {
+            let (gro, out) = (&mut self.gro, &mut *self.out);
+            self.timer.time(|| gro.timeout_flush(0, out));
+            let more = self.out.is_full();
+            for m in self.out.drain() {
+                self.ledger.record(|v| m.segments().for_each(v), now_ns);
+            }
+            if !more {
+                break;
+            }
+        }
+    }
+}
+
+/// Writes slot `slot`'s frame into the empty mbuf `m` and sets what `rte_gro` reads.
+fn fill(m: &mut Mbuf, trace: &Trace, slot: usize) -> Result<(), BenchError> {
+    let room = m.append(FRAME_LEN)?;
+    trace.write_frame(slot, room);
+    m.set_packet_type(ptype::ETHER_IPV4_TCP);
+    m.set_header_lens(ETH_LEN as u8, IPV4_LEN as u16, TCP_LEN as u8);
+    Ok(())
+}
+
+/// Mbufs the run can hold at once: the most packets delivered between two flushes, plus the
+/// burst in hand, rounded up to a power of two minus one (DPDK's favourite pool size).
+fn pool_size(trace: &Trace, budget_ns: u64) -> u32 {
+    let bursts: Vec<(u64, usize)> = trace.bursts().map(|b| (b.time_ns, b.len())).collect();
+    let (mut most, mut held, mut end) = (0usize, 0usize, 0usize);
+    // After a flush at burst i, bursts i+1..=k accumulate, k being the first burst a budget
+    // later (its own flush runs after it is reassembled).
+    for i in 0..bursts.len() {
+        if end <= i {
+            end = i + 1;
+            held = 0;
+        }
+        while end < bursts.len() && bursts[end].0 - bursts[i].0 < budget_ns {
+            held += bursts[end].1;
+            end += 1;
+        }
+        let next = bursts.get(end).map_or(0, |b| b.1);
+        most = most.max(held + next);
+        if end > i + 1 {
+            held -= bursts[i + 1].1;
+        }
+    }
+    let needed = most + 2 * RX_CAPACITY + 64;
+    (needed + 1).next_power_of_two().max(1024) as u32 - 1
+}
+
+fn unique_pool_name() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("pxbench_gro{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}

@@ -1,0 +1,341 @@
+//! What came out of an engine, measured the same way for every engine: conversion yield, added
+//! delay, and a check that every input packet came out exactly once with its bytes intact.
+//!
+//! **Conversion yield** (SIGCOMM'26 §7.1) is the share of input payload bytes that leave in
+//! iMTU-bound packets: packets that could not take one more input segment. With a 9000 B iMTU,
+//! IPv4 and TCP with time stamps leave `cap = 9000 - 20 - 32 = 8948` payload bytes, so a packet
+//! with `P` payload bytes is iMTU-bound when `P + 1448 > 8948`. `rte_gro` has no size cap (it
+//! merges up to 64 KB), so an output of `P` bytes is counted as if it had been cut at the cap:
+//! `floor(P / cap) * cap` bytes are iMTU-bound, plus the remainder when the remainder itself
+//! could not take one more segment. For an engine that respects the cap (`P <= cap`) the rule
+//! reduces to the plain definition, so one rule serves both.
+//!
+//! **Added delay** of an input packet is its emission time minus the time the engine received
+//! it, both in simulated time: the emission time is the time of the RX burst (or final flush)
+//! during which the engine handed the packet out, the receive time is its RX burst's time
+//! ([`Trace::delivery_ns`]), so RX batching is not counted against the engine. An output is
+//! traced back to its member segments through its sequence range, so every member gets its own
+//! delay.
+
+use hdrhistogram::Histogram;
+
+use crate::trace::layout::*;
+use crate::trace::Trace;
+
+/// Longest delay the histogram resolves: a minute.
+const MAX_DELAY_NS: u64 = 60_000_000_000;
+
+/// The iMTU the benches assume.
+pub const DEFAULT_IMTU: usize = 9000;
+
+/// Counts of what an engine got wrong; all zero for a correct engine.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Outputs whose headers are not the trace's Ethernet/IPv4/TCP layout, whose flow or
+    /// sequence is unknown, or whose payload is not a whole number of segments.
+    pub malformed: u64,
+    /// Outputs whose IPv4 total length disagrees with their size.
+    pub bad_ip_length: u64,
+    /// Input segments that came out more than once.
+    pub duplicated: u64,
+    /// Input segments that never came out.
+    pub missing: u64,
+    /// Outputs whose payload bytes differ from the flow's stream (when verification is on).
+    pub corrupted: u64,
+    /// Segments emitted before the engine received them.
+    pub early: u64,
+}
+
+impl Faults {
+    /// Whether nothing went wrong.
+    pub fn is_clean(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// An engine broke the trace's packets.
+#[derive(Debug, thiserror::Error)]
+#[error("{engine} output is wrong: {faults:?}")]
+pub struct LedgerError {
+    /// Which engine.
+    pub engine: String,
+    /// What went wrong, counted.
+    pub faults: Faults,
+}
+
+/// The measured outcome of one engine on one trace, apart from its CPU cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Share of input payload bytes that left in iMTU-bound packets, 0..=1.
+    pub conversion_yield: f64,
+    /// Mean added delay per input packet, µs of simulated time.
+    pub mean_delay_us: f64,
+    /// 99th percentile of the added delay, µs.
+    pub p99_delay_us: f64,
+    /// Largest added delay, µs.
+    pub max_delay_us: f64,
+    /// Packets the engine emitted.
+    pub output_packets: u64,
+    /// Mean input segments per output packet.
+    pub segments_per_output: f64,
+}
+
+/// Records an engine's outputs against the trace. Feed it every packet the engine emits, then
+/// call [`finish`](Self::finish).
+pub struct Ledger<'t> {
+    trace: &'t Trace,
+    engine: String,
+    verify_payload: bool,
+    /// Payload bytes an iMTU-bound packet holds at most.
+    cap: usize,
+    emitted: Vec<bool>,
+    delays_ns: Histogram<u64>,
+    delay_sum_ns: u128,
+    bound_bytes: u64,
+    output_packets: u64,
+    faults: Faults,
+    /// The headers of the output being recorded.
+    head: [u8; HEADERS_LEN],
+    /// A copy of the output being recorded, when verifying payloads.
+    copy: Vec<u8>,
+}
+
+impl<'t> Ledger<'t> {
+    /// A ledger for `engine`'s outputs on `trace`, with iMTU `imtu`. With `verify_payload`,
+    /// every payload byte is also compared with the flow's stream (a copy and a compare per
+    /// byte; recording is never timed, but it lengthens the run).
+    pub fn new(trace: &'t Trace, engine: &str, imtu: usize, verify_payload: bool) -> Self {
+        Self {
+            trace,
+            engine: engine.to_owned(),
+            verify_payload,
+            cap: imtu.saturating_sub(IPV4_LEN + TCP_LEN),
+            emitted: vec![false; trace.len()],
+            delays_ns: Histogram::new_with_bounds(1, MAX_DELAY_NS, 3)
+                .expect("valid bounds and precision"),
+            delay_sum_ns: 0,
+            bound_bytes: 0,
+            output_packets: 0,
+            faults: Faults::default(),
+            head: [0; HEADERS_LEN],
+            copy: Vec::new(),
+        }
+    }
+
+    /// Payload bytes of a `payload`-byte output that count as iMTU-bound (see the module docs).
+    pub fn bound_bytes(&self, payload: usize) -> usize {
+        if self.cap == 0 {
+            return 0;
+        }
+        let whole = payload / self.cap * self.cap;
+        let rest = payload - whole;
+        whole + if rest + MSS > self.cap { rest } else { 0 }
+    }
+
+    /// Records one output packet emitted at simulated time `emit_ns`. `visit` must call its
+    /// argument once per segment of the packet, in order: `|f| mbuf.segments().for_each(f)`, or
+    /// `|f| heap_buf.for_each_segment(f)`.
+    pub fn record<F>(&mut self, visit: F, emit_ns: u64)
+    where
+        F: FnOnce(&mut dyn FnMut(&[u8])),
+    {
+        self.output_packets += 1;
+        let mut total = 0usize;
+        let (head, copy, verify) = (&mut self.head, &mut self.copy, self.verify_payload);
+        copy.clear();
+        visit(&mut |seg: &[u8]| {
+            if total < HEADERS_LEN {
+                let n = (HEADERS_LEN - total).min(seg.len());
+                head[total..total + n].copy_from_slice(&seg[..n]);
+            }
+            if verify {
+                copy.extend_from_slice(seg);
+            }
+            total += seg.len();
+        });
+        let Some((flow, first_seg, members)) = self.parse(total) else {
+            self.faults.malformed += 1;
+            return;
+        };
+        if verify
+            && !self
+                .trace
+                .payload_matches(flow, first_seg, 0, &self.copy[HEADERS_LEN..])
+        {
+            self.faults.corrupted += 1;
+        }
+        self.bound_bytes += self.bound_bytes(total - HEADERS_LEN) as u64;
+        for seg in first_seg..first_seg + members {
+            let Some(slot) = self.trace.slot_of(flow, seg) else {
+                self.faults.malformed += 1;
+                return;
+            };
+            if std::mem::replace(&mut self.emitted[slot], true) {
+                self.faults.duplicated += 1;
+                continue;
+            }
+            let received = self.trace.delivery_ns(slot);
+            let Some(delay) = emit_ns.checked_sub(received) else {
+                self.faults.early += 1;
+                continue;
+            };
+            self.delay_sum_ns += u128::from(delay);
+            // Within bounds by construction; a longer delay (a trace of over a minute) is
+            // clamped, the mean stays exact.
+            self.delays_ns.saturating_record(delay.min(MAX_DELAY_NS));
+        }
+    }
+
+    /// The flow, first segment and member count of an output of `total` bytes whose headers
+    /// are in `self.head`; `None` when it is not one of the trace's flows.
+    fn parse(&mut self, total: usize) -> Option<(u32, u32, u32)> {
+        let h = &self.head;
+        let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+        let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let layout_ok = total > HEADERS_LEN
+            && be16(ETH_TYPE) == 0x0800
+            && h[IP_VHL] == 0x45
+            && h[IP_PROTO] == 6
+            && usize::from(h[TCP_DOFF] >> 4) * 4 == TCP_LEN;
+        if !layout_ok {
+            return None;
+        }
+        if usize::from(be16(IP_TOTAL_LEN)) != total - ETH_LEN {
+            self.faults.bad_ip_length += 1;
+        }
+        let payload = total - HEADERS_LEN;
+        if payload % MSS != 0 {
+            return None;
+        }
+        let flow = self.trace.flow_of_source(be32(IP_SRC))?;
+        let seg = self.trace.segment_of(flow, be32(TCP_SEQ))?;
+        Some((flow, seg, (payload / MSS) as u32))
+    }
+
+    /// The outcome, or the faults when the engine lost, duplicated or broke packets.
+    pub fn finish(mut self) -> Result<Outcome, LedgerError> {
+        self.faults.missing = self.emitted.iter().filter(|e| !**e).count() as u64;
+        if !self.faults.is_clean() {
+            return Err(LedgerError {
+                engine: self.engine,
+                faults: self.faults,
+            });
+        }
+        let n = self.trace.len().max(1) as f64;
+        let us = |ns: u64| ns as f64 / 1e3;
+        Ok(Outcome {
+            conversion_yield: self.bound_bytes as f64 / self.trace.payload_bytes().max(1) as f64,
+            mean_delay_us: self.delay_sum_ns as f64 / n / 1e3,
+            p99_delay_us: us(self.delays_ns.value_at_quantile(0.99)),
+            max_delay_us: us(self.delays_ns.max()),
+            output_packets: self.output_packets,
+            segments_per_output: self.trace.len() as f64 / self.output_packets.max(1) as f64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::TraceConfig;
+
+    fn trace() -> Trace {
+        Trace::generate(TraceConfig {
+            min_packets: 2_000,
+            reorder_prob: 0.0,
+            ..TraceConfig::new(1, 10.0)
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn yield_counts_bytes_as_if_cut_at_the_imtu() {
+        let t = trace();
+        let l = Ledger::new(&t, "x", 9000, false);
+        assert_eq!(l.bound_bytes(1448), 0);
+        assert_eq!(
+            l.bound_bytes(6 * 1448),
+            6 * 1448,
+            "8688 + 1448 > 8948: full"
+        );
+        assert_eq!(l.bound_bytes(5 * 1448), 0);
+        // 45 segments: 7 whole caps, and a 2524-byte rest that could take another segment.
+        assert_eq!(l.bound_bytes(45 * 1448), 7 * 8948);
+        // 12 segments: one cap (8948), and 8428 bytes that cannot take one more.
+        assert_eq!(l.bound_bytes(12 * 1448), 12 * 1448);
+    }
+
+    #[test]
+    fn pass_through_is_zero_yield_zero_delay_and_complete() {
+        let t = trace();
+        let mut l = Ledger::new(&t, "identity", 9000, true);
+        for b in t.bursts() {
+            for slot in b.slots.clone() {
+                let f = t.frame(slot);
+                l.record(|v| v(&f), b.time_ns);
+            }
+        }
+        let o = l.finish().unwrap();
+        assert_eq!(o.conversion_yield, 0.0);
+        assert_eq!(o.mean_delay_us, 0.0);
+        assert_eq!(o.output_packets as usize, t.len());
+    }
+
+    #[test]
+    fn lost_duplicated_and_corrupted_packets_are_caught() {
+        let t = trace();
+        let mut l = Ledger::new(&t, "broken", 9000, true);
+        let mut f = t.frame(0);
+        l.record(|v| v(&f), t.delivery_ns(0));
+        l.record(|v| v(&f), t.delivery_ns(0));
+        f[HEADERS_LEN + 5] ^= 1;
+        l.record(|v| v(&f[..40]), 0);
+        let mut g = t.frame(1);
+        g[HEADERS_LEN] ^= 0xff;
+        l.record(|v| v(&g), t.delivery_ns(1));
+        let e = l.finish().unwrap_err();
+        assert_eq!(e.faults.duplicated, 1);
+        assert_eq!(e.faults.malformed, 1);
+        assert_eq!(e.faults.corrupted, 1);
+        assert_eq!(e.faults.missing as usize, t.len() - 2);
+    }
+
+    #[test]
+    fn merged_output_gives_each_member_its_own_delay() {
+        let t = trace();
+        let mut l = Ledger::new(&t, "all-in-one", 100_000, true);
+        // One flow, no reordering: emit consecutive runs of segments as single packets at the
+        // end of the trace, like an engine that never flushes early.
+        let end = t.end_ns();
+        let mut seg = 0u32;
+        while (seg as usize) < t.len() {
+            let n = 40.min(t.len() as u32 - seg);
+            let first = t.frame(t.slot_of(0, seg).unwrap());
+            let mut out = first[..HEADERS_LEN].to_vec();
+            for s in seg..seg + n {
+                out.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
+            }
+            let ip_len = (out.len() - ETH_LEN) as u16;
+            out[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+            l.record(|v| v(&out), end);
+            seg += n;
+        }
+        let o = l.finish().unwrap();
+        let mean: f64 = (0..t.len())
+            .map(|s| (end - t.delivery_ns(s)) as f64)
+            .sum::<f64>()
+            / t.len() as f64
+            / 1e3;
+        assert!((o.mean_delay_us - mean).abs() < 1e-6);
+        let mut delays: Vec<u64> = (0..t.len()).map(|s| end - t.delivery_ns(s)).collect();
+        delays.sort_unstable();
+        let p99 = delays[(delays.len() * 99).div_ceil(100) - 1] as f64 / 1e3;
+        assert!(
+            (o.p99_delay_us - p99).abs() / p99 < 0.002,
+            "{} vs {p99}",
+            o.p99_delay_us
+        );
+        assert!(o.p99_delay_us <= o.max_delay_us);
+        assert!(o.segments_per_output > 39.0);
+    }
+}

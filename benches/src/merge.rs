@@ -1,0 +1,173 @@
+//! The merge benchmark (SIGCOMM'26 §7.1): each scenario's trace through rte_gro and pxio.
+
+use std::time::Instant;
+
+use dpdk::Eal;
+
+use crate::gro_baseline::run_rte_gro;
+use crate::ledger::DEFAULT_IMTU;
+use crate::pxio_engine::run_pxio;
+use crate::report::{MergeRow, ScenarioCost};
+use crate::trace::{Schedule, Trace, TraceConfig};
+use crate::BenchError;
+
+/// The scenarios: (flows, Gb/s per flow).
+pub const SCENARIOS: [(u32, f64); 6] = [
+    (1, 10.0),
+    (8, 10.0),
+    (64, 2.0),
+    (100, 2.0),
+    (800, 0.25),
+    (3200, 0.054),
+];
+
+/// Settings shared by every scenario and both engines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MergeBenchConfig {
+    /// Trace generator seed.
+    pub seed: u64,
+    /// How flows send (the Poisson TSO bursts, or DESIGN.md's round robin).
+    pub schedule: Schedule,
+    /// How long an engine may hold a segment for merging, ns of simulated time (DESIGN.md's
+    /// anchors: 20 µs).
+    pub delay_budget_ns: u64,
+    /// The b-network's MTU (9000 B).
+    pub imtu: usize,
+    /// Each trace holds at least this many packets on average.
+    pub min_packets: u64,
+    /// ...and lasts for at least this many bursts per flow on average.
+    pub min_bursts_per_flow: f64,
+    /// rte_gro table items per flow (testpmd uses 32).
+    pub gro_items_per_flow: u16,
+    /// Check every output payload byte against the flow's stream.
+    pub verify_payload: bool,
+    /// Runs per engine and scenario; the fastest is reported.
+    pub repetitions: u32,
+    /// TSC frequency, for converting timed cycles.
+    pub tsc_hz: u64,
+}
+
+impl MergeBenchConfig {
+    /// The defaults, with the TSC frequency of `eal`.
+    pub fn new(eal: &Eal) -> Self {
+        let trace = TraceConfig::new(1, 1.0);
+        Self {
+            seed: trace.seed,
+            schedule: trace.schedule,
+            delay_budget_ns: 20_000,
+            imtu: DEFAULT_IMTU,
+            min_packets: trace.min_packets,
+            min_bursts_per_flow: trace.min_bursts_per_flow,
+            gro_items_per_flow: 32,
+            verify_payload: false,
+            repetitions: 3,
+            tsc_hz: eal.tsc_hz(),
+        }
+    }
+
+    /// The trace configuration for one scenario.
+    pub fn trace_config(&self, flows: u32, gbps_per_flow: f64) -> TraceConfig {
+        TraceConfig {
+            seed: self.seed,
+            schedule: self.schedule,
+            min_packets: self.min_packets,
+            min_bursts_per_flow: self.min_bursts_per_flow,
+            ..TraceConfig::new(flows, gbps_per_flow)
+        }
+    }
+}
+
+/// One scenario's report row and what it cost to run.
+#[derive(Clone, Debug)]
+pub struct ScenarioRun {
+    /// The comparison.
+    pub row: MergeRow,
+    /// Time and memory spent.
+    pub cost: ScenarioCost,
+}
+
+/// Generates the trace of `flows` x `gbps_per_flow` and runs both engines on it.
+pub fn run_scenario(
+    eal: &Eal,
+    flows: u32,
+    gbps_per_flow: f64,
+    cfg: &MergeBenchConfig,
+) -> Result<ScenarioRun, BenchError> {
+    reset_peak_rss();
+    let started = Instant::now();
+    let trace = Trace::generate(cfg.trace_config(flows, gbps_per_flow))?;
+    let generate_s = started.elapsed().as_secs_f64();
+
+    let gro = run_rte_gro(eal, &trace, cfg)?;
+    let pxio = run_pxio(&trace, cfg).transpose()?;
+
+    let row = MergeRow {
+        flows,
+        gbps_per_flow,
+        pxio_ns_per_pkt: pxio.as_ref().map(|p| p.ns_per_pkt),
+        rte_gro_ns_per_pkt: gro.ns_per_pkt,
+        speedup: pxio.as_ref().map(|p| gro.ns_per_pkt / p.ns_per_pkt),
+        conversion_yield: pxio.as_ref().map(|p| p.outcome.conversion_yield),
+        mean_delay_us: pxio.as_ref().map(|p| p.outcome.mean_delay_us),
+        p99_delay_us: pxio.as_ref().map(|p| p.outcome.p99_delay_us),
+        flow_entry_bytes: pxio.as_ref().map(|p| p.flow_entry_bytes),
+        rte_gro_yield: gro.outcome.conversion_yield,
+        rte_gro_mean_delay_us: gro.outcome.mean_delay_us,
+        rte_gro_p99_delay_us: gro.outcome.p99_delay_us,
+        rte_gro_flow_entry_bytes: gro.flow_entry_bytes,
+        rte_gro_segments_per_output: gro.outcome.segments_per_output,
+        pxio_segments_per_output: pxio.as_ref().map(|p| p.outcome.segments_per_output),
+        input_packets: trace.len() as u64,
+        simulated_ms: trace.end_ns() as f64 / 1e6,
+        delay_budget_us: cfg.delay_budget_ns as f64 / 1e3,
+        imtu: cfg.imtu,
+        seed: cfg.seed,
+        schedule: match cfg.schedule {
+            Schedule::PoissonTso => "poisson-tso",
+            Schedule::RoundRobin => "round-robin",
+        }
+        .to_owned(),
+        rte_gro_held_at_flush: gro.held_at_flush,
+    };
+    let cost = ScenarioCost {
+        flows,
+        gbps_per_flow,
+        generate_s,
+        trace_bytes: trace.heap_bytes(),
+        rte_gro_wall_s: gro.wall_s,
+        pxio_wall_s: pxio.as_ref().map(|p| p.wall_s),
+        rte_gro_discarded: gro.discarded_sections,
+        pxio_discarded: pxio.as_ref().map(|p| p.discarded_sections),
+        peak_rss_bytes: peak_rss(),
+    };
+    Ok(ScenarioRun { row, cost })
+}
+
+/// Runs `scenarios` in order, reporting progress on stderr.
+pub fn run_merge(
+    eal: &Eal,
+    scenarios: &[(u32, f64)],
+    cfg: &MergeBenchConfig,
+) -> Result<Vec<ScenarioRun>, BenchError> {
+    scenarios
+        .iter()
+        .map(|&(flows, gbps)| {
+            eprintln!("merge: {flows} flows x {gbps} Gb/s ...");
+            run_scenario(eal, flows, gbps, cfg)
+        })
+        .collect()
+}
+
+/// Resets the kernel's peak-RSS mark so that the next [`peak_rss`] covers one scenario.
+fn reset_peak_rss() {
+    // "5" resets VmHWM (Linux 4.0+); without it the peak covers the whole process so far.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The process's peak resident memory (`VmHWM`), bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

@@ -1,0 +1,291 @@
+//! The merge benchmark's report: one [`MergeRow`] per scenario, printed as a table and written
+//! as JSON (`cargo xtask bench merge --json FILE`).
+//!
+//! The JSON is an array of [`MergeRow`] objects. The issue's fields come first: `flows,
+//! gbps_per_flow, pxio_ns_per_pkt, rte_gro_ns_per_pkt, speedup, yield, mean_delay_us,
+//! p99_delay_us, flow_entry_bytes`; `yield`, the delays and `flow_entry_bytes` are pxio's (the
+//! system under test), and `null` while pxio's engine is not wired in. Extra fields follow:
+//! rte_gro's own yield, delays and table bytes, and how the scenario was sized.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::BenchError;
+
+/// One scenario's comparison of pxio and rte_gro on the same trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MergeRow {
+    /// Flows `F`.
+    pub flows: u32,
+    /// Rate of each flow `R`, Gb/s.
+    pub gbps_per_flow: f64,
+    /// pxio's CPU time per input packet, ns, one core.
+    pub pxio_ns_per_pkt: Option<f64>,
+    /// rte_gro's CPU time per input packet, ns, one core.
+    pub rte_gro_ns_per_pkt: f64,
+    /// `rte_gro_ns_per_pkt / pxio_ns_per_pkt`: how many times faster pxio is.
+    pub speedup: Option<f64>,
+    /// pxio's conversion yield: share of input bytes leaving in iMTU-bound packets, 0..=1.
+    #[serde(rename = "yield")]
+    pub conversion_yield: Option<f64>,
+    /// pxio's mean added delay, µs.
+    pub mean_delay_us: Option<f64>,
+    /// pxio's 99th-percentile added delay, µs.
+    pub p99_delay_us: Option<f64>,
+    /// pxio's per-flow state, bytes.
+    pub flow_entry_bytes: Option<u64>,
+    /// rte_gro's conversion yield, its output counted as if cut at the iMTU, 0..=1.
+    pub rte_gro_yield: f64,
+    /// rte_gro's mean added delay, µs.
+    pub rte_gro_mean_delay_us: f64,
+    /// rte_gro's 99th-percentile added delay, µs.
+    pub rte_gro_p99_delay_us: f64,
+    /// Bytes rte_gro's table reserves per flow it is sized for.
+    pub rte_gro_flow_entry_bytes: u64,
+    /// Mean input segments per rte_gro output packet.
+    pub rte_gro_segments_per_output: f64,
+    /// Mean input segments per pxio output packet.
+    pub pxio_segments_per_output: Option<f64>,
+    /// Input packets in the trace.
+    pub input_packets: u64,
+    /// Simulated duration of the trace, ms.
+    pub simulated_ms: f64,
+    /// Delay budget both engines were given, µs.
+    pub delay_budget_us: f64,
+    /// The iMTU, bytes.
+    pub imtu: usize,
+    /// The trace generator's seed.
+    pub seed: u64,
+    /// How flows sent: `poisson-tso` (the issue's model) or `round-robin`.
+    pub schedule: String,
+    /// Mean packets (merged or not) rte_gro held when it flushed: how full its linearly
+    /// scanned table was.
+    pub rte_gro_held_at_flush: Option<f64>,
+}
+
+/// What a scenario cost to run (printed, not in the JSON).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScenarioCost {
+    /// Flows.
+    pub flows: u32,
+    /// Rate per flow, Gb/s.
+    pub gbps_per_flow: f64,
+    /// Seconds to generate the trace.
+    pub generate_s: f64,
+    /// Heap bytes of the trace.
+    pub trace_bytes: usize,
+    /// Wall seconds of the rte_gro run (filling mbufs and recording included).
+    pub rte_gro_wall_s: f64,
+    /// Wall seconds of the pxio run.
+    pub pxio_wall_s: Option<f64>,
+    /// rte_gro's timed sections set aside as descheduled, in the reported run.
+    pub rte_gro_discarded: u64,
+    /// pxio's, likewise.
+    pub pxio_discarded: Option<u64>,
+    /// Peak resident memory of the process during the scenario, bytes (Linux `VmHWM`, reset
+    /// before the scenario when the kernel allows it).
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// Prints the comparison table.
+pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
+    let headers = [
+        "flows",
+        "Gb/s/flow",
+        "in pkts",
+        "pxio ns/pkt",
+        "rte_gro ns/pkt",
+        "speedup",
+        "pxio yield",
+        "rte_gro yield",
+        "pxio delay µs mean/p99",
+        "rte_gro delay µs mean/p99",
+        "pxio B/flow",
+        "rte_gro B/flow",
+        "rte_gro held@flush",
+    ];
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.flows.to_string(),
+                format!("{}", r.gbps_per_flow),
+                r.input_packets.to_string(),
+                opt(r.pxio_ns_per_pkt, |v| format!("{v:.1}")),
+                format!("{:.1}", r.rte_gro_ns_per_pkt),
+                opt(r.speedup, |v| format!("{v:.2}x")),
+                opt(r.conversion_yield, percent),
+                percent(r.rte_gro_yield),
+                match (r.mean_delay_us, r.p99_delay_us) {
+                    (Some(m), Some(p)) => format!("{m:.1} / {p:.1}"),
+                    _ => "n/a".into(),
+                },
+                format!(
+                    "{:.1} / {:.1}",
+                    r.rte_gro_mean_delay_us, r.rte_gro_p99_delay_us
+                ),
+                opt(r.flow_entry_bytes, |v| v.to_string()),
+                r.rte_gro_flow_entry_bytes.to_string(),
+                opt(r.rte_gro_held_at_flush, |v| format!("{v:.1}")),
+            ]
+        })
+        .collect();
+    write_table(out, &headers, &body)
+}
+
+/// Prints what each scenario cost to run.
+pub fn print_costs(out: &mut impl Write, costs: &[ScenarioCost]) -> io::Result<()> {
+    let headers = [
+        "flows",
+        "Gb/s/flow",
+        "generate s",
+        "trace MB",
+        "rte_gro run s",
+        "pxio run s",
+        "descheduled sections gro/pxio",
+        "peak RSS MB",
+    ];
+    let mb = |b: u64| format!("{:.1}", b as f64 / (1 << 20) as f64);
+    let body: Vec<Vec<String>> = costs
+        .iter()
+        .map(|c| {
+            vec![
+                c.flows.to_string(),
+                format!("{}", c.gbps_per_flow),
+                format!("{:.2}", c.generate_s),
+                mb(c.trace_bytes as u64),
+                format!("{:.2}", c.rte_gro_wall_s),
+                opt(c.pxio_wall_s, |v| format!("{v:.2}")),
+                format!(
+                    "{} / {}",
+                    c.rte_gro_discarded,
+                    opt(c.pxio_discarded, |v| v.to_string())
+                ),
+                opt(c.peak_rss_bytes, mb),
+            ]
+        })
+        .collect();
+    write_table(out, &headers, &body)
+}
+
+/// Writes `rows` as a JSON array to `path`.
+pub fn write_json(path: &Path, rows: &[MergeRow]) -> Result<(), BenchError> {
+    let io_err = |source| BenchError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut text = serde_json::to_string_pretty(rows).map_err(|e| io_err(e.into()))?;
+    text.push('\n');
+    std::fs::write(path, text).map_err(io_err)
+}
+
+fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    v.map_or_else(|| "n/a".into(), f)
+}
+
+fn percent(v: f64) -> String {
+    format!("{:.1} %", v * 100.0)
+}
+
+/// Right-aligned columns, as wide as their widest cell, two spaces apart.
+fn write_table(out: &mut impl Write, headers: &[&str], body: &[Vec<String>]) -> io::Result<()> {
+    let width = |i: usize| {
+        body.iter()
+            .map(|r| r[i].chars().count())
+            .chain(std::iter::once(headers[i].chars().count()))
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..headers.len()).map(width).collect();
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        cells
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    writeln!(out, "{}", line(&mut headers.iter().copied()))?;
+    writeln!(
+        out,
+        "{}",
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("  ")
+    )?;
+    for row in body {
+        writeln!(out, "{}", line(&mut row.iter().map(String::as_str)))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pxio: Option<f64>) -> MergeRow {
+        MergeRow {
+            flows: 64,
+            gbps_per_flow: 2.0,
+            pxio_ns_per_pkt: pxio,
+            rte_gro_ns_per_pkt: 240.0,
+            speedup: pxio.map(|p| 240.0 / p),
+            conversion_yield: None,
+            mean_delay_us: None,
+            p99_delay_us: None,
+            flow_entry_bytes: None,
+            rte_gro_yield: 0.5,
+            rte_gro_mean_delay_us: 10.0,
+            rte_gro_p99_delay_us: 20.0,
+            rte_gro_flow_entry_bytes: 2304,
+            rte_gro_segments_per_output: 4.0,
+            pxio_segments_per_output: None,
+            input_packets: 300_000,
+            simulated_ms: 18.0,
+            delay_budget_us: 20.0,
+            imtu: 9000,
+            seed: 1,
+            schedule: "poisson-tso".into(),
+            rte_gro_held_at_flush: Some(7.5),
+        }
+    }
+
+    #[test]
+    fn json_has_the_issue_fields_and_null_for_missing_pxio() {
+        let v = serde_json::to_value([row(None)]).unwrap();
+        let obj = v[0].as_object().unwrap();
+        for field in [
+            "flows",
+            "gbps_per_flow",
+            "pxio_ns_per_pkt",
+            "rte_gro_ns_per_pkt",
+            "speedup",
+            "yield",
+            "mean_delay_us",
+            "p99_delay_us",
+            "flow_entry_bytes",
+        ] {
+            assert!(obj.contains_key(field), "{field} missing");
+        }
+        assert!(obj["pxio_ns_per_pkt"].is_null());
+        assert_eq!(obj["rte_gro_ns_per_pkt"], 240.0);
+        let back: Vec<MergeRow> = serde_json::from_value(v).unwrap();
+        assert_eq!(back, [row(None)]);
+    }
+
+    #[test]
+    fn table_columns_line_up_and_show_na() {
+        let mut out = Vec::new();
+        print_table(&mut out, &[row(None), row(Some(20.0))]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4);
+        let w = lines[0].chars().count();
+        assert!(lines.iter().all(|l| l.chars().count() == w), "{text}");
+        assert!(lines[2].contains("n/a"));
+        assert!(lines[3].contains("12.00x"));
+    }
+}

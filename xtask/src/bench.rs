@@ -1,0 +1,56 @@
+//! `cargo xtask bench KIND [--json FILE]`: runs a benchmark in release mode and prints its
+//! table; with `--json FILE` the benchmark also writes its JSON report there.
+//!
+//! `merge`: pxio's merge engine against DPDK's `rte_gro` on the same deterministic traces
+//! (SIGCOMM'26 §7.1), via `cargo run --release -p pxbench --bin merge`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::ValueEnum;
+
+use crate::{cargo, deps, describe, run_status};
+
+/// The benchmarks `cargo xtask bench` knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchKind {
+    /// pxio's merge engine against DPDK's rte_gro, six flow-count scenarios.
+    Merge,
+}
+
+impl BenchKind {
+    /// The `pxbench` binary that runs this benchmark.
+    fn binary(self) -> &'static str {
+        match self {
+            BenchKind::Merge => "merge",
+        }
+    }
+}
+
+/// Runs `cargo xtask bench`: deps, then the benchmark's binary, built in release mode.
+pub fn run(what: BenchKind, json: Option<PathBuf>, extra: &[String]) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "xtask bench: the benchmarks start a DPDK EAL (with --no-huge); run as root \
+             (e.g. `sudo cargo xtask bench {}`)",
+            what.binary()
+        );
+    }
+    deps::run()?;
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "-p",
+        "pxbench",
+        "--bin",
+        what.binary(),
+        "--",
+    ]);
+    if let Some(path) = json {
+        cmd.arg("--json").arg(path);
+    }
+    cmd.args(extra);
+    println!("==> {}", describe(&cmd));
+    run_status(&mut cmd)
+}
