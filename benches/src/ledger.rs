@@ -14,8 +14,9 @@
 //! it, both in simulated time: the emission time is the time of the RX burst (or final flush)
 //! during which the engine handed the packet out, the receive time is its RX burst's time
 //! ([`Trace::delivery_ns`]), so RX batching is not counted against the engine. An output is
-//! traced back to its member segments through its sequence range, so every member gets its own
-//! delay.
+//! traced back to its member segments through its sequence range, byte by byte (an engine that
+//! cuts segments at the iMTU, like pxio, emits parts of one segment in two outputs): a segment
+//! counts as emitted, and gets its delay, when its last byte leaves.
 
 use hdrhistogram::Histogram;
 
@@ -31,12 +32,12 @@ pub const DEFAULT_IMTU: usize = 9000;
 /// Counts of what an engine got wrong; all zero for a correct engine.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Faults {
-    /// Outputs whose headers are not the trace's Ethernet/IPv4/TCP layout, whose flow or
-    /// sequence is unknown, or whose payload is not a whole number of segments.
+    /// Outputs whose headers are not the trace's Ethernet/IPv4/TCP layout, or whose flow or
+    /// bytes are not the trace's.
     pub malformed: u64,
     /// Outputs whose IPv4 total length disagrees with their size.
     pub bad_ip_length: u64,
-    /// Input segments that came out more than once.
+    /// Input segments some of whose bytes came out more than once.
     pub duplicated: u64,
     /// Input segments that never came out.
     pub missing: u64,
@@ -88,7 +89,8 @@ pub struct Ledger<'t> {
     verify_payload: bool,
     /// Payload bytes an iMTU-bound packet holds at most.
     cap: usize,
-    emitted: Vec<bool>,
+    /// Payload bytes of each input slot emitted so far.
+    emitted: Vec<u16>,
     delays_ns: Histogram<u64>,
     delay_sum_ns: u128,
     bound_bytes: u64,
@@ -110,7 +112,7 @@ impl<'t> Ledger<'t> {
             engine: engine.to_owned(),
             verify_payload,
             cap: imtu.saturating_sub(IPV4_LEN + TCP_LEN),
-            emitted: vec![false; trace.len()],
+            emitted: vec![0; trace.len()],
             delays_ns: Histogram::new_with_bounds(1, MAX_DELAY_NS, 3)
                 .expect("valid bounds and precision"),
             delay_sum_ns: 0,
@@ -153,26 +155,35 @@ impl<'t> Ledger<'t> {
             }
             total += seg.len();
         });
-        let Some((flow, first_seg, members)) = self.parse(total) else {
+        let Some((flow, start)) = self.parse(total) else {
             self.faults.malformed += 1;
             return;
         };
+        let payload = total - HEADERS_LEN;
+        let (first_seg, offset) = ((start / MSS) as u32, start % MSS);
         if verify
             && !self
                 .trace
-                .payload_matches(flow, first_seg, 0, &self.copy[HEADERS_LEN..])
+                .payload_matches(flow, first_seg, offset, &self.copy[HEADERS_LEN..])
         {
             self.faults.corrupted += 1;
         }
-        self.bound_bytes += self.bound_bytes(total - HEADERS_LEN) as u64;
-        for seg in first_seg..first_seg + members {
-            let Some(slot) = self.trace.slot_of(flow, seg) else {
+        self.bound_bytes += self.bound_bytes(payload) as u64;
+        let end = start + payload;
+        for seg in first_seg as usize..end.div_ceil(MSS) {
+            let Some(slot) = self.trace.slot_of(flow, seg as u32) else {
                 self.faults.malformed += 1;
                 return;
             };
-            if std::mem::replace(&mut self.emitted[slot], true) {
+            let covered = end.min((seg + 1) * MSS) - start.max(seg * MSS);
+            let bytes = usize::from(self.emitted[slot]) + covered;
+            self.emitted[slot] = bytes.min(usize::from(u16::MAX)) as u16;
+            if bytes > MSS {
                 self.faults.duplicated += 1;
                 continue;
+            }
+            if bytes < MSS {
+                continue; // the segment's last byte has not left yet
             }
             let received = self.trace.delivery_ns(slot);
             let Some(delay) = emit_ns.checked_sub(received) else {
@@ -186,9 +197,9 @@ impl<'t> Ledger<'t> {
         }
     }
 
-    /// The flow, first segment and member count of an output of `total` bytes whose headers
-    /// are in `self.head`; `None` when it is not one of the trace's flows.
-    fn parse(&mut self, total: usize) -> Option<(u32, u32, u32)> {
+    /// The flow and stream offset of an output of `total` bytes whose headers are in
+    /// `self.head`; `None` when it is not one of the trace's flows.
+    fn parse(&mut self, total: usize) -> Option<(u32, usize)> {
         let h = &self.head;
         let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
         let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
@@ -203,18 +214,18 @@ impl<'t> Ledger<'t> {
         if usize::from(be16(IP_TOTAL_LEN)) != total - ETH_LEN {
             self.faults.bad_ip_length += 1;
         }
-        let payload = total - HEADERS_LEN;
-        if payload % MSS != 0 {
-            return None;
-        }
         let flow = self.trace.flow_of_source(be32(IP_SRC))?;
-        let seg = self.trace.segment_of(flow, be32(TCP_SEQ))?;
-        Some((flow, seg, (payload / MSS) as u32))
+        let start = self.trace.stream_offset(flow, be32(TCP_SEQ))?;
+        Some((flow, start))
     }
 
     /// The outcome, or the faults when the engine lost, duplicated or broke packets.
     pub fn finish(mut self) -> Result<Outcome, LedgerError> {
-        self.faults.missing = self.emitted.iter().filter(|e| !**e).count() as u64;
+        self.faults.missing = self
+            .emitted
+            .iter()
+            .filter(|&&e| usize::from(e) < MSS)
+            .count() as u64;
         if !self.faults.is_clean() {
             return Err(LedgerError {
                 engine: self.engine,

@@ -31,6 +31,8 @@ pub struct MergeBenchConfig {
     /// How long an engine may hold a segment for merging, ns of simulated time (DESIGN.md's
     /// anchors: 20 µs).
     pub delay_budget_ns: u64,
+    /// The cap on pxio's ETM window, ns (its model decides below the cap).
+    pub pxio_max_window_ns: u64,
     /// The b-network's MTU (9000 B).
     pub imtu: usize,
     /// Each trace holds at least this many packets on average.
@@ -55,6 +57,7 @@ impl MergeBenchConfig {
             seed: trace.seed,
             schedule: trace.schedule,
             delay_budget_ns: 20_000,
+            pxio_max_window_ns: 100_000,
             imtu: DEFAULT_IMTU,
             min_packets: trace.min_packets,
             min_bursts_per_flow: trace.min_bursts_per_flow,
@@ -99,7 +102,7 @@ pub fn run_scenario(
     let generate_s = started.elapsed().as_secs_f64();
 
     let gro = run_rte_gro(eal, &trace, cfg)?;
-    let pxio = run_pxio(&trace, cfg).transpose()?;
+    let pxio = Some(run_pxio(eal, &trace, cfg)?);
 
     let row = MergeRow {
         flows,

@@ -499,7 +499,17 @@ impl Trace {
         (f < self.config.flows).then_some(f)
     }
 
+    /// The byte offset of sequence number `seq` in flow `flow`'s stream, if inside it.
+    pub fn stream_offset(&self, flow: u32, seq: u32) -> Option<usize> {
+        let off = seq.wrapping_sub(self.flows.get(flow as usize)?.isn) as usize;
+        let f = flow as usize;
+        let segs = (self.flow_start.get(f + 1)? - self.flow_start.get(f)?) as usize;
+        (off < segs * MSS).then_some(off)
+    }
+
     /// The segment number of sequence number `seq` in flow `flow`, when `seq` starts a segment.
+
+    /// The segment of flow `flow` that starts at sequence number `seq`, if any.
     pub fn segment_of(&self, flow: u32, seq: u32) -> Option<u32> {
         let off = seq.wrapping_sub(self.flows.get(flow as usize)?.isn);
         (off % MSS as u32 == 0).then_some(off / MSS as u32)

@@ -69,12 +69,17 @@ pub fn update_rate(rate: f32, dt_ns: u64, bytes: u32, tau_ns: f64) -> f32 {
     (f64::from(rate) * decay + f64::from(bytes) / tau_ns) as f32
 }
 
+/// Weight of one full-sized packet in the conversion-yield average: the average spans about
+/// the last 32 iMTU packets' worth of bytes.
+pub const YIELD_ALPHA: f32 = 1.0 / 32.0;
+
 /// Moves a flow's conversion-yield average toward `full` (1.0 when an emitted item was
-/// iMTU-bound, else 0.0), weighting by the item's share of a full packet.
+/// iMTU-bound, else 0.0), weighting by the item's share of a full packet, so the average is
+/// over bytes, as the yield is.
 #[inline]
 pub fn update_yield(y: f32, full: bool, weight: f32) -> f32 {
     let target = if full { 1.0 } else { 0.0 };
-    y + (target - y) * weight.clamp(0.0, 1.0)
+    y + (target - y) * YIELD_ALPHA * weight.clamp(0.0, 1.0)
 }
 
 #[cfg(test)]
@@ -111,6 +116,20 @@ mod tests {
         assert!(q.etm_ns(9000, 3000, 1500, 0.0).is_infinite());
         // Fuller items wait less.
         assert!(q.etm_ns(9000, 7500, 1500, 0.25) < etm);
+    }
+
+    #[test]
+    fn yield_average_follows_the_byte_share() {
+        // Two thirds of the bytes in full packets: the average settles near 2/3... weighted by
+        // size: full items weigh 1, partial ones 0.5.
+        let mut y = 0.0f32;
+        for _ in 0..2000 {
+            y = update_yield(y, true, 1.0);
+            y = update_yield(y, false, 0.5);
+        }
+        assert!((y - 2.0 / 3.0).abs() < 0.03, "{y}");
+        // One full packet does not flip a flow's average.
+        assert!(update_yield(0.0, true, 1.0) < 0.1);
     }
 
     #[test]

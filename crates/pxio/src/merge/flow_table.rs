@@ -48,15 +48,18 @@ pub mod flags {
 }
 
 impl FlowEntry {
+    /// The all-zero key of an empty entry.
+    pub const EMPTY_KEY: FlowKey = FlowKey {
+        src: [0; 16],
+        dst: [0; 16],
+        sport: 0,
+        dport: 0,
+        proto: 0,
+        v6: false,
+    };
+
     const EMPTY: FlowEntry = FlowEntry {
-        key: FlowKey {
-            src: [0; 16],
-            dst: [0; 16],
-            sport: 0,
-            dport: 0,
-            proto: 0,
-            v6: false,
-        },
+        key: Self::EMPTY_KEY,
         mss: 0,
         flags: 0,
         n_items: 0,

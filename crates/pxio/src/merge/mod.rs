@@ -274,6 +274,34 @@ struct Item<B> {
 }
 
 impl<B> Item<B> {
+    /// A free slot of the item slab.
+    fn vacant() -> Self {
+        Self {
+            pkt: None,
+            seq: 0,
+            payload_len: 0,
+            hdr: Headers {
+                l2_len: 0,
+                l3_len: 0,
+                l4_len: 0,
+                v6: false,
+                proto: 0,
+                ip_len: 0,
+                payload_len: 0,
+                key: FlowEntry::EMPTY_KEY,
+            },
+            first_id: 0,
+            last_id: 0,
+            segs: 0,
+            tail_flags: 0,
+            modified: false,
+            payload_sum: Sum::default(),
+            arrival_sum: 0,
+            oldest: 0,
+            next: NIL,
+        }
+    }
+
     fn ip_len(&self) -> u32 {
         u32::from(self.hdr.l3_len) + u32::from(self.hdr.l4_len) + self.payload_len
     }
@@ -324,8 +352,10 @@ impl<B: PacketBuf> Merger<B> {
             quantiles: UnitGammaQuantiles::new(cfg.delay.quantile),
             rate_threshold: (cfg.delay.rate_threshold_bps / 8e9) as f32,
             toeplitz: Toeplitz::default(),
-            items: Vec::with_capacity(cfg.max_items.min(1 << 20)),
-            free_items: Vec::with_capacity(cfg.max_items.min(1 << 20)),
+            // Every slot exists (and its memory is touched) up front: the hot path never grows
+            // the slab, and never takes a page fault on it.
+            items: (0..cfg.max_items).map(|_| Item::vacant()).collect(),
+            free_items: (0..cfg.max_items as u32).rev().collect(),
             timers: BinaryHeap::with_capacity(timer_capacity),
             timer_capacity,
             touched: Vec::with_capacity(flows.capacity()),
@@ -429,6 +459,13 @@ impl<B: PacketBuf> Merger<B> {
                 self.schedule(flow, deadline);
             }
         }
+    }
+
+    /// The earliest pending ETM deadline, if any: when a poll loop with nothing to receive
+    /// should call [`poll`](Self::poll) next. It may be a deadline that was since moved (a poll
+    /// then does nothing), never a later one than the truth.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.timers.peek().map(|Reverse((due, _))| *due)
     }
 
     /// Emits everything held (shutdown, or a caller that wants no state left).
@@ -893,8 +930,8 @@ impl<B: PacketBuf> Merger<B> {
             self.flush_flow(flow, now, out);
             prev = NIL;
         }
-        let held = self.items.len() - self.free_items.len();
-        if held >= self.cfg.max_items {
+        if self.free_items.is_empty() {
+            // Every slot is in use: this flow's items go, and the segment passes unmerged.
             self.flush_flow(flow, now, out);
             return self.pass(pkt, out);
         }
@@ -929,17 +966,14 @@ impl<B: PacketBuf> Merger<B> {
         self.after_growth(flow, idx, now, out);
     }
 
+    /// Takes a free slot; the caller checked there is one.
     fn alloc_item(&mut self, item: Item<B>) -> u32 {
-        match self.free_items.pop() {
-            Some(i) => {
-                self.items[i as usize] = item;
-                i
-            }
-            None => {
-                self.items.push(item);
-                (self.items.len() - 1) as u32
-            }
-        }
+        let i = self
+            .free_items
+            .pop()
+            .expect("insert_item checked for a free slot");
+        self.items[i as usize] = item;
+        i
     }
 
     fn free_item(&mut self, idx: u32) {
