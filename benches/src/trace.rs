@@ -507,8 +507,6 @@ impl Trace {
         (off < segs * MSS).then_some(off)
     }
 
-    /// The segment number of sequence number `seq` in flow `flow`, when `seq` starts a segment.
-
     /// The segment of flow `flow` that starts at sequence number `seq`, if any.
     pub fn segment_of(&self, flow: u32, seq: u32) -> Option<u32> {
         let off = seq.wrapping_sub(self.flows.get(flow as usize)?.isn);
