@@ -102,12 +102,14 @@ pub fn run_scenario(
     let generate_s = started.elapsed().as_secs_f64();
 
     let gro = run_rte_gro(eal, &trace, cfg)?;
-    let pxio = Some(run_pxio(eal, &trace, cfg)?);
+    let pxio = Some(run_pxio(eal, &trace, cfg, false)?);
+    let pxio_offload = run_pxio(eal, &trace, cfg, true)?;
 
     let row = MergeRow {
         flows,
         gbps_per_flow,
         pxio_ns_per_pkt: pxio.as_ref().map(|p| p.ns_per_pkt),
+        pxio_offload_ns_per_pkt: Some(pxio_offload.ns_per_pkt),
         rte_gro_ns_per_pkt: gro.ns_per_pkt,
         speedup: pxio.as_ref().map(|p| gro.ns_per_pkt / p.ns_per_pkt),
         conversion_yield: pxio.as_ref().map(|p| p.outcome.conversion_yield),

@@ -25,6 +25,9 @@ pub struct MergeRow {
     pub pxio_ns_per_pkt: Option<f64>,
     /// rte_gro's CPU time per input packet, ns, one core.
     pub rte_gro_ns_per_pkt: f64,
+    /// pxio's CPU time per input packet when the NIC verified and fills checksums
+    /// (`MergeConfig::checksum_offload`, as on the paper's ConnectX NICs), ns.
+    pub pxio_offload_ns_per_pkt: Option<f64>,
     /// `rte_gro_ns_per_pkt / pxio_ns_per_pkt`: how many times faster pxio is.
     pub speedup: Option<f64>,
     /// pxio's conversion yield: share of input bytes leaving in iMTU-bound packets, 0..=1.
@@ -96,6 +99,7 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
         "Gb/s/flow",
         "in pkts",
         "pxio ns/pkt",
+        "pxio ns/pkt (NIC csum)",
         "rte_gro ns/pkt",
         "speedup",
         "pxio yield",
@@ -114,6 +118,7 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
                 format!("{}", r.gbps_per_flow),
                 r.input_packets.to_string(),
                 opt(r.pxio_ns_per_pkt, |v| format!("{v:.1}")),
+                opt(r.pxio_offload_ns_per_pkt, |v| format!("{v:.1}")),
                 format!("{:.1}", r.rte_gro_ns_per_pkt),
                 opt(r.speedup, |v| format!("{v:.2}x")),
                 opt(r.conversion_yield, percent),
@@ -231,6 +236,7 @@ mod tests {
             flows: 64,
             gbps_per_flow: 2.0,
             pxio_ns_per_pkt: pxio,
+            pxio_offload_ns_per_pkt: pxio,
             rte_gro_ns_per_pkt: 240.0,
             speedup: pxio.map(|p| 240.0 / p),
             conversion_yield: None,

@@ -362,6 +362,15 @@ impl Mbuf {
         self.head().ol_flags & mask == u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD)
     }
 
+    /// Marks the packet as if the NIC had verified its L4 checksum on receive
+    /// (`RTE_MBUF_F_RX_L4_CKSUM_GOOD`): for traces and vdevs that stand in for such a NIC.
+    pub fn mark_rx_l4_checksum_good(&mut self) {
+        // SAFETY: we own the head struct; ol_flags is plain metadata.
+        let m = unsafe { self.raw.as_mut() };
+        m.ol_flags &= !u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK);
+        m.ol_flags |= u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD);
+    }
+
     /// Requests TX offloads for this packet: header lengths, the `RTE_MBUF_F_TX_*` flags to set,
     /// and the TSO segment size (0 for none). The port must have been granted the matching
     /// offloads; see [`Port::tx_offloads`](crate::Port::tx_offloads).

@@ -26,23 +26,26 @@ impl Sum {
     /// The sum of `bytes` as big-endian 16-bit words; an odd trailing byte is padded with a zero
     /// on the right (RFC 1071 §4.1).
     pub fn of(bytes: &[u8]) -> Sum {
-        // Big-endian 32-bit words: w = hi * 2^16 + lo, and 2^16 = 1 (mod 0xffff), so summing
-        // them is summing the 16-bit words, two at a time (and the compiler vectorises it). A
-        // u64 accumulator cannot overflow for any slice that fits in memory.
+        // Summed in the machine's (little-endian) order and byte-swapped once at the end: the
+        // one's-complement sum is byte-order independent (RFC 1071 §2(B)), so no word needs a
+        // swap of its own. 32-bit words: w = hi * 2^16 + lo, and 2^16 = 1 (mod 0xffff), so
+        // summing them sums the 16-bit words two at a time; the loop vectorises. A u64
+        // accumulator cannot overflow for any slice that fits in memory.
         let mut acc: u64 = 0;
         let mut quads = bytes.chunks_exact(8);
         for q in &mut quads {
-            acc += u64::from(u32::from_be_bytes([q[0], q[1], q[2], q[3]]));
-            acc += u64::from(u32::from_be_bytes([q[4], q[5], q[6], q[7]]));
+            acc += u64::from(u32::from_le_bytes([q[0], q[1], q[2], q[3]]));
+            acc += u64::from(u32::from_le_bytes([q[4], q[5], q[6], q[7]]));
         }
         let mut words = quads.remainder().chunks_exact(WORD_LEN);
         for word in &mut words {
-            acc += u64::from(u16::from_be_bytes([word[0], word[1]]));
+            acc += u64::from(u16::from_le_bytes([word[0], word[1]]));
         }
         if let [last] = words.remainder() {
-            acc += u64::from(u16::from_be_bytes([*last, 0]));
+            acc += u64::from(*last);
         }
-        Sum(fold_u64(acc))
+        let le = Sum(fold_u64(acc)).fold();
+        Sum(u32::from(le.swap_bytes()))
     }
 
     /// One's-complement addition; carries out of bit 31 are folded back in, so it never

@@ -60,13 +60,13 @@ impl UnitGammaQuantiles {
 }
 
 /// A flow's throughput, as an exponentially weighted moving average over arrivals with time
-/// constant `tau_ns`: each arrival decays the estimate by (1 − Δt/τ) (clamped at 0) and adds
-/// bytes/τ. At a steady rate R the estimate converges to R; packets of one RX burst (Δt = 0)
-/// simply add up.
+/// constant τ (`inv_tau` = 1/τ, per ns): each arrival decays the estimate by (1 − Δt/τ)
+/// (clamped at 0) and adds bytes/τ. At a steady rate R the estimate converges to R; packets of
+/// one RX burst (Δt = 0) simply add up.
 #[inline]
-pub fn update_rate(rate: f32, dt_ns: u64, bytes: u32, tau_ns: f64) -> f32 {
-    let decay = (1.0 - dt_ns as f64 / tau_ns).max(0.0);
-    (f64::from(rate) * decay + f64::from(bytes) / tau_ns) as f32
+pub fn update_rate(rate: f32, dt_ns: u64, bytes: u32, inv_tau: f32) -> f32 {
+    let decay = (1.0 - dt_ns as f32 * inv_tau).max(0.0);
+    rate * decay + bytes as f32 * inv_tau
 }
 
 /// Weight of one full-sized packet in the conversion-yield average: the average spans about
@@ -137,10 +137,10 @@ mod tests {
         // 1500 B every 6 µs = 0.25 B/ns.
         let mut r = 0.0f32;
         for _ in 0..10_000 {
-            r = update_rate(r, 6_000, 1500, 1_000_000.0);
+            r = update_rate(r, 6_000, 1500, 1e-6);
         }
         assert!((r - 0.25).abs() < 0.01, "{r}");
         // A long silence resets it.
-        assert!(update_rate(r, 5_000_000, 1500, 1_000_000.0) < 0.01);
+        assert!(update_rate(r, 5_000_000, 1500, 1e-6) < 0.01);
     }
 }

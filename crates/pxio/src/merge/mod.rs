@@ -257,9 +257,13 @@ struct Item<B> {
     seq: u32,
     payload_len: u32,
     hdr: Headers,
+    sig: MergeSig,
     first_id: u16,
     last_id: u16,
+    /// Input segments merged.
     segs: u16,
+    /// Buffer segments in `pkt` (an input may already be a chain).
+    nb_segs: u16,
     /// PSH/FIN of the last segment.
     tail_flags: u8,
     /// Headers must be rewritten before the packet leaves.
@@ -290,9 +294,11 @@ impl<B> Item<B> {
                 payload_len: 0,
                 key: FlowEntry::EMPTY_KEY,
             },
+            sig: MergeSig::EMPTY,
             first_id: 0,
             last_id: 0,
             segs: 0,
+            nb_segs: 0,
             tail_flags: 0,
             modified: false,
             payload_sum: Sum::default(),
@@ -313,10 +319,50 @@ impl<B> Item<B> {
     }
 }
 
+/// The header fields two segments must share to be merged (see the module docs), read once per
+/// segment and kept with each item, so matching never touches a held packet's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MergeSig {
+    ack: u32,
+    /// IPv4 TTL or IPv6 hop limit.
+    ttl: u8,
+    /// IPv4 TOS byte (DSCP and ECN) or IPv6 traffic class.
+    tos: u8,
+    df: bool,
+    /// TCP flags other than PSH and FIN.
+    flags: u8,
+    l2_len: u8,
+    opt_len: u8,
+    /// The Ethernet header, VLAN tags included (at most two).
+    l2: [u8; MAX_L2],
+    /// The TCP options.
+    options: [u8; MAX_TCP_OPTIONS],
+}
+
+/// Ethernet header with two VLAN tags.
+const MAX_L2: usize = 22;
+/// TCP options are at most 40 bytes.
+const MAX_TCP_OPTIONS: usize = 40;
+
+impl MergeSig {
+    const EMPTY: MergeSig = MergeSig {
+        ack: 0,
+        ttl: 0,
+        tos: 0,
+        df: false,
+        flags: 0,
+        l2_len: 0,
+        opt_len: 0,
+        l2: [0; MAX_L2],
+        options: [0; MAX_TCP_OPTIONS],
+    };
+}
+
 /// What the engine needs of a TCP segment beyond [`Headers`].
 #[derive(Clone, Copy, Debug)]
 struct Segment {
     hdr: Headers,
+    sig: MergeSig,
     seq: u32,
     flags: u8,
     ip_id: u16,
@@ -339,6 +385,8 @@ pub struct Merger<B: PacketBuf> {
     quantiles: UnitGammaQuantiles,
     /// Rate threshold in bytes/ns.
     rate_threshold: f32,
+    /// 1 / rate time constant, per ns.
+    inv_tau: f32,
     stats: MergeStats,
 }
 
@@ -351,6 +399,7 @@ impl<B: PacketBuf> Merger<B> {
         Ok(Self {
             quantiles: UnitGammaQuantiles::new(cfg.delay.quantile),
             rate_threshold: (cfg.delay.rate_threshold_bps / 8e9) as f32,
+            inv_tau: (1.0 / cfg.delay.rate_tau_ns as f64) as f32,
             toeplitz: Toeplitz::default(),
             // Every slot exists (and its memory is touched) up front: the hot path never grows
             // the slab, and never takes a page fault on it.
@@ -524,14 +573,24 @@ impl<B: PacketBuf> Merger<B> {
     fn segment(&self, pkt: &B, hdr: Headers) -> Option<Segment> {
         let bytes = pkt.head();
         let l3 = &bytes[usize::from(hdr.l2_len)..];
-        let (ip_id, df) = if hdr.v6 {
-            (0, true)
+        let l2_len = usize::from(hdr.l2_len);
+        if l2_len > MAX_L2 {
+            return None;
+        }
+        let (ip_id, df, ttl, tos) = if hdr.v6 {
+            let ip = wire::Ipv6Packet::new_checked(&l3[..usize::from(hdr.l3_len)]).ok()?;
+            (0, true, ip.hop_limit(), ip.traffic_class())
         } else {
             let ip = wire::Ipv4Packet::new_checked(&l3[..usize::from(hdr.l3_len)]).ok()?;
             if ip.header_len() != 20 {
                 return None; // IPv4 options: never merged, like Linux
             }
-            (ip.ident(), ip.dont_frag())
+            (
+                ip.ident(),
+                ip.dont_frag(),
+                ip.ttl(),
+                ip.dscp() << 2 | ip.ecn(),
+            )
         };
         let tcp_bytes = &l3[usize::from(hdr.l3_len)..usize::from(hdr.l3_len + hdr.l4_len)];
         let tcp = wire::TcpPacket::new_checked(tcp_bytes).ok()?;
@@ -554,8 +613,22 @@ impl<B: PacketBuf> Merger<B> {
                 .sub(pseudo)
                 .sub(header)
         };
+        let options = tcp.options();
+        let mut sig = MergeSig {
+            ack: tcp.ack_number(),
+            ttl,
+            tos,
+            df,
+            flags: flags & !(tcp_flags::PSH | tcp_flags::FIN),
+            l2_len: l2_len as u8,
+            opt_len: options.len() as u8,
+            ..MergeSig::EMPTY
+        };
+        sig.l2[..l2_len].copy_from_slice(&bytes[..l2_len]);
+        sig.options[..options.len()].copy_from_slice(options);
         Some(Segment {
             hdr,
+            sig,
             seq: tcp.seq_number(),
             flags,
             ip_id,
@@ -565,10 +638,10 @@ impl<B: PacketBuf> Merger<B> {
     }
 
     fn update_flow_on_arrival(&mut self, flow: u32, seg: &Segment, now: u64) {
-        let tau = self.cfg.delay.rate_tau_ns as f64;
+        let inv_tau = self.inv_tau;
         let e = self.flows.get_mut(flow);
         let dt = now.saturating_sub(e.last_seen);
-        e.rate = delay::update_rate(e.rate, dt, u32::from(seg.hdr.ip_len), tau);
+        e.rate = delay::update_rate(e.rate, dt, u32::from(seg.hdr.ip_len), inv_tau);
         e.last_seen = now;
         e.mss = e.mss.max(seg.hdr.payload_len);
     }
@@ -630,13 +703,11 @@ impl<B: PacketBuf> Merger<B> {
     /// Whether `seg` may join item `idx` (as its successor when `append`, else predecessor).
     fn compatible(&self, idx: u32, pkt: &B, seg: &Segment, append: bool) -> bool {
         let it = &self.items[idx as usize];
-        let Some(head) = it.pkt.as_ref() else {
-            return false;
-        };
         if it.hdr.l2_len != seg.hdr.l2_len
             || it.hdr.l3_len != seg.hdr.l3_len
             || it.hdr.l4_len != seg.hdr.l4_len
-            || head.num_segs() + pkt.num_segs() > self.max_segs()
+            || usize::from(it.nb_segs) + pkt.num_segs() > self.max_segs()
+            || it.sig != seg.sig
         {
             return false;
         }
@@ -650,7 +721,7 @@ impl<B: PacketBuf> Merger<B> {
                 return false;
             }
         }
-        headers_match(head.head(), pkt.head(), &seg.hdr)
+        true
     }
 
     fn append(
@@ -771,7 +842,9 @@ impl<B: PacketBuf> Merger<B> {
             "classify checked the headers are in the first segment"
         );
         let seg_len = pkt.len() as u32;
+        let pkt_segs = pkt.num_segs() as u16;
         let it = &mut self.items[idx as usize];
+        it.nb_segs += pkt_segs;
         let head = it.pkt.as_mut().expect("held items have a packet");
         // `compatible` checked the segment count, so chaining cannot fail.
         if head.chain(pkt).is_err() {
@@ -793,6 +866,7 @@ impl<B: PacketBuf> Merger<B> {
         let mut old = it.pkt.take().expect("held items have a packet");
         let stripped = old.adj(it.hdr.hdr_len());
         debug_assert!(stripped);
+        it.nb_segs += pkt.num_segs() as u16;
         // `compatible` checked the segment count, so chaining cannot fail.
         if pkt.chain(old).is_err() {
             unreachable_chain();
@@ -806,6 +880,7 @@ impl<B: PacketBuf> Merger<B> {
         it.seq = seg.seq;
         it.payload_len += u32::from(seg.hdr.payload_len);
         it.hdr = seg.hdr;
+        it.sig = seg.sig;
         it.first_id = seg.ip_id;
         it.segs += 1;
         it.modified = true;
@@ -843,14 +918,11 @@ impl<B: PacketBuf> Merger<B> {
         if a.end_seq() != b.seq || a.closed() || !fits || !ids_ok {
             return false;
         }
-        let (Some(pa), Some(pb)) = (a.pkt.as_ref(), b.pkt.as_ref()) else {
-            return false;
-        };
         if a.hdr.l2_len != b.hdr.l2_len
             || a.hdr.l3_len != b.hdr.l3_len
             || a.hdr.l4_len != b.hdr.l4_len
-            || pa.num_segs() + pb.num_segs() > self.max_segs()
-            || !headers_match(pa.head(), pb.head(), &b.hdr)
+            || usize::from(a.nb_segs + b.nb_segs) > self.max_segs()
+            || a.sig != b.sig
         {
             return false;
         }
@@ -862,11 +934,12 @@ impl<B: PacketBuf> Merger<B> {
             unreachable_chain();
         }
         let b = &self.items[next as usize];
-        let (b_len, b_sum, b_last, b_segs, b_flags, b_arr, b_oldest, b_next) = (
+        let (b_len, b_sum, b_last, b_segs, b_nb, b_flags, b_arr, b_oldest, b_next) = (
             b.payload_len,
             b.payload_sum,
             b.last_id,
             b.segs,
+            b.nb_segs,
             b.tail_flags,
             b.arrival_sum,
             b.oldest,
@@ -877,6 +950,7 @@ impl<B: PacketBuf> Merger<B> {
         a.payload_len += b_len;
         a.last_id = b_last;
         a.segs += b_segs;
+        a.nb_segs += b_nb;
         a.tail_flags = b_flags;
         a.arrival_sum += b_arr;
         a.oldest = a.oldest.min(b_oldest);
@@ -935,14 +1009,17 @@ impl<B: PacketBuf> Merger<B> {
             self.flush_flow(flow, now, out);
             return self.pass(pkt, out);
         }
+        let nb_segs = pkt.num_segs() as u16;
         let item = Item {
             pkt: Some(pkt),
             seq: seg.seq,
             payload_len: u32::from(seg.hdr.payload_len),
             hdr: seg.hdr,
+            sig: seg.sig,
             first_id: seg.ip_id,
             last_id: seg.ip_id,
             segs: 1,
+            nb_segs,
             tail_flags: seg.flags & (tcp_flags::PSH | tcp_flags::FIN),
             modified,
             payload_sum: seg.payload_sum,
@@ -1127,57 +1204,6 @@ fn sums_equal(a: Sum, b: Sum) -> bool {
         v => v,
     };
     norm(a) == norm(b)
-}
-
-/// Whether two segments of one flow carry the same headers where merging requires it.
-fn headers_match(a: &[u8], b: &[u8], hdr: &Headers) -> bool {
-    let l2 = usize::from(hdr.l2_len);
-    let l3 = usize::from(hdr.l3_len);
-    let end = hdr.hdr_len();
-    if a.len() < end || b.len() < end || a[..l2] != b[..l2] {
-        return false;
-    }
-    let (ia, ib) = (&a[l2..l2 + l3], &b[l2..l2 + l3]);
-    let ip_ok = if hdr.v6 {
-        match (
-            wire::Ipv6Packet::new_checked(ia),
-            wire::Ipv6Packet::new_checked(ib),
-        ) {
-            (Ok(x), Ok(y)) => {
-                x.traffic_class() == y.traffic_class() && x.hop_limit() == y.hop_limit()
-            }
-            _ => false,
-        }
-    } else {
-        match (
-            wire::Ipv4Packet::new_checked(ia),
-            wire::Ipv4Packet::new_checked(ib),
-        ) {
-            (Ok(x), Ok(y)) => {
-                x.dscp() == y.dscp()
-                    && x.ecn() == y.ecn()
-                    && x.ttl() == y.ttl()
-                    && x.dont_frag() == y.dont_frag()
-            }
-            _ => false,
-        }
-    };
-    if !ip_ok {
-        return false;
-    }
-    let (ta, tb) = (&a[l2 + l3..end], &b[l2 + l3..end]);
-    match (
-        wire::TcpPacket::new_checked(ta),
-        wire::TcpPacket::new_checked(tb),
-    ) {
-        (Ok(x), Ok(y)) => {
-            let mask = !(tcp_flags::PSH | tcp_flags::FIN);
-            x.ack_number() == y.ack_number()
-                && x.flags() & mask == y.flags() & mask
-                && x.options() == y.options()
-        }
-        _ => false,
-    }
 }
 
 /// Chaining fails only past the segment limit, which every merge checks first.
