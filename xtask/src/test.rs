@@ -27,7 +27,19 @@ struct Suite {
 ///
 /// Append new suites here, e.g.
 /// `Suite { name: "netlab", program: "cargo", args: &["test", "-p", "netlab", "--", "--ignored"] }`.
-const INTEGRATION_SUITES: &[Suite] = &[];
+const INTEGRATION_SUITES: &[Suite] = &[
+    // The merge benchmark from a clean build, small: both engines on real traces, every output
+    // byte verified against the flows' streams. It checks that the bench works and that pxio's
+    // output is correct on bench traffic; it asserts no timing.
+    Suite {
+        name: "bench-smoke",
+        program: "cargo",
+        args: &[
+            "run", "--release", "-j2", "-p", "pxbench", "--bin", "merge", "--", "--flows", "8",
+            "--flows", "800", "--reps", "1", "--verify", "--min-packets", "20000",
+        ],
+    },
+];
 
 /// What one step of the test sequence does.
 enum Action {
