@@ -1,0 +1,70 @@
+//! Criterion micro-benchmarks of pxio's per-packet building blocks, for profiling work on the hot
+//! path (`cargo bench -p pxbench --bench micro`). The end-to-end comparison with rte_gro is
+//! `cargo xtask bench merge`.
+
+use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use pxio::checksum::Sum;
+use pxio::merge::{MergeConfig, Merger};
+use pxio::toeplitz::Toeplitz;
+use pxio::wire::classify;
+use pxio::{HeapBuf, HeapPool};
+
+/// A 1514 B Ethernet/IPv4/TCP frame with timestamps, `seq` in its header.
+fn frame(seq: u32) -> Vec<u8> {
+    let builder = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([198, 18, 0, 1], [198, 18, 0, 2], 64)
+        .tcp(40000, 443, seq, 65000)
+        .ack(1)
+        .options_raw(&[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2])
+        .unwrap();
+    let mut out = Vec::new();
+    builder.write(&mut out, &[0x5a; 1448]).unwrap();
+    out
+}
+
+fn parsing(c: &mut Criterion) {
+    let f = frame(1);
+    let mut g = c.benchmark_group("per packet");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("classify", |b| b.iter(|| classify(black_box(&f), f.len())));
+    let t = Toeplitz::default();
+    g.bench_function("toeplitz v4", |b| {
+        b.iter(|| t.hash_v4(black_box([198, 18, 0, 1]), [198, 18, 0, 2], 40000, 443))
+    });
+    g.bench_function("checksum 1448 B", |b| {
+        b.iter(|| Sum::of(black_box(&f[66..])))
+    });
+    g.finish();
+}
+
+fn merging(c: &mut Criterion) {
+    // One 64 KB TSO burst (45 segments) of one flow, in order, merged and emitted.
+    let frames: Vec<Vec<u8>> = (0..45u32).map(|i| frame(1 + i * 1448)).collect();
+    let pool = HeapPool::new(256);
+    let mut g = c.benchmark_group("merge");
+    g.throughput(Throughput::Elements(frames.len() as u64));
+    g.bench_function("45-segment burst, heap buffers", |b| {
+        let cfg = MergeConfig {
+            flow_capacity: 64,
+            max_items: 256,
+            ..MergeConfig::default()
+        };
+        let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
+        let mut out = Vec::with_capacity(64);
+        let mut now = 0;
+        b.iter_batched(
+            || frames.iter().map(|f| pool.packet(f)).collect::<Vec<_>>(),
+            |pkts| {
+                now += 1_000_000;
+                merger.rx_burst(pkts, now, &mut out);
+                merger.flush_all(now, &mut out);
+                out.clear();
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, parsing, merging);
+criterion_main!(benches);
