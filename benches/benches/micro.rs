@@ -2,6 +2,9 @@
 //! path (`cargo bench -p pxbench --bench micro`). The end-to-end comparison with rte_gro is
 //! `cargo xtask bench merge`.
 
+// criterion_group! generates an undocumented function.
+#![allow(missing_docs)]
+
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use pxio::checksum::Sum;
 use pxio::merge::{MergeConfig, Merger};
