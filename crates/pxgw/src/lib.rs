@@ -1,3 +1,10 @@
-//! PXGW: the MTU-translating gateway (SIGCOMM'26 §3).
-//!
-//! This crate is filled by its own issue; the foundation only reserves its place in the workspace.
+//! PXGW, the MTU-translating gateway (SIGCOMM'26 §3): it sits at the border of a large-MTU
+//! network, merges inbound TCP to the internal MTU, splits outbound TCP to the path MTU,
+//! rewrites MSS options, and carries UDP as caravans.
+
+pub mod config;
+pub mod conn;
+pub mod mss;
+pub mod pipeline;
+pub mod stats;
+pub mod worker;

@@ -1,0 +1,412 @@
+//! `pxgw.toml`: what an operator configures. Unknown keys are rejected, and every invalid value
+//! gets one message naming the key, the value and what is allowed.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The whole configuration.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the gateway sits: `transparent` (an L2 bump in the wire, the default) or `l3`.
+    #[serde(default)]
+    pub mode: Mode,
+    /// The two ports.
+    pub ports: Ports,
+    /// Worker cores.
+    #[serde(default)]
+    pub workers: Workers,
+    /// TCP merging (inbound).
+    #[serde(default)]
+    pub merge: Merge,
+    /// UDP caravans.
+    #[serde(default)]
+    pub caravan: Caravan,
+    /// TCP MSS rewriting in handshakes.
+    #[serde(default)]
+    pub mss: Mss,
+    /// How the path MTU of an outbound flow is chosen.
+    #[serde(default)]
+    pub pmtu: Pmtu,
+    /// Operator output.
+    #[serde(default)]
+    pub stats: Stats,
+    /// DPDK EAL settings.
+    #[serde(default)]
+    pub eal: Eal,
+}
+
+/// Forwarding mode.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Frames keep their MAC addresses: the gateway is invisible at L2.
+    #[default]
+    Transparent,
+    /// Frames are re-addressed to static next-hop MACs (`ports.*.next_hop_mac`).
+    L3,
+}
+
+/// The external (Internet, eMTU) and internal (b-network, iMTU) ports.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Ports {
+    /// Toward the Internet.
+    pub external: Port,
+    /// Toward the large-MTU network.
+    pub internal: Port,
+}
+
+/// One port.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Port {
+    /// A PCI address (`0000:3b:00.0`) or a vdev string (`net_af_packet0,iface=veth0`).
+    pub device: String,
+    /// The link MTU (L3 bytes). Defaults: 1500 external, 9000 internal.
+    pub mtu: Option<u16>,
+    /// L3 mode only: the MAC address frames leaving this port are sent to.
+    pub next_hop_mac: Option<String>,
+}
+
+/// Worker cores and queues.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Workers {
+    /// Worker threads, each pinned to one core, each owning one RX and one TX queue per port.
+    pub count: u16,
+    /// Cores to pin the workers to, in order (default: 0, 1, ...).
+    pub cores: Option<Vec<usize>>,
+    /// Mbufs in the packet pool.
+    pub pool_size: u32,
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Self {
+            count: 1,
+            cores: None,
+            pool_size: 16383,
+        }
+    }
+}
+
+/// TCP merging (SIGCOMM'26 §4, Appendix A).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Merge {
+    /// Merge inbound TCP at all.
+    pub enabled: bool,
+    /// Largest merged IP packet. Defaults to the internal port's MTU.
+    pub imtu: Option<u16>,
+    /// Adaptive delayed merging.
+    pub delay: bool,
+    /// Flows slower than this never wait (Gb/s).
+    pub rate_threshold_gbps: f64,
+    /// Flows whose conversion yield is above this never wait (0..=1).
+    pub yield_bypass: f64,
+    /// Longest delay window (µs).
+    pub max_window_us: u64,
+    /// Flow-table entries per worker.
+    pub flows: usize,
+}
+
+impl Default for Merge {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            imtu: None,
+            delay: true,
+            rate_threshold_gbps: 1.0,
+            yield_bypass: 0.93,
+            max_window_us: 500,
+            flows: 16384,
+        }
+    }
+}
+
+/// UDP caravans (SIGCOMM'26 §6).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Caravan {
+    /// Pack inbound UDP into caravans, unpack outbound ones.
+    pub enabled: bool,
+    /// The DSCP codepoint that marks a caravan.
+    pub dscp: u8,
+    /// UDP ports (source or destination) never packed: DNS, NTP, F-PMTUD probes, ...
+    pub exclude_ports: Vec<u16>,
+    /// A caravan leaves at the latest this long after its first datagram (µs).
+    pub timeout_us: u64,
+    /// Most datagrams per caravan.
+    pub max_datagrams: u16,
+}
+
+impl Default for Caravan {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dscp: pxio::caravan::DEFAULT_DSCP,
+            exclude_ports: vec![53, 123, 4689],
+            timeout_us: 50,
+            max_datagrams: pxio::caravan::DEFAULT_MAX_DATAGRAMS,
+        }
+    }
+}
+
+/// MSS rewriting (SIGCOMM'26 §3.5, HotNets'25 §4.1).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Mss {
+    /// Rewrite the MSS option of SYN and SYN-ACK segments.
+    pub rewrite: bool,
+}
+
+impl Default for Mss {
+    fn default() -> Self {
+        Self { rewrite: true }
+    }
+}
+
+/// Path MTU policy for outbound TCP.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Pmtu {
+    /// `mss`: the outside peer's MSS plus headers (capped at the eMTU), falling back to
+    /// `fallback`; `emtu`: always the external MTU; `conservative`: always `conservative_mtu`.
+    pub policy: PmtuPolicy,
+    /// When the MSS is unknown: `emtu` or `conservative`.
+    pub fallback: PmtuPolicy,
+    /// The conservative MTU (1280, the IPv6 minimum).
+    pub conservative_mtu: u16,
+}
+
+impl Default for Pmtu {
+    fn default() -> Self {
+        Self {
+            policy: PmtuPolicy::Mss,
+            fallback: PmtuPolicy::Emtu,
+            conservative_mtu: 1280,
+        }
+    }
+}
+
+/// A PMTU source.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PmtuPolicy {
+    /// From the peer's MSS.
+    Mss,
+    /// The external port's MTU.
+    Emtu,
+    /// `conservative_mtu`.
+    Conservative,
+}
+
+/// Operator output.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Stats {
+    /// Seconds between summary lines (0: none).
+    pub interval_s: f64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self { interval_s: 1.0 }
+    }
+}
+
+/// EAL settings.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Eal {
+    /// Run without hugepages (`--no-huge`).
+    pub no_huge: bool,
+    /// Memory to reserve, MB.
+    pub memory_mb: u32,
+    /// Extra EAL arguments, passed as they are.
+    pub args: Vec<String>,
+}
+
+impl Default for Eal {
+    fn default() -> Self {
+        Self {
+            no_huge: true,
+            memory_mb: 1024,
+            args: Vec::new(),
+        }
+    }
+}
+
+/// A configuration that cannot be used, with a message an operator can act on.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// TOML syntax, an unknown key, or a value of the wrong type (toml's message names them).
+    #[error("{0}")]
+    Parse(String),
+    /// A value out of range.
+    #[error("invalid value for `{key}`: {value}; {allowed}")]
+    Invalid {
+        /// The key, dotted (`merge.imtu`).
+        key: String,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        allowed: String,
+    },
+}
+
+fn invalid(key: &str, value: impl std::fmt::Display, allowed: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        value: value.to_string(),
+        allowed: allowed.to_owned(),
+    }
+}
+
+impl Config {
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text)
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The external MTU.
+    pub fn emtu(&self) -> u16 {
+        self.ports.external.mtu.unwrap_or(1500)
+    }
+
+    /// The internal MTU.
+    pub fn internal_mtu(&self) -> u16 {
+        self.ports.internal.mtu.unwrap_or(9000)
+    }
+
+    /// The merge target.
+    pub fn imtu(&self) -> u16 {
+        self.merge.imtu.unwrap_or(self.internal_mtu())
+    }
+
+    /// Checks every value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, port) in [("external", &self.ports.external), ("internal", &self.ports.internal)] {
+            if port.device.trim().is_empty() {
+                return Err(invalid(&format!("ports.{name}.device"), "\"\"", "a PCI address or a vdev string"));
+            }
+            if let Some(mtu) = port.mtu {
+                if !(576..=9216).contains(&mtu) {
+                    return Err(invalid(&format!("ports.{name}.mtu"), mtu, "576..=9216"));
+                }
+            }
+            match (self.mode, &port.next_hop_mac) {
+                (Mode::L3, None) => {
+                    return Err(invalid(&format!("ports.{name}.next_hop_mac"), "(missing)", "required in l3 mode: aa:bb:cc:dd:ee:ff"))
+                }
+                (_, Some(mac)) if parse_mac(mac).is_none() => {
+                    return Err(invalid(&format!("ports.{name}.next_hop_mac"), mac, "six hex bytes separated by ':'"))
+                }
+                _ => {}
+            }
+        }
+        if self.emtu() > self.internal_mtu() {
+            return Err(invalid(
+                "ports.external.mtu",
+                self.emtu(),
+                &format!("at most the internal MTU ({})", self.internal_mtu()),
+            ));
+        }
+        let imtu = self.imtu();
+        if imtu < self.emtu() || imtu > self.internal_mtu() {
+            return Err(invalid(
+                "merge.imtu",
+                imtu,
+                &format!("between the external MTU ({}) and the internal MTU ({})", self.emtu(), self.internal_mtu()),
+            ));
+        }
+        if self.workers.count == 0 || self.workers.count > 64 {
+            return Err(invalid("workers.count", self.workers.count, "1..=64"));
+        }
+        if let Some(cores) = &self.workers.cores {
+            if cores.len() != usize::from(self.workers.count) {
+                return Err(invalid(
+                    "workers.cores",
+                    format!("{cores:?}"),
+                    &format!("one core per worker ({} workers)", self.workers.count),
+                ));
+            }
+        }
+        if self.workers.pool_size < 1024 {
+            return Err(invalid("workers.pool_size", self.workers.pool_size, "at least 1024"));
+        }
+        if !(self.merge.rate_threshold_gbps >= 0.0 && self.merge.rate_threshold_gbps.is_finite()) {
+            return Err(invalid("merge.rate_threshold_gbps", self.merge.rate_threshold_gbps, "a number >= 0"));
+        }
+        if !(0.0..=1.0).contains(&self.merge.yield_bypass) {
+            return Err(invalid("merge.yield_bypass", self.merge.yield_bypass, "0..=1"));
+        }
+        if self.merge.max_window_us == 0 || self.merge.max_window_us > 100_000 {
+            return Err(invalid("merge.max_window_us", self.merge.max_window_us, "1..=100000"));
+        }
+        if self.merge.flows == 0 || self.merge.flows > 1 << 24 {
+            return Err(invalid("merge.flows", self.merge.flows, "1..=16777216"));
+        }
+        if self.caravan.dscp == 0 || self.caravan.dscp > 63 {
+            return Err(invalid("caravan.dscp", self.caravan.dscp, "1..=63 (0 is best effort)"));
+        }
+        if self.caravan.timeout_us == 0 || self.caravan.timeout_us > 100_000 {
+            return Err(invalid("caravan.timeout_us", self.caravan.timeout_us, "1..=100000"));
+        }
+        if self.caravan.max_datagrams == 0 {
+            return Err(invalid("caravan.max_datagrams", 0, "at least 1"));
+        }
+        if self.pmtu.fallback == PmtuPolicy::Mss {
+            return Err(invalid("pmtu.fallback", "mss", "\"emtu\" or \"conservative\""));
+        }
+        if self.pmtu.conservative_mtu < 576 || self.pmtu.conservative_mtu > self.emtu() {
+            return Err(invalid(
+                "pmtu.conservative_mtu",
+                self.pmtu.conservative_mtu,
+                &format!("576..={} (the external MTU)", self.emtu()),
+            ));
+        }
+        if !(self.stats.interval_s >= 0.0 && self.stats.interval_s.is_finite()) {
+            return Err(invalid("stats.interval_s", self.stats.interval_s, "a number >= 0"));
+        }
+        if self.eal.memory_mb < 128 {
+            return Err(invalid("eal.memory_mb", self.eal.memory_mb, "at least 128"));
+        }
+        Ok(())
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for byte in &mut mac {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}

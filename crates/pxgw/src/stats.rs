@@ -1,0 +1,235 @@
+//! What the gateway did, per direction, for the periodic summary line, the final summary and
+//! `--stats-json`.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Packet and byte counts of one direction.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Direction {
+    /// Frames received on the port this direction starts at.
+    pub packets_in: u64,
+    /// Their bytes (Ethernet frames).
+    pub bytes_in: u64,
+    /// Frames sent on the port this direction ends at.
+    pub packets_out: u64,
+    /// Their bytes.
+    pub bytes_out: u64,
+    /// Largest frame sent, bytes.
+    pub max_frame_out: u64,
+}
+
+impl Direction {
+    fn add(&mut self, o: &Direction) {
+        self.packets_in += o.packets_in;
+        self.bytes_in += o.bytes_in;
+        self.packets_out += o.packets_out;
+        self.bytes_out += o.bytes_out;
+        self.max_frame_out = self.max_frame_out.max(o.max_frame_out);
+    }
+}
+
+/// Drops, by reason. Every packet the gateway received is either sent or counted here.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Drops {
+    /// The TX queue stayed full.
+    pub tx_full: u64,
+    /// Larger than the external MTU and not splittable (non-TCP).
+    pub oversize: u64,
+    /// A TCP packet that could not be split (no buffer, bad checksum, MTU too small).
+    pub split_failed: u64,
+    /// A caravan from inside that was malformed.
+    pub caravan_malformed: u64,
+    /// No buffer to build a caravan or a header.
+    pub pool_exhausted: u64,
+    /// Merged packets dropped by the merge engine (headers that could not be rewritten).
+    pub merge_failed: u64,
+}
+
+impl Drops {
+    fn add(&mut self, o: &Drops) {
+        self.tx_full += o.tx_full;
+        self.oversize += o.oversize;
+        self.split_failed += o.split_failed;
+        self.caravan_malformed += o.caravan_malformed;
+        self.pool_exhausted += o.pool_exhausted;
+        self.merge_failed += o.merge_failed;
+    }
+
+    /// All drops.
+    pub fn total(&self) -> u64 {
+        self.tx_full
+            + self.oversize
+            + self.split_failed
+            + self.caravan_malformed
+            + self.pool_exhausted
+            + self.merge_failed
+    }
+}
+
+/// Merge engine outcome (inbound TCP).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct MergeSummary {
+    /// TCP payload bytes that went into merge items.
+    pub payload_in: u64,
+    /// Of those, bytes that left in iMTU-bound packets.
+    pub payload_full: u64,
+    /// `payload_full / payload_in`.
+    pub conversion_yield: f64,
+    /// Mean added delay per segment, µs.
+    pub mean_delay_us: f64,
+    /// 99th percentile of the added delay, µs.
+    pub p99_delay_us: f64,
+    /// Segments merged into others.
+    pub merges: u64,
+    /// Segments cut at the iMTU.
+    pub cuts: u64,
+    /// Items held right now.
+    pub held_items: u64,
+}
+
+/// UDP caravans.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct CaravanSummary {
+    /// Datagrams packed into caravans (inbound).
+    pub datagrams_packed: u64,
+    /// Caravans sent inside.
+    pub caravans_built: u64,
+    /// Caravans unpacked (outbound).
+    pub caravans_unpacked: u64,
+    /// Datagrams they carried.
+    pub datagrams_unpacked: u64,
+}
+
+/// Handshakes.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct MssSummary {
+    /// SYN and SYN-ACK segments seen.
+    pub handshakes: u64,
+    /// Of those, MSS options rewritten.
+    pub rewritten: u64,
+    /// Of those, without an MSS option.
+    pub without_mss: u64,
+    /// Connections the table could not take (left untranslated).
+    pub table_full: u64,
+}
+
+/// One worker's counters (and, summed, the gateway's).
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Outside → inside.
+    pub inbound: Direction,
+    /// Inside → outside.
+    pub outbound: Direction,
+    /// Merging.
+    pub merge: MergeSummary,
+    /// Added delay, ns (for aggregation).
+    pub delay_ns: Option<Histogram<u64>>,
+    /// Caravans.
+    pub caravan: CaravanSummary,
+    /// Handshakes.
+    pub mss: MssSummary,
+    /// Drops.
+    pub drops: Drops,
+    /// Connections known.
+    pub connections: u64,
+}
+
+impl Report {
+    /// Adds another worker's report.
+    pub fn add(&mut self, o: &Report) {
+        self.inbound.add(&o.inbound);
+        self.outbound.add(&o.outbound);
+        self.merge.payload_in += o.merge.payload_in;
+        self.merge.payload_full += o.merge.payload_full;
+        self.merge.merges += o.merge.merges;
+        self.merge.cuts += o.merge.cuts;
+        self.merge.held_items += o.merge.held_items;
+        match (&mut self.delay_ns, &o.delay_ns) {
+            (Some(a), Some(b)) => {
+                let _ = a.add(b);
+            }
+            (None, Some(b)) => self.delay_ns = Some(b.clone()),
+            _ => {}
+        }
+        self.caravan.datagrams_packed += o.caravan.datagrams_packed;
+        self.caravan.caravans_built += o.caravan.caravans_built;
+        self.caravan.caravans_unpacked += o.caravan.caravans_unpacked;
+        self.caravan.datagrams_unpacked += o.caravan.datagrams_unpacked;
+        self.mss.handshakes += o.mss.handshakes;
+        self.mss.rewritten += o.mss.rewritten;
+        self.mss.without_mss += o.mss.without_mss;
+        self.mss.table_full += o.mss.table_full;
+        self.drops.add(&o.drops);
+        self.connections += o.connections;
+        self.finish();
+    }
+
+    /// Derives the ratios from the counts.
+    pub fn finish(&mut self) {
+        self.merge.conversion_yield = if self.merge.payload_in == 0 {
+            0.0
+        } else {
+            self.merge.payload_full as f64 / self.merge.payload_in as f64
+        };
+        if let Some(h) = &self.delay_ns {
+            if !h.is_empty() {
+                self.merge.mean_delay_us = h.mean() / 1e3;
+                self.merge.p99_delay_us = h.value_at_quantile(0.99) as f64 / 1e3;
+            }
+        }
+    }
+
+    /// The JSON document of `--stats-json`.
+    pub fn to_json(&self, seconds: f64, leaked_mbufs: usize) -> serde_json::Value {
+        serde_json::json!({
+            "seconds": seconds,
+            "inbound": self.inbound,
+            "outbound": self.outbound,
+            "merge": self.merge,
+            "caravan": self.caravan,
+            "mss": self.mss,
+            "drops": self.drops,
+            "connections": self.connections,
+            "leaked_mbufs": leaked_mbufs,
+        })
+    }
+
+    /// The one-line summary of the change from `prev` over `dt` seconds.
+    pub fn line(&self, prev: &Report, dt: f64) -> String {
+        let rate = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / dt.max(1e-9) / 1e3;
+        format!(
+            "in: {:.1} -> {:.1} kpps (yield {:.1} %, delay {:.1}/{:.1} us mean/p99, held {}) | out: {:.1} -> {:.1} kpps (max frame {} B) | drops {}",
+            rate(self.inbound.packets_in, prev.inbound.packets_in),
+            rate(self.inbound.packets_out, prev.inbound.packets_out),
+            100.0 * self.merge.conversion_yield,
+            self.merge.mean_delay_us,
+            self.merge.p99_delay_us,
+            self.merge.held_items,
+            rate(self.outbound.packets_in, prev.outbound.packets_in),
+            rate(self.outbound.packets_out, prev.outbound.packets_out),
+            self.outbound.max_frame_out,
+            drops_line(&self.drops),
+        )
+    }
+}
+
+fn drops_line(d: &Drops) -> String {
+    if d.total() == 0 {
+        return "0".into();
+    }
+    let mut parts = Vec::new();
+    for (name, v) in [
+        ("tx_full", d.tx_full),
+        ("oversize", d.oversize),
+        ("split_failed", d.split_failed),
+        ("caravan_malformed", d.caravan_malformed),
+        ("pool_exhausted", d.pool_exhausted),
+        ("merge_failed", d.merge_failed),
+    ] {
+        if v > 0 {
+            parts.push(format!("{name}={v}"));
+        }
+    }
+    parts.join(" ")
+}
