@@ -72,7 +72,7 @@ pub struct Port {
 
 /// Worker cores and queues.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Workers {
     /// Worker threads, each pinned to one core, each owning one RX and one TX queue per port.
     pub count: u16,
@@ -94,7 +94,7 @@ impl Default for Workers {
 
 /// TCP merging (SIGCOMM'26 §4, Appendix A).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Merge {
     /// Merge inbound TCP at all.
     pub enabled: bool,
@@ -128,7 +128,7 @@ impl Default for Merge {
 
 /// UDP caravans (SIGCOMM'26 §6).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Caravan {
     /// Pack inbound UDP into caravans, unpack outbound ones.
     pub enabled: bool,
@@ -156,7 +156,7 @@ impl Default for Caravan {
 
 /// MSS rewriting (SIGCOMM'26 §3.5, HotNets'25 §4.1).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Mss {
     /// Rewrite the MSS option of SYN and SYN-ACK segments.
     pub rewrite: bool,
@@ -170,7 +170,7 @@ impl Default for Mss {
 
 /// Path MTU policy for outbound TCP.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Pmtu {
     /// `mss`: the outside peer's MSS plus headers (capped at the eMTU), falling back to
     /// `fallback`; `emtu`: always the external MTU; `conservative`: always `conservative_mtu`.
@@ -205,7 +205,7 @@ pub enum PmtuPolicy {
 
 /// Operator output.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Stats {
     /// Seconds between summary lines (0: none).
     pub interval_s: f64,
@@ -219,7 +219,7 @@ impl Default for Stats {
 
 /// EAL settings.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Eal {
     /// Run without hugepages (`--no-huge`).
     pub no_huge: bool,
@@ -307,9 +307,16 @@ impl Config {
 
     /// Checks every value.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        for (name, port) in [("external", &self.ports.external), ("internal", &self.ports.internal)] {
+        for (name, port) in [
+            ("external", &self.ports.external),
+            ("internal", &self.ports.internal),
+        ] {
             if port.device.trim().is_empty() {
-                return Err(invalid(&format!("ports.{name}.device"), "\"\"", "a PCI address or a vdev string"));
+                return Err(invalid(
+                    &format!("ports.{name}.device"),
+                    "\"\"",
+                    "a PCI address or a vdev string",
+                ));
             }
             if let Some(mtu) = port.mtu {
                 if !(576..=9216).contains(&mtu) {
@@ -318,10 +325,18 @@ impl Config {
             }
             match (self.mode, &port.next_hop_mac) {
                 (Mode::L3, None) => {
-                    return Err(invalid(&format!("ports.{name}.next_hop_mac"), "(missing)", "required in l3 mode: aa:bb:cc:dd:ee:ff"))
+                    return Err(invalid(
+                        &format!("ports.{name}.next_hop_mac"),
+                        "(missing)",
+                        "required in l3 mode: aa:bb:cc:dd:ee:ff",
+                    ))
                 }
                 (_, Some(mac)) if parse_mac(mac).is_none() => {
-                    return Err(invalid(&format!("ports.{name}.next_hop_mac"), mac, "six hex bytes separated by ':'"))
+                    return Err(invalid(
+                        &format!("ports.{name}.next_hop_mac"),
+                        mac,
+                        "six hex bytes separated by ':'",
+                    ))
                 }
                 _ => {}
             }
@@ -338,7 +353,11 @@ impl Config {
             return Err(invalid(
                 "merge.imtu",
                 imtu,
-                &format!("between the external MTU ({}) and the internal MTU ({})", self.emtu(), self.internal_mtu()),
+                &format!(
+                    "between the external MTU ({}) and the internal MTU ({})",
+                    self.emtu(),
+                    self.internal_mtu()
+                ),
             ));
         }
         if self.workers.count == 0 || self.workers.count > 64 {
@@ -354,31 +373,59 @@ impl Config {
             }
         }
         if self.workers.pool_size < 1024 {
-            return Err(invalid("workers.pool_size", self.workers.pool_size, "at least 1024"));
+            return Err(invalid(
+                "workers.pool_size",
+                self.workers.pool_size,
+                "at least 1024",
+            ));
         }
         if !(self.merge.rate_threshold_gbps >= 0.0 && self.merge.rate_threshold_gbps.is_finite()) {
-            return Err(invalid("merge.rate_threshold_gbps", self.merge.rate_threshold_gbps, "a number >= 0"));
+            return Err(invalid(
+                "merge.rate_threshold_gbps",
+                self.merge.rate_threshold_gbps,
+                "a number >= 0",
+            ));
         }
         if !(0.0..=1.0).contains(&self.merge.yield_bypass) {
-            return Err(invalid("merge.yield_bypass", self.merge.yield_bypass, "0..=1"));
+            return Err(invalid(
+                "merge.yield_bypass",
+                self.merge.yield_bypass,
+                "0..=1",
+            ));
         }
         if self.merge.max_window_us == 0 || self.merge.max_window_us > 100_000 {
-            return Err(invalid("merge.max_window_us", self.merge.max_window_us, "1..=100000"));
+            return Err(invalid(
+                "merge.max_window_us",
+                self.merge.max_window_us,
+                "1..=100000",
+            ));
         }
         if self.merge.flows == 0 || self.merge.flows > 1 << 24 {
             return Err(invalid("merge.flows", self.merge.flows, "1..=16777216"));
         }
         if self.caravan.dscp == 0 || self.caravan.dscp > 63 {
-            return Err(invalid("caravan.dscp", self.caravan.dscp, "1..=63 (0 is best effort)"));
+            return Err(invalid(
+                "caravan.dscp",
+                self.caravan.dscp,
+                "1..=63 (0 is best effort)",
+            ));
         }
         if self.caravan.timeout_us == 0 || self.caravan.timeout_us > 100_000 {
-            return Err(invalid("caravan.timeout_us", self.caravan.timeout_us, "1..=100000"));
+            return Err(invalid(
+                "caravan.timeout_us",
+                self.caravan.timeout_us,
+                "1..=100000",
+            ));
         }
         if self.caravan.max_datagrams == 0 {
             return Err(invalid("caravan.max_datagrams", 0, "at least 1"));
         }
         if self.pmtu.fallback == PmtuPolicy::Mss {
-            return Err(invalid("pmtu.fallback", "mss", "\"emtu\" or \"conservative\""));
+            return Err(invalid(
+                "pmtu.fallback",
+                "mss",
+                "\"emtu\" or \"conservative\"",
+            ));
         }
         if self.pmtu.conservative_mtu < 576 || self.pmtu.conservative_mtu > self.emtu() {
             return Err(invalid(
@@ -388,7 +435,11 @@ impl Config {
             ));
         }
         if !(self.stats.interval_s >= 0.0 && self.stats.interval_s.is_finite()) {
-            return Err(invalid("stats.interval_s", self.stats.interval_s, "a number >= 0"));
+            return Err(invalid(
+                "stats.interval_s",
+                self.stats.interval_s,
+                "a number >= 0",
+            ));
         }
         if self.eal.memory_mb < 128 {
             return Err(invalid("eal.memory_mb", self.eal.memory_mb, "at least 128"));

@@ -58,7 +58,13 @@ impl ConnTable {
         if self.map.len() >= self.capacity {
             return false;
         }
-        self.map.insert(key, Conn { pmtu, last_seen: now });
+        self.map.insert(
+            key,
+            Conn {
+                pmtu,
+                last_seen: now,
+            },
+        );
         true
     }
 

@@ -70,7 +70,10 @@ fn main() {
 
 fn is_pci(device: &str) -> bool {
     let d = device.split(',').next().unwrap_or("");
-    d.len() >= 7 && d.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') && d.contains(':')
+    d.len() >= 7
+        && d.chars()
+            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        && d.contains(':')
 }
 
 fn device_name(device: &str) -> &str {
@@ -95,10 +98,14 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cores: Vec<usize> = match &cfg.workers.cores {
         Some(c) => c.clone(),
-        None => (0..usize::from(cfg.workers.count)).map(|i| i % ncpu).collect(),
+        None => (0..usize::from(cfg.workers.count))
+            .map(|i| i % ncpu)
+            .collect(),
     };
 
-    let mut eal = EalBuilder::new("pxgw").memory_mb(cfg.eal.memory_mb).no_telemetry();
+    let mut eal = EalBuilder::new("pxgw")
+        .memory_mb(cfg.eal.memory_mb)
+        .no_telemetry();
     if cfg.eal.no_huge {
         eal = eal.no_huge().no_shconf();
     }
@@ -122,9 +129,16 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     // Mbufs must hold a whole frame of the larger MTU (net_af_packet: a whole ring frame).
     let frame = u32::from(cfg.internal_mtu()) + 14 + 8;
     let data_room = framesz(cfg).unwrap_or(0).max(frame).min(65535 - 128) + 128;
-    let pool = Mempool::new(&eal, "pxgw_rx", cfg.workers.pool_size, 256, data_room as u16)
-        .context("creating the packet pool")?;
-    let headers = Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
+    let pool = Mempool::new(
+        &eal,
+        "pxgw_rx",
+        cfg.workers.pool_size,
+        256,
+        data_room as u16,
+    )
+    .context("creating the packet pool")?;
+    let headers =
+        Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
 
     let queues = cfg.workers.count;
     let start = |device: &str| -> Result<Port> {
@@ -135,14 +149,21 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
             .rx_queues(queues)
             .tx_queues(queues)
             .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
-            .tx_offloads(TxOffloads::MULTI_SEGS | TxOffloads::TCP_TSO | TxOffloads::IPV4_CKSUM | TxOffloads::TCP_CKSUM)
+            .tx_offloads(
+                TxOffloads::MULTI_SEGS
+                    | TxOffloads::TCP_TSO
+                    | TxOffloads::IPV4_CKSUM
+                    | TxOffloads::TCP_CKSUM,
+            )
             .start(&pool)
             .with_context(|| format!("starting port {device}"))
     };
     let ext = start(&cfg.ports.external.device)?;
     let int = start(&cfg.ports.internal.device)?;
     // Split with TSO only where the external port does both TSO and checksums.
-    let tso = ext.tx_offloads().contains(TxOffloads::TCP_TSO | TxOffloads::IPV4_CKSUM | TxOffloads::TCP_CKSUM);
+    let tso = ext
+        .tx_offloads()
+        .contains(TxOffloads::TCP_TSO | TxOffloads::IPV4_CKSUM | TxOffloads::TCP_CKSUM);
     let offloads = SplitOffloads { tso, checksum: tso };
     tracing::info!(
         external = %cfg.ports.external.device, internal = %cfg.ports.internal.device,
@@ -152,7 +173,9 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     let rewrite_macs = match cfg.mode {
         Mode::Transparent => None,
         Mode::L3 => {
-            let mac = |p: &pxgw::config::Port| parse_mac(p.next_hop_mac.as_deref().unwrap_or("")).unwrap_or_default();
+            let mac = |p: &pxgw::config::Port| {
+                parse_mac(p.next_hop_mac.as_deref().unwrap_or("")).unwrap_or_default()
+            };
             let (ext_mac, int_mac) = (ext.mac()?, int.mac()?);
             let pair = |dst: [u8; 6], src: [u8; 6]| {
                 let mut b = [0u8; 12];
@@ -160,7 +183,10 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
                 b[6..].copy_from_slice(&src);
                 b
             };
-            Some((pair(mac(&cfg.ports.external), ext_mac), pair(mac(&cfg.ports.internal), int_mac)))
+            Some((
+                pair(mac(&cfg.ports.external), ext_mac),
+                pair(mac(&cfg.ports.internal), int_mac),
+            ))
         }
     };
 
@@ -183,7 +209,11 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
             stop: stop.clone(),
             rewrite_macs,
         };
-        handles.push(std::thread::Builder::new().name(format!("pxgw-w{i}")).spawn(move || worker.run())?);
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("pxgw-w{i}"))
+                .spawn(move || worker.run())?,
+        );
     }
 
     let started = Instant::now();
@@ -192,7 +222,10 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     let mut last = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
-        if args.run_for.is_some_and(|s| started.elapsed().as_secs_f64() >= s) {
+        if args
+            .run_for
+            .is_some_and(|s| started.elapsed().as_secs_f64() >= s)
+        {
             stop.store(true, Ordering::Relaxed);
         }
         if cfg.stats.interval_s > 0.0 && last.elapsed() >= interval {
@@ -212,7 +245,10 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     let fin = total(&reports);
     drop((ext, int));
     let leaked = pool.in_use() + headers.in_use();
-    println!("pxgw: final after {seconds:.1} s: {}", fin.line(&Report::default(), seconds));
+    println!(
+        "pxgw: final after {seconds:.1} s: {}",
+        fin.line(&Report::default(), seconds)
+    );
     println!(
         "pxgw: inbound {} pkts {} B -> {} pkts {} B; outbound {} pkts {} B -> {} pkts {} B; yield {:.1} %; caravans {}/{} datagrams; leaked mbufs {leaked}",
         fin.inbound.packets_in, fin.inbound.bytes_in, fin.inbound.packets_out, fin.inbound.bytes_out,

@@ -49,7 +49,10 @@ pub fn is_syn(frame: &[u8], hdr: &Headers) -> bool {
 pub fn rewrite(frame: &mut [u8], hdr: &Headers, target: Option<u16>, raise: bool) -> Handshake {
     let tcp_bytes = &mut frame[hdr.l4_offset()..hdr.hdr_len()];
     let Ok(mut tcp) = wire::TcpPacket::new_checked(tcp_bytes) else {
-        return Handshake { mss: None, rewritten: None };
+        return Handshake {
+            mss: None,
+            rewritten: None,
+        };
     };
     let mss = tcp.mss().filter(|&m| m > 0);
     let rewritten = match (mss, target) {

@@ -57,7 +57,12 @@ struct Settings {
 impl<B: PacketBuf> Pipeline<B> {
     /// A pipeline for `cfg`, taking new header buffers from `pool` (and a second, cloned handle
     /// for the merge engine).
-    pub fn new(cfg: &Config, pool: B::Pool, merge_pool: B::Pool, offloads: SplitOffloads) -> anyhow::Result<Self> {
+    pub fn new(
+        cfg: &Config,
+        pool: B::Pool,
+        merge_pool: B::Pool,
+        offloads: SplitOffloads,
+    ) -> anyhow::Result<Self> {
         let merge_cfg = MergeConfig {
             imtu: cfg.imtu(),
             flow_capacity: cfg.merge.flows,
@@ -116,7 +121,11 @@ impl<B: PacketBuf> Pipeline<B> {
 
     /// Counts a frame sent toward the inside (`inbound`) or the outside.
     pub fn count_sent(&mut self, inbound: bool, bytes: usize) {
-        let d = if inbound { &mut self.report.inbound } else { &mut self.report.outbound };
+        let d = if inbound {
+            &mut self.report.inbound
+        } else {
+            &mut self.report.outbound
+        };
         d.packets_out += 1;
         d.bytes_out += bytes as u64;
         d.max_frame_out = d.max_frame_out.max(bytes as u64);
@@ -129,7 +138,11 @@ impl<B: PacketBuf> Pipeline<B> {
 
     /// When the next merge deadline falls due, if any.
     pub fn next_deadline(&self) -> Option<u64> {
-        let caravan = self.caravans.values().map(|(_, t)| t + self.cfg.caravan_timeout_ns).min();
+        let caravan = self
+            .caravans
+            .values()
+            .map(|(_, t)| t + self.cfg.caravan_timeout_ns)
+            .min();
         match (self.merger.next_deadline(), caravan) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -207,7 +220,8 @@ impl<B: PacketBuf> Pipeline<B> {
         let Some(ccfg) = self.cfg.caravan else {
             return out.push(pkt);
         };
-        let excluded = self.cfg.exclude.contains(&h.key.sport) || self.cfg.exclude.contains(&h.key.dport);
+        let excluded =
+            self.cfg.exclude.contains(&h.key.sport) || self.cfg.exclude.contains(&h.key.dport);
         if excluded {
             // An outside datagram must never reach the inside wearing the caravan mark.
             if dscp(pkt.head(), h) == ccfg.dscp {
@@ -311,8 +325,14 @@ impl<B: PacketBuf> Pipeline<B> {
                 let key = conn::reverse(&h.key);
                 if mss::is_syn(pkt.head(), &h) {
                     self.report.mss.handshakes += 1;
-                    let pmtu = self.conns.touch(&key, now).map_or(self.cfg.emtu, |c| c.pmtu);
-                    let target = self.cfg.mss_rewrite.then(|| pmtu.saturating_sub(mss::overhead(h.key.v6)));
+                    let pmtu = self
+                        .conns
+                        .touch(&key, now)
+                        .map_or(self.cfg.emtu, |c| c.pmtu);
+                    let target = self
+                        .cfg
+                        .mss_rewrite
+                        .then(|| pmtu.saturating_sub(mss::overhead(h.key.v6)));
                     if let Some(frame) = pkt.head_mut() {
                         let hs = mss::rewrite(frame, &h, target, false);
                         self.report.mss.rewritten += u64::from(hs.rewritten.is_some());

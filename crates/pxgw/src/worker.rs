@@ -137,11 +137,16 @@ impl Worker {
                     drop(m); // cannot happen: the loop stops when the burst is full
                 }
             }
-            let lens: [usize; BURST] = std::array::from_fn(|i| burst.as_slice().get(i).map_or(0, PacketBuf::len));
+            let lens: [usize; BURST] =
+                std::array::from_fn(|i| burst.as_slice().get(i).map_or(0, PacketBuf::len));
             let queued = burst.len();
             let mut sent = 0;
             for _ in 0..64 {
-                let tx = if inbound { &mut self.int_tx } else { &mut self.ext_tx };
+                let tx = if inbound {
+                    &mut self.int_tx
+                } else {
+                    &mut self.ext_tx
+                };
                 sent += tx.tx_burst(&mut burst);
                 if burst.is_empty() {
                     break;
