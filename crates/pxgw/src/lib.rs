@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod conn;
+pub mod lab;
 pub mod mss;
 pub mod pipeline;
 pub mod stats;
