@@ -26,7 +26,7 @@ pub use eal::{Eal, EalBuilder, PortId};
 pub use error::{Errno, Error, Result};
 pub use flow::{Flow, FlowAction, FlowRule, IpMatch, L4Match, L4Proto};
 pub use gro::GroContext;
-pub use mbuf::{Mbuf, Segments};
+pub use mbuf::{Mbuf, MbufChain, Segments};
 pub use mempool::Mempool;
 pub use port::{
     Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue, TxOffloads, TxQueue,

@@ -125,22 +125,23 @@ impl Mbuf {
     /// Free bytes in front of the first segment's data.
     #[inline]
     pub fn headroom(&self) -> usize {
-        // SAFETY: valid mbuf.
-        unsafe { dpdk_sys::px_pktmbuf_headroom(self.raw.as_ptr()) as usize }
+        // What `rte_pktmbuf_headroom` returns, without the call.
+        self.head().data_off as usize
     }
 
     /// Free bytes after the last segment's data.
     #[inline]
     pub fn tailroom(&self) -> usize {
         // SAFETY: valid segment of our chain.
-        unsafe { dpdk_sys::px_pktmbuf_tailroom(self.last_seg().as_ptr()) as usize }
+        tailroom(unsafe { self.last_seg().as_ref() })
     }
 
     /// Grows the packet by `len` zeroed bytes at the end of the last segment and returns them.
     pub fn append(&mut self, len: usize) -> Result<&mut [u8]> {
         let last = self.last_seg();
         writable(last)?;
-        let available = self.tailroom();
+        // SAFETY: valid segment of our chain.
+        let available = tailroom(unsafe { last.as_ref() });
         if len > available {
             return Err(Error::NoRoom {
                 what: "tailroom",
@@ -148,11 +149,17 @@ impl Mbuf {
                 requested: len,
             });
         }
-        // SAFETY: len fits the tailroom (so u16); DPDK returns a pointer to `len` bytes inside
-        // the exclusively owned last segment's buffer.
-        let p = unsafe { dpdk_sys::px_pktmbuf_append(self.raw.as_ptr(), len as u16) };
-        // SAFETY: the region is inside our buffer, and &mut self bounds the borrow.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+        // What `rte_pktmbuf_append` does, without walking the chain a second time.
+        // SAFETY: `last` and the head are segments of our chain (possibly the same one, so each
+        // is borrowed only for its own statement); `len` fits the last segment's tailroom, so
+        // the grown region lies inside its exclusively owned buffer (checked writable above),
+        // and &mut self bounds the borrow of the bytes.
+        let bytes = unsafe {
+            let p = data_ptr(last.as_ref()).add(last.as_ref().data_len as usize);
+            (*last.as_ptr()).data_len += len as u16;
+            (*self.raw.as_ptr()).pkt_len += len as u32;
+            std::slice::from_raw_parts_mut(p, len)
+        };
         bytes.fill(0);
         Ok(bytes)
     }
@@ -194,16 +201,21 @@ impl Mbuf {
                 requested: len,
             });
         }
-        // SAFETY: len <= first segment's data_len, which DPDK requires.
-        let p = unsafe { dpdk_sys::px_pktmbuf_adj(self.raw.as_ptr(), len as u16) };
-        debug_assert!(!p.is_null());
+        // What `rte_pktmbuf_adj` does, without the call.
+        // SAFETY: we own the head struct; len <= its data_len, so the data stays inside the
+        // buffer and the lengths cannot underflow.
+        let m = unsafe { self.raw.as_mut() };
+        m.data_len -= len as u16;
+        m.data_off += len as u16;
+        m.pkt_len -= len as u32;
         Ok(())
     }
 
     /// Removes `len` bytes from the end of the last segment.
     pub fn trim(&mut self, len: usize) -> Result<()> {
+        let last = self.last_seg();
         // SAFETY: valid segment of our chain.
-        let available = unsafe { self.last_seg().as_ref().data_len } as usize;
+        let available = unsafe { last.as_ref().data_len } as usize;
         if len > available {
             return Err(Error::NoRoom {
                 what: "data",
@@ -211,26 +223,51 @@ impl Mbuf {
                 requested: len,
             });
         }
-        // SAFETY: len <= last segment's data_len, which DPDK requires.
-        let ret = unsafe { dpdk_sys::px_pktmbuf_trim(self.raw.as_ptr(), len as u16) };
-        debug_assert_eq!(ret, 0);
+        // What `rte_pktmbuf_trim` does, without walking the chain a second time.
+        // SAFETY: `last` and the head are segments we own (possibly the same one, so each is
+        // written through its raw pointer in its own statement); len <= the last segment's
+        // data_len <= pkt_len, so nothing underflows.
+        unsafe {
+            (*last.as_ptr()).data_len -= len as u16;
+            (*self.raw.as_ptr()).pkt_len -= len as u32;
+        }
         Ok(())
     }
 
     /// Appends `tail`'s chain to this one: zero-copy, the bytes follow this packet's.
-    /// On failure `tail` comes back untouched.
+    /// On failure `tail` comes back untouched. Walks this chain to its last segment; to grow a
+    /// packet one segment at a time, use an [`MbufChain`].
     pub fn chain(&mut self, tail: Mbuf) -> std::result::Result<(), (Error, Mbuf)> {
+        let last = self.last_seg();
+        self.link_after(last, tail)
+    }
+
+    /// Links `tail` after `last`, which must be this chain's last segment (`rte_pktmbuf_chain`
+    /// without its walk).
+    #[inline]
+    fn link_after(
+        &mut self,
+        last: NonNull<dpdk_sys::rte_mbuf>,
+        tail: Mbuf,
+    ) -> std::result::Result<(), (Error, Mbuf)> {
         let segs = self.num_segs() + tail.num_segs();
         if segs > MAX_SEGS {
             return Err((Error::TooManySegments(segs), tail));
         }
-        // SAFETY: both chains are valid and owned; on success DPDK links tail's segments into
-        // ours, so ownership of tail moves into self (into_raw forgets it).
-        let ret = unsafe { dpdk_sys::px_pktmbuf_chain(self.raw.as_ptr(), tail.as_ptr()) };
-        if ret != 0 {
-            return Err((Error::TooManySegments(segs), tail));
+        let tail = tail.into_raw();
+        // SAFETY: `last` is the last segment of our chain (callers' contract; both are owned by
+        // us) and `tail` a valid chain we own: linking it moves its ownership into self (its
+        // Mbuf was forgotten by into_raw). The head, `last` and `tail` may alias (head ==
+        // last), so each is accessed through the raw pointer one statement at a time. Like
+        // DPDK, pkt_len is only meaningful in the head.
+        unsafe {
+            (*last.as_ptr()).next = tail.as_ptr();
+            let t = tail.as_ptr();
+            let head = self.raw.as_ptr();
+            (*head).nb_segs = segs as u16;
+            (*head).pkt_len += (*t).pkt_len;
+            (*t).pkt_len = u32::from((*t).data_len);
         }
-        let _ = tail.into_raw();
         Ok(())
     }
 
@@ -433,19 +470,7 @@ impl Mbuf {
     /// wrapper asks it of every packet.
     #[inline]
     pub fn head_writable(&self) -> bool {
-        let attached = dpdk_sys::RTE_MBUF_F_INDIRECT | dpdk_sys::RTE_MBUF_F_EXTERNAL;
-        if self.head().ol_flags & attached != 0 {
-            return false;
-        }
-        // SAFETY: `refcnt` is a live, aligned u16 of our head mbuf that DPDK updates with atomic
-        // operations (possibly from another thread, through a clone); this is the relaxed
-        // atomic load `rte_mbuf_refcnt_read` does.
-        let refcnt = unsafe {
-            std::sync::atomic::AtomicU16::from_ptr(std::ptr::addr_of_mut!(
-                (*self.raw.as_ptr()).refcnt
-            ))
-        };
-        refcnt.load(std::sync::atomic::Ordering::Relaxed) == 1
+        exclusive(self.raw)
     }
 
     /// How many owners the first segment's data buffer has (1 when not shared).
@@ -502,6 +527,88 @@ impl std::fmt::Debug for Mbuf {
     }
 }
 
+/// A packet that grows at its end one chain at a time, in O(1): it remembers its last segment,
+/// so [`append`](Self::append) needs no walk down the chain (as `rte_pktmbuf_chain` does).
+/// PacketExpress's merge engine holds each item being merged as one (SIGCOMM'26 §4.2).
+///
+/// The last segment is only ever changed through this type, which owns the chain, so the
+/// remembered pointer cannot go stale; [`packet`](Self::packet) lends the chain out read-only.
+pub struct MbufChain {
+    head: Mbuf,
+    /// The chain's last segment (the head itself for a single segment).
+    last: NonNull<dpdk_sys::rte_mbuf>,
+}
+
+// SAFETY: `last` points into the chain `head` owns, so it moves with it; the chain is Send (see
+// Mbuf) and nothing else refers to `last`.
+unsafe impl Send for MbufChain {}
+
+impl MbufChain {
+    /// Takes over `head`, walking it once to find its last segment.
+    #[inline]
+    pub fn new(head: Mbuf) -> Self {
+        let last = head.last_seg();
+        Self { head, last }
+    }
+
+    /// Appends `tail`'s segments; on failure (too many segments) `tail` comes back untouched.
+    /// Only `tail` is walked, to find the new last segment.
+    #[inline]
+    pub fn append(&mut self, tail: Mbuf) -> std::result::Result<(), (Error, Mbuf)> {
+        let tail_last = tail.last_seg();
+        self.head.link_after(self.last, tail)?;
+        self.last = tail_last;
+        Ok(())
+    }
+
+    /// Appends another growing chain, in O(1).
+    #[inline]
+    pub fn append_chain(&mut self, tail: MbufChain) -> std::result::Result<(), (Error, MbufChain)> {
+        let MbufChain {
+            head: tail,
+            last: tail_last,
+        } = tail;
+        match self.head.link_after(self.last, tail) {
+            Ok(()) => {
+                self.last = tail_last;
+                Ok(())
+            }
+            Err((e, tail)) => Err((
+                e,
+                MbufChain {
+                    head: tail,
+                    last: tail_last,
+                },
+            )),
+        }
+    }
+
+    /// Removes `len` bytes from the front of the first segment (see [`Mbuf::adj`]); the last
+    /// segment stays the same, even when the first one is emptied.
+    #[inline]
+    pub fn adj(&mut self, len: usize) -> Result<()> {
+        self.head.adj(len)
+    }
+
+    /// The packet, read-only.
+    #[inline]
+    pub fn packet(&self) -> &Mbuf {
+        &self.head
+    }
+
+    /// The packet, done growing.
+    #[inline]
+    pub fn into_mbuf(self) -> Mbuf {
+        self.head
+    }
+}
+
+impl std::fmt::Debug for MbufChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("MbufChain").field(&self.head).finish()
+    }
+}
+
 /// Iterator over a chain's segments, as byte slices.
 pub struct Segments<'a> {
     next: Option<NonNull<dpdk_sys::rte_mbuf>>,
@@ -533,17 +640,89 @@ fn seg_bytes(m: &dpdk_sys::rte_mbuf) -> &[u8] {
     unsafe { std::slice::from_raw_parts(data_ptr(m), m.data_len as usize) }
 }
 
+/// Whether `seg` is direct with refcount 1 (`RTE_MBUF_DIRECT` and `rte_mbuf_refcnt_read`,
+/// without the calls).
+#[inline]
+fn exclusive(seg: NonNull<dpdk_sys::rte_mbuf>) -> bool {
+    let attached = dpdk_sys::RTE_MBUF_F_INDIRECT | dpdk_sys::RTE_MBUF_F_EXTERNAL;
+    // SAFETY: seg is a valid segment of a chain we own.
+    if unsafe { seg.as_ref().ol_flags } & attached != 0 {
+        return false;
+    }
+    // SAFETY: `refcnt` is a live, aligned u16 of a valid mbuf that DPDK updates with atomic
+    // operations (possibly from another thread, through a clone); this is the relaxed atomic
+    // load `rte_mbuf_refcnt_read` does.
+    let refcnt = unsafe {
+        std::sync::atomic::AtomicU16::from_ptr(std::ptr::addr_of_mut!((*seg.as_ptr()).refcnt))
+    };
+    refcnt.load(std::sync::atomic::Ordering::Relaxed) == 1
+}
+
+/// Free bytes after a segment's data (`rte_pktmbuf_tailroom`, without the call).
+#[inline]
+fn tailroom(m: &dpdk_sys::rte_mbuf) -> usize {
+    usize::from(m.buf_len) - usize::from(m.data_off) - usize::from(m.data_len)
+}
+
 /// Only a direct segment with refcount 1 owns its buffer exclusively.
 #[inline]
 fn writable(seg: NonNull<dpdk_sys::rte_mbuf>) -> Result<()> {
-    // SAFETY: seg is a valid segment of a chain we own.
-    let exclusive = unsafe {
-        dpdk_sys::px_mbuf_is_direct(seg.as_ptr()) != 0
-            && dpdk_sys::px_mbuf_refcnt_read(seg.as_ptr()) == 1
-    };
-    if exclusive {
+    if exclusive(seg) {
         Ok(())
     } else {
         Err(Error::SharedData)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{assert_no_leaks, pool};
+
+    use super::*;
+
+    #[test]
+    fn a_growing_chain_appends_in_order_and_frees_once() {
+        let pool = pool(64, 256);
+        let seg = |bytes: &[u8]| {
+            let mut m = pool.alloc().unwrap();
+            m.extend_from_slice(bytes).unwrap();
+            m
+        };
+        let mut chain = MbufChain::new(seg(b"hdr:ab"));
+        chain.append(seg(b"cd")).unwrap();
+        let mut two = seg(b"ef");
+        two.chain(seg(b"gh")).unwrap();
+        chain.append(two).unwrap();
+        assert!(chain.adj(4).is_ok());
+        let mut other = MbufChain::new(seg(b"ij"));
+        other.append(seg(b"kl")).unwrap();
+        chain.append_chain(other).unwrap();
+        chain.append(seg(b"mn")).unwrap();
+        let m = chain.into_mbuf();
+        assert_eq!(m.to_vec(), b"abcdefghijklmn");
+        assert_eq!((m.len(), m.num_segs()), (14, 7));
+        // Every segment after the head carries its own length as pkt_len, as DPDK leaves it.
+        let lens: Vec<usize> = m.segments().map(<[u8]>::len).collect();
+        assert_eq!(lens, [2, 2, 2, 2, 2, 2, 2]);
+        drop(m);
+        assert_no_leaks(&pool);
+    }
+
+    #[test]
+    fn a_growing_chain_refuses_too_many_segments() {
+        let pool = pool(8, 256);
+        let mut chain = MbufChain::new(pool.alloc().unwrap());
+        let mut long = pool.alloc().unwrap();
+        // SAFETY: test-only: pretend the tail is at the segment limit; restored before drop.
+        unsafe { (*long.as_ptr()).nb_segs = u16::MAX };
+        let (err, mut long) = chain.append(long).unwrap_err();
+        assert!(matches!(err, Error::TooManySegments(_)));
+        // SAFETY: restores the true count.
+        unsafe { (*long.as_ptr()).nb_segs = 1 };
+        long.extend_from_slice(b"x").unwrap();
+        chain.append(long).unwrap();
+        assert_eq!(chain.packet().num_segs(), 2);
+        drop(chain);
+        assert_no_leaks(&pool);
     }
 }

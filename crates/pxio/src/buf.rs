@@ -19,6 +19,10 @@ pub trait PacketBuf: Sized {
     /// Most segments one packet may have; `chain` fails beyond it.
     const MAX_SEGS: usize;
 
+    /// The same packet while it grows by appends (an item being merged, SIGCOMM'26 §4.2): it
+    /// remembers its last segment, so each append costs O(1), not a walk down the chain.
+    type Chain: PacketChain<Buf = Self>;
+
     /// Total bytes.
     fn len(&self) -> usize;
     /// Whether the packet is empty.
@@ -60,6 +64,25 @@ pub trait PacketBuf: Sized {
     }
 }
 
+/// A packet that grows at its end in O(1): see [`PacketBuf::Chain`].
+pub trait PacketChain: Sized {
+    /// The packet type it grows.
+    type Buf: PacketBuf;
+
+    /// Starts growing `pkt` (walks it once).
+    fn new(pkt: Self::Buf) -> Self;
+    /// Appends `tail`'s segments; gives `tail` back when the chain would be too long.
+    fn append(&mut self, tail: Self::Buf) -> Result<(), Self::Buf>;
+    /// Appends another growing packet; gives it back when the chain would be too long.
+    fn append_chain(&mut self, tail: Self) -> Result<(), Self>;
+    /// The packet, read-only.
+    fn packet(&self) -> &Self::Buf;
+    /// Removes `n` bytes from the front of the first segment; false if it holds fewer.
+    fn adj(&mut self, n: usize) -> bool;
+    /// The packet, done growing.
+    fn into_packet(self) -> Self::Buf;
+}
+
 /// What to ask of the NIC for one packet on transmit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TxOffload {
@@ -84,6 +107,7 @@ pub struct TxOffload {
 impl PacketBuf for dpdk::Mbuf {
     type Pool = std::sync::Arc<dpdk::Mempool>;
     const MAX_SEGS: usize = u16::MAX as usize;
+    type Chain = dpdk::MbufChain;
 
     fn len(&self) -> usize {
         dpdk::Mbuf::len(self)
@@ -141,6 +165,35 @@ impl PacketBuf for dpdk::Mbuf {
             flags |= f::TCP_SEG;
         }
         self.set_tx_offload(o.l2_len, o.l3_len, o.l4_len, flags, o.tso_segsz);
+    }
+}
+
+impl PacketChain for dpdk::MbufChain {
+    type Buf = dpdk::Mbuf;
+
+    #[inline]
+    fn new(pkt: dpdk::Mbuf) -> Self {
+        dpdk::MbufChain::new(pkt)
+    }
+    #[inline]
+    fn append(&mut self, tail: dpdk::Mbuf) -> Result<(), dpdk::Mbuf> {
+        dpdk::MbufChain::append(self, tail).map_err(|(_, tail)| tail)
+    }
+    #[inline]
+    fn append_chain(&mut self, tail: Self) -> Result<(), Self> {
+        dpdk::MbufChain::append_chain(self, tail).map_err(|(_, tail)| tail)
+    }
+    #[inline]
+    fn packet(&self) -> &dpdk::Mbuf {
+        dpdk::MbufChain::packet(self)
+    }
+    #[inline]
+    fn adj(&mut self, n: usize) -> bool {
+        dpdk::MbufChain::adj(self, n).is_ok()
+    }
+    #[inline]
+    fn into_packet(self) -> dpdk::Mbuf {
+        self.into_mbuf()
     }
 }
 
@@ -248,6 +301,7 @@ const HEAP_MAX_SEGS: usize = 1024;
 impl PacketBuf for HeapBuf {
     type Pool = HeapPool;
     const MAX_SEGS: usize = HEAP_MAX_SEGS;
+    type Chain = HeapChain;
 
     fn len(&self) -> usize {
         self.segs.iter().map(Seg::len).sum()
@@ -335,6 +389,34 @@ impl PacketBuf for HeapBuf {
         false
     }
     fn request_tx_offload(&mut self, _offload: TxOffload) {}
+}
+
+/// A growing [`HeapBuf`] (its [`PacketBuf::Chain`]): appending to its vector of segments is
+/// O(1) already, so it is the buffer itself.
+#[derive(Debug)]
+pub struct HeapChain(HeapBuf);
+
+impl PacketChain for HeapChain {
+    type Buf = HeapBuf;
+
+    fn new(pkt: HeapBuf) -> Self {
+        HeapChain(pkt)
+    }
+    fn append(&mut self, tail: HeapBuf) -> Result<(), HeapBuf> {
+        self.0.chain(tail)
+    }
+    fn append_chain(&mut self, tail: HeapChain) -> Result<(), HeapChain> {
+        self.0.chain(tail.0).map_err(HeapChain)
+    }
+    fn packet(&self) -> &HeapBuf {
+        &self.0
+    }
+    fn adj(&mut self, n: usize) -> bool {
+        self.0.adj(n)
+    }
+    fn into_packet(self) -> HeapBuf {
+        self.0
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ pub mod stack;
 pub mod toeplitz;
 pub mod wire;
 
-pub use buf::{HeapBuf, HeapPool, PacketBuf, TxOffload};
+pub use buf::{HeapBuf, HeapChain, HeapPool, PacketBuf, PacketChain, TxOffload};
 pub use stack::{Clock, ManualClock, Pxio, PxioConfig, TscClock, TxStats};
 
 /// The README's Rust examples (the `dpdk` wrapper and embedding pxio), compiled as doc tests so

@@ -43,7 +43,7 @@ use std::collections::BinaryHeap;
 
 use hdrhistogram::Histogram;
 
-use crate::buf::{PacketBuf, TxOffload};
+use crate::buf::{PacketBuf, PacketChain, TxOffload};
 use crate::checksum::{self, Sum};
 use crate::split::pseudo_header;
 use crate::toeplitz::Toeplitz;
@@ -251,12 +251,12 @@ impl MergeStats {
 }
 
 /// A run of contiguous segments of one flow, held as one chained packet.
-struct Item<B> {
-    pkt: Option<B>,
+struct Item<B: PacketBuf> {
+    pkt: Option<B::Chain>,
     /// Sequence number of the first payload byte.
     seq: u32,
     payload_len: u32,
-    hdr: Headers,
+    layout: Layout,
     sig: MergeSig,
     first_id: u16,
     last_id: u16,
@@ -277,23 +277,14 @@ struct Item<B> {
     next: u32,
 }
 
-impl<B> Item<B> {
+impl<B: PacketBuf> Item<B> {
     /// A free slot of the item slab.
     fn vacant() -> Self {
         Self {
             pkt: None,
             seq: 0,
             payload_len: 0,
-            hdr: Headers {
-                l2_len: 0,
-                l3_len: 0,
-                l4_len: 0,
-                v6: false,
-                proto: 0,
-                ip_len: 0,
-                payload_len: 0,
-                key: FlowEntry::EMPTY_KEY,
-            },
+            layout: Layout::default(),
             sig: MergeSig::EMPTY,
             first_id: 0,
             last_id: 0,
@@ -309,7 +300,7 @@ impl<B> Item<B> {
     }
 
     fn ip_len(&self) -> u32 {
-        u32::from(self.hdr.l3_len) + u32::from(self.hdr.l4_len) + self.payload_len
+        self.layout.l3_l4_len() + self.payload_len
     }
     fn end_seq(&self) -> u32 {
         self.seq.wrapping_add(self.payload_len)
@@ -319,8 +310,43 @@ impl<B> Item<B> {
     }
 }
 
-/// The header fields two segments must share to be merged (see the module docs), read once per
-/// segment and kept with each item, so matching never touches a held packet's bytes.
+/// Where a mergeable segment's headers lie: its [`Headers`] without the flow key (the flow entry
+/// has it), small enough to keep with every item.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Layout {
+    /// At most [`MAX_L2`].
+    l2_len: u8,
+    /// 20 (IPv4 without options) or 40 (IPv6).
+    l3_len: u8,
+    /// At most 60.
+    l4_len: u8,
+    v6: bool,
+}
+
+impl Layout {
+    /// The layout of `hdr`, when it fits (mergeable segments always do).
+    fn of(hdr: &Headers) -> Option<Layout> {
+        Some(Layout {
+            l2_len: u8::try_from(hdr.l2_len).ok()?,
+            l3_len: u8::try_from(hdr.l3_len).ok()?,
+            l4_len: u8::try_from(hdr.l4_len).ok()?,
+            v6: hdr.v6,
+        })
+    }
+    fn l4_offset(&self) -> usize {
+        usize::from(self.l2_len) + usize::from(self.l3_len)
+    }
+    fn hdr_len(&self) -> usize {
+        self.l4_offset() + usize::from(self.l4_len)
+    }
+    fn l3_l4_len(&self) -> u32 {
+        u32::from(self.l3_len) + u32::from(self.l4_len)
+    }
+}
+
+/// The header fields two segments must share to be merged (see the module docs), kept with each
+/// item, so matching never touches a held packet's bytes. A new segment is compared with it in
+/// place ([`MergeSig::matches`]); only a segment that starts an item has its signature copied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct MergeSig {
     ack: u32,
@@ -356,19 +382,97 @@ impl MergeSig {
         l2: [0; MAX_L2],
         options: [0; MAX_TCP_OPTIONS],
     };
+
+    /// The signature of `seg`, whose headers are at the start of `frame`.
+    fn of(seg: &Segment, frame: &[u8]) -> MergeSig {
+        let (l2, options) = seg.sig_bytes(frame);
+        let mut sig = MergeSig {
+            ack: seg.ack,
+            ttl: seg.ttl,
+            tos: seg.tos,
+            df: seg.df,
+            flags: seg.merge_flags(),
+            l2_len: seg.layout.l2_len,
+            opt_len: options.len() as u8,
+            ..MergeSig::EMPTY
+        };
+        sig.l2[..l2.len()].copy_from_slice(l2);
+        sig.options[..options.len()].copy_from_slice(options);
+        sig
+    }
+
+    /// Whether `seg` (headers at the start of `frame`) has exactly this signature: the same as
+    /// `MergeSig::of(seg, frame) == *self`, without building it.
+    #[inline]
+    fn matches(&self, seg: &Segment, frame: &[u8]) -> bool {
+        if self.ack != seg.ack
+            || self.ttl != seg.ttl
+            || self.tos != seg.tos
+            || self.df != seg.df
+            || self.flags != seg.merge_flags()
+            || self.l2_len != seg.layout.l2_len
+            || usize::from(self.opt_len) + TCP_HEADER_LEN != usize::from(seg.layout.l4_len)
+        {
+            return false;
+        }
+        let (l2, options) = seg.sig_bytes(frame);
+        self.l2[..l2.len()] == *l2 && self.options[..options.len()] == *options
+    }
 }
 
-/// What the engine needs of a TCP segment beyond [`Headers`].
+/// The TCP header without options.
+const TCP_HEADER_LEN: usize = wire::tcp::field::HEADER_LEN;
+
+/// What the engine needs of a TCP segment beyond its flow: where its headers lie and the fields
+/// merging reads (the bytes of the signature stay in the packet until an item needs a copy).
 #[derive(Clone, Copy, Debug)]
 struct Segment {
-    hdr: Headers,
-    sig: MergeSig,
+    layout: Layout,
+    /// IP packet length.
+    ip_len: u16,
+    payload_len: u16,
     seq: u32,
+    ack: u32,
     flags: u8,
-    ip_id: u16,
+    ttl: u8,
+    tos: u8,
     df: bool,
+    ip_id: u16,
     /// Payload sum derived from the segment's own checksum (software checksum mode).
     payload_sum: Sum,
+}
+
+impl Segment {
+    /// The TCP flags that must match (all but PSH and FIN).
+    fn merge_flags(&self) -> u8 {
+        self.flags & !(tcp_flags::PSH | tcp_flags::FIN)
+    }
+
+    /// The Ethernet header and the TCP options, from the segment's `frame`.
+    fn sig_bytes<'a>(&self, frame: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+        let l4 = self.layout.l4_offset();
+        (
+            &frame[..usize::from(self.layout.l2_len)],
+            &frame[l4 + TCP_HEADER_LEN..self.layout.hdr_len()],
+        )
+    }
+
+    fn hdr_len(&self) -> usize {
+        self.layout.hdr_len()
+    }
+
+    /// Length of the frame without Ethernet padding.
+    fn frame_len(&self) -> usize {
+        usize::from(self.layout.l2_len) + usize::from(self.ip_len)
+    }
+}
+
+/// A flow-table entry remembered from the previous segment (see [`Merger::rx`]).
+#[derive(Clone, Copy, Debug)]
+struct RecentFlow {
+    flow: u32,
+    /// The NIC hash of that segment (`None`: it was hashed in software, from its key).
+    nic_hash: Option<u32>,
 }
 
 /// The merge engine, one per worker (run to completion, no locks).
@@ -382,6 +486,9 @@ pub struct Merger<B: PacketBuf> {
     timers: BinaryHeap<Reverse<(u64, u32)>>,
     timer_capacity: usize,
     touched: Vec<u32>,
+    /// The flow of the last TCP segment, and the NIC hash it came with: the next segment of the
+    /// same flow (TSO bursts arrive back to back) needs no hash and no lookup.
+    recent: Option<RecentFlow>,
     quantiles: UnitGammaQuantiles,
     /// Rate threshold in bytes/ns.
     rate_threshold: f32,
@@ -408,6 +515,7 @@ impl<B: PacketBuf> Merger<B> {
             timers: BinaryHeap::with_capacity(timer_capacity),
             timer_capacity,
             touched: Vec::with_capacity(flows.capacity()),
+            recent: None,
             flows,
             cfg,
             pool,
@@ -458,17 +566,21 @@ impl<B: PacketBuf> Merger<B> {
             }
             _ => return self.pass(pkt, out),
         };
-        let hash = pkt
-            .rss_hash()
-            .unwrap_or_else(|| self.software_hash(&hdr.key));
-        let Some(seg) = self.segment(&pkt, hdr) else {
+        let nic_hash = pkt.rss_hash();
+        let recent = self.recent_flow(nic_hash, &hdr.key);
+        let Some(seg) = self.segment(&pkt, &hdr) else {
             // Not mergeable: flush the flow's items first so the order on the wire is kept.
-            if let Some(flow) = self.find(hash, &hdr.key) {
+            let flow = recent.or_else(|| self.find(self.hash(nic_hash, &hdr.key), &hdr.key));
+            if let Some(flow) = flow {
                 self.flush_flow(flow, now, out);
             }
             return self.pass(pkt, out);
         };
-        let flow = self.flow_for(hash, &hdr.key, now, out);
+        let flow = match recent {
+            Some(flow) => flow,
+            None => self.flow_for(self.hash(nic_hash, &hdr.key), &hdr.key, now, out),
+        };
+        self.recent = Some(RecentFlow { flow, nic_hash });
         self.update_flow_on_arrival(flow, &seg, now);
         self.merge(flow, pkt, seg, now, out);
         self.touch(flow);
@@ -538,15 +650,19 @@ impl<B: PacketBuf> Merger<B> {
         out.push(pkt);
     }
 
-    fn software_hash(&self, key: &wire::FlowKey) -> u32 {
-        if key.v6 {
-            self.toeplitz
-                .hash_v6(key.src, key.dst, key.sport, key.dport)
-        } else {
-            let four = |a: &[u8; 16]| [a[0], a[1], a[2], a[3]];
-            self.toeplitz
-                .hash_v4(four(&key.src), four(&key.dst), key.sport, key.dport)
-        }
+    /// The flow-table hash of a packet: the NIC's, else a software Toeplitz hash of `key`.
+    fn hash(&self, nic_hash: Option<u32>, key: &wire::FlowKey) -> u32 {
+        nic_hash.unwrap_or_else(|| key.rss_hash(&self.toeplitz))
+    }
+
+    /// The previous segment's flow entry, when this packet (NIC hash `nic_hash`) belongs to it:
+    /// the entry still holds exactly `key`, and the hash is the one that found it (the software
+    /// hash is a function of the key). That is the entry a lookup would return.
+    #[inline]
+    fn recent_flow(&self, nic_hash: Option<u32>, key: &wire::FlowKey) -> Option<u32> {
+        let recent = self.recent?;
+        let e = self.flows.get(recent.flow);
+        (recent.nic_hash == nic_hash && e.occupied() && e.key == *key).then_some(recent.flow)
     }
 
     fn find(&self, hash: u32, key: &wire::FlowKey) -> Option<u32> {
@@ -570,19 +686,20 @@ impl<B: PacketBuf> Merger<B> {
     }
 
     /// Reads what merging needs, or `None` when the segment must not be merged.
-    fn segment(&self, pkt: &B, hdr: Headers) -> Option<Segment> {
-        let bytes = pkt.head();
-        let l3 = &bytes[usize::from(hdr.l2_len)..];
-        let l2_len = usize::from(hdr.l2_len);
-        if l2_len > MAX_L2 {
+    fn segment(&self, pkt: &B, hdr: &Headers) -> Option<Segment> {
+        let layout = Layout::of(hdr)?;
+        if usize::from(layout.l2_len) > MAX_L2 {
             return None;
         }
+        // `classify` validated every header length: the views below cannot run off the end.
+        let bytes = &pkt.head()[..layout.hdr_len()];
+        let l3 = &bytes[layout.l4_offset() - usize::from(layout.l3_len)..layout.l4_offset()];
         let (ip_id, df, ttl, tos) = if hdr.v6 {
-            let ip = wire::Ipv6Packet::new_checked(&l3[..usize::from(hdr.l3_len)]).ok()?;
+            let ip = wire::Ipv6Packet::new_unchecked(l3);
             (0, true, ip.hop_limit(), ip.traffic_class())
         } else {
-            let ip = wire::Ipv4Packet::new_checked(&l3[..usize::from(hdr.l3_len)]).ok()?;
-            if ip.header_len() != 20 {
+            let ip = wire::Ipv4Packet::new_unchecked(l3);
+            if ip.header_len() != wire::ipv4::field::HEADER_LEN {
                 return None; // IPv4 options: never merged, like Linux
             }
             (
@@ -592,47 +709,38 @@ impl<B: PacketBuf> Merger<B> {
                 ip.dscp() << 2 | ip.ecn(),
             )
         };
-        let tcp_bytes = &l3[usize::from(hdr.l3_len)..usize::from(hdr.l3_len + hdr.l4_len)];
-        let tcp = wire::TcpPacket::new_checked(tcp_bytes).ok()?;
+        let tcp_bytes = &bytes[layout.l4_offset()..];
+        let tcp = wire::TcpPacket::new_unchecked(tcp_bytes);
         let flags = tcp.flags();
         let never = tcp_flags::SYN | tcp_flags::RST | tcp_flags::URG | tcp_flags::CWR;
         if flags & never != 0 || hdr.payload_len == 0 {
             return None;
         }
-        if self.cfg.checksum_offload && !pkt.l4_checksum_verified() {
-            return None;
-        }
         let payload_sum = if self.cfg.checksum_offload {
+            if !pkt.l4_checksum_verified() {
+                return None;
+            }
             Sum::default()
         } else {
             let tcp_len = hdr.l4_len + hdr.payload_len;
-            let pseudo = pseudo_header(bytes, &hdr, u32::from(tcp_len));
+            let pseudo = pseudo_header(bytes, hdr, u32::from(tcp_len));
             // ~checksum covers pseudo header + TCP header (checksum field as 0) + payload.
             let header = Sum::of(tcp_bytes).sub(Sum(u32::from(tcp.checksum())));
             checksum::covered_sum(tcp.checksum())
                 .sub(pseudo)
                 .sub(header)
         };
-        let options = tcp.options();
-        let mut sig = MergeSig {
+        Some(Segment {
+            layout,
+            ip_len: hdr.ip_len,
+            payload_len: hdr.payload_len,
+            seq: tcp.seq_number(),
             ack: tcp.ack_number(),
+            flags,
             ttl,
             tos,
             df,
-            flags: flags & !(tcp_flags::PSH | tcp_flags::FIN),
-            l2_len: l2_len as u8,
-            opt_len: options.len() as u8,
-            ..MergeSig::EMPTY
-        };
-        sig.l2[..l2_len].copy_from_slice(&bytes[..l2_len]);
-        sig.options[..options.len()].copy_from_slice(options);
-        Some(Segment {
-            hdr,
-            sig,
-            seq: tcp.seq_number(),
-            flags,
             ip_id,
-            df,
             payload_sum,
         })
     }
@@ -641,9 +749,9 @@ impl<B: PacketBuf> Merger<B> {
         let inv_tau = self.inv_tau;
         let e = self.flows.get_mut(flow);
         let dt = now.saturating_sub(e.last_seen);
-        e.rate = delay::update_rate(e.rate, dt, u32::from(seg.hdr.ip_len), inv_tau);
+        e.rate = delay::update_rate(e.rate, dt, u32::from(seg.ip_len), inv_tau);
         e.last_seen = now;
-        e.mss = e.mss.max(seg.hdr.payload_len);
+        e.mss = e.mss.max(seg.payload_len);
     }
 
     fn touch(&mut self, flow: u32) {
@@ -657,13 +765,13 @@ impl<B: PacketBuf> Merger<B> {
     /// Places `pkt` into the flow's items.
     fn merge(&mut self, flow: u32, mut pkt: B, seg: Segment, now: u64, out: &mut Vec<B>) {
         // Drop Ethernet padding after the IP packet: it must not end up inside a merged payload.
-        let frame_len = seg.hdr.frame_len();
+        let frame_len = seg.frame_len();
         if pkt.len() > frame_len && !pkt.truncate(frame_len) {
             return self.pass(pkt, out);
         }
-        self.stats.payload_in += u64::from(seg.hdr.payload_len);
+        self.stats.payload_in += u64::from(seg.payload_len);
         let s_start = seg.seq;
-        let s_end = seg.seq.wrapping_add(u32::from(seg.hdr.payload_len));
+        let s_end = seg.seq.wrapping_add(u32::from(seg.payload_len));
 
         let mut prev = NIL;
         let mut cur = self.flows.get(flow).items;
@@ -681,7 +789,7 @@ impl<B: PacketBuf> Merger<B> {
             if s_end == i_start
                 && seg.flags & (tcp_flags::PSH | tcp_flags::FIN) == 0
                 && self.compatible(cur, &pkt, &seg, false)
-                && it.ip_len() + u32::from(seg.hdr.payload_len) <= u32::from(self.cfg.imtu)
+                && it.ip_len() + u32::from(seg.payload_len) <= u32::from(self.cfg.imtu)
             {
                 self.prepend(cur, pkt, seg, now);
                 let grown = if prev != NIL && self.try_join(flow, prev) {
@@ -703,15 +811,13 @@ impl<B: PacketBuf> Merger<B> {
     /// Whether `seg` may join item `idx` (as its successor when `append`, else predecessor).
     fn compatible(&self, idx: u32, pkt: &B, seg: &Segment, append: bool) -> bool {
         let it = &self.items[idx as usize];
-        if it.hdr.l2_len != seg.hdr.l2_len
-            || it.hdr.l3_len != seg.hdr.l3_len
-            || it.hdr.l4_len != seg.hdr.l4_len
+        if it.layout != seg.layout
             || usize::from(it.nb_segs) + pkt.num_segs() > self.max_segs()
-            || it.sig != seg.sig
+            || !it.sig.matches(seg, pkt.head())
         {
             return false;
         }
-        if !seg.hdr.v6 && !seg.df {
+        if !seg.layout.v6 && !seg.df {
             let next_id = if append {
                 seg.ip_id == it.last_id.wrapping_add(1)
             } else {
@@ -735,7 +841,7 @@ impl<B: PacketBuf> Merger<B> {
     ) {
         let imtu = u32::from(self.cfg.imtu);
         let room = imtu.saturating_sub(self.items[idx as usize].ip_len());
-        let len = u32::from(seg.hdr.payload_len);
+        let len = u32::from(seg.payload_len);
         if room >= len {
             self.join_segment(idx, pkt, &seg, seg.payload_sum, seg.flags, now);
             return self.after_growth(flow, idx, now, out);
@@ -756,7 +862,7 @@ impl<B: PacketBuf> Merger<B> {
             let prev = self.last_item_before(flow, seg.seq);
             return self.insert_item(flow, prev, pkt, seg, now, out, false);
         };
-        let cut = pkt.truncate(seg.hdr.hdr_len() + room as usize);
+        let cut = pkt.truncate(seg.hdr_len() + room as usize);
         debug_assert!(cut, "room < payload length");
         self.stats.cuts += 1;
         // The first part carries no PSH/FIN: they belong to the last byte, now in `rest`.
@@ -764,8 +870,8 @@ impl<B: PacketBuf> Merger<B> {
         self.emit_through(flow, idx, now, out);
         let mut rest_seg = seg;
         rest_seg.seq = seg.seq.wrapping_add(room);
-        rest_seg.hdr.payload_len = (len - room) as u16;
-        rest_seg.hdr.ip_len = seg.hdr.ip_len - room as u16;
+        rest_seg.payload_len = (len - room) as u16;
+        rest_seg.ip_len = seg.ip_len - room as u16;
         rest_seg.payload_sum = rest_sum;
         let prev = self.last_item_before(flow, rest_seg.seq);
         self.insert_item(flow, prev, rest, rest_seg, now, out, true);
@@ -777,8 +883,8 @@ impl<B: PacketBuf> Merger<B> {
         if self.cfg.checksum_offload {
             return Some((Sum::default(), Sum::default()));
         }
-        let start = seg.hdr.hdr_len();
-        let end = start + usize::from(seg.hdr.payload_len);
+        let start = seg.hdr_len();
+        let end = start + usize::from(seg.payload_len);
         let cut = start + room as usize;
         let (mut first, mut whole) = (Sum::default(), Sum::default());
         let mut pos = 0usize;
@@ -814,13 +920,13 @@ impl<B: PacketBuf> Merger<B> {
     /// A new packet for the bytes of `pkt` past the first `room` payload bytes: a copy of its
     /// headers (sequence number advanced) chained to a zero-copy view of the rest.
     fn remainder(&self, pkt: &B, seg: &Segment, room: u32) -> Option<B> {
-        let hdr_len = seg.hdr.hdr_len();
+        let hdr_len = seg.hdr_len();
         let mut head = B::alloc_with(&self.pool, &pkt.head()[..hdr_len])?;
         let bytes = head.head_mut()?;
-        let tcp_at = usize::from(seg.hdr.l2_len + seg.hdr.l3_len);
+        let tcp_at = seg.layout.l4_offset();
         let mut tcp = wire::TcpPacket::new_checked(&mut bytes[tcp_at..hdr_len]).ok()?;
         tcp.set_seq_number(seg.seq.wrapping_add(room));
-        let rest_len = usize::from(seg.hdr.payload_len) - room as usize;
+        let rest_len = usize::from(seg.payload_len) - room as usize;
         let view = pkt.share_range(hdr_len + room as usize, rest_len, &self.pool)?;
         head.chain(view).ok()?;
         Some(head)
@@ -836,7 +942,7 @@ impl<B: PacketBuf> Merger<B> {
         tail_flags: u8,
         now: u64,
     ) {
-        let stripped = pkt.adj(seg.hdr.hdr_len());
+        let stripped = pkt.adj(seg.hdr_len());
         debug_assert!(
             stripped,
             "classify checked the headers are in the first segment"
@@ -847,7 +953,7 @@ impl<B: PacketBuf> Merger<B> {
         it.nb_segs += pkt_segs;
         let head = it.pkt.as_mut().expect("held items have a packet");
         // `compatible` checked the segment count, so chaining cannot fail.
-        if head.chain(pkt).is_err() {
+        if head.append(pkt).is_err() {
             unreachable_chain();
         }
         it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
@@ -861,26 +967,24 @@ impl<B: PacketBuf> Merger<B> {
         self.stats.merges += 1;
     }
 
-    fn prepend(&mut self, idx: u32, mut pkt: B, seg: Segment, now: u64) {
+    fn prepend(&mut self, idx: u32, pkt: B, seg: Segment, now: u64) {
+        let sig = MergeSig::of(&seg, pkt.head());
         let it = &mut self.items[idx as usize];
         let mut old = it.pkt.take().expect("held items have a packet");
-        let stripped = old.adj(it.hdr.hdr_len());
+        let stripped = old.adj(it.layout.hdr_len());
         debug_assert!(stripped);
         it.nb_segs += pkt.num_segs() as u16;
+        let mut pkt = B::Chain::new(pkt);
         // `compatible` checked the segment count, so chaining cannot fail.
-        if pkt.chain(old).is_err() {
+        if pkt.append_chain(old).is_err() {
             unreachable_chain();
         }
-        it.payload_sum = concat_sum(
-            seg.payload_sum,
-            u32::from(seg.hdr.payload_len),
-            it.payload_sum,
-        );
+        it.payload_sum = concat_sum(seg.payload_sum, u32::from(seg.payload_len), it.payload_sum);
         it.pkt = Some(pkt);
         it.seq = seg.seq;
-        it.payload_len += u32::from(seg.hdr.payload_len);
-        it.hdr = seg.hdr;
-        it.sig = seg.sig;
+        it.payload_len += u32::from(seg.payload_len);
+        it.layout = seg.layout;
+        it.sig = sig;
         it.first_id = seg.ip_id;
         it.segs += 1;
         it.modified = true;
@@ -914,23 +1018,22 @@ impl<B: PacketBuf> Merger<B> {
         }
         let (a, b) = (&self.items[idx as usize], &self.items[next as usize]);
         let fits = a.ip_len() + b.payload_len <= u32::from(self.cfg.imtu);
-        let ids_ok = b.hdr.v6 || self.df_of(next) || b.first_id == a.last_id.wrapping_add(1);
+        // An item's signature holds the DF bit of its first segment, whose headers it carries.
+        let ids_ok = b.layout.v6 || b.sig.df || b.first_id == a.last_id.wrapping_add(1);
         if a.end_seq() != b.seq || a.closed() || !fits || !ids_ok {
             return false;
         }
-        if a.hdr.l2_len != b.hdr.l2_len
-            || a.hdr.l3_len != b.hdr.l3_len
-            || a.hdr.l4_len != b.hdr.l4_len
+        if a.layout != b.layout
             || usize::from(a.nb_segs + b.nb_segs) > self.max_segs()
             || a.sig != b.sig
         {
             return false;
         }
         let mut tail = self.items[next as usize].pkt.take().expect("held");
-        let stripped = tail.adj(self.items[next as usize].hdr.hdr_len());
+        let stripped = tail.adj(self.items[next as usize].layout.hdr_len());
         debug_assert!(stripped);
         let head = self.items[idx as usize].pkt.as_mut().expect("held");
-        if head.chain(tail).is_err() {
+        if head.append_chain(tail).is_err() {
             unreachable_chain();
         }
         let b = &self.items[next as usize];
@@ -968,17 +1071,6 @@ impl<B: PacketBuf> Merger<B> {
         usize::from(self.cfg.max_segs).min(B::MAX_SEGS)
     }
 
-    fn df_of(&self, idx: u32) -> bool {
-        let it = &self.items[idx as usize];
-        let Some(p) = it.pkt.as_ref() else {
-            return true;
-        };
-        let l3 = &p.head()[usize::from(it.hdr.l2_len)..];
-        wire::Ipv4Packet::new_checked(&l3[..usize::from(it.hdr.l3_len)])
-            .map(|ip| ip.dont_frag())
-            .unwrap_or(true)
-    }
-
     fn last_item_before(&self, flow: u32, seq: u32) -> u32 {
         let mut prev = NIL;
         let mut cur = self.flows.get(flow).items;
@@ -1010,12 +1102,13 @@ impl<B: PacketBuf> Merger<B> {
             return self.pass(pkt, out);
         }
         let nb_segs = pkt.num_segs() as u16;
+        let sig = MergeSig::of(&seg, pkt.head());
         let item = Item {
-            pkt: Some(pkt),
+            pkt: Some(B::Chain::new(pkt)),
             seq: seg.seq,
-            payload_len: u32::from(seg.hdr.payload_len),
-            hdr: seg.hdr,
-            sig: seg.sig,
+            payload_len: u32::from(seg.payload_len),
+            layout: seg.layout,
+            sig,
             first_id: seg.ip_id,
             last_id: seg.ip_id,
             segs: 1,
@@ -1089,7 +1182,11 @@ impl<B: PacketBuf> Merger<B> {
         let idx = self.flows.get(flow).items;
         let mss = u32::from(self.flows.get(flow).mss);
         let it = &mut self.items[idx as usize];
-        let mut pkt = it.pkt.take().expect("held items have a packet");
+        let mut pkt = it
+            .pkt
+            .take()
+            .expect("held items have a packet")
+            .into_packet();
         let full = it.ip_len() + mss > u32::from(self.cfg.imtu);
         let weight = it.ip_len() as f32 / f32::from(self.cfg.imtu);
         let (payload, segs, arrival_sum, oldest, next) =
@@ -1145,7 +1242,7 @@ impl<B: PacketBuf> Merger<B> {
         if !eligible {
             return self.flush_flow(flow, now, out);
         }
-        let pmtu = u32::from(e.mss) + u32::from(it.hdr.l3_len) + u32::from(it.hdr.l4_len);
+        let pmtu = u32::from(e.mss) + it.layout.l3_l4_len();
         let etm = self
             .quantiles
             .etm_ns(
@@ -1215,18 +1312,18 @@ fn unreachable_chain() -> ! {
 /// Rewrites the headers of a merged packet: lengths, flags, IP ID stays the first segment's, and
 /// checksums (or the pseudo-header seed for NIC offload).
 fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Pool) -> bool {
-    if pkt.head_mut().is_none() && !privatize_head(pkt, it.hdr.hdr_len(), pool) {
+    let layout = it.layout;
+    if pkt.head_mut().is_none() && !privatize_head(pkt, layout.hdr_len(), pool) {
         return false;
     }
-    let hdr = it.hdr;
     let ip_len = it.ip_len();
-    let l2 = usize::from(hdr.l2_len);
-    let l3 = usize::from(hdr.l3_len);
-    let end = hdr.hdr_len();
+    let l2 = usize::from(layout.l2_len);
+    let l3 = usize::from(layout.l3_len);
+    let end = layout.hdr_len();
     let bytes = pkt.head_mut().expect("head made private above");
     {
         let ip_bytes = &mut bytes[l2..l2 + l3];
-        if hdr.v6 {
+        if layout.v6 {
             let Ok(mut ip) = wire::Ipv6Packet::new_checked(ip_bytes) else {
                 return false;
             };
@@ -1243,7 +1340,7 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
             }
         }
     }
-    let pseudo = pseudo_header(bytes, &hdr, ip_len - u32::from(hdr.l3_len));
+    let pseudo = tcp_pseudo_header(bytes, layout, ip_len - u32::from(layout.l3_len));
     let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) else {
         return false;
     };
@@ -1263,16 +1360,35 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
     }
     if offload {
         pkt.request_tx_offload(TxOffload {
-            l2_len: hdr.l2_len as u8,
-            l3_len: hdr.l3_len,
-            l4_len: hdr.l4_len as u8,
-            ipv4: !hdr.v6,
-            ip_checksum: !hdr.v6,
+            l2_len: layout.l2_len,
+            l3_len: u16::from(layout.l3_len),
+            l4_len: layout.l4_len,
+            ipv4: !layout.v6,
+            ip_checksum: !layout.v6,
             tcp_checksum: true,
             ..TxOffload::default()
         });
     }
     true
+}
+
+/// The TCP pseudo-header sum of a held packet (headers at the start of `frame`) whose TCP
+/// segment is `l4_len` bytes.
+fn tcp_pseudo_header(frame: &[u8], layout: Layout, l4_len: u32) -> Sum {
+    let l3 = &frame[usize::from(layout.l2_len)..];
+    // Held packets' headers were validated by `classify` on arrival.
+    if layout.v6 {
+        let ip = wire::Ipv6Packet::new_unchecked(l3);
+        checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), wire::ip_proto::TCP, l4_len)
+    } else {
+        let ip = wire::Ipv4Packet::new_unchecked(l3);
+        checksum::pseudo_header_v4(
+            ip.src_addr(),
+            ip.dst_addr(),
+            wire::ip_proto::TCP,
+            l4_len as u16,
+        )
+    }
 }
 
 /// Replaces a shared first segment's headers with a private copy so they can be rewritten.
