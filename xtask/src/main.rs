@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod demo;
 mod deps;
 mod test;
 
@@ -39,6 +40,16 @@ enum Task {
     Deps,
     /// Run the full test sequence: deps, fmt, clippy, unit tests, integration suites (as root).
     Test,
+    /// The newcomer's first command: pxgw between two network namespaces, with real traffic
+    /// (installs what is missing first; as root).
+    Demo {
+        /// Also write the results as JSON to FILE.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Extra arguments for `pxgw-lab demo` (e.g. `-- --file-mb 64`).
+        #[arg(last = true)]
+        extra: Vec<String>,
+    },
     /// Run a benchmark in release mode and print its table (as root).
     Bench {
         /// Which benchmark.
@@ -58,6 +69,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Deps => deps::run(),
         Task::Test => test::run(),
+        Task::Demo { json, extra } => demo::run(json, &extra),
         Task::Bench { what, json, extra } => bench::run(what, json, &extra),
     };
     match result {

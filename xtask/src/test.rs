@@ -28,6 +28,18 @@ struct Suite {
 /// Append new suites here, e.g.
 /// `Suite { name: "netlab", program: "cargo", args: &["test", "-p", "netlab", "--", "--ignored"] }`.
 const INTEGRATION_SUITES: &[Suite] = &[
+    // The gateway lab with smaller transfers: pxgw between two namespaces, real TCP/UDP stacks,
+    // sha256 both ways, yield, frame sizes, ping, clean exit without leaked mbufs.
+    Suite {
+        name: "pxgw-build",
+        program: "cargo",
+        args: &["build", "--release", "-j2", "-p", "pxgw", "--bins"],
+    },
+    Suite {
+        name: "pxgw-lab",
+        program: "target/release/pxgw-lab",
+        args: &["test"],
+    },
     // The merge benchmark from a clean build, small: both engines on real traces, every output
     // byte verified against the flows' streams. It checks that the bench works and that pxio's
     // output is correct on bench traffic; it asserts no timing.
