@@ -541,6 +541,31 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// The busiest of pxgw's periodic summary lines so far (most packets in).
+    pub fn busiest_line(&self) -> Option<String> {
+        let log = fs::read_to_string(&self.log).ok()?;
+        let rate = |l: &str| -> f64 {
+            l.split("in: ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        log.lines()
+            .filter(|l| l.contains("in: ") && l.contains("kpps"))
+            .max_by(|a, b| rate(a).total_cmp(&rate(b)))
+            .map(|l| {
+                // Without the ANSI colours and the time stamp.
+                let plain: String = l
+                    .split('\u{1b}')
+                    .map(|p| p.split_once('m').map_or(p, |(_, r)| r))
+                    .collect();
+                plain
+                    .split_once(" INFO ")
+                    .map_or(plain.clone(), |(_, r)| format!("INFO {r}"))
+            })
+    }
+
     /// Stops it with SIGINT (it flushes and reports) and returns its exit code and statistics.
     pub fn stop(mut self) -> Result<(i32, serde_json::Value)> {
         let mut child = self.child.take().context("already stopped")?;

@@ -224,6 +224,7 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
     let gw = l.start_pxgw(&pxgw, 1, 900)?;
     let ping_ok = l.ping();
     let result = transfers(&l, sizes, true, &stop);
+    let busiest = gw.busiest_line();
     let (code, stats) = gw.stop()?;
     let (tcp_in, tcp_out, udp) = result?;
     let udp = udp.context("UDP run")?;
@@ -249,6 +250,9 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         if udp.bytes_ok { "OK" } else { "FAIL" }
     );
     println!("ping both ways: {}", if ping_ok { "OK" } else { "FAIL" });
+    if let Some(line) = busiest {
+        println!("pxgw's busiest second: {line}");
+    }
     println!(
         "pxgw exit code {code}, leaked mbufs {leaked}, drops {}",
         stats["drops"]
