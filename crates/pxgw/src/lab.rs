@@ -168,20 +168,27 @@ impl Lab {
             stats,
             log: self.dir.join("pxgw.log"),
         };
-        // Ready when a ping crosses it.
-        let deadline = Instant::now() + Duration::from_secs(20);
+        if self.forwarding_within(Duration::from_secs(20)) {
+            return Ok(gw);
+        }
+        let log = fs::read_to_string(&gw.log).unwrap_or_default();
+        bail!("pxgw did not start forwarding within 20 s; its log:\n{log}")
+    }
+
+    /// Whether a ping from outside crosses to the inside host within `limit`.
+    fn forwarding_within(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if self
                 .ext
                 .exec("ping", &["-c", "1", "-W", "1", INT_ADDR])
                 .is_ok()
             {
-                return Ok(gw);
+                return true;
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        let log = fs::read_to_string(&gw.log).unwrap_or_default();
-        bail!("pxgw did not start forwarding within 20 s; its log:\n{log}")
+        false
     }
 
     /// Bridges the two veths with a Linux bridge instead of pxgw (the baseline).
@@ -193,16 +200,8 @@ impl Lab {
             sh("ip", &["link", "set", a, "master", &br.name])?;
         }
         sh("ip", &["link", "set", &br.name, "up"])?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if self
-                .ext
-                .exec("ping", &["-c", "1", "-W", "1", INT_ADDR])
-                .is_ok()
-            {
-                return Ok(br);
-            }
-            std::thread::sleep(Duration::from_millis(200));
+        if self.forwarding_within(Duration::from_secs(20)) {
+            return Ok(br);
         }
         bail!("the bridge did not forward within 20 s")
     }
