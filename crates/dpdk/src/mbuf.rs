@@ -712,7 +712,7 @@ mod tests {
     fn a_growing_chain_refuses_too_many_segments() {
         let pool = pool(8, 256);
         let mut chain = MbufChain::new(pool.alloc().unwrap());
-        let mut long = pool.alloc().unwrap();
+        let long = pool.alloc().unwrap();
         // SAFETY: test-only: pretend the tail is at the segment limit; restored before drop.
         unsafe { (*long.as_ptr()).nb_segs = u16::MAX };
         let (err, mut long) = chain.append(long).unwrap_err();

@@ -25,6 +25,7 @@ pub struct Sum(pub u32);
 impl Sum {
     /// The sum of `bytes` as big-endian 16-bit words; an odd trailing byte is padded with a zero
     /// on the right (RFC 1071 §4.1).
+    #[inline]
     pub fn of(bytes: &[u8]) -> Sum {
         // Summed in the machine's (little-endian) order and byte-swapped once at the end: the
         // one's-complement sum is byte-order independent (RFC 1071 §2(B)), so no word needs a
@@ -52,6 +53,7 @@ impl Sum {
     /// overflows.
     // The name is the engine's published API; `+` would hide that this is not integer addition.
     #[allow(clippy::should_implement_trait)]
+    #[inline]
     pub fn add(self, other: Sum) -> Sum {
         let (sum, carry) = self.0.overflowing_add(other.0);
         // 2^32 is congruent to 1 modulo 0xffff, so the lost carry is worth exactly 1. The
@@ -60,18 +62,21 @@ impl Sum {
     }
 
     /// Adds one 16-bit word.
+    #[inline]
     pub fn add_u16(self, word: u16) -> Sum {
         self.add(Sum(u32::from(word)))
     }
 
     /// One's-complement subtraction: adds the complement of `other`'s folded value.
     #[allow(clippy::should_implement_trait)] // as for `add`
+    #[inline]
     pub fn sub(self, other: Sum) -> Sum {
         self.add_u16(!other.fold())
     }
 
     /// Folds the carries back into 16 bits (RFC 1071 §4.1). Not complemented: this is the sum,
     /// not the checksum.
+    #[inline]
     pub fn fold(self) -> u16 {
         let mut acc = self.0;
         while acc > LOW_16 {
@@ -82,17 +87,20 @@ impl Sum {
 
     /// The sum of the same bytes placed at an odd offset of the covered data: the folded value
     /// with its two bytes swapped (RFC 1071 §2(B), byte-order independence).
+    #[inline]
     pub fn swapped(self) -> Sum {
         Sum(u32::from(self.fold().swap_bytes()))
     }
 
     /// The value to put in a header checksum field: the complement of [`Sum::fold`].
+    #[inline]
     pub fn checksum(self) -> u16 {
         !self.fold()
     }
 }
 
 /// Folds a 64-bit accumulator into a 32-bit one that folds to the same 16-bit sum.
+#[inline]
 fn fold_u64(mut acc: u64) -> u32 {
     const LOW_32: u64 = 0xffff_ffff;
     const HIGH_SHIFT: u32 = 32;
@@ -104,11 +112,13 @@ fn fold_u64(mut acc: u64) -> u32 {
 
 /// The sum of the IPv4 pseudo-header (RFC 793 §3.1, RFC 768) for an L4 segment of `l4_len`
 /// bytes (L4 header plus payload) carrying protocol `proto`.
+#[inline]
 pub fn pseudo_header_v4(src: [u8; 4], dst: [u8; 4], proto: u8, l4_len: u16) -> Sum {
-    Sum::of(&src)
-        .add(Sum::of(&dst))
-        .add_u16(u16::from(proto))
-        .add_u16(l4_len)
+    // Six 16-bit words: the unfolded total stays far below 2^32.
+    let words = |a: [u8; 4]| {
+        u32::from(u16::from_be_bytes([a[0], a[1]])) + u32::from(u16::from_be_bytes([a[2], a[3]]))
+    };
+    Sum(words(src) + words(dst) + u32::from(proto) + u32::from(l4_len))
 }
 
 /// The sum of the IPv6 pseudo-header (RFC 8200 §8.1) for an upper-layer packet of `l4_len`
@@ -130,6 +140,7 @@ pub fn update(checksum: u16, old: u16, new: u16) -> u16 {
 }
 
 /// The sum covered by an existing header checksum value: `~checksum` as a [`Sum`].
+#[inline]
 pub fn covered_sum(checksum: u16) -> Sum {
     Sum(u32::from(!checksum))
 }

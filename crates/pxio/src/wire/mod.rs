@@ -274,6 +274,14 @@ impl Bounds {
 /// `frame_len` are ignored.
 pub fn classify(head: &[u8], frame_len: usize) -> Class {
     let head = &head[..head.len().min(frame_len)];
+    match plain_ipv4_tcp(head, frame_len) {
+        Some(headers) => Class::Tcp(headers),
+        None => classify_general(head, frame_len),
+    }
+}
+
+/// [`classify`] for any frame (`head` already cut to `frame_len`).
+fn classify_general(head: &[u8], frame_len: usize) -> Class {
     let bounds = Bounds {
         head_len: head.len(),
         frame_len,
@@ -282,6 +290,58 @@ pub fn classify(head: &[u8], frame_len: usize) -> Class {
         Ok(class) => class,
         Err(malformed) => Class::Malformed(malformed),
     }
+}
+
+/// The common case in one straight pass: an untagged Ethernet frame carrying a well-formed,
+/// unfragmented IPv4 packet without options carrying TCP, every header in `head`. It makes
+/// exactly the checks the general path makes for such a frame, and returns the same
+/// [`Headers`]; anything else (including every malformed frame) is `None`, and left to the
+/// general path, which says what it is.
+#[inline]
+fn plain_ipv4_tcp(head: &[u8], frame_len: usize) -> Option<Headers> {
+    const L2: usize = ethernet::field::HEADER_LEN;
+    const L3: usize = ipv4::field::HEADER_LEN;
+    const L4: usize = L2 + L3;
+    const VER_IHL_PLAIN: u8 = (ipv4::VERSION << ipv4::field::VERSION_SHIFT) | 5;
+    let fixed: &[u8; L4 + tcp::field::HEADER_LEN] = head.first_chunk()?;
+    if read_u16(fixed, ethernet::field::ETHERTYPE) != ethernet::ethertype::IPV4
+        || fixed[L2 + ipv4::field::VER_IHL] != VER_IHL_PLAIN
+        || fixed[L2 + ipv4::field::PROTOCOL] != ip_proto::TCP
+    {
+        return None;
+    }
+    let ip = Ipv4Packet::new_unchecked(&fixed[L2..L4]);
+    let ip_len = usize::from(ip.total_len());
+    if ip_len < L3 + tcp::field::HEADER_LEN || L2 + ip_len > frame_len || ip.is_fragment() {
+        return None;
+    }
+    let tcp = TcpPacket::new_unchecked(&fixed[L4..]);
+    let l4_len = tcp.header_len();
+    if l4_len < tcp::field::HEADER_LEN || l4_len > ip_len - L3 || L4 + l4_len > head.len() {
+        return None;
+    }
+    let mut src = [0; 16];
+    let mut dst = [0; 16];
+    src[..IPV4_ADDR_LEN].copy_from_slice(&ip.src_addr());
+    dst[..IPV4_ADDR_LEN].copy_from_slice(&ip.dst_addr());
+    // `ip_len` came from a u16 and bounds every other length: the casts are lossless.
+    Some(Headers {
+        l2_len: L2 as u16,
+        l3_len: L3 as u16,
+        l4_len: l4_len as u16,
+        v6: false,
+        proto: ip_proto::TCP,
+        ip_len: ip_len as u16,
+        payload_len: (ip_len - L3 - l4_len) as u16,
+        key: FlowKey {
+            src,
+            dst,
+            sport: tcp.src_port(),
+            dport: tcp.dst_port(),
+            proto: ip_proto::TCP,
+            v6: false,
+        },
+    })
 }
 
 fn classify_frame(head: &[u8], bounds: &Bounds) -> Result<Class, Malformed> {

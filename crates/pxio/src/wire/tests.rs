@@ -593,3 +593,49 @@ proptest! {
         prop_assert_eq!(classify(&padded, padded.len()), expected);
     }
 }
+
+/// Plain IPv4/TCP frames (the fast path's shape) with the fields it checks pushed to and past
+/// their limits: total length, fragment bits, protocol, version/IHL, data offset, EtherType.
+fn plain_v4_tcp_near_limits() -> impl Strategy<Value = (Vec<u8>, usize, usize)> {
+    let field = prop::sample::select(vec![
+        V4_TOTAL_LEN,
+        V4_TOTAL_LEN + 1,
+        V4_FLG_OFF,
+        V4_FLG_OFF + 1,
+        V4_PROTO,
+        L2,
+        L2 + 20 + 12,
+        12,
+        13,
+    ]);
+    (
+        0usize..80,
+        proptest::collection::vec((field, any::<u8>()), 0..3),
+        0usize..120,
+        0usize..8,
+    )
+        .prop_map(|(len, flips, cut, extra)| {
+            let mut frame = v4_tcp(len);
+            for (at, value) in flips {
+                frame[at] = value;
+            }
+            let head_len = frame.len().saturating_sub(cut);
+            let frame_len = frame.len() + extra - extra.min(4);
+            (frame, head_len, frame_len)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    #[test]
+    fn the_fast_path_agrees_with_the_general_one(
+        (frame, head_len, frame_len) in plain_v4_tcp_near_limits()
+    ) {
+        let head = &frame[..head_len.min(frame_len)];
+        prop_assert_eq!(classify(head, frame_len), classify_general(head, frame_len));
+        if let Some(h) = plain_ipv4_tcp(head, frame_len) {
+            prop_assert_eq!(Class::Tcp(h), classify_general(head, frame_len));
+        }
+    }
+}
