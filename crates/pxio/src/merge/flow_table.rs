@@ -25,7 +25,7 @@ pub struct FlowEntry {
     pub flags: u8,
     /// Items held (at most the configured maximum).
     pub n_items: u8,
-    /// First held item (lowest sequence number), or [`NIL`].
+    /// First held item (lowest sequence number), or `NIL` (`u32::MAX`).
     pub items: u32,
     /// Throughput estimate, bytes per ns.
     pub rate: f32,
@@ -100,7 +100,7 @@ pub struct FlowTable {
 
 impl FlowTable {
     /// A table of at least `capacity` entries (rounded up to a power of two, and to a multiple of
-    /// [`WAYS`]).
+    /// the bucket width, 4).
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.max(WAYS).next_power_of_two();
         Self {
