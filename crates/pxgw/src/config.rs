@@ -179,6 +179,13 @@ pub struct Pmtu {
     pub fallback: PmtuPolicy,
     /// The conservative MTU (1280, the IPv6 minimum).
     pub conservative_mtu: u16,
+    /// Probe the path MTU of new outside destinations with F-PMTUD (SIGCOMM'26 §5.2); a
+    /// discovered PMTU below the eMTU then caps what `policy` gives.
+    pub probe: bool,
+    /// Answer F-PMTUD probes that arrive for the inside network.
+    pub respond: bool,
+    /// The F-PMTUD UDP port.
+    pub port: u16,
 }
 
 impl Default for Pmtu {
@@ -187,6 +194,9 @@ impl Default for Pmtu {
             policy: PmtuPolicy::Mss,
             fallback: PmtuPolicy::Emtu,
             conservative_mtu: 1280,
+            probe: true,
+            respond: true,
+            port: fpmtud::DEFAULT_PORT,
         }
     }
 }
@@ -433,6 +443,9 @@ impl Config {
                 self.pmtu.conservative_mtu,
                 &format!("576..={} (the external MTU)", self.emtu()),
             ));
+        }
+        if self.pmtu.port == 0 {
+            return Err(invalid("pmtu.port", 0, "1..=65535"));
         }
         if !(self.stats.interval_s >= 0.0 && self.stats.interval_s.is_finite()) {
             return Err(invalid(

@@ -7,5 +7,6 @@ pub mod conn;
 pub mod lab;
 pub mod mss;
 pub mod pipeline;
+pub mod pmtud;
 pub mod stats;
 pub mod worker;

@@ -20,6 +20,7 @@ use pxio::PacketBuf;
 use crate::config::{Config, PmtuPolicy};
 use crate::conn::{self, ConnTable};
 use crate::mss;
+use crate::pmtud::PathMtu;
 use crate::stats::Report;
 
 /// Open caravans at once, per worker.
@@ -36,6 +37,9 @@ pub struct Pipeline<B: PacketBuf> {
     expired: Vec<FlowKey>,
     pool: B::Pool,
     report: Report,
+    pmtu: PathMtu,
+    /// Frames the gateway itself sends outside (F-PMTUD probes and reports).
+    replies: Vec<Vec<u8>>,
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -100,6 +104,8 @@ impl<B: PacketBuf> Pipeline<B> {
             expired: Vec::with_capacity(MAX_OPEN_CARAVANS),
             pool,
             report: Report::default(),
+            pmtu: PathMtu::new(cfg.emtu(), cfg.pmtu.port, cfg.pmtu.probe, cfg.pmtu.respond)?,
+            replies: Vec::with_capacity(64),
         })
     }
 
@@ -115,6 +121,7 @@ impl<B: PacketBuf> Pipeline<B> {
         r.delay_ns = Some(s.delay_ns.clone());
         r.drops.merge_failed = s.bad_checksum;
         r.connections = self.conns.len() as u64;
+        r.pmtud = self.pmtu.summary();
         r.finish();
         r
     }
@@ -136,16 +143,45 @@ impl<B: PacketBuf> Pipeline<B> {
         self.report.drops.tx_full += n;
     }
 
-    /// When the next merge deadline falls due, if any.
+    /// When the next merge, caravan or probe deadline falls due, if any.
     pub fn next_deadline(&self) -> Option<u64> {
         let caravan = self
             .caravans
             .values()
             .map(|(_, t)| t + self.cfg.caravan_timeout_ns)
             .min();
-        match (self.merger.next_deadline(), caravan) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [
+            self.merger.next_deadline(),
+            caravan,
+            self.pmtu.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Moves the frames the gateway itself sends outside (F-PMTUD probes and reports) to `out`,
+    /// as buffers from the header pool (chained, since a probe is eMTU-sized).
+    pub fn take_replies(&mut self, out: &mut Vec<B>) {
+        const CHUNK: usize = 192;
+        for frame in self.replies.drain(..) {
+            let mut parts = frame.chunks(CHUNK).map(|c| B::alloc_with(&self.pool, c));
+            let Some(Some(mut head)) = parts.next() else {
+                self.report.drops.pool_exhausted += 1;
+                continue;
+            };
+            let mut ok = true;
+            for part in parts {
+                match part.map(|p| head.chain(p)) {
+                    Some(Ok(())) => {}
+                    _ => ok = false,
+                }
+            }
+            if ok {
+                out.push(head);
+            } else {
+                self.report.drops.pool_exhausted += 1;
+            }
         }
     }
 
@@ -160,6 +196,9 @@ impl<B: PacketBuf> Pipeline<B> {
     pub fn inbound(&mut self, mut pkt: B, now: u64, out: &mut Vec<B>) {
         self.report.inbound.packets_in += 1;
         self.report.inbound.bytes_in += pkt.len() as u64;
+        if pkt.num_segs() == 1 && self.pmtu.on_inbound(pkt.head(), now, &mut self.replies) {
+            return; // a report for one of the gateway's own probes
+        }
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
                 if mss::is_syn(pkt.head(), &h) {
@@ -283,6 +322,7 @@ impl<B: PacketBuf> Pipeline<B> {
     /// Releases merge items and caravans whose time has come.
     pub fn poll(&mut self, now: u64, out: &mut Vec<B>) {
         self.merger.poll(now, out);
+        self.pmtu.poll(now, &mut self.replies);
         if self.caravans.is_empty() {
             return;
         }
@@ -324,6 +364,8 @@ impl<B: PacketBuf> Pipeline<B> {
             Class::Tcp(h) => {
                 let key = conn::reverse(&h.key);
                 if mss::is_syn(pkt.head(), &h) {
+                    self.pmtu
+                        .on_outbound_syn(pkt.head(), &h, now, &mut self.replies);
                     self.report.mss.handshakes += 1;
                     let pmtu = self
                         .conns
@@ -339,13 +381,21 @@ impl<B: PacketBuf> Pipeline<B> {
                         self.report.mss.without_mss += u64::from(hs.mss.is_none());
                     }
                 }
-                let pmtu = match self.conns.touch(&key, now) {
+                let hint = match self.conns.touch(&key, now) {
                     Some(c) => c.pmtu,
                     None => self.fallback_pmtu_for(match self.cfg.policy {
                         PmtuPolicy::Mss => self.cfg.fallback,
                         p => p,
                     }),
                 };
+                // A path MTU F-PMTUD discovered caps the hint (the cache answers the eMTU for
+                // every other destination, without touching its table).
+                let dst = if h.key.v6 {
+                    std::net::IpAddr::from(h.key.dst)
+                } else {
+                    std::net::IpAddr::from([h.key.dst[0], h.key.dst[1], h.key.dst[2], h.key.dst[3]])
+                };
+                let pmtu = hint.min(self.pmtu.pmtu(dst, now));
                 match split_tcp(pkt, pmtu, self.cfg.offloads, &self.pool, out) {
                     Ok(_) => {}
                     Err((_, pkt)) => {

@@ -133,6 +133,8 @@ pub struct Report {
     pub drops: Drops,
     /// Connections known.
     pub connections: u64,
+    /// F-PMTUD.
+    pub pmtud: crate::pmtud::PmtudSummary,
 }
 
 impl Report {
@@ -162,6 +164,13 @@ impl Report {
         self.mss.table_full += o.mss.table_full;
         self.drops.add(&o.drops);
         self.connections += o.connections;
+        let (a, b) = (&mut self.pmtud, &o.pmtud);
+        a.probed += b.probed;
+        a.probes_sent += b.probes_sent;
+        a.discovered += b.discovered;
+        a.fallbacks += b.fallbacks;
+        a.cached += b.cached;
+        a.answered += b.answered;
         self.finish();
     }
 
@@ -191,6 +200,7 @@ impl Report {
             "mss": self.mss,
             "drops": self.drops,
             "connections": self.connections,
+            "pmtud": self.pmtud,
             "leaked_mbufs": leaked_mbufs,
         })
     }

@@ -77,6 +77,7 @@ impl Worker {
                     self.pipeline.outbound(m, now, &mut to_ext);
                 }
             }
+            self.pipeline.take_replies(&mut to_ext);
             self.send(&mut to_int, true);
             self.send(&mut to_ext, false);
             loops = loops.wrapping_add(1);

@@ -1,0 +1,339 @@
+//! F-PMTUD inside the gateway (SIGCOMM'26 §5.2):
+//!
+//! - **Prober:** when an inside host opens a connection to an outside destination whose path MTU
+//!   is not known, the gateway sends F-PMTUD probes (eMTU-sized, DF clear) toward it, on the
+//!   inside host's behalf (it has no address of its own in transparent mode), and takes the
+//!   report that comes back. The result goes into a [`PmtuCache`]: only non-default PMTUs are
+//!   stored, and the counting Bloom filter keeps the per-packet lookup of every other destination
+//!   off the table.
+//! - **Responder:** probes from outside that arrive for the inside network (fragmented on the way)
+//!   are tracked by (source, destination, IP id) from the fragments seen on the port, and
+//!   answered by the gateway with the fragment sizes. The fragments are still forwarded inside,
+//!   untouched.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use fpmtud::{
+    CacheConfig, FragmentTracker, PmtuCache, PmtuSource, Prober, ProberConfig, Responder,
+    ResponderConfig, TrackerConfig,
+};
+use pxio::checksum::{self, Sum};
+use pxio::wire::{self, Headers};
+
+/// Destinations probed at once.
+const MAX_PROBERS: usize = 256;
+/// The gateway's probes leave from this UDP port of the inside host (reports come back to it).
+pub const PROBE_SOURCE_PORT: u16 = 4690;
+const ETH: usize = 14;
+const IPV4: usize = 20;
+const UDP: usize = 8;
+/// IPv4, five 32-bit words of header (no options).
+const IPV4_VERSION_IHL: u8 = 0x45;
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, PartialEq, Eq)]
+pub struct PmtudSummary {
+    /// Destinations probed.
+    pub probed: u64,
+    /// Probes sent.
+    pub probes_sent: u64,
+    /// Rounds that ended with a report.
+    pub discovered: u64,
+    /// Rounds that fell back (no report in time).
+    pub fallbacks: u64,
+    /// Non-default PMTUs in the cache.
+    pub cached: u64,
+    /// Probes from outside answered by the gateway.
+    pub answered: u64,
+}
+
+struct Probe {
+    prober: Prober,
+    /// Destination and source MAC of the frames toward the destination.
+    macs: [u8; 12],
+    /// The inside host on whose behalf the gateway probes.
+    src: Ipv4Addr,
+}
+
+/// The gateway's F-PMTUD state, one per worker.
+pub struct PathMtu {
+    cache: PmtuCache<IpAddr>,
+    probers: HashMap<IpAddr, Probe>,
+    tracker: FragmentTracker,
+    responder: Responder,
+    probe: bool,
+    respond: bool,
+    emtu: u16,
+    port: u16,
+    ident: u16,
+    summary: PmtudSummary,
+}
+
+impl PathMtu {
+    /// F-PMTUD for a gateway whose external MTU is `emtu`, probing (`probe`) and answering
+    /// (`respond`) on UDP `port`.
+    pub fn new(emtu: u16, port: u16, probe: bool, respond: bool) -> anyhow::Result<Self> {
+        Ok(Self {
+            cache: PmtuCache::new(CacheConfig {
+                default_pmtu: emtu,
+                ..CacheConfig::default()
+            })?,
+            probers: HashMap::with_capacity(MAX_PROBERS),
+            tracker: FragmentTracker::new(TrackerConfig {
+                port,
+                timeout: Duration::from_secs(2),
+                max_datagrams: 1024,
+                max_fragments: 256,
+            }),
+            responder: Responder::new(ResponderConfig::default())?,
+            probe,
+            respond,
+            emtu,
+            port,
+            ident: 1,
+            summary: PmtudSummary::default(),
+        })
+    }
+
+    /// The counters.
+    pub fn summary(&self) -> PmtudSummary {
+        PmtudSummary {
+            cached: self.cache.len() as u64,
+            ..self.summary
+        }
+    }
+
+    /// The path MTU toward `dst`: a discovered value, or the eMTU.
+    pub fn pmtu(&mut self, dst: IpAddr, now: u64) -> u16 {
+        self.cache.lookup(&dst, now)
+    }
+
+    /// The earliest time a prober needs [`poll`](Self::poll).
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.probers
+            .values()
+            .filter_map(|p| p.prober.next_timeout())
+            .min()
+    }
+
+    /// An inside host's SYN toward `h.key.dst`: probe that destination if its PMTU is unknown.
+    /// Probe frames are appended to `out` (they go outside).
+    pub fn on_outbound_syn(&mut self, frame: &[u8], h: &Headers, now: u64, out: &mut Vec<Vec<u8>>) {
+        if !self.probe || h.key.v6 || h.l2_len as usize != ETH || self.probers.len() >= MAX_PROBERS
+        {
+            return;
+        }
+        let dst = IpAddr::V4(Ipv4Addr::from(four(&h.key.dst)));
+        if self.probers.contains_key(&dst) || self.cache.get(&dst).is_some() {
+            return;
+        }
+        let cfg = ProberConfig {
+            port: self.port,
+            probe_size: self.emtu,
+            emtu: Some(self.emtu),
+            ..ProberConfig::default()
+        };
+        let Ok(mut prober) = Prober::new(dst, cfg) else {
+            return;
+        };
+        let mut macs = [0u8; 12];
+        macs.copy_from_slice(&frame[..12]);
+        let probe = Probe {
+            macs,
+            src: Ipv4Addr::from(four(&h.key.src)),
+            prober: {
+                let tx = prober.start(now);
+                self.summary.probed += 1;
+                for t in tx {
+                    self.summary.probes_sent += 1;
+                    let (macs, src, ident) =
+                        (macs, Ipv4Addr::from(four(&h.key.src)), self.next_ident());
+                    out.push(udp_frame(
+                        macs,
+                        src,
+                        dst_v4(&dst),
+                        PROBE_SOURCE_PORT,
+                        self.port,
+                        &t.payload,
+                        t.size,
+                        false,
+                        ident,
+                    ));
+                }
+                prober
+            },
+        };
+        self.probers.insert(dst, probe);
+    }
+
+    /// A frame from outside. Returns true when it was for the gateway itself (a report to one of
+    /// its probes) and must not be forwarded. Probes for the inside network are answered into
+    /// `out` (frames going outside) and still forwarded.
+    pub fn on_inbound(&mut self, frame: &[u8], now: u64, out: &mut Vec<Vec<u8>>) -> bool {
+        if frame.len() < ETH + IPV4 || frame[12..14] != [0x08, 0x00] {
+            return false;
+        }
+        let ip = &frame[ETH..];
+        // A report for one of our probes: UDP from the probe port to ours.
+        if let wire::Class::Udp(h) = wire::classify(frame, frame.len()) {
+            let src = IpAddr::V4(Ipv4Addr::from(four(&h.key.src)));
+            if h.key.sport == self.port && h.key.dport == PROBE_SOURCE_PORT {
+                if let Some(p) = self.probers.get_mut(&src) {
+                    let _ = p.prober.on_report(&frame[h.hdr_len()..h.frame_len()], now);
+                    self.finish_if_done(src);
+                    return true;
+                }
+            }
+        }
+        if self.respond {
+            if let Ok(Some(record)) = self.tracker.on_packet(ip, now) {
+                if let (Ok(report), IpAddr::V4(prober), IpAddr::V4(us)) = (
+                    self.responder.on_record(&record, now),
+                    record.src,
+                    record.dst,
+                ) {
+                    self.summary.answered += 1;
+                    let mut macs = [0u8; 12];
+                    macs[..6].copy_from_slice(&frame[6..12]);
+                    macs[6..].copy_from_slice(&frame[..6]);
+                    let ident = self.next_ident();
+                    out.push(udp_frame(
+                        macs,
+                        us,
+                        prober,
+                        self.port,
+                        record.src_port,
+                        &report,
+                        0,
+                        true,
+                        ident,
+                    ));
+                }
+            }
+        }
+        false
+    }
+
+    /// Drives the probers: second probes, timeouts and fallbacks. New probe frames go to `out`.
+    pub fn poll(&mut self, now: u64, out: &mut Vec<Vec<u8>>) {
+        if self.probers.is_empty() {
+            return;
+        }
+        let due: Vec<IpAddr> = self
+            .probers
+            .iter()
+            .filter(|(_, p)| p.prober.next_timeout().is_some_and(|t| t <= now))
+            .map(|(d, _)| *d)
+            .collect();
+        for dst in due {
+            let Some(p) = self.probers.get_mut(&dst) else {
+                continue;
+            };
+            let tx = p.prober.poll(now);
+            let (macs, src) = (p.macs, p.src);
+            for t in tx {
+                self.summary.probes_sent += 1;
+                let ident = self.next_ident();
+                out.push(udp_frame(
+                    macs,
+                    src,
+                    dst_v4(&dst),
+                    PROBE_SOURCE_PORT,
+                    self.port,
+                    &t.payload,
+                    t.size,
+                    false,
+                    ident,
+                ));
+            }
+            self.finish_if_done(dst);
+        }
+        self.tracker.expire(now);
+    }
+
+    fn finish_if_done(&mut self, dst: IpAddr) {
+        let Some(p) = self.probers.get(&dst) else {
+            return;
+        };
+        if p.prober.is_probing() {
+            return;
+        }
+        if let Some(est) = p.prober.estimate() {
+            if est.source == PmtuSource::Probe {
+                self.summary.discovered += 1;
+                let _ = self.cache.insert(dst, est.mtu, 0);
+            } else {
+                self.summary.fallbacks += 1;
+            }
+        }
+        self.probers.remove(&dst);
+    }
+
+    fn next_ident(&mut self) -> u16 {
+        self.ident = self.ident.wrapping_add(1);
+        self.ident
+    }
+}
+
+fn four(a: &[u8; 16]) -> [u8; 4] {
+    [a[0], a[1], a[2], a[3]]
+}
+
+fn dst_v4(a: &IpAddr) -> Ipv4Addr {
+    match a {
+        IpAddr::V4(v) => *v,
+        IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+    }
+}
+
+/// An Ethernet/IPv4/UDP frame carrying `payload`, padded so the IP packet is `ip_size` bytes
+/// (0: no padding). `df` sets Don't Fragment (reports), clear for probes.
+#[allow(clippy::too_many_arguments)]
+fn udp_frame(
+    macs: [u8; 12],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    payload: &[u8],
+    ip_size: u16,
+    df: bool,
+    ident: u16,
+) -> Vec<u8> {
+    let ip_len = usize::from(ip_size).max(IPV4 + UDP + payload.len());
+    let mut f = vec![0u8; ETH + ip_len];
+    f[..12].copy_from_slice(&macs);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[ETH] = IPV4_VERSION_IHL;
+    {
+        let mut ip = wire::Ipv4Packet::new_unchecked(&mut f[ETH..ETH + IPV4]);
+        ip.set_total_len(ip_len as u16);
+        ip.set_ident(ident);
+        ip.set_dont_frag(df);
+        ip.set_ttl(64);
+        ip.set_protocol(wire::ip_proto::UDP);
+        ip.set_src_addr(src.octets());
+        ip.set_dst_addr(dst.octets());
+        ip.fill_checksum();
+    }
+    let udp_len = (ip_len - IPV4) as u16;
+    let l4 = ETH + IPV4;
+    f[l4 + UDP..l4 + UDP + payload.len()].copy_from_slice(payload);
+    {
+        let mut udp = wire::UdpPacket::new_unchecked(&mut f[l4..l4 + UDP]);
+        udp.set_src_port(sport);
+        udp.set_dst_port(dport);
+        udp.set_len(udp_len);
+        udp.set_checksum(0);
+    }
+    let sum = checksum::pseudo_header_v4(src.octets(), dst.octets(), wire::ip_proto::UDP, udp_len)
+        .add(Sum::of(&f[l4..]));
+    let c = match sum.checksum() {
+        0 => 0xffff,
+        c => c,
+    };
+    wire::UdpPacket::new_unchecked(&mut f[l4..l4 + UDP]).set_checksum(c);
+    f
+}
