@@ -16,7 +16,16 @@ pub fn run(json: Option<PathBuf>, extra: &[String]) -> Result<()> {
     }
     deps::run()?;
     let mut build = cargo();
-    build.args(["build", "--release", "-j2", "-p", "pxgw", "--bins"]);
+    build.args([
+        "build",
+        "--release",
+        "-j2",
+        "-p",
+        "pxgw",
+        "-p",
+        "fpmtud",
+        "--bins",
+    ]);
     println!("==> {}", describe(&build));
     run_status(&mut build)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")

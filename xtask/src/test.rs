@@ -33,7 +33,16 @@ const INTEGRATION_SUITES: &[Suite] = &[
     Suite {
         name: "pxgw-build",
         program: "cargo",
-        args: &["build", "--release", "-j2", "-p", "pxgw", "--bins"],
+        args: &[
+            "build",
+            "--release",
+            "-j2",
+            "-p",
+            "pxgw",
+            "-p",
+            "fpmtud",
+            "--bins",
+        ],
     },
     Suite {
         name: "pxgw-lab",

@@ -191,6 +191,23 @@ impl Lab {
         false
     }
 
+    /// Runs the F-PMTUD daemon (`binary serve`) in the outside host, so pxgw's probes of it are
+    /// answered. Stopped on drop.
+    pub fn start_fpmtud(&self, binary: &Path) -> Result<Daemon> {
+        let child = Command::new("ip")
+            .args(["netns", "exec", self.ext.name()])
+            .arg(binary)
+            .args(["serve"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(Daemon {
+            _child: Spawned(child),
+        })
+    }
+
     /// Bridges the two veths with a Linux bridge instead of pxgw (the baseline).
     pub fn bridge(&self) -> Result<Bridge> {
         let name = netlab::unique_name("pxbr");
@@ -605,6 +622,11 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         let _ = netlab::run("ip", &["link", "del", &self.name]);
     }
+}
+
+/// A background daemon of the lab, stopped on drop.
+pub struct Daemon {
+    _child: Spawned,
 }
 
 /// A child process killed on drop.

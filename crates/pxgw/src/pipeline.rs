@@ -163,7 +163,8 @@ impl<B: PacketBuf> Pipeline<B> {
     /// Moves the frames the gateway itself sends outside (F-PMTUD probes and reports) to `out`,
     /// as buffers from the header pool (chained, since a probe is eMTU-sized).
     pub fn take_replies(&mut self, out: &mut Vec<B>) {
-        const CHUNK: usize = 192;
+        // Small enough for any header pool (DPDK keeps 128 B of a 256 B data room as headroom).
+        const CHUNK: usize = 96;
         for frame in self.replies.drain(..) {
             let mut parts = frame.chunks(CHUNK).map(|c| B::alloc_with(&self.pool, c));
             let Some(Some(mut head)) = parts.next() else {

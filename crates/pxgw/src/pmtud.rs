@@ -24,6 +24,11 @@ use pxio::wire::{self, Headers};
 
 /// Destinations probed at once.
 const MAX_PROBERS: usize = 256;
+/// Destinations remembered as probed recently (their PMTU may be the default, which the cache
+/// does not store).
+const MAX_RECENT: usize = 4096;
+/// A destination is probed again after this long (the paper's 10 minutes).
+const REPROBE_NS: u64 = 600_000_000_000;
 /// The gateway's probes leave from this UDP port of the inside host (reports come back to it).
 pub const PROBE_SOURCE_PORT: u16 = 4690;
 const ETH: usize = 14;
@@ -61,6 +66,8 @@ struct Probe {
 pub struct PathMtu {
     cache: PmtuCache<IpAddr>,
     probers: HashMap<IpAddr, Probe>,
+    /// When each destination was last probed.
+    recent: HashMap<IpAddr, u64>,
     tracker: FragmentTracker,
     responder: Responder,
     probe: bool,
@@ -81,6 +88,7 @@ impl PathMtu {
                 ..CacheConfig::default()
             })?,
             probers: HashMap::with_capacity(MAX_PROBERS),
+            recent: HashMap::with_capacity(MAX_RECENT),
             tracker: FragmentTracker::new(TrackerConfig {
                 port,
                 timeout: Duration::from_secs(2),
@@ -126,9 +134,21 @@ impl PathMtu {
             return;
         }
         let dst = IpAddr::V4(Ipv4Addr::from(four(&h.key.dst)));
-        if self.probers.contains_key(&dst) || self.cache.get(&dst).is_some() {
+        let recently = self
+            .recent
+            .get(&dst)
+            .is_some_and(|&t| now.saturating_sub(t) < REPROBE_NS);
+        if recently || self.probers.contains_key(&dst) || self.cache.get(&dst).is_some() {
             return;
         }
+        if self.recent.len() >= MAX_RECENT {
+            self.recent
+                .retain(|_, t| now.saturating_sub(*t) < REPROBE_NS);
+            if self.recent.len() >= MAX_RECENT {
+                self.recent.clear();
+            }
+        }
+        self.recent.insert(dst, now);
         let cfg = ProberConfig {
             port: self.port,
             probe_size: self.emtu,

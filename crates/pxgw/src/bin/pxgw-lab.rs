@@ -221,6 +221,17 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         l.ext.name(),
         l.int.name()
     );
+    // The outside host answers F-PMTUD probes, so pxgw's own probing is exercised end to end.
+    let fpmtud = std::env::current_exe()?.with_file_name("fpmtud");
+    let _daemon = if fpmtud.exists() {
+        Some(l.start_fpmtud(&fpmtud)?)
+    } else {
+        eprintln!(
+            "lab: {} is not built; pxgw's F-PMTUD probes will go unanswered",
+            fpmtud.display()
+        );
+        None
+    };
     let gw = l.start_pxgw(&pxgw, 1, 900)?;
     let ping_ok = l.ping();
     let result = transfers(&l, sizes, true, &stop);
@@ -256,6 +267,11 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
     println!(
         "pxgw exit code {code}, leaked mbufs {leaked}, drops {}",
         stats["drops"]
+    );
+    let pmtud = &stats["pmtud"];
+    println!(
+        "pxgw F-PMTUD: {} destinations probed, {} answered, {} fell back",
+        pmtud["probed"], pmtud["discovered"], pmtud["fallbacks"]
     );
 
     let report = json!({
@@ -306,6 +322,10 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         ),
         ("pxgw exits cleanly", code == 0),
         ("no leaked mbufs", leaked == 0),
+        (
+            "pxgw's F-PMTUD probe of the outside host was answered",
+            !_daemon.is_some() || stats["pmtud"]["discovered"].as_u64().unwrap_or(0) >= 1,
+        ),
     ];
     let failed = checks.iter().filter(|(_, ok)| !ok).count();
     for (name, ok) in checks {
