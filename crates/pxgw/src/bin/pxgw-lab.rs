@@ -223,7 +223,7 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
     );
     // The outside host answers F-PMTUD probes, so pxgw's own probing is exercised end to end.
     let fpmtud = std::env::current_exe()?.with_file_name("fpmtud");
-    let _daemon = if fpmtud.exists() {
+    let daemon = if fpmtud.exists() {
         Some(l.start_fpmtud(&fpmtud)?)
     } else {
         eprintln!(
@@ -324,7 +324,7 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         ("no leaked mbufs", leaked == 0),
         (
             "pxgw's F-PMTUD probe of the outside host was answered",
-            !_daemon.is_some() || stats["pmtud"]["discovered"].as_u64().unwrap_or(0) >= 1,
+            daemon.is_none() || stats["pmtud"]["discovered"].as_u64().unwrap_or(0) >= 1,
         ),
     ];
     let failed = checks.iter().filter(|(_, ok)| !ok).count();
