@@ -6,12 +6,16 @@
 //!   tests, then the integration suites.
 //! * `cargo xtask bench merge [--json FILE]` runs a benchmark in release mode and prints its
 //!   table (and writes its JSON report).
+//! * `cargo xtask lab pmtud [--json FILE]` runs a namespace lab in release mode and prints its
+//!   table (and writes its JSON report): F-PMTUD, scamper and the kernel's PMTUD, with and
+//!   without an ICMP black hole.
 
 #![forbid(unsafe_code)]
 
 mod bench;
 mod demo;
 mod deps;
+mod lab;
 mod test;
 
 use std::ffi::OsStr;
@@ -62,6 +66,16 @@ enum Task {
         #[arg(last = true)]
         extra: Vec<String>,
     },
+    /// Run a namespace lab in release mode and print its table (installs what is missing
+    /// first; as root).
+    Lab {
+        /// Which lab.
+        #[arg(value_enum)]
+        what: lab::LabKind,
+        /// Also write the JSON report to FILE.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -71,6 +85,7 @@ fn main() -> ExitCode {
         Task::Test => test::run(),
         Task::Demo { json, extra } => demo::run(json, &extra),
         Task::Bench { what, json, extra } => bench::run(what, json, &extra),
+        Task::Lab { what, json } => lab::run(what, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -49,6 +49,20 @@ const INTEGRATION_SUITES: &[Suite] = &[
         program: "target/release/pxgw-lab",
         args: &["test"],
     },
+    // The PMTUD lab: A —9000— R1 —4000— R2 —1400— B, F-PMTUD next to scamper and the kernel's
+    // PMTUD, ICMP allowed and black-holed. Asserts that fpmtud finds the bottleneck in one probe
+    // round trip either way, ignores a report with a bad nonce, and falls back without a
+    // responder (and that the black hole really drops every PTB).
+    Suite {
+        name: "fpmtud-build",
+        program: "cargo",
+        args: &["build", "--release", "-j2", "-p", "fpmtud", "--bins"],
+    },
+    Suite {
+        name: "fpmtud-lab",
+        program: "target/release/fpmtud-lab",
+        args: &["test"],
+    },
     // The merge benchmark from a clean build, small: both engines on real traces, every output
     // byte verified against the flows' streams. It checks that the bench works and that pxio's
     // output is correct on bench traffic; it asserts no timing.

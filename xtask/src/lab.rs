@@ -1,0 +1,62 @@
+//! `cargo xtask lab KIND [--json FILE]`: installs what is missing, builds the lab's binaries in
+//! release mode and runs the lab, which prints its table (and writes its JSON report).
+//!
+//! `pmtud`: F-PMTUD next to scamper's PMTUD and the kernel's ICMP-based PMTUD on a real path
+//! A —9000— R1 —4000— R2 —1400— B, with ICMP allowed and black-holed (SIGCOMM'26 §5.2, §7.4),
+//! via `fpmtud-lab run`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{bail, Result};
+use clap::ValueEnum;
+
+use crate::{cargo, deps, describe, run_status};
+
+/// The labs `cargo xtask lab` knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LabKind {
+    /// F-PMTUD, scamper and the kernel's PMTUD, with and without an ICMP black hole.
+    Pmtud,
+}
+
+impl LabKind {
+    /// The package whose binaries the lab needs.
+    fn package(self) -> &'static str {
+        match self {
+            LabKind::Pmtud => "fpmtud",
+        }
+    }
+
+    /// The lab's binary in that package.
+    fn binary(self) -> &'static str {
+        match self {
+            LabKind::Pmtud => "fpmtud-lab",
+        }
+    }
+}
+
+/// Runs `cargo xtask lab`: deps, a release build of the package's binaries, then the lab.
+pub fn run(what: LabKind, json: Option<PathBuf>) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "xtask lab: the lab creates network namespaces and nftables tables; run it as root \
+             (e.g. `sudo cargo xtask lab pmtud`)"
+        );
+    }
+    deps::run()?;
+    let mut build = cargo();
+    build.args(["build", "--release", "-j2", "-p", what.package(), "--bins"]);
+    println!("==> {}", describe(&build));
+    run_status(&mut build)?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    let mut lab = Command::new(target.join("release").join(what.binary()));
+    lab.arg("run");
+    if let Some(path) = json {
+        lab.arg("--json").arg(path);
+    }
+    println!("==> {}", describe(&lab));
+    run_status(&mut lab)
+}
