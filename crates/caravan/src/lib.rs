@@ -1,3 +1,23 @@
-//! User-space side of the PX-caravan eBPF decapsulator (SIGCOMM'26 §6).
+//! User-space side of the PX-caravan decapsulator (SIGCOMM'26 §6, §3.5).
 //!
-//! This crate is filled by its own issue; the foundation only reserves its place in the workspace.
+//! The paper patches the Linux UDP stack so that endpoints inside the b-network receive caravans.
+//! Here an eBPF TC classifier (`crates/caravan-ebpf`) does that job on clsact ingress, and this
+//! crate loads it:
+//! * [`Decap`] loads the embedded object, attaches it to an interface, reads its counters
+//!   ([`Stats`]) and manages the pass-through ports. It detaches on drop, unless
+//!   [`Decap::persist`] pinned it for the `caravan` CLI.
+//! * [`Reader`] splits a caravan that was delivered whole to a pass-through port into its inner
+//!   datagrams: one `recv` brings many datagrams, like `UDP_GRO` (beyond the paper).
+//!
+//! The map layouts are shared with the eBPF program through `caravan-common`.
+
+#![forbid(unsafe_code)]
+
+mod decap;
+mod reader;
+
+pub use caravan_common::{Counter, DEFAULT_DSCP, MAX_DATAGRAMS};
+pub use decap::{
+    detach_pinned, pinned_passthrough, pinned_stats, Decap, DecapConfig, Error, Stats, PIN_ROOT,
+};
+pub use reader::{Datagram, Malformed, Reader};

@@ -1,0 +1,85 @@
+//! What the PX-caravan decapsulator's eBPF program (`crates/caravan-ebpf`) and its user-space
+//! side (`crates/caravan`) must agree on: map names, map layouts, counter slots, bounds
+//! (SIGCOMM'26 §6, `docs/caravan.md`).
+//!
+//! `no_std` and free of dependencies, so the eBPF crate (built for `bpfel-unknown-none`) and the
+//! host crates use the very same definitions. Every map value is a plain integer, so neither side
+//! needs an `unsafe impl Pod`.
+
+#![no_std]
+
+/// The DSCP codepoint that marks a caravan unless [`CONFIG_DSCP`] says otherwise (`docs/caravan.md`,
+/// the same default as `pxio::caravan::DEFAULT_DSCP`).
+pub const DEFAULT_DSCP: u8 = 7;
+
+/// The most datagrams one caravan may carry: the receiver's hard bound, and the bound of the eBPF
+/// program's loops (the verifier needs one). The same as `pxio::caravan::DEFAULT_MAX_DATAGRAMS`.
+pub const MAX_DATAGRAMS: u32 = 64;
+
+/// Name of the per-CPU counter array (`PerCpuArray<u64>`, [`Counter::COUNT`] slots).
+pub const STATS_MAP: &str = "CARAVAN_STATS";
+
+/// Name of the configuration array (`Array<u32>`, [`CONFIG_LEN`] slots; 0 means "the default").
+pub const CONFIG_MAP: &str = "CARAVAN_CONFIG";
+
+/// Name of the pass-through port set (`HashMap<u16, u8>`: UDP destination port in host byte order
+/// → 1). Caravans to these ports are delivered whole, for `caravan::Reader`.
+pub const PASSTHROUGH_MAP: &str = "CARAVAN_PASSTHROUGH";
+
+/// Most ports the pass-through set holds.
+pub const PASSTHROUGH_MAX_PORTS: u32 = 256;
+
+/// Name of the TC classifier program in the object.
+pub const PROGRAM_NAME: &str = "caravan_decap";
+
+/// [`CONFIG_MAP`] slot: the DSCP mark (1..=63); 0 selects [`DEFAULT_DSCP`].
+pub const CONFIG_DSCP: u32 = 0;
+
+/// [`CONFIG_MAP`] slot: the most datagrams per caravan (1..=[`MAX_DATAGRAMS`]); 0 selects
+/// [`MAX_DATAGRAMS`], larger values are capped to it.
+pub const CONFIG_MAX_DATAGRAMS: u32 = 1;
+
+/// Slots in [`CONFIG_MAP`].
+pub const CONFIG_LEN: u32 = 2;
+
+/// The slots of the per-CPU counter array [`STATS_MAP`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Counter {
+    /// Well-formed caravans seen (decapsulated or passed through).
+    Caravans = 0,
+    /// Inner datagrams handed to the stack as ordinary UDP packets.
+    Datagrams = 1,
+    /// Caravans refused as malformed (dropped whole, nothing delivered).
+    Malformed = 2,
+    /// Caravans delivered whole to a registered pass-through port.
+    PassedThrough = 3,
+    /// Caravans whose decapsulation failed inside a kernel helper (e.g. no memory) after it had
+    /// started: the datagrams before the failure were delivered intact, the rest dropped.
+    HelperErrors = 4,
+}
+
+impl Counter {
+    /// Number of counter slots.
+    pub const COUNT: u32 = 5;
+
+    /// Every counter, in slot order.
+    pub const ALL: [Counter; Self::COUNT as usize] = [
+        Counter::Caravans,
+        Counter::Datagrams,
+        Counter::Malformed,
+        Counter::PassedThrough,
+        Counter::HelperErrors,
+    ];
+
+    /// The counter's name as `caravan stats` prints it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Counter::Caravans => "caravans",
+            Counter::Datagrams => "datagrams_delivered",
+            Counter::Malformed => "malformed",
+            Counter::PassedThrough => "passed_through",
+            Counter::HelperErrors => "helper_errors",
+        }
+    }
+}
