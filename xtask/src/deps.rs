@@ -33,7 +33,35 @@ const APT_PACKAGES: &[&str] = &[
     "python3-scapy",
     "bpftool",
     "iproute2",
+    // `cargo xtask build-ebpf` (crates/caravan-ebpf): Debian's rustc 1.96 built on LLVM 22 with
+    // its library source (for `-Z build-std=core`), and LLVM 22 for building bpf-linker.
+    "rustc-web",
+    "cargo-web",
+    "rust-web-src",
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
 ];
+
+/// bpf-linker, built on Debian's LLVM 22 (the same LLVM as rustc-web), for `build-ebpf`.
+const BPF_LINKER: CargoInstall = CargoInstall {
+    binary: "bpf-linker",
+    krate: "bpf-linker",
+    args: &["--no-default-features", "--features", "llvm-22"],
+    env: &[("LLVM_PREFIX", "/usr/lib/llvm-22")],
+};
+
+/// A tool installed with `cargo install` unless `<binary> --version` already runs.
+struct CargoInstall {
+    /// The executable `cargo install` puts on PATH.
+    binary: &'static str,
+    /// The crate to install.
+    krate: &'static str,
+    /// Further `cargo install` arguments.
+    args: &'static [&'static str],
+    /// Environment for the build.
+    env: &'static [(&'static str, &'static str)],
+}
 
 /// rustup components `cargo xtask test` uses (`cargo fmt`, `cargo clippy`).
 const RUSTUP_COMPONENTS: &[&str] = &["rustfmt", "clippy"];
@@ -51,10 +79,16 @@ enum Source {
     Apt(&'static [&'static str]),
     /// rustup components, installed with `rustup component add` (only when rustup is on PATH).
     Rustup(&'static [&'static str]),
+    /// A binary crate, installed with `cargo install` (after the Debian packages it builds on).
+    CargoInstall(&'static CargoInstall),
 }
 
 /// Everything `deps` ensures, in order.
-const SOURCES: &[Source] = &[Source::Apt(APT_PACKAGES), Source::Rustup(RUSTUP_COMPONENTS)];
+const SOURCES: &[Source] = &[
+    Source::Apt(APT_PACKAGES),
+    Source::Rustup(RUSTUP_COMPONENTS),
+    Source::CargoInstall(&BPF_LINKER),
+];
 
 impl Source {
     /// Installs whatever of this source is missing; returns the number of actions taken.
@@ -62,6 +96,7 @@ impl Source {
         match self {
             Source::Apt(packages) => ensure_apt(packages),
             Source::Rustup(components) => ensure_rustup(components),
+            Source::CargoInstall(tool) => ensure_cargo_install(tool),
         }
     }
 }
@@ -154,5 +189,28 @@ fn ensure_rustup(components: &[&str]) -> Result<usize> {
             .args(["component", "add"])
             .args(&missing),
     )?;
+    Ok(1)
+}
+
+/// Installs `tool` with `cargo install` unless `<binary> --version` already succeeds.
+fn ensure_cargo_install(tool: &CargoInstall) -> Result<usize> {
+    let present = Command::new(tool.binary)
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if present {
+        return Ok(0);
+    }
+    println!(
+        "deps: cargo install {} {} (takes a few minutes)",
+        tool.krate,
+        tool.args.join(" ")
+    );
+    let mut cmd = crate::cargo();
+    cmd.args(["install", "-j2", tool.krate]).args(tool.args);
+    for (key, value) in tool.env {
+        cmd.env(key, value);
+    }
+    run_status(&mut cmd)?;
     Ok(1)
 }

@@ -2,6 +2,8 @@
 //!
 //! * `cargo xtask deps` installs the Debian packages and rustup components the build and the
 //!   tests need, and only those that are missing.
+//! * `cargo xtask build-ebpf` builds the caravan eBPF object (`crates/caravan-ebpf`) with
+//!   Debian's rustc-web and bpf-linker; `crates/caravan` embeds it.
 //! * `cargo xtask test` is the one test command (`.ci/run` calls it): deps, fmt, clippy, unit
 //!   tests, then the integration suites.
 //! * `cargo xtask bench merge [--json FILE]` runs a benchmark in release mode and prints its
@@ -13,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod build_ebpf;
 mod demo;
 mod deps;
 mod lab;
@@ -42,6 +45,8 @@ struct Cli {
 enum Task {
     /// Install missing build and test dependencies (Debian packages, rustup components).
     Deps,
+    /// Build the caravan eBPF object (crates/caravan-ebpf) with rustc-web and bpf-linker.
+    BuildEbpf,
     /// Run the full test sequence: deps, fmt, clippy, unit tests, integration suites (as root).
     Test,
     /// The newcomer's first command: pxgw between two network namespaces, with real traffic
@@ -82,6 +87,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Deps => deps::run(),
+        Task::BuildEbpf => build_ebpf::run(),
         Task::Test => test::run(),
         Task::Demo { json, extra } => demo::run(json, &extra),
         Task::Bench { what, json, extra } => bench::run(what, json, &extra),

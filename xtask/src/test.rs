@@ -1,6 +1,6 @@
 //! `cargo xtask test`: the one test command.
 //!
-//! Runs, in order and stopping at the first failure: deps, `cargo fmt --check`, clippy with
+//! Runs, in order and stopping at the first failure: deps, build-ebpf, `cargo fmt --check`, clippy with
 //! `-D warnings`, the workspace's unit tests, then each of [`INTEGRATION_SUITES`].
 
 use std::process::Command;
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
-use crate::{cargo, deps, run_status};
+use crate::{build_ebpf, cargo, deps, run_status};
 
 /// Parallel build jobs for cargo: the development machines have 2 cores.
 const JOBS: &str = "-j2";
@@ -95,6 +95,8 @@ const INTEGRATION_SUITES: &[Suite] = &[
 enum Action {
     /// `cargo xtask deps`, in process.
     Deps,
+    /// `cargo xtask build-ebpf`, in process.
+    BuildEbpf,
     /// An external command.
     Command(Command),
 }
@@ -136,6 +138,7 @@ impl Step {
     fn run(&mut self) -> Result<()> {
         match &mut self.action {
             Action::Deps => deps::run(),
+            Action::BuildEbpf => build_ebpf::run(),
             Action::Command(cmd) => run_status(cmd),
         }
     }
@@ -154,6 +157,11 @@ pub fn run() -> Result<()> {
         Step {
             name: "deps".to_owned(),
             action: Action::Deps,
+        },
+        // Before clippy and the tests: crates/caravan embeds the object it builds.
+        Step {
+            name: "build-ebpf".to_owned(),
+            action: Action::BuildEbpf,
         },
         Step::cargo("fmt", &["fmt", "--all", "--", "--check"]),
         Step::cargo(
