@@ -72,7 +72,10 @@ pub fn run() -> Result<()> {
     )?;
     let object = object_path();
     if !object.is_file() {
-        bail!("build-ebpf: the build succeeded but {} is missing", object.display());
+        bail!(
+            "build-ebpf: the build succeeded but {} is missing",
+            object.display()
+        );
     }
     println!("build-ebpf: {}", object.display());
     Ok(())
