@@ -18,7 +18,8 @@
 //! 3. `bpf_skb_adjust_room(-len_i, NET)` removes datagram *i*, in three steps of about a third
 //!    (the helper moves at most 4095 B at once), so datagram *i + 1* now follows the IP header.
 //!    Go to 2.
-//! 4. The caravan itself is consumed (`TC_ACT_STOLEN`).
+//! 4. The caravan itself is consumed (`TC_ACT_SHOT`: under a TCX link `TC_ACT_STOLEN` would mean
+//!    "next", and the original would go on as a duplicate of the last datagram).
 //!
 //! All clones of one caravan are queued back to back on this CPU's backlog, from one program
 //! run, so they reach the socket in caravan order. A datagram is never delivered ahead of an
@@ -44,7 +45,7 @@
 #![no_main]
 
 use aya_ebpf::bindings::{
-    bpf_adj_room_mode::BPF_ADJ_ROOM_NET, BPF_F_INGRESS, TC_ACT_OK, TC_ACT_SHOT, TC_ACT_STOLEN,
+    bpf_adj_room_mode::BPF_ADJ_ROOM_NET, BPF_F_INGRESS, TC_ACT_OK, TC_ACT_SHOT,
 };
 use aya_ebpf::macros::{classifier, map};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
@@ -123,7 +124,11 @@ pub fn caravan_decap(ctx: TcContext) -> i32 {
             if delivered != caravan.count {
                 count(Counter::HelperErrors, 1);
             }
-            TC_ACT_STOLEN as i32
+            // The clones carry the datagrams; the original (by now rewritten into the last
+            // datagram) must not go on. TC_ACT_SHOT, not TC_ACT_STOLEN: under a TCX link the
+            // kernel reads any code but PASS, DROP and REDIRECT as "next", so STOLEN would let
+            // the original through and deliver the last datagram twice.
+            TC_ACT_SHOT as i32
         }
     }
 }
