@@ -329,9 +329,13 @@ impl Lab {
     }
 
     /// Sends `n` UDP datagrams of mixed sizes from outside to inside, and watches what arrives
-    /// with a packet socket in the inside host: caravans are parsed and their datagrams
-    /// compared with what was sent.
-    pub fn udp_inbound(&self, n: u32, caravan_dscp: u8) -> Result<UdpResult> {
+    /// with a packet socket in the inside host (caravans are counted there).
+    ///
+    /// With `decap`, the inside host runs the caravan eBPF decapsulator on its interface and an
+    /// ordinary UDP socket must receive exactly the datagrams sent, one `recv` each, while the
+    /// wire carries caravans. Without it, the caravans seen on the wire are parsed and their
+    /// datagrams compared with what was sent.
+    pub fn udp_inbound(&self, n: u32, caravan_dscp: u8, decap: bool) -> Result<UdpResult> {
         let sizes = [1usize, 64, 200, 512, 1000, 1472, 7, 333];
         let payload = |i: u32| -> Vec<u8> {
             let len = sizes[i as usize % sizes.len()].max(4);
@@ -342,14 +346,25 @@ impl Lab {
         let stop = AtomicBool::new(false);
         let ready = AtomicBool::new(false);
         let int_iface = self.int_iface().to_owned();
-        let seen = std::thread::scope(|s| -> Result<Vec<(bool, Vec<u8>)>> {
+        // The decapsulator must be attached inside the namespace, and stays attached while held.
+        let decapsulator =
+            if decap {
+                Some(self.int.enter(|| {
+                    caravan::Decap::attach(&int_iface, caravan::DecapConfig::default())
+                })??)
+            } else {
+                None
+            };
+        type Seen = (Vec<(bool, Vec<u8>)>, Vec<Vec<u8>>);
+        let (seen, app) = std::thread::scope(|s| -> Result<Seen> {
             let capture = s.spawn(|| {
-                self.int.enter(|| -> Result<Vec<(bool, Vec<u8>)>> {
-                    // A socket so the kernel does not answer with port unreachable.
-                    let _sink = UdpSocket::bind(format!("{INT_ADDR}:7000"))?;
+                self.int.enter(|| -> Result<Seen> {
+                    let sink = UdpSocket::bind(format!("{INT_ADDR}:7000"))?;
+                    sink.set_nonblocking(true)?;
                     let mut rx = capture_channel(&int_iface)?;
                     ready.store(true, Ordering::SeqCst);
-                    let mut got = Vec::new();
+                    let (mut got, mut app) = (Vec::new(), Vec::new());
+                    let mut buf = vec![0u8; 65536];
                     while !stop.load(Ordering::SeqCst) {
                         if let Ok(frame) = rx.next() {
                             if let Class::Udp(h) = wire::classify(frame, frame.len()) {
@@ -359,11 +374,17 @@ impl Lab {
                                 }
                             }
                         }
+                        while let Ok(n) = sink.recv(&mut buf) {
+                            app.push(buf[..n].to_vec());
+                        }
                     }
-                    Ok(got)
+                    while let Ok(n) = sink.recv(&mut buf) {
+                        app.push(buf[..n].to_vec());
+                    }
+                    Ok((got, app))
                 })
             });
-            while !ready.load(Ordering::SeqCst) {
+            while !ready.load(Ordering::SeqCst) && !capture.is_finished() {
                 std::thread::sleep(Duration::from_millis(10));
             }
             self.ext.enter(|| -> Result<()> {
@@ -382,28 +403,33 @@ impl Lab {
                 .join()
                 .map_err(|_| anyhow::anyhow!("capture thread panicked"))??
         })?;
-        let mut received = Vec::new();
-        let mut caravans = 0;
-        for (is_caravan, frame) in &seen {
-            let Class::Udp(h) = wire::classify(frame, frame.len()) else {
-                continue;
-            };
-            let body = &frame[h.hdr_len()..h.frame_len()];
-            if *is_caravan {
-                caravans += 1;
-                let mut at = 0;
-                while at + 8 <= body.len() {
-                    let len = usize::from(u16::from_be_bytes([body[at + 4], body[at + 5]]));
-                    if len < 8 || at + len > body.len() {
-                        break;
+        drop(decapsulator);
+        let caravans = seen.iter().filter(|(c, _)| *c).count() as u64;
+        let received = if decap {
+            app
+        } else {
+            let mut received = Vec::new();
+            for (is_caravan, frame) in &seen {
+                let Class::Udp(h) = wire::classify(frame, frame.len()) else {
+                    continue;
+                };
+                let body = &frame[h.hdr_len()..h.frame_len()];
+                if *is_caravan {
+                    let mut at = 0;
+                    while at + 8 <= body.len() {
+                        let len = usize::from(u16::from_be_bytes([body[at + 4], body[at + 5]]));
+                        if len < 8 || at + len > body.len() {
+                            break;
+                        }
+                        received.push(body[at + 8..at + len].to_vec());
+                        at += len;
                     }
-                    received.push(body[at + 8..at + len].to_vec());
-                    at += len;
+                } else {
+                    received.push(body.to_vec());
                 }
-            } else {
-                received.push(body.to_vec());
             }
-        }
+            received
+        };
         let bytes_ok = received.len() == n as usize
             && received
                 .iter()
@@ -414,6 +440,7 @@ impl Lab {
             datagrams_received: received.len() as u64,
             caravans_seen: caravans,
             bytes_ok,
+            decapsulated_by_ebpf: decap,
         })
     }
 
@@ -545,6 +572,8 @@ pub struct UdpResult {
     pub caravans_seen: u64,
     /// Every datagram recovered in order, byte for byte.
     pub bytes_ok: bool,
+    /// The datagrams were read by an ordinary socket behind the caravan eBPF decapsulator.
+    pub decapsulated_by_ebpf: bool,
 }
 
 /// A running pxgw.
