@@ -160,31 +160,11 @@ impl PathMtu {
         };
         let mut macs = [0u8; 12];
         macs.copy_from_slice(&frame[..12]);
-        let probe = Probe {
-            macs,
-            src: Ipv4Addr::from(four(&h.key.src)),
-            prober: {
-                let tx = prober.start(now);
-                self.summary.probed += 1;
-                for t in tx {
-                    self.summary.probes_sent += 1;
-                    let (macs, src, ident) =
-                        (macs, Ipv4Addr::from(four(&h.key.src)), self.next_ident());
-                    out.push(udp_frame(
-                        macs,
-                        src,
-                        dst_v4(&dst),
-                        PROBE_SOURCE_PORT,
-                        self.port,
-                        &t.payload,
-                        t.size,
-                        false,
-                        ident,
-                    ));
-                }
-                prober
-            },
-        };
+        let src = Ipv4Addr::from(four(&h.key.src));
+        self.summary.probed += 1;
+        let tx = prober.start(now);
+        self.send_probes(tx, macs, src, dst, out);
+        let probe = Probe { prober, macs, src };
         self.probers.insert(dst, probe);
     }
 
@@ -253,24 +233,36 @@ impl PathMtu {
             };
             let tx = p.prober.poll(now);
             let (macs, src) = (p.macs, p.src);
-            for t in tx {
-                self.summary.probes_sent += 1;
-                let ident = self.next_ident();
-                out.push(udp_frame(
-                    macs,
-                    src,
-                    dst_v4(&dst),
-                    PROBE_SOURCE_PORT,
-                    self.port,
-                    &t.payload,
-                    t.size,
-                    false,
-                    ident,
-                ));
-            }
+            self.send_probes(tx, macs, src, dst, out);
             self.finish_if_done(dst);
         }
         self.tracker.expire(now);
+    }
+
+    /// Frames for the prober's datagrams, from `src` (an inside host) to `dst`, DF clear.
+    fn send_probes(
+        &mut self,
+        tx: Vec<fpmtud::Transmit>,
+        macs: [u8; 12],
+        src: Ipv4Addr,
+        dst: IpAddr,
+        out: &mut Vec<Vec<u8>>,
+    ) {
+        for t in tx {
+            self.summary.probes_sent += 1;
+            let ident = self.next_ident();
+            out.push(udp_frame(
+                macs,
+                src,
+                dst_v4(&dst),
+                PROBE_SOURCE_PORT,
+                self.port,
+                &t.payload,
+                t.size,
+                false,
+                ident,
+            ));
+        }
     }
 
     fn finish_if_done(&mut self, dst: IpAddr) {
