@@ -3,26 +3,42 @@
 //!
 //! `merge`: pxio's merge engine against DPDK's `rte_gro` on the same deterministic traces
 //! (SIGCOMM'26 §7.1), via `cargo run --release -p pxbench --bin merge`.
+//!
+//! `caravan`: the receive cost of plain UDP against PX-caravans, decapsulated by caravan-ebpf or
+//! read whole with `caravan::Reader` (SIGCOMM'26 §7.2), between two network namespaces. It
+//! builds the eBPF object first (`cargo xtask build-ebpf`), then runs
+//! `cargo run --release -p pxbench --bin caravan-bench`.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::ValueEnum;
 
-use crate::{cargo, deps, describe, run_status};
+use crate::{build_ebpf, cargo, deps, describe, run_status};
 
 /// The benchmarks `cargo xtask bench` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BenchKind {
     /// pxio's merge engine against DPDK's rte_gro, six flow-count scenarios.
     Merge,
+    /// Plain UDP against PX-caravans (eBPF-decapsulated, or read whole) at a receiver.
+    Caravan,
 }
 
 impl BenchKind {
+    /// The name on the command line.
+    fn name(self) -> &'static str {
+        match self {
+            BenchKind::Merge => "merge",
+            BenchKind::Caravan => "caravan",
+        }
+    }
+
     /// The `pxbench` binary that runs this benchmark.
     fn binary(self) -> &'static str {
         match self {
             BenchKind::Merge => "merge",
+            BenchKind::Caravan => "caravan-bench",
         }
     }
 }
@@ -31,12 +47,16 @@ impl BenchKind {
 pub fn run(what: BenchKind, json: Option<PathBuf>, extra: &[String]) -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
         bail!(
-            "xtask bench: the benchmarks start a DPDK EAL (with --no-huge); run as root \
-             (e.g. `sudo cargo xtask bench {}`)",
-            what.binary()
+            "xtask bench: the benchmarks start a DPDK EAL (with --no-huge) or network namespaces \
+             and eBPF; run as root (e.g. `sudo cargo xtask bench {}`)",
+            what.name()
         );
     }
     deps::run()?;
+    if what == BenchKind::Caravan {
+        // The caravan crate embeds the object at build time.
+        build_ebpf::run()?;
+    }
     let mut cmd = cargo();
     cmd.args([
         "run",
