@@ -43,11 +43,20 @@ const APT_PACKAGES: &[&str] = &[
     "libzstd-dev",
 ];
 
-/// bpf-linker, built on Debian's LLVM 22 (the same LLVM as rustc-web), for `build-ebpf`.
+/// bpf-linker, built on Debian's LLVM 22 (the same LLVM as rustc-web), for `build-ebpf`. The
+/// version is pinned (and `--locked`) so a fresh machine builds what was verified here, not a
+/// newer release that may need a newer Rust.
 const BPF_LINKER: CargoInstall = CargoInstall {
     binary: "bpf-linker",
     krate: "bpf-linker",
-    args: &["--no-default-features", "--features", "llvm-22"],
+    args: &[
+        "--version",
+        "=0.13.0",
+        "--locked",
+        "--no-default-features",
+        "--features",
+        "llvm-22",
+    ],
     env: &[("LLVM_PREFIX", "/usr/lib/llvm-22")],
 };
 
