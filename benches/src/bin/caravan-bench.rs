@@ -350,32 +350,14 @@ struct Lab {
 fn lab(rx_cpu: usize) -> Result<Lab> {
     let tx = Netns::new("cbtx")?;
     let rx = Netns::new("cbrx")?;
-    let (a, b) = (netlab::unique_name("cba"), netlab::unique_name("cbb"));
-    netlab::run(
-        "ip",
-        &[
-            "-n",
-            tx.name(),
-            "link",
-            "add",
-            &a,
-            "mtu",
-            "9000",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &b,
-            "netns",
-            rx.name(),
-            "mtu",
-            "9000",
-        ],
+    let (a, b) = netlab::veth_between(
+        &tx,
+        &format!("{TX_IP}/24"),
+        &rx,
+        &format!("{RX_IP}/24"),
+        "cb",
+        9000,
     )?;
-    tx.ip(&["addr", "add", &format!("{TX_IP}/24"), "dev", &a])?;
-    rx.ip(&["addr", "add", &format!("{RX_IP}/24"), "dev", &b])?;
-    tx.ip(&["link", "set", &a, "up"])?;
-    rx.ip(&["link", "set", &b, "up"])?;
     // Nothing merges or splits packets; checksums are computed and verified in software.
     tx.exec(
         "ethtool",

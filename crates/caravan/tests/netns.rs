@@ -135,33 +135,8 @@ fn recv_all(sock: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
 fn caravans_decapsulated_between_namespaces() {
     let tx = Netns::new("cvtx").unwrap();
     let rx = Netns::new("cvrx").unwrap();
-    let (a, b) = (netlab::unique_name("cva"), netlab::unique_name("cvb"));
-    netlab::run(
-        "ip",
-        &[
-            "-n",
-            tx.name(),
-            "link",
-            "add",
-            &a,
-            "mtu",
-            "9000",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &b,
-            "netns",
-            rx.name(),
-            "mtu",
-            "9000",
-        ],
-    )
-    .unwrap();
-    tx.ip(&["addr", "add", "198.18.7.1/24", "dev", &a]).unwrap();
-    rx.ip(&["addr", "add", "198.18.7.2/24", "dev", &b]).unwrap();
-    tx.ip(&["link", "set", &a, "up"]).unwrap();
-    rx.ip(&["link", "set", &b, "up"]).unwrap();
+    let (a, b) =
+        netlab::veth_between(&tx, "198.18.7.1/24", &rx, "198.18.7.2/24", "cv", 9000).unwrap();
     // Software checksums, so the receiver verifies every inner UDP checksum itself.
     tx.exec("ethtool", &["-K", &a, "tx", "off"]).unwrap();
 
