@@ -197,9 +197,6 @@ impl<B: PacketBuf> Pipeline<B> {
     pub fn inbound(&mut self, mut pkt: B, now: u64, out: &mut Vec<B>) {
         self.report.inbound.packets_in += 1;
         self.report.inbound.bytes_in += pkt.len() as u64;
-        if pkt.num_segs() == 1 && self.pmtu.on_inbound(pkt.head(), now, &mut self.replies) {
-            return; // a report for one of the gateway's own probes
-        }
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
                 if mss::is_syn(pkt.head(), &h) {
@@ -212,7 +209,26 @@ impl<B: PacketBuf> Pipeline<B> {
                     out.push(pkt);
                 }
             }
-            Class::Udp(h) => self.inbound_udp(pkt, &h, now, out),
+            Class::Udp(h) => {
+                // Only F-PMTUD traffic (probes for the inside, reports for the gateway's own
+                // probes) is shown to the path-MTU state; the rest never pays for it.
+                let port = self.pmtu.port();
+                if (h.key.sport == port || h.key.dport == port)
+                    && pkt.num_segs() == 1
+                    && self.pmtu.on_inbound(pkt.head(), now, &mut self.replies)
+                {
+                    return; // a report for one of the gateway's own probes
+                }
+                self.inbound_udp(pkt, &h, now, out)
+            }
+            Class::Fragment => {
+                // A fragment may belong to a probe: the responder tracks fragments by
+                // (source, destination, IP id). It is forwarded either way.
+                if pkt.num_segs() == 1 {
+                    self.pmtu.on_inbound(pkt.head(), now, &mut self.replies);
+                }
+                out.push(pkt)
+            }
             _ => out.push(pkt),
         }
     }

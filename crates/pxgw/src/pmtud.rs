@@ -105,6 +105,11 @@ impl PathMtu {
         })
     }
 
+    /// The F-PMTUD UDP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The counters.
     pub fn summary(&self) -> PmtudSummary {
         PmtudSummary {
