@@ -1,9 +1,12 @@
 //! The buffer abstraction the engine is written against: a packet made of one or more segments,
 //! which can be chained, cut and shared without copying payload.
 //!
-//! Two implementations: [`dpdk::Mbuf`] (production, on real mempools) and [`HeapBuf`] (tests,
-//! fuzzing, benches without an EAL). Both count their live segments in a pool, so the same leak
-//! check works on both.
+//! Two implementations:
+#![cfg_attr(feature = "dpdk", doc = "[`dpdk::Mbuf`]")]
+#![cfg_attr(not(feature = "dpdk"), doc = "`dpdk::Mbuf`")]
+//! (production, on real mempools; the `dpdk` feature) and [`HeapBuf`] (tests, fuzzing, benches
+//! without an EAL). Both count their live segments in a pool, so the same leak check works on
+//! both.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -104,6 +107,7 @@ pub struct TxOffload {
     pub tso_segsz: u16,
 }
 
+#[cfg(feature = "dpdk")]
 impl PacketBuf for dpdk::Mbuf {
     type Pool = std::sync::Arc<dpdk::Mempool>;
     const MAX_SEGS: usize = u16::MAX as usize;
@@ -168,6 +172,7 @@ impl PacketBuf for dpdk::Mbuf {
     }
 }
 
+#[cfg(feature = "dpdk")]
 impl PacketChain for dpdk::MbufChain {
     type Buf = dpdk::Mbuf;
 

@@ -1,11 +1,24 @@
-//! Adaptive delayed merging (SIGCOMM'26 Appendix A): how long the tail item of a flow may wait
-//! for the segments that would fill it.
+//! Adaptive delayed merging (SIGCOMM'26 §4.1 and Appendix A): how long the tail item of a flow may
+//! wait for the segments that would fill it, and the scheduling of those waits.
 //!
 //! ETM = Γ⁻¹(p; k, θ) with k = ⌈(iMTU − L) / PMTU⌉ and θ = PMTU / R. Since
 //! Γ⁻¹(p; k, θ) = θ · Γ⁻¹(p; k, 1), the unit quantiles Γ⁻¹(p; k, 1) are computed once per k
 //! with statrs when the engine starts; the hot path is one table read and two multiplications.
+//!
+//! Only a flow's incomplete tail item waits, and only when the flow is fast (its rate average is
+//! at least the threshold) and its conversion yield is low (below the bypass). Its deadline goes
+//! into a heap ([`Etm`]) that [`Merger::poll`] drains.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use statrs::distribution::{ContinuousCDF, Gamma};
+
+use super::config::DelayConfig;
+use super::flow_table::NIL;
+use super::segment::Segment;
+use super::Merger;
+use crate::buf::PacketBuf;
 
 /// Largest k the table covers: iMTU 65535 over a 1280 B path MTU needs 52.
 pub const MAX_K: usize = 64;
@@ -80,6 +93,148 @@ pub const YIELD_ALPHA: f32 = 1.0 / 32.0;
 pub fn update_yield(y: f32, full: bool, weight: f32) -> f32 {
     let target = if full { 1.0 } else { 0.0 };
     y + (target - y) * YIELD_ALPHA * weight.clamp(0.0, 1.0)
+}
+
+/// The ETM scheduler's state, kept in the engine: the heap of pending deadlines and the model's
+/// constants, derived once from the [`DelayConfig`].
+#[derive(Debug)]
+pub(super) struct Etm {
+    /// Pending (deadline ns, flow) pairs, earliest first. An entry is stale when the flow's
+    /// `scheduled` no longer equals its deadline; `poll` skips those.
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Heap entries allowed: past it, a flow is flushed rather than delayed (no growth).
+    timer_capacity: usize,
+    quantiles: UnitGammaQuantiles,
+    /// Rate threshold in bytes/ns.
+    rate_threshold: f32,
+    /// 1 / rate time constant, per ns.
+    inv_tau: f32,
+}
+
+impl Etm {
+    /// The scheduler for `cfg`, for a flow table of `flow_capacity` entries.
+    pub(super) fn new(cfg: &DelayConfig, flow_capacity: usize) -> Self {
+        let timer_capacity = flow_capacity * 2;
+        Self {
+            quantiles: UnitGammaQuantiles::new(cfg.quantile),
+            rate_threshold: (cfg.rate_threshold_bps / 8e9) as f32,
+            inv_tau: (1.0 / cfg.rate_tau_ns as f64) as f32,
+            timers: BinaryHeap::with_capacity(timer_capacity),
+            timer_capacity,
+        }
+    }
+
+    /// Forgets every pending deadline.
+    pub(super) fn clear(&mut self) {
+        self.timers.clear();
+    }
+}
+
+impl<B: PacketBuf> Merger<B> {
+    /// Updates the flow's rate average and MSS with an arriving segment.
+    pub(super) fn update_flow_on_arrival(&mut self, flow: u32, seg: &Segment, now: u64) {
+        let inv_tau = self.etm.inv_tau;
+        let e = self.flows.get_mut(flow);
+        let dt = now.saturating_sub(e.last_seen);
+        e.rate = update_rate(e.rate, dt, u32::from(seg.ip_len), inv_tau);
+        e.last_seen = now;
+        e.mss = e.mss.max(seg.payload_len);
+    }
+
+    /// Emits every delayed tail item whose window has passed by `now`.
+    pub fn poll(&mut self, now: u64, out: &mut Vec<B>) {
+        while let Some(&Reverse((due, flow))) = self.etm.timers.peek() {
+            if due > now {
+                break;
+            }
+            self.etm.timers.pop();
+            let e = self.flows.get_mut(flow);
+            if !e.occupied() || e.scheduled != due {
+                continue; // stale: the flow was rescheduled, evicted or flushed
+            }
+            e.scheduled = 0;
+            let deadline = e.deadline;
+            if deadline == 0 {
+                continue;
+            }
+            if deadline <= now {
+                self.flush_flow(flow, now, out);
+            } else {
+                self.schedule(flow, deadline);
+            }
+        }
+    }
+
+    /// The earliest pending ETM deadline, if any: when a poll loop with nothing to receive
+    /// should call [`poll`](Self::poll) next. It may be a deadline that was since moved (a poll
+    /// then does nothing), never a later one than the truth.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.etm.timers.peek().map(|Reverse((due, _))| *due)
+    }
+
+    /// Settles one flow after a burst: every item but the tail goes out; the tail waits for its
+    /// ETM window when the flow is eligible, else it goes too.
+    pub(super) fn settle_flow(&mut self, flow: u32, now: u64, out: &mut Vec<B>) {
+        // Everything but the tail goes now.
+        loop {
+            let head = self.flows.get(flow).items;
+            if head == NIL || self.items[head as usize].next == NIL {
+                break;
+            }
+            self.emit_head(flow, now, out);
+        }
+        let tail = self.flows.get(flow).items;
+        if tail == NIL {
+            return;
+        }
+        let e = *self.flows.get(flow);
+        let it = &self.items[tail as usize];
+        let d = &self.cfg.delay;
+        let eligible = d.enabled
+            && !it.closed()
+            && e.rate >= self.etm.rate_threshold
+            && f64::from(e.yield_avg) <= d.yield_bypass;
+        if !eligible {
+            return self.flush_flow(flow, now, out);
+        }
+        let pmtu = u32::from(e.mss) + it.layout.l3_l4_len();
+        let etm = self
+            .etm
+            .quantiles
+            .etm_ns(
+                u32::from(self.cfg.imtu),
+                it.ip_len(),
+                pmtu,
+                f64::from(e.rate),
+            )
+            .min(d.max_window_ns as f64);
+        // Anchored at the item's oldest segment: no segment waits longer than the window.
+        let deadline = (it.oldest.min(now) + etm as u64).max(1);
+        let deadline = if e.deadline == 0 {
+            deadline
+        } else {
+            deadline.min(e.deadline)
+        };
+        if deadline <= now {
+            return self.flush_flow(flow, now, out);
+        }
+        if e.deadline == 0 {
+            self.stats.delayed_items += 1;
+        }
+        self.flows.get_mut(flow).deadline = deadline;
+        let scheduled = self.flows.get(flow).scheduled;
+        if scheduled == 0 || deadline < scheduled {
+            if self.etm.timers.len() >= self.etm.timer_capacity {
+                return self.flush_flow(flow, now, out);
+            }
+            self.schedule(flow, deadline);
+        }
+    }
+
+    fn schedule(&mut self, flow: u32, deadline: u64) {
+        self.flows.get_mut(flow).scheduled = deadline;
+        self.etm.timers.push(Reverse((deadline, flow)));
+    }
 }
 
 #[cfg(test)]

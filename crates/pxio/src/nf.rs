@@ -2,70 +2,10 @@
 //! changed lines): a unified `rx` that returns merged packets, `poll` for items whose delay window
 //! expired, a `tx` that splits to the next hop's MTU, and counters.
 
-use std::cell::Cell;
-
 use crate::buf::PacketBuf;
+use crate::clock::Clock;
 use crate::merge::{ConfigError, MergeConfig, MergeStats, Merger};
 use crate::split::{split_tcp, SplitOffloads};
-
-/// A source of nanoseconds. Injectable, so tests drive time by hand.
-pub trait Clock {
-    /// Now, in ns, monotonic.
-    fn now_ns(&self) -> u64;
-}
-
-/// The CPU time-stamp counter, converted to ns (production).
-#[derive(Clone, Copy, Debug)]
-pub struct TscClock {
-    hz: u64,
-}
-
-impl TscClock {
-    /// A clock at the EAL's measured TSC frequency.
-    pub fn new(eal: &dpdk::Eal) -> Self {
-        Self {
-            hz: eal.tsc_hz().max(1),
-        }
-    }
-}
-
-impl Clock for TscClock {
-    #[inline]
-    fn now_ns(&self) -> u64 {
-        (u128::from(dpdk::rdtsc()) * 1_000_000_000 / u128::from(self.hz)) as u64
-    }
-}
-
-/// A clock that moves only when told (tests, simulations, traces).
-#[derive(Debug, Default)]
-pub struct ManualClock(Cell<u64>);
-
-impl ManualClock {
-    /// A clock at `ns`.
-    pub fn new(ns: u64) -> Self {
-        Self(Cell::new(ns))
-    }
-    /// Sets the time.
-    pub fn set(&self, ns: u64) {
-        self.0.set(ns);
-    }
-    /// Moves time forward.
-    pub fn advance(&self, ns: u64) {
-        self.0.set(self.0.get() + ns);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ns(&self) -> u64 {
-        self.0.get()
-    }
-}
-
-impl<C: Clock> Clock for &C {
-    fn now_ns(&self) -> u64 {
-        (*self).now_ns()
-    }
-}
 
 /// Counters of the transmit side.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -167,9 +107,12 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
     }
 }
 
+#[cfg(feature = "dpdk")]
 impl<C: Clock> Pxio<dpdk::Mbuf, C> {
     /// The unified RX of §4.3: reads every queue of `queues` once into `burst`, merges, and
     /// appends the result to `out`. Returns how many packets were read.
+    ///
+    /// On DPDK ports only (the `dpdk` feature).
     pub fn rx_queues<const N: usize>(
         &mut self,
         queues: &mut [dpdk::RxQueue],

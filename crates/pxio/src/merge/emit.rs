@@ -1,0 +1,196 @@
+//! Emitting held items (SIGCOMM'26 §4.1 and §4.2): an item goes out in sequence order once it
+//! is iMTU-bound or closed by PSH/FIN, at the end of a burst, or when its ETM window expires.
+//! Its headers are rewritten for the merged length (lengths, flags, checksums, or the
+//! pseudo-header seed when the NIC computes them), after a private copy of a shared header
+//! (`privatize_head`); the conversion yield and the added delay are recorded.
+
+use super::delay;
+use super::flow_table::NIL;
+use super::item::{Item, Layout};
+use super::Merger;
+use crate::buf::{PacketBuf, PacketChain, TxOffload};
+use crate::checksum::{self, Sum};
+use crate::wire::{self, tcp_flags};
+
+impl<B: PacketBuf> Merger<B> {
+    pub(super) fn pass(&mut self, pkt: B, out: &mut Vec<B>) {
+        self.stats.passthrough += 1;
+        self.emit_raw(pkt, out);
+    }
+
+    fn emit_raw(&mut self, pkt: B, out: &mut Vec<B>) {
+        self.stats.packets_out += 1;
+        out.push(pkt);
+    }
+
+    /// Emits item `idx` (and those before it) when PSH/FIN closed it or it reached the iMTU.
+    /// An item that is merely too full for one more whole segment stays: the next segment will
+    /// be cut to fill it exactly (partial stashing).
+    pub(super) fn emit_if_done(&mut self, flow: u32, idx: u32, now: u64, out: &mut Vec<B>) {
+        let it = &self.items[idx as usize];
+        if it.closed() || it.ip_len() >= u32::from(self.cfg.imtu) {
+            self.emit_through(flow, idx, now, out);
+        }
+    }
+
+    /// Emits the flow's items up to and including `idx`, in sequence order.
+    pub(super) fn emit_through(&mut self, flow: u32, idx: u32, now: u64, out: &mut Vec<B>) {
+        loop {
+            let head = self.flows.get(flow).items;
+            if head == NIL {
+                return;
+            }
+            self.emit_head(flow, now, out);
+            if head == idx {
+                return;
+            }
+        }
+    }
+
+    /// Emits every item of the flow.
+    pub(super) fn flush_flow(&mut self, flow: u32, now: u64, out: &mut Vec<B>) {
+        while self.flows.get(flow).items != NIL {
+            self.emit_head(flow, now, out);
+        }
+        self.flows.get_mut(flow).deadline = 0;
+    }
+
+    pub(super) fn emit_head(&mut self, flow: u32, now: u64, out: &mut Vec<B>) {
+        let idx = self.flows.get(flow).items;
+        let mss = u32::from(self.flows.get(flow).mss);
+        let it = &mut self.items[idx as usize];
+        let mut pkt = it
+            .pkt
+            .take()
+            .expect("held items have a packet")
+            .into_packet();
+        let full = it.ip_len() + mss > u32::from(self.cfg.imtu);
+        let weight = it.ip_len() as f32 / f32::from(self.cfg.imtu);
+        let (payload, segs, arrival_sum, oldest, next) =
+            (it.payload_len, it.segs, it.arrival_sum, it.oldest, it.next);
+        if it.modified && !finalize(&mut pkt, it, self.cfg.checksum_offload, &self.pool) {
+            // Headers could not be rewritten (no buffer for a private copy): the packet would be
+            // wrong on the wire, so it is dropped and counted.
+            self.stats.bad_checksum += 1;
+            drop(pkt);
+        } else {
+            self.stats.packets_out += 1;
+            out.push(pkt);
+        }
+        if full {
+            self.stats.payload_full += u64::from(payload);
+        }
+        let mean_arrival = arrival_sum / u64::from(segs.max(1));
+        let wait = now.saturating_sub(mean_arrival).max(1);
+        let _ = self.stats.delay_ns.record_n(wait, u64::from(segs));
+        self.stats.max_hold_ns = self.stats.max_hold_ns.max(now.saturating_sub(oldest));
+        let e = self.flows.get_mut(flow);
+        e.items = next;
+        e.n_items -= 1;
+        e.yield_avg = delay::update_yield(e.yield_avg, full, weight);
+        if next == NIL {
+            e.deadline = 0;
+        }
+        self.free_item(idx);
+    }
+}
+
+/// Rewrites the headers of a merged packet: lengths, flags, IP ID stays the first segment's, and
+/// checksums (or the pseudo-header seed for NIC offload).
+fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Pool) -> bool {
+    let layout = it.layout;
+    if pkt.head_mut().is_none() && !privatize_head(pkt, layout.hdr_len(), pool) {
+        return false;
+    }
+    let ip_len = it.ip_len();
+    let l2 = usize::from(layout.l2_len);
+    let l3 = usize::from(layout.l3_len);
+    let end = layout.hdr_len();
+    let bytes = pkt.head_mut().expect("head made private above");
+    {
+        let ip_bytes = &mut bytes[l2..l2 + l3];
+        if layout.v6 {
+            let Ok(mut ip) = wire::Ipv6Packet::new_checked(ip_bytes) else {
+                return false;
+            };
+            ip.set_payload_len((ip_len - 40) as u16);
+        } else {
+            let Ok(mut ip) = wire::Ipv4Packet::new_checked(ip_bytes) else {
+                return false;
+            };
+            ip.set_total_len(ip_len as u16);
+            if offload {
+                ip.set_checksum(0);
+            } else {
+                ip.fill_checksum();
+            }
+        }
+    }
+    let pseudo = tcp_pseudo_header(bytes, layout, ip_len - u32::from(layout.l3_len));
+    let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) else {
+        return false;
+    };
+    let flags = tcp.flags() & !(tcp_flags::PSH | tcp_flags::FIN) | it.tail_flags;
+    tcp.set_flags(flags);
+    if offload {
+        tcp.set_checksum(pseudo.fold());
+    } else {
+        tcp.set_checksum(0);
+        let sum = pseudo
+            .add(Sum::of(&bytes[l2 + l3..end]))
+            .add(it.payload_sum);
+        let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) else {
+            return false;
+        };
+        tcp.set_checksum(sum.checksum());
+    }
+    if offload {
+        pkt.request_tx_offload(TxOffload {
+            l2_len: layout.l2_len,
+            l3_len: u16::from(layout.l3_len),
+            l4_len: layout.l4_len,
+            ipv4: !layout.v6,
+            ip_checksum: !layout.v6,
+            tcp_checksum: true,
+            ..TxOffload::default()
+        });
+    }
+    true
+}
+
+/// The TCP pseudo-header sum of a held packet (headers at the start of `frame`) whose TCP
+/// segment is `l4_len` bytes.
+fn tcp_pseudo_header(frame: &[u8], layout: Layout, l4_len: u32) -> Sum {
+    let l3 = &frame[usize::from(layout.l2_len)..];
+    // Held packets' headers were validated by `classify` on arrival.
+    if layout.v6 {
+        let ip = wire::Ipv6Packet::new_unchecked(l3);
+        checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), wire::ip_proto::TCP, l4_len)
+    } else {
+        let ip = wire::Ipv4Packet::new_unchecked(l3);
+        checksum::pseudo_header_v4(
+            ip.src_addr(),
+            ip.dst_addr(),
+            wire::ip_proto::TCP,
+            l4_len as u16,
+        )
+    }
+}
+
+/// Replaces a shared first segment's headers with a private copy so they can be rewritten.
+fn privatize_head<B: PacketBuf>(pkt: &mut B, hdr_len: usize, pool: &B::Pool) -> bool {
+    let Some(mut head) = B::alloc_with(pool, &pkt.head()[..hdr_len]) else {
+        return false;
+    };
+    let rest_len = pkt.len() - hdr_len;
+    if rest_len > 0 {
+        let Some(rest) = pkt.share_range(hdr_len, rest_len, pool) else {
+            return false;
+        };
+        if head.chain(rest).is_err() {
+            return false;
+        }
+    }
+    *pkt = head;
+    true
+}

@@ -1,0 +1,238 @@
+//! The held item (SIGCOMM'26 §4.1, "Bidirectional neighbor identification"; §4.2, "Packet
+//! chaining with gather TX"): a run of contiguous segments of one flow, chained without copying
+//! the payload, with what merging compares kept beside it (its header [`Layout`] and its merge
+//! signature [`MergeSig`]), and the fixed slab the items live in.
+
+use super::flow_table::NIL;
+use super::segment::{Segment, TCP_HEADER_LEN};
+use super::Merger;
+use crate::buf::PacketBuf;
+use crate::checksum::Sum;
+use crate::wire::{tcp_flags, Headers};
+
+/// A run of contiguous segments of one flow, held as one chained packet.
+///
+/// Laid out for the append path: the bookkeeping it updates fills the first cache line, the
+/// signature it compares the second (the rarely used tail of the TCP options spills into a
+/// third).
+#[repr(C, align(64))]
+pub(super) struct Item<B: PacketBuf> {
+    pub(super) pkt: Option<B::Chain>,
+    /// Sum of the segments' arrival times (ns), for the added-delay average.
+    pub(super) arrival_sum: u64,
+    /// Earliest arrival among the segments (ns): the ETM window starts here.
+    pub(super) oldest: u64,
+    /// Sequence number of the first payload byte.
+    pub(super) seq: u32,
+    pub(super) payload_len: u32,
+    /// One's-complement sum of the payload (software checksum mode).
+    pub(super) payload_sum: Sum,
+    pub(super) next: u32,
+    pub(super) layout: Layout,
+    pub(super) first_id: u16,
+    pub(super) last_id: u16,
+    /// Input segments merged.
+    pub(super) segs: u16,
+    /// Buffer segments in `pkt` (an input may already be a chain).
+    pub(super) nb_segs: u16,
+    /// PSH/FIN of the last segment.
+    pub(super) tail_flags: u8,
+    /// Headers must be rewritten before the packet leaves.
+    pub(super) modified: bool,
+    pub(super) sig: MergeSig,
+}
+
+impl<B: PacketBuf> Item<B> {
+    /// A free slot of the item slab.
+    pub(super) fn vacant() -> Self {
+        Self {
+            pkt: None,
+            seq: 0,
+            payload_len: 0,
+            layout: Layout::default(),
+            sig: MergeSig::EMPTY,
+            first_id: 0,
+            last_id: 0,
+            segs: 0,
+            nb_segs: 0,
+            tail_flags: 0,
+            modified: false,
+            payload_sum: Sum::default(),
+            arrival_sum: 0,
+            oldest: 0,
+            next: NIL,
+        }
+    }
+
+    pub(super) fn ip_len(&self) -> u32 {
+        self.layout.l3_l4_len() + self.payload_len
+    }
+    pub(super) fn end_seq(&self) -> u32 {
+        self.seq.wrapping_add(self.payload_len)
+    }
+    pub(super) fn closed(&self) -> bool {
+        self.tail_flags & (tcp_flags::PSH | tcp_flags::FIN) != 0
+    }
+}
+
+/// Where a mergeable segment's headers lie: its [`Headers`] without the flow key (the flow entry
+/// has it), small enough to keep with every item.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Layout {
+    /// At most [`MAX_L2`].
+    pub(super) l2_len: u8,
+    /// 20 (IPv4 without options) or 40 (IPv6).
+    pub(super) l3_len: u8,
+    /// At most 60.
+    pub(super) l4_len: u8,
+    pub(super) v6: bool,
+}
+
+impl Layout {
+    /// The layout of `hdr`, when it fits (mergeable segments always do).
+    pub(super) fn of(hdr: &Headers) -> Option<Layout> {
+        Some(Layout {
+            l2_len: u8::try_from(hdr.l2_len).ok()?,
+            l3_len: u8::try_from(hdr.l3_len).ok()?,
+            l4_len: u8::try_from(hdr.l4_len).ok()?,
+            v6: hdr.v6,
+        })
+    }
+    pub(super) fn l4_offset(&self) -> usize {
+        usize::from(self.l2_len) + usize::from(self.l3_len)
+    }
+    pub(super) fn hdr_len(&self) -> usize {
+        self.l4_offset() + usize::from(self.l4_len)
+    }
+    pub(super) fn l3_l4_len(&self) -> u32 {
+        u32::from(self.l3_len) + u32::from(self.l4_len)
+    }
+}
+
+/// The header fields two segments must share to be merged (see the module docs), kept with each
+/// item, so matching never touches a held packet's bytes. A new segment is compared with it in
+/// place ([`MergeSig::matches`]); only a segment that starts an item has its signature copied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub(super) struct MergeSig {
+    ack: u32,
+    /// IPv4 TTL or IPv6 hop limit.
+    ttl: u8,
+    /// IPv4 TOS byte (DSCP and ECN) or IPv6 traffic class.
+    tos: u8,
+    pub(super) df: bool,
+    /// TCP flags other than PSH and FIN.
+    flags: u8,
+    l2_len: u8,
+    opt_len: u8,
+    /// The Ethernet header, VLAN tags included (at most two).
+    l2: [u8; MAX_L2],
+    /// The TCP options.
+    options: [u8; MAX_TCP_OPTIONS],
+}
+
+/// Ethernet header with two VLAN tags.
+pub(super) const MAX_L2: usize = 22;
+/// TCP options are at most 40 bytes.
+const MAX_TCP_OPTIONS: usize = 40;
+
+impl MergeSig {
+    const EMPTY: MergeSig = MergeSig {
+        ack: 0,
+        ttl: 0,
+        tos: 0,
+        df: false,
+        flags: 0,
+        l2_len: 0,
+        opt_len: 0,
+        l2: [0; MAX_L2],
+        options: [0; MAX_TCP_OPTIONS],
+    };
+
+    /// The signature of `seg`, whose headers are at the start of `frame`.
+    pub(super) fn of(seg: &Segment, frame: &[u8]) -> MergeSig {
+        let (l2, options) = seg.sig_bytes(frame);
+        let mut sig = MergeSig {
+            ack: seg.ack,
+            ttl: seg.ttl,
+            tos: seg.tos,
+            df: seg.df,
+            flags: seg.merge_flags(),
+            l2_len: seg.layout.l2_len,
+            opt_len: options.len() as u8,
+            ..MergeSig::EMPTY
+        };
+        sig.l2[..l2.len()].copy_from_slice(l2);
+        sig.options[..options.len()].copy_from_slice(options);
+        sig
+    }
+
+    /// Whether `seg` (headers at the start of `frame`) has exactly this signature: the same as
+    /// `MergeSig::of(seg, frame) == *self`, without building it.
+    #[inline]
+    pub(super) fn matches(&self, seg: &Segment, frame: &[u8]) -> bool {
+        if self.ack != seg.ack
+            || self.ttl != seg.ttl
+            || self.tos != seg.tos
+            || self.df != seg.df
+            || self.flags != seg.merge_flags()
+            || self.l2_len != seg.layout.l2_len
+            || usize::from(self.opt_len) + TCP_HEADER_LEN != usize::from(seg.layout.l4_len)
+        {
+            return false;
+        }
+        let (l2, options) = seg.sig_bytes(frame);
+        short_eq(&self.l2[..l2.len()], l2) && short_eq(&self.options[..options.len()], options)
+    }
+}
+
+/// `a == b` for two equally long header slices of a few dozen bytes, eight bytes at a time and
+/// without a `memcmp` call.
+#[inline]
+fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    debug_assert_eq!(a.len(), b.len());
+    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
+    let mut diff = 0u64;
+    for (p, q) in (&mut x).zip(&mut y) {
+        let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().expect("chunks of eight"));
+        diff |= word(p) ^ word(q);
+    }
+    for (p, q) in x.remainder().iter().zip(y.remainder()) {
+        diff |= u64::from(p ^ q);
+    }
+    diff == 0
+}
+
+impl<B: PacketBuf> Merger<B> {
+    /// Takes a free slot; the caller checked there is one.
+    pub(super) fn alloc_item(&mut self, item: Item<B>) -> u32 {
+        let i = self
+            .free_items
+            .pop()
+            .expect("insert_item checked for a free slot");
+        self.items[i as usize] = item;
+        i
+    }
+
+    pub(super) fn free_item(&mut self, idx: u32) {
+        let it = &mut self.items[idx as usize];
+        it.pkt = None;
+        it.next = NIL;
+        self.free_items.push(idx);
+        self.stats.held_items -= 1;
+    }
+}
+
+#[cfg(all(test, feature = "dpdk"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_items_append_bookkeeping_fits_one_cache_line() {
+        type MbufItem = Item<dpdk::Mbuf>;
+        assert_eq!(std::mem::align_of::<MbufItem>(), 64);
+        assert_eq!(std::mem::offset_of!(MbufItem, sig), 64);
+        // The signature's scalars, Ethernet header and the first TCP options share a line.
+        assert!(std::mem::offset_of!(MergeSig, options) + 12 <= 64);
+    }
+}

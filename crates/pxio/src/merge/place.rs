@@ -1,0 +1,414 @@
+//! Placing a segment among its flow's held items (SIGCOMM'26 §4.1, "Bidirectional neighbor
+//! identification"; Appendix A, "partial stashing"): **append** to the item it continues,
+//! **prepend** to the item it precedes, **gap-fill** (join two items the segment made touch),
+//! and **cut** a segment that would overshoot the iMTU, its rest held by a refcounted view rather
+//! than copied (§4.2, zero-copy chaining). Chaining never copies payload.
+
+use super::flow_table::NIL;
+use super::item::{Item, MergeSig};
+use super::segment::Segment;
+use super::Merger;
+use crate::buf::{PacketBuf, PacketChain};
+use crate::checksum::Sum;
+use crate::wire::{self, tcp_flags};
+
+impl<B: PacketBuf> Merger<B> {
+    /// Places `pkt` into the flow's items.
+    pub(super) fn merge(
+        &mut self,
+        flow: u32,
+        mut pkt: B,
+        seg: Segment,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        // Drop Ethernet padding after the IP packet: it must not end up inside a merged payload.
+        let frame_len = seg.frame_len();
+        if pkt.len() > frame_len && !pkt.truncate(frame_len) {
+            return self.pass(pkt, out);
+        }
+        self.stats.payload_in += u64::from(seg.payload_len);
+        let s_start = seg.seq;
+        let s_end = seg.seq.wrapping_add(u32::from(seg.payload_len));
+
+        let mut prev = NIL;
+        let mut cur = self.flows.get(flow).items;
+        while cur != NIL {
+            let it = &self.items[cur as usize];
+            let (i_start, i_end) = (it.seq, it.end_seq());
+            if seq_lt(s_start, i_end) && seq_lt(i_start, s_end) {
+                // Overlap: a retransmission or duplicate. Never merge it.
+                self.flush_flow(flow, now, out);
+                return self.pass(pkt, out);
+            }
+            if s_start == i_end && !it.closed() && self.compatible(cur, &pkt, &seg, true) {
+                return self.append(flow, cur, pkt, seg, now, out);
+            }
+            if s_end == i_start
+                && seg.flags & (tcp_flags::PSH | tcp_flags::FIN) == 0
+                && self.compatible(cur, &pkt, &seg, false)
+                && it.ip_len() + u32::from(seg.payload_len) <= u32::from(self.cfg.imtu)
+            {
+                self.prepend(cur, pkt, seg, now);
+                let grown = if prev != NIL && self.try_join(flow, prev) {
+                    prev
+                } else {
+                    cur
+                };
+                return self.emit_if_done(flow, grown, now, out);
+            }
+            if seq_lt(s_end, i_start) || s_end == i_start {
+                break; // insert before `cur`
+            }
+            prev = cur;
+            cur = self.items[cur as usize].next;
+        }
+        self.insert_item(flow, prev, pkt, seg, now, out, false);
+    }
+
+    /// Whether `seg` may join item `idx` (as its successor when `append`, else predecessor).
+    fn compatible(&self, idx: u32, pkt: &B, seg: &Segment, append: bool) -> bool {
+        let it = &self.items[idx as usize];
+        if it.layout != seg.layout
+            || usize::from(it.nb_segs) + pkt.num_segs() > self.max_segs()
+            || !it.sig.matches(seg, pkt.head())
+        {
+            return false;
+        }
+        if !seg.layout.v6 && !seg.df {
+            let next_id = if append {
+                seg.ip_id == it.last_id.wrapping_add(1)
+            } else {
+                seg.ip_id.wrapping_add(1) == it.first_id
+            };
+            if !next_id {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn append(
+        &mut self,
+        flow: u32,
+        idx: u32,
+        mut pkt: B,
+        seg: Segment,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        let imtu = u32::from(self.cfg.imtu);
+        let room = imtu.saturating_sub(self.items[idx as usize].ip_len());
+        let len = u32::from(seg.payload_len);
+        if room >= len {
+            self.join_segment(idx, pkt, &seg, seg.payload_sum, seg.flags, now);
+            return self.after_growth(flow, idx, now, out);
+        }
+        if room == 0 {
+            self.emit_through(flow, idx, now, out);
+            return self.merge(flow, pkt, seg, now, out);
+        }
+        // Cut: `room` bytes complete this item, the rest is held by a view.
+        let Some((head_sum, rest_sum)) = self.cut_sums(&pkt, &seg, room) else {
+            self.stats.bad_checksum += 1;
+            self.emit_through(flow, idx, now, out);
+            return self.pass(pkt, out);
+        };
+        let Some(rest) = self.remainder(&pkt, &seg, room) else {
+            // No buffer for the rest's header: no cut; the item goes, the segment starts anew.
+            self.emit_through(flow, idx, now, out);
+            let prev = self.last_item_before(flow, seg.seq);
+            return self.insert_item(flow, prev, pkt, seg, now, out, false);
+        };
+        let cut = pkt.truncate(seg.hdr_len() + room as usize);
+        debug_assert!(cut, "room < payload length");
+        self.stats.cuts += 1;
+        // The first part carries no PSH/FIN: they belong to the last byte, now in `rest`.
+        self.join_segment(idx, pkt, &seg, head_sum, 0, now);
+        self.emit_through(flow, idx, now, out);
+        let mut rest_seg = seg;
+        rest_seg.seq = seg.seq.wrapping_add(room);
+        rest_seg.payload_len = (len - room) as u16;
+        rest_seg.ip_len = seg.ip_len - room as u16;
+        rest_seg.payload_sum = rest_sum;
+        let prev = self.last_item_before(flow, rest_seg.seq);
+        self.insert_item(flow, prev, rest, rest_seg, now, out, true);
+    }
+
+    /// Payload sums of the first `room` bytes and of the rest, after verifying the segment's
+    /// checksum by reading its payload. `None` when it does not verify.
+    fn cut_sums(&self, pkt: &B, seg: &Segment, room: u32) -> Option<(Sum, Sum)> {
+        if self.cfg.checksum_offload {
+            return Some((Sum::default(), Sum::default()));
+        }
+        let start = seg.hdr_len();
+        let end = start + usize::from(seg.payload_len);
+        let cut = start + room as usize;
+        let (mut first, mut whole) = (Sum::default(), Sum::default());
+        let mut pos = 0usize;
+        pkt.for_each_segment(|s| {
+            let (s_start, s_end) = (pos, pos + s.len());
+            pos = s_end;
+            for (lo, hi, acc_first) in [(start, cut, true), (cut, end, false)] {
+                let (a, b) = (lo.max(s_start), hi.min(s_end));
+                if a < b {
+                    // Parity of where these bytes sit in the payload decides their alignment.
+                    let part = Sum::of(&s[a - s_start..b - s_start]);
+                    let part = if (a - start) % 2 == 1 {
+                        part.swapped()
+                    } else {
+                        part
+                    };
+                    whole = whole.add(part);
+                    if acc_first {
+                        first = first.add(part);
+                    }
+                }
+            }
+        });
+        if !sums_equal(whole, seg.payload_sum) {
+            return None;
+        }
+        // The rest's own sum, aligned to its first byte.
+        let rest = whole.sub(first);
+        let rest = if room % 2 == 1 { rest.swapped() } else { rest };
+        Some((first, rest))
+    }
+
+    /// A new packet for the bytes of `pkt` past the first `room` payload bytes: a copy of its
+    /// headers (sequence number advanced) chained to a zero-copy view of the rest.
+    fn remainder(&self, pkt: &B, seg: &Segment, room: u32) -> Option<B> {
+        let hdr_len = seg.hdr_len();
+        let mut head = B::alloc_with(&self.pool, &pkt.head()[..hdr_len])?;
+        let bytes = head.head_mut()?;
+        let tcp_at = seg.layout.l4_offset();
+        let mut tcp = wire::TcpPacket::new_checked(&mut bytes[tcp_at..hdr_len]).ok()?;
+        tcp.set_seq_number(seg.seq.wrapping_add(room));
+        let rest_len = usize::from(seg.payload_len) - room as usize;
+        let view = pkt.share_range(hdr_len + room as usize, rest_len, &self.pool)?;
+        head.chain(view).ok()?;
+        Some(head)
+    }
+
+    /// Appends segment `pkt` (payload sum `sum`, tail flags `tail_flags`) to item `idx`.
+    fn join_segment(
+        &mut self,
+        idx: u32,
+        mut pkt: B,
+        seg: &Segment,
+        sum: Sum,
+        tail_flags: u8,
+        now: u64,
+    ) {
+        let stripped = pkt.adj(seg.hdr_len());
+        debug_assert!(
+            stripped,
+            "classify checked the headers are in the first segment"
+        );
+        let seg_len = pkt.len() as u32;
+        let pkt_segs = pkt.num_segs() as u16;
+        let it = &mut self.items[idx as usize];
+        it.nb_segs += pkt_segs;
+        let head = it.pkt.as_mut().expect("held items have a packet");
+        // `compatible` checked the segment count, so chaining cannot fail.
+        if head.append(pkt).is_err() {
+            unreachable_chain();
+        }
+        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
+        it.payload_len += seg_len;
+        it.last_id = seg.ip_id;
+        it.segs += 1;
+        it.tail_flags = tail_flags & (tcp_flags::PSH | tcp_flags::FIN);
+        it.modified = true;
+        it.arrival_sum += now;
+        it.oldest = it.oldest.min(now);
+        self.stats.merges += 1;
+    }
+
+    fn prepend(&mut self, idx: u32, pkt: B, seg: Segment, now: u64) {
+        let sig = MergeSig::of(&seg, pkt.head());
+        let it = &mut self.items[idx as usize];
+        let mut old = it.pkt.take().expect("held items have a packet");
+        let stripped = old.adj(it.layout.hdr_len());
+        debug_assert!(stripped);
+        it.nb_segs += pkt.num_segs() as u16;
+        let mut pkt = B::Chain::new(pkt);
+        // `compatible` checked the segment count, so chaining cannot fail.
+        if pkt.append_chain(old).is_err() {
+            unreachable_chain();
+        }
+        it.payload_sum = concat_sum(seg.payload_sum, u32::from(seg.payload_len), it.payload_sum);
+        it.pkt = Some(pkt);
+        it.seq = seg.seq;
+        it.payload_len += u32::from(seg.payload_len);
+        it.layout = seg.layout;
+        it.sig = sig;
+        it.first_id = seg.ip_id;
+        it.segs += 1;
+        it.modified = true;
+        it.arrival_sum += now;
+        it.oldest = it.oldest.min(now);
+        self.stats.merges += 1;
+    }
+
+    /// After item `idx` grew: emit it when closed or iMTU-bound, else try to join its successor.
+    fn after_growth(&mut self, flow: u32, idx: u32, now: u64, out: &mut Vec<B>) {
+        self.try_join(flow, idx);
+        self.emit_if_done(flow, idx, now, out);
+    }
+
+    /// Gap-fill: joins item `idx` with its successor when they touch, fit and match; returns
+    /// whether they were joined.
+    fn try_join(&mut self, flow: u32, idx: u32) -> bool {
+        let next = self.items[idx as usize].next;
+        if next == NIL {
+            return false;
+        }
+        let (a, b) = (&self.items[idx as usize], &self.items[next as usize]);
+        let fits = a.ip_len() + b.payload_len <= u32::from(self.cfg.imtu);
+        // An item's signature holds the DF bit of its first segment, whose headers it carries.
+        let ids_ok = b.layout.v6 || b.sig.df || b.first_id == a.last_id.wrapping_add(1);
+        if a.end_seq() != b.seq || a.closed() || !fits || !ids_ok {
+            return false;
+        }
+        if a.layout != b.layout
+            || usize::from(a.nb_segs + b.nb_segs) > self.max_segs()
+            || a.sig != b.sig
+        {
+            return false;
+        }
+        let mut tail = self.items[next as usize].pkt.take().expect("held");
+        let stripped = tail.adj(self.items[next as usize].layout.hdr_len());
+        debug_assert!(stripped);
+        let head = self.items[idx as usize].pkt.as_mut().expect("held");
+        if head.append_chain(tail).is_err() {
+            unreachable_chain();
+        }
+        let b = &self.items[next as usize];
+        let (b_len, b_sum, b_last, b_segs, b_nb, b_flags, b_arr, b_oldest, b_next) = (
+            b.payload_len,
+            b.payload_sum,
+            b.last_id,
+            b.segs,
+            b.nb_segs,
+            b.tail_flags,
+            b.arrival_sum,
+            b.oldest,
+            b.next,
+        );
+        let a = &mut self.items[idx as usize];
+        a.payload_sum = concat_sum(a.payload_sum, a.payload_len, b_sum);
+        a.payload_len += b_len;
+        a.last_id = b_last;
+        a.segs += b_segs;
+        a.nb_segs += b_nb;
+        a.tail_flags = b_flags;
+        a.arrival_sum += b_arr;
+        a.oldest = a.oldest.min(b_oldest);
+        a.modified = true;
+        a.next = b_next;
+        self.free_item(next);
+        let e = self.flows.get_mut(flow);
+        e.n_items -= 1;
+        self.stats.merges += 1;
+        true
+    }
+
+    /// The segment limit: the configured one, within what the buffer type can chain.
+    fn max_segs(&self) -> usize {
+        usize::from(self.cfg.max_segs).min(B::MAX_SEGS)
+    }
+
+    fn last_item_before(&self, flow: u32, seq: u32) -> u32 {
+        let mut prev = NIL;
+        let mut cur = self.flows.get(flow).items;
+        while cur != NIL && seq_lt(self.items[cur as usize].seq, seq) {
+            prev = cur;
+            cur = self.items[cur as usize].next;
+        }
+        prev
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_item(
+        &mut self,
+        flow: u32,
+        mut prev: u32,
+        pkt: B,
+        seg: Segment,
+        now: u64,
+        out: &mut Vec<B>,
+        modified: bool,
+    ) {
+        if self.flows.get(flow).n_items >= self.cfg.max_items_per_flow {
+            self.flush_flow(flow, now, out);
+            prev = NIL;
+        }
+        if self.free_items.is_empty() {
+            // Every slot is in use: this flow's items go, and the segment passes unmerged.
+            self.flush_flow(flow, now, out);
+            return self.pass(pkt, out);
+        }
+        let nb_segs = pkt.num_segs() as u16;
+        let sig = MergeSig::of(&seg, pkt.head());
+        let item = Item {
+            pkt: Some(B::Chain::new(pkt)),
+            seq: seg.seq,
+            payload_len: u32::from(seg.payload_len),
+            layout: seg.layout,
+            sig,
+            first_id: seg.ip_id,
+            last_id: seg.ip_id,
+            segs: 1,
+            nb_segs,
+            tail_flags: seg.flags & (tcp_flags::PSH | tcp_flags::FIN),
+            modified,
+            payload_sum: seg.payload_sum,
+            arrival_sum: now,
+            oldest: now,
+            next: NIL,
+        };
+        let idx = self.alloc_item(item);
+        let e = self.flows.get_mut(flow);
+        if prev == NIL {
+            self.items[idx as usize].next = e.items;
+            e.items = idx;
+        } else {
+            let after = self.items[prev as usize].next;
+            self.items[idx as usize].next = after;
+            self.items[prev as usize].next = idx;
+        }
+        e.n_items += 1;
+        self.stats.held_items += 1;
+        // A new item may close a gap with its successor, or be complete on its own.
+        self.after_growth(flow, idx, now, out);
+    }
+}
+
+/// `a < b` in TCP sequence space.
+#[inline]
+fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// The sum of payload A (length `a_len`) followed by payload B.
+#[inline]
+fn concat_sum(a: Sum, a_len: u32, b: Sum) -> Sum {
+    a.add(if a_len % 2 == 1 { b.swapped() } else { b })
+}
+
+/// One's-complement sums are equal when they fold to the same value (0 and 0xffff both mean
+/// zero).
+fn sums_equal(a: Sum, b: Sum) -> bool {
+    let norm = |s: Sum| match s.fold() {
+        0xffff => 0,
+        v => v,
+    };
+    norm(a) == norm(b)
+}
+
+/// Chaining fails only past the segment limit, which every merge checks first.
+#[cold]
+fn unreachable_chain() -> ! {
+    unreachable!("segment count was checked before chaining")
+}

@@ -1,0 +1,120 @@
+//! What is read from one input segment (SIGCOMM'26 §4.1): once `classify` found a TCP data
+//! segment, the fields merging needs (sequence and ACK numbers, flags, IP ID, TTL/TOS, DF) and,
+//! in software checksum mode, its payload sum derived from its own checksum without reading the
+//! payload. A segment that must never be merged is refused here.
+
+use super::item::{Layout, MAX_L2};
+use super::Merger;
+use crate::buf::PacketBuf;
+use crate::checksum::{self, Sum};
+use crate::split::pseudo_header;
+use crate::wire::{self, tcp_flags, Headers};
+
+/// The TCP header without options.
+pub(super) const TCP_HEADER_LEN: usize = wire::tcp::field::HEADER_LEN;
+
+/// What the engine needs of a TCP segment beyond its flow: where its headers lie and the fields
+/// merging reads (the bytes of the signature stay in the packet until an item needs a copy).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Segment {
+    pub(super) layout: Layout,
+    /// IP packet length.
+    pub(super) ip_len: u16,
+    pub(super) payload_len: u16,
+    pub(super) seq: u32,
+    pub(super) ack: u32,
+    pub(super) flags: u8,
+    pub(super) ttl: u8,
+    pub(super) tos: u8,
+    pub(super) df: bool,
+    pub(super) ip_id: u16,
+    /// Payload sum derived from the segment's own checksum (software checksum mode).
+    pub(super) payload_sum: Sum,
+}
+
+impl Segment {
+    /// The TCP flags that must match (all but PSH and FIN).
+    pub(super) fn merge_flags(&self) -> u8 {
+        self.flags & !(tcp_flags::PSH | tcp_flags::FIN)
+    }
+
+    /// The Ethernet header and the TCP options, from the segment's `frame`.
+    pub(super) fn sig_bytes<'a>(&self, frame: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+        let l4 = self.layout.l4_offset();
+        (
+            &frame[..usize::from(self.layout.l2_len)],
+            &frame[l4 + TCP_HEADER_LEN..self.layout.hdr_len()],
+        )
+    }
+
+    pub(super) fn hdr_len(&self) -> usize {
+        self.layout.hdr_len()
+    }
+
+    /// Length of the frame without Ethernet padding.
+    pub(super) fn frame_len(&self) -> usize {
+        usize::from(self.layout.l2_len) + usize::from(self.ip_len)
+    }
+}
+
+impl<B: PacketBuf> Merger<B> {
+    /// Reads what merging needs, or `None` when the segment must not be merged.
+    pub(super) fn segment(&self, pkt: &B, hdr: &Headers) -> Option<Segment> {
+        let layout = Layout::of(hdr)?;
+        if usize::from(layout.l2_len) > MAX_L2 {
+            return None;
+        }
+        // `classify` validated every header length: the views below cannot run off the end.
+        let bytes = &pkt.head()[..layout.hdr_len()];
+        let l3 = &bytes[layout.l4_offset() - usize::from(layout.l3_len)..layout.l4_offset()];
+        let (ip_id, df, ttl, tos) = if hdr.v6 {
+            let ip = wire::Ipv6Packet::new_unchecked(l3);
+            (0, true, ip.hop_limit(), ip.traffic_class())
+        } else {
+            let ip = wire::Ipv4Packet::new_unchecked(l3);
+            if ip.header_len() != wire::ipv4::field::HEADER_LEN {
+                return None; // IPv4 options: never merged, like Linux
+            }
+            (
+                ip.ident(),
+                ip.dont_frag(),
+                ip.ttl(),
+                ip.dscp() << 2 | ip.ecn(),
+            )
+        };
+        let tcp_bytes = &bytes[layout.l4_offset()..];
+        let tcp = wire::TcpPacket::new_unchecked(tcp_bytes);
+        let flags = tcp.flags();
+        let never = tcp_flags::SYN | tcp_flags::RST | tcp_flags::URG | tcp_flags::CWR;
+        if flags & never != 0 || hdr.payload_len == 0 {
+            return None;
+        }
+        let payload_sum = if self.cfg.checksum_offload {
+            if !pkt.l4_checksum_verified() {
+                return None;
+            }
+            Sum::default()
+        } else {
+            let tcp_len = hdr.l4_len + hdr.payload_len;
+            let pseudo = pseudo_header(bytes, hdr, u32::from(tcp_len));
+            // ~checksum covers pseudo header + TCP header (checksum field as 0) + payload.
+            let header = Sum::of(tcp_bytes).sub(Sum(u32::from(tcp.checksum())));
+            checksum::covered_sum(tcp.checksum())
+                .sub(pseudo)
+                .sub(header)
+        };
+        Some(Segment {
+            layout,
+            ip_len: hdr.ip_len,
+            payload_len: hdr.payload_len,
+            seq: tcp.seq_number(),
+            ack: tcp.ack_number(),
+            flags,
+            ttl,
+            tos,
+            df,
+            ip_id,
+            payload_sum,
+        })
+    }
+}
