@@ -3,6 +3,8 @@
 //! The engine core is generic over [`PacketBuf`], implemented by [`dpdk::Mbuf`] for real ports
 //! and by [`HeapBuf`] for tests, fuzzing and benches that run without an EAL.
 
+#![forbid(unsafe_code)]
+
 pub mod buf;
 pub mod caravan;
 pub mod checksum;
