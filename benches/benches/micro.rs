@@ -2,6 +2,7 @@
 //! path (`cargo bench -p pxbench --bench micro`). The end-to-end comparison with rte_gro is
 //! `cargo xtask bench merge`.
 
+#![forbid(unsafe_code)]
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
 

@@ -11,6 +11,8 @@
 //!
 //! Simulated time stamps give yield and delay; real CPU time (the TSC) gives the cost.
 
+#![forbid(unsafe_code)]
+
 pub mod engine;
 pub mod gro_baseline;
 pub mod ledger;

@@ -1,5 +1,6 @@
 //! Caravan parsing and unpacking on arbitrary bytes behind a caravan-marked IPv4/UDP header:
 //! no panic, nothing delivered from a refused caravan, nothing leaked.
+#![forbid(unsafe_code)]
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

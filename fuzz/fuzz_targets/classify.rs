@@ -1,5 +1,6 @@
 //! `classify` and the header views on arbitrary bytes: no panic, and whatever classifies as TCP
 //! or UDP has headers inside the buffer.
+#![forbid(unsafe_code)]
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,6 @@
 //! The merge engine on arbitrary frames at arbitrary times: no panic, every packet accounted
 //! for, nothing leaked after a flush.
+#![forbid(unsafe_code)]
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

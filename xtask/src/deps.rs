@@ -20,6 +20,9 @@ const APT_PACKAGES: &[&str] = &[
     // Build: bindgen needs clang and libclang to generate the DPDK bindings.
     "clang",
     "libclang-dev",
+    // Build: `cargo check` of fuzz/ (in `xtask test`) builds libfuzzer-sys, whose build script
+    // compiles libFuzzer's C++ with `c++`; a fresh Debian has neither it nor libstdc++'s headers.
+    "g++",
     // Test peers and lab tools: traffic (iperf3, socat, ping), capture (tcpdump), a real PMTUD
     // peer (scamper), ICMP black-holing (nftables), offload control (ethtool), hand-made packets
     // (python3-scapy), BPF inspection (bpftool), namespaces/veths/routes (iproute2).

@@ -4,8 +4,9 @@
 //!   tests need, and only those that are missing.
 //! * `cargo xtask build-ebpf` builds the caravan eBPF object (`crates/caravan-ebpf`) with
 //!   Debian's rustc-web and bpf-linker; `crates/caravan` embeds it.
-//! * `cargo xtask test` is the one test command (`.ci/run` calls it): deps, fmt, clippy, unit
-//!   tests, then the integration suites.
+//! * `cargo xtask test` is the one test command (`.ci/run` calls it): deps, fmt, clippy, rustdoc,
+//!   build checks, the tests (and the ignored ones this machine can run), then the integration
+//!   suites; its summary counts and names every test it skipped.
 //! * `cargo xtask bench merge|caravan [--json FILE]` runs a benchmark in release mode and prints
 //!   its table (and writes its JSON report).
 //! * `cargo xtask lab pmtud [--json FILE]` runs a namespace lab in release mode and prints its
@@ -47,7 +48,8 @@ enum Task {
     Deps,
     /// Build the caravan eBPF object (crates/caravan-ebpf) with rustc-web and bpf-linker.
     BuildEbpf,
-    /// Run the full test sequence: deps, fmt, clippy, unit tests, integration suites (as root).
+    /// Run the full test sequence: deps, fmt, clippy, rustdoc, build checks, the tests (and the
+    /// ignored ones this machine can run), integration suites (as root).
     Test,
     /// The newcomer's first command: pxgw between two network namespaces, with real traffic
     /// (installs what is missing first; as root).

@@ -1,14 +1,22 @@
 //! `cargo xtask test`: the one test command.
 //!
-//! Runs, in order and stopping at the first failure: deps, build-ebpf, `cargo fmt --check`, clippy with
-//! `-D warnings`, the workspace's unit tests, then each of [`INTEGRATION_SUITES`].
+//! Runs, in order and stopping at the first failure: deps, build-ebpf, `cargo fmt --check`, clippy
+//! with `-D warnings`, rustdoc with `-D warnings`, `cargo check` of `fuzz/` and of pxio without its
+//! default features, the workspace's tests, each of [`IGNORED_TESTS`] whose prerequisite this
+//! machine has, then each of [`INTEGRATION_SUITES`].
+//!
+//! No test disappears silently: the summary counts and names every test that was `#[ignore]`d in
+//! the workspace run and did not pass in a later step, with the reason (a failed prerequisite
+//! probe, or the test's own `#[ignore = "..."]` text when [`IGNORED_TESTS`] does not know it).
 
-use std::process::Command;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
-use crate::{build_ebpf, cargo, deps, run_status};
+use crate::{build_ebpf, cargo, deps, describe, run_output, run_status};
 
 /// Parallel build jobs for cargo: the development machines have 2 cores.
 const JOBS: &str = "-j2";
@@ -91,6 +99,127 @@ const INTEGRATION_SUITES: &[Suite] = &[
     },
 ];
 
+/// Tests that are `#[ignore = "needs ..."]` because they need something a machine may lack: the
+/// workspace run skips them, and `xtask test` runs them (`cargo test -p <package> --test <target>
+/// -- --ignored`) where `needs` is found, or names them as skipped. A test ignored for being slow
+/// belongs here too, with a prerequisite that says so.
+struct IgnoredTests {
+    /// The package of the test target.
+    package: &'static str,
+    /// The integration-test target (`tests/<target>.rs`) whose ignored tests these are.
+    target: &'static str,
+    /// What they need, probed before running them.
+    needs: Prerequisite,
+}
+
+/// The ignored tests `xtask test` knows how to run, in order, after the workspace's tests.
+const IGNORED_TESTS: &[IgnoredTests] = &[
+    // F-PMTUD across real Linux forwarding between namespaces.
+    IgnoredTests {
+        package: "fpmtud",
+        target: "namespaces",
+        needs: Prerequisite::Root,
+    },
+    // rte_flow steering and drop rules on net_tap, which implements them with kernel TC.
+    IgnoredTests {
+        package: "dpdk",
+        target: "flow_tap",
+        needs: Prerequisite::NetTapTcFlow,
+    },
+];
+
+/// Something an ignored test needs from the machine.
+#[derive(Clone, Copy)]
+enum Prerequisite {
+    /// Root, for network namespaces and packet sockets.
+    Root,
+    /// Kernel TC's `multiq` qdisc, `flower` classifier and `skbedit`/`gact` actions, with which
+    /// net_tap implements `rte_flow`.
+    NetTapTcFlow,
+}
+
+impl Prerequisite {
+    /// What is needed, in the words of the tests' `#[ignore = "needs ..."]`.
+    fn needs(self) -> &'static str {
+        match self {
+            Prerequisite::Root => "needs root (network namespaces)",
+            Prerequisite::NetTapTcFlow => {
+                "needs kernel TC multiq/flower/skbedit/gact (net_tap's rte_flow)"
+            }
+        }
+    }
+
+    /// `Ok` when this machine has it; otherwise what is missing.
+    fn probe(self) -> std::result::Result<(), String> {
+        match self {
+            Prerequisite::Root if nix::unistd::geteuid().is_root() => Ok(()),
+            Prerequisite::Root => Err("not running as root".to_owned()),
+            Prerequisite::NetTapTcFlow => probe_tc_flow(),
+        }
+    }
+}
+
+/// Tries what net_tap's `rte_flow` does in the kernel, on a veth in a scratch namespace: a
+/// `multiq` root qdisc, then `flower` filters with `skbedit` and `gact` actions. (The
+/// `crates/dpdk/tests/flow_tap.rs` test probes the same way.)
+fn probe_tc_flow() -> std::result::Result<(), String> {
+    let ns = format!("pxtcprobe{}", std::process::id());
+    let run = |program: &str, args: &[&str]| {
+        run_output(Command::new(program).args(args))
+            .map(drop)
+            .map_err(|e| format!("{e:#}"))
+    };
+    run("ip", &["netns", "add", &ns])?;
+    let result = (|| {
+        run(
+            "ip",
+            &[
+                "-n",
+                &ns,
+                "link",
+                "add",
+                "tc0",
+                "numtxqueues",
+                "2",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "tc1",
+            ],
+        )?;
+        let tc = |what: &str, args: &[&str]| {
+            let full: Vec<&str> = ["-n", ns.as_str()].iter().chain(args).copied().collect();
+            run("tc", &full).map_err(|e| format!("no TC {what}: {e}"))
+        };
+        let flower = [
+            "filter", "add", "dev", "tc0", "ingress", "protocol", "ip", "flower",
+        ];
+        tc(
+            "multiq",
+            &[
+                "qdisc", "add", "dev", "tc0", "root", "handle", "1:", "multiq",
+            ],
+        )?;
+        tc("ingress", &["qdisc", "add", "dev", "tc0", "ingress"])?;
+        tc(
+            "flower/skbedit",
+            &[
+                &flower[..],
+                &["ip_proto", "udp", "action", "skbedit", "queue_mapping", "1"],
+            ]
+            .concat(),
+        )?;
+        tc(
+            "flower/gact",
+            &[&flower[..], &["ip_proto", "tcp", "action", "gact", "drop"]].concat(),
+        )
+    })();
+    // Deleting the namespace deletes the veth and its TC state with it.
+    let _ = run("ip", &["netns", "del", &ns]);
+    result
+}
+
 /// What one step of the test sequence does.
 enum Action {
     /// `cargo xtask deps`, in process.
@@ -99,6 +228,18 @@ enum Action {
     BuildEbpf,
     /// An external command.
     Command(Command),
+    /// A `cargo test` command whose output is read into the [`TestLog`] (and echoed).
+    Tests(Command),
+    /// The ignored tests of one [`IGNORED_TESTS`] entry, if its prerequisite is found.
+    Ignored(&'static IgnoredTests),
+}
+
+/// How a step ended, when it did not fail.
+enum Outcome {
+    /// It ran and succeeded.
+    Ran,
+    /// It did not run; the summary's `skipped:` line says why.
+    Skipped,
 }
 
 /// One step of the test sequence.
@@ -134,13 +275,171 @@ impl Step {
         }
     }
 
-    /// Runs the step.
-    fn run(&mut self) -> Result<()> {
-        match &mut self.action {
-            Action::Deps => deps::run(),
-            Action::BuildEbpf => build_ebpf::run(),
-            Action::Command(cmd) => run_status(cmd),
+    /// A step for the ignored tests of `tests`.
+    fn ignored(tests: &'static IgnoredTests) -> Self {
+        Step {
+            name: format!("ignored:{}/{}", tests.package, tests.target),
+            action: Action::Ignored(tests),
         }
+    }
+
+    /// Runs the step, recording what the tests it runs report in `log`.
+    fn run(&mut self, log: &mut TestLog) -> Result<Outcome> {
+        match &mut self.action {
+            Action::Deps => deps::run()?,
+            Action::BuildEbpf => build_ebpf::run()?,
+            Action::Command(cmd) => run_status(cmd)?,
+            Action::Tests(cmd) => run_tests(cmd, log)?,
+            Action::Ignored(tests) => {
+                if let Err(missing) = tests.needs.probe() {
+                    let why = format!("{}: {missing}", tests.needs.needs());
+                    println!("skipped: {why}");
+                    log.probe_failed.insert(binary_key(tests.target), why);
+                    return Ok(Outcome::Skipped);
+                }
+                let mut cmd = cargo();
+                cmd.args(["test", JOBS, "-p", tests.package, "--test", tests.target]);
+                cmd.args(["--", "--ignored"]);
+                run_tests(&mut cmd, log)?;
+            }
+        }
+        Ok(Outcome::Ran)
+    }
+}
+
+/// Runs `cmd` (a `cargo test`), echoing its stdout and stderr as they come and reading what
+/// libtest reports into `log`; fails unless it exits successfully.
+fn run_tests(cmd: &mut Command, log: &mut TestLog) -> Result<()> {
+    // One pipe for both streams keeps cargo's `Running <binary>` lines (stderr) in order with
+    // libtest's `test <name> ... <result>` lines (stdout).
+    let (reader, writer) = nix::unistd::pipe().context("pipe")?;
+    cmd.stdout(Stdio::from(writer.try_clone().context("dup pipe")?));
+    cmd.stderr(Stdio::from(writer));
+    let child = cmd.spawn();
+    // The command holds the write ends until its stdio is replaced: end-of-file needs them closed.
+    cmd.stdout(Stdio::inherit()).stderr(Stdio::inherit());
+    let mut child = child.with_context(|| format!("cannot start {}", describe(cmd)))?;
+    let mut stdout = std::io::stdout();
+    for line in BufReader::new(std::fs::File::from(reader)).split(b'\n') {
+        let line = line.context("read test output")?;
+        stdout.write_all(&line)?;
+        stdout.write_all(b"\n")?;
+        log.record(&String::from_utf8_lossy(&line));
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("{} failed: {status}", describe(cmd));
+    }
+    Ok(())
+}
+
+/// The test binary a `Running` line names, as `xtask test` keys it: the executable's name
+/// without cargo's hash (`target/debug/deps/flow_tap-0123abcd` is `flow_tap`), which is the test
+/// target's name with `-` as `_`.
+fn binary_key(path_or_target: &str) -> String {
+    let file = path_or_target.rsplit('/').next().unwrap_or(path_or_target);
+    let name = match file.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            name
+        }
+        _ => file,
+    };
+    name.replace('-', "_")
+}
+
+/// What libtest reported across the steps: which tests passed and which were ignored, per test
+/// binary.
+#[derive(Default)]
+struct TestLog {
+    /// The binary whose output is being read.
+    binary: String,
+    /// Ignored tests found in that binary's output so far.
+    ignored_here: u64,
+    /// (binary, test) → the `#[ignore]` reason, for every test reported as ignored.
+    ignored: BTreeMap<(String, String), String>,
+    /// (binary, test) of every test reported `ok`.
+    passed: BTreeSet<(String, String)>,
+    /// Binary → why its ignored tests were not run (a failed [`Prerequisite`] probe).
+    probe_failed: BTreeMap<String, String>,
+    /// Binary → how many of its ignored tests libtest counted but the output did not name.
+    unnamed: BTreeMap<String, u64>,
+}
+
+impl TestLog {
+    /// Reads one line of `cargo test` output.
+    fn record(&mut self, line: &str) {
+        let trimmed = line.trim();
+        if let Some(running) = trimmed.strip_prefix("Running ") {
+            // `Running tests/flow_tap.rs (target/debug/deps/flow_tap-0123abcd)`
+            let path = running
+                .rsplit_once('(')
+                .map_or(running, |(_, p)| p.trim_end_matches(')'));
+            self.start(binary_key(path));
+        } else if let Some(krate) = trimmed.strip_prefix("Doc-tests ") {
+            self.start(format!("{krate} (doc-tests)"));
+        } else if let Some(result) = trimmed.strip_prefix("test result: ") {
+            self.check_count(result);
+        } else if let Some((test, result)) = line
+            .strip_prefix("test ")
+            .and_then(|l| l.rsplit_once(" ... "))
+        {
+            let key = (self.binary.clone(), test.to_owned());
+            if result == "ok" {
+                self.passed.insert(key);
+            } else if let Some(reason) = result.strip_prefix("ignored") {
+                self.ignored_here += 1;
+                let reason = reason.trim_start_matches(", ").to_owned();
+                self.ignored.insert(key, reason);
+            }
+        }
+    }
+
+    /// A new test binary's output begins.
+    fn start(&mut self, binary: String) {
+        self.binary = binary;
+        self.ignored_here = 0;
+    }
+
+    /// Checks libtest's `N ignored` against the ignored tests read by name, so that a line lost
+    /// in interleaved output still counts (as an unnamed skipped test).
+    fn check_count(&mut self, result: &str) {
+        let reported = result
+            .split(';')
+            .find_map(|part| part.trim().strip_suffix(" ignored"))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if reported > self.ignored_here {
+            *self.unnamed.entry(self.binary.clone()).or_default() += reported - self.ignored_here;
+        }
+    }
+
+    /// Every ignored test that did not pass later, grouped by why.
+    fn skipped(&self) -> BTreeMap<String, Vec<String>> {
+        let mut skipped: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (key @ (binary, test), reason) in &self.ignored {
+            if self.passed.contains(key) {
+                continue;
+            }
+            let known = IGNORED_TESTS
+                .iter()
+                .any(|t| binary_key(t.target) == *binary);
+            let why = match self.probe_failed.get(binary) {
+                Some(why) => why.clone(),
+                None if known => reason.clone(),
+                None if reason.is_empty() => "#[ignore], not in xtask's IGNORED_TESTS".to_owned(),
+                None => format!("{reason} (not in xtask's IGNORED_TESTS)"),
+            };
+            skipped
+                .entry(why)
+                .or_default()
+                .push(format!("{binary}: {test}"));
+        }
+        for (binary, &count) in &self.unnamed {
+            let why = "ignored, but the output garbled its `test ... ignored` line".to_owned();
+            let tests = skipped.entry(why).or_default();
+            tests.extend((0..count).map(|_| format!("{binary}: (unnamed)")));
+        }
+        skipped
     }
 }
 
@@ -153,6 +452,11 @@ pub fn run() -> Result<()> {
         );
     }
 
+    let mut doc = cargo();
+    doc.args(["doc", "--workspace", "--no-deps", JOBS])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    let mut tests = cargo();
+    tests.args(["test", "--workspace", JOBS]);
     let mut steps = vec![
         Step {
             name: "deps".to_owned(),
@@ -176,35 +480,76 @@ pub fn run() -> Result<()> {
                 "warnings",
             ],
         ),
-        Step::cargo("test", &["test", "--workspace", JOBS]),
+        Step {
+            name: "doc".to_owned(),
+            action: Action::Command(doc),
+        },
+        // fuzz/ is its own workspace (cargo-fuzz builds it with its own flags): check it builds.
+        Step::cargo(
+            "fuzz-check",
+            &["check", "--manifest-path", "fuzz/Cargo.toml", JOBS],
+        ),
+        // pxio's engine must build without DPDK (its `dpdk` feature).
+        Step::cargo(
+            "pxio-no-dpdk",
+            &["check", "-p", "pxio", "--no-default-features", JOBS],
+        ),
+        Step {
+            name: "test".to_owned(),
+            action: Action::Tests(tests),
+        },
     ];
+    steps.extend(IGNORED_TESTS.iter().map(Step::ignored));
     steps.extend(INTEGRATION_SUITES.iter().map(Step::suite));
 
     let total = Instant::now();
-    let mut done: Vec<(String, Duration)> = Vec::new();
+    let mut log = TestLog::default();
+    let mut done: Vec<(String, Duration, Outcome)> = Vec::new();
     for step in &mut steps {
         println!("==> {}", step.name);
         let start = Instant::now();
-        let result = step.run();
+        let result = step.run(&mut log);
         let elapsed = start.elapsed();
-        if let Err(err) = result {
-            eprintln!("{err:#}");
-            print_summary(&done, Some((&step.name, elapsed)), total.elapsed());
-            bail!("xtask test: step {} failed", step.name);
+        match result {
+            Ok(outcome) => {
+                let verdict = match outcome {
+                    Outcome::Ran => "ok",
+                    Outcome::Skipped => "skipped",
+                };
+                println!(
+                    "<== {} {verdict} ({:.1} s)",
+                    step.name,
+                    elapsed.as_secs_f64()
+                );
+                done.push((step.name.clone(), elapsed, outcome));
+            }
+            Err(err) => {
+                eprintln!("{err:#}");
+                print_summary(&done, Some((&step.name, elapsed)), total.elapsed(), &log);
+                bail!("xtask test: step {} failed", step.name);
+            }
         }
-        println!("<== {} ok ({:.1} s)", step.name, elapsed.as_secs_f64());
-        done.push((step.name.clone(), elapsed));
     }
-    print_summary(&done, None, total.elapsed());
+    print_summary(&done, None, total.elapsed(), &log);
     Ok(())
 }
 
-/// Prints one line per step that ran, then the total.
-fn print_summary(done: &[(String, Duration)], failed: Option<(&str, Duration)>, total: Duration) {
+/// Prints one line per step that ran, the total, then the count of skipped tests with why and
+/// their names.
+fn print_summary(
+    done: &[(String, Duration, Outcome)],
+    failed: Option<(&str, Duration)>,
+    total: Duration,
+    log: &TestLog,
+) {
     println!();
     println!("xtask test summary:");
-    for (name, elapsed) in done {
-        println!("  ok      {name:<24} {:>8.1} s", elapsed.as_secs_f64());
+    for (name, elapsed, outcome) in done {
+        let verdict = match outcome {
+            Outcome::Ran => "ok",
+            Outcome::Skipped => "skipped",
+        };
+        println!("  {verdict:<7} {name:<24} {:>8.1} s", elapsed.as_secs_f64());
     }
     if let Some((name, elapsed)) = failed {
         println!("  FAILED  {name:<24} {:>8.1} s", elapsed.as_secs_f64());
@@ -215,4 +560,97 @@ fn print_summary(done: &[(String, Duration)], failed: Option<(&str, Duration)>, 
         "total",
         total.as_secs_f64()
     );
+    let skipped = log.skipped();
+    let count: usize = skipped.values().map(Vec::len).sum();
+    if count == 0 {
+        println!("  skipped: 0 tests");
+        return;
+    }
+    let why: Vec<String> = skipped
+        .iter()
+        .map(|(why, tests)| format!("{} {why}", tests.len()))
+        .collect();
+    println!("  skipped: {count} (why: {})", why.join("; "));
+    for tests in skipped.values() {
+        for test in tests {
+            println!("    {test}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `cargo test` prints (stderr and stdout in one stream) for a workspace run with two
+    /// ignored tests in a known target, one in an unknown one and one line lost to interleaving.
+    const WORKSPACE_RUN: &str = "\
+     Running unittests src/lib.rs (target/debug/deps/dpdk-0123456789abcdef)
+running 1 test
+test mbuf::tests::chain ... ok
+test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out
+     Running tests/flow_tap.rs (target/debug/deps/flow_tap-fedcba9876543210)
+running 2 tests
+test a_queue_rule_steers ... ignored, needs kernel TC multiq/flower/skbedit/gact (net_tap's rte_flow)
+test refusal_is_clean ... ok
+test result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out
+     Running tests/namespaces.rs (target/debug/deps/namespaces-00112233445566aa)
+test probe_once ... ignored, needs root (network namespaces)
+test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out
+     Running tests/slow.rs (target/debug/deps/slow-00112233445566bb)
+test takes_an_hour ... ignored, slow
+EAL: garbled test stays_a_secret ... ignored
+test result: ok. 0 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out
+   Doc-tests dpdk
+test crates/dpdk/src/port.rs - port::RxQueue (line 581) - compile fail ... ok
+";
+
+    fn log_of(output: &str) -> TestLog {
+        let mut log = TestLog::default();
+        output.lines().for_each(|l| log.record(l));
+        log
+    }
+
+    #[test]
+    fn binary_keys_drop_cargos_hash_only() {
+        assert_eq!(
+            binary_key("target/debug/deps/flow_tap-0123456789abcdef"),
+            "flow_tap"
+        );
+        assert_eq!(binary_key("flow_tap"), "flow_tap");
+        assert_eq!(binary_key("caravan-bench"), "caravan_bench");
+    }
+
+    #[test]
+    fn every_ignored_test_that_did_not_pass_is_named_with_why() {
+        let mut log = log_of(WORKSPACE_RUN);
+        assert!(log.passed.contains(&(
+            "dpdk (doc-tests)".to_owned(),
+            "crates/dpdk/src/port.rs - port::RxQueue (line 581) - compile fail".to_owned()
+        )));
+        // The root run of fpmtud's namespaces passes its test; net_tap's probe fails.
+        log.record(
+            "     Running tests/namespaces.rs (target/debug/deps/namespaces-99112233445566aa)",
+        );
+        log.record("test probe_once ... ok");
+        log.probe_failed.insert(
+            "flow_tap".to_owned(),
+            "needs kernel TC: no TC multiq".to_owned(),
+        );
+        let skipped = log.skipped();
+        let names: Vec<&String> = skipped.values().flatten().collect();
+        assert_eq!(names.len(), 3, "{skipped:?}");
+        assert_eq!(
+            skipped["needs kernel TC: no TC multiq"],
+            ["flow_tap: a_queue_rule_steers"]
+        );
+        assert_eq!(
+            skipped["slow (not in xtask's IGNORED_TESTS)"],
+            ["slow: takes_an_hour"]
+        );
+        assert_eq!(
+            skipped["ignored, but the output garbled its `test ... ignored` line"],
+            ["slow: (unnamed)"]
+        );
+    }
 }

@@ -39,6 +39,8 @@
 //!
 //! Each case runs `--reps` times; the run with the median throughput is reported.
 
+#![forbid(unsafe_code)]
+
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;

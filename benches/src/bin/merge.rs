@@ -2,6 +2,8 @@
 //! §7.1). Run it through `cargo xtask bench merge [--json FILE]`, which builds it in release
 //! mode. Needs root (the DPDK EAL, with `--no-huge`).
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::path::PathBuf;
 

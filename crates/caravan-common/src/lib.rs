@@ -6,6 +6,7 @@
 //! host crates use the very same definitions. Every map value is a plain integer, so neither side
 //! needs an `unsafe impl Pod`.
 
+#![forbid(unsafe_code)]
 #![no_std]
 
 /// The DSCP codepoint that marks a caravan unless [`CONFIG_DSCP`] says otherwise (`docs/caravan.md`,

@@ -9,11 +9,14 @@
 //! safe layer.
 
 #![no_std]
+// bindgen's output: C names, no docs, and bitfield/array helpers whose `unsafe fn` bodies call
+// unsafe functions without their own `unsafe` block.
 #![allow(
     non_upper_case_globals,
     non_camel_case_types,
     non_snake_case,
-    missing_docs
+    missing_docs,
+    unsafe_op_in_unsafe_fn
 )]
 #![allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 

@@ -16,6 +16,25 @@ const MAX_SEGS: usize = u16::MAX as usize;
 /// - `Drop` frees every segment exactly once, honouring refcounts, so a clone keeps the shared
 ///   data alive.
 /// - Writing is refused while the data buffer is shared with a clone ([`Error::SharedData`]).
+///
+/// A packet moves to another worker thread:
+///
+/// ```no_run
+/// fn hand_over(packet: dpdk::Mbuf) -> usize {
+///     let packet = packet;
+///     std::thread::scope(|s| s.spawn(move || packet.len()).join().unwrap())
+/// }
+/// ```
+///
+/// but two threads cannot share one: the same code with a borrow (which needs `Mbuf: Sync`) does
+/// not compile.
+///
+/// ```compile_fail,E0277
+/// fn hand_over(packet: dpdk::Mbuf) -> usize {
+///     let packet = &packet;
+///     std::thread::scope(|s| s.spawn(move || packet.len()).join().unwrap())
+/// }
+/// ```
 #[repr(transparent)]
 pub struct Mbuf {
     raw: NonNull<dpdk_sys::rte_mbuf>,

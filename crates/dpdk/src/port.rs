@@ -561,6 +561,45 @@ fn take(shared: &PortShared, flags: &[AtomicBool], kind: &'static str, index: u1
 }
 
 /// The sole handle to one RX queue: `Send`, not `Sync` (DPDK queues are single-threaded).
+///
+/// One handle per queue is a runtime rule: [`Port::rx_queue`] refuses a queue whose handle is
+/// alive ([`Error::QueueTaken`]) and frees it when the handle is dropped. The types make the rest
+/// hold: a handle moves to its worker thread,
+///
+/// ```no_run
+/// fn start_worker(mut rx: dpdk::RxQueue) {
+///     let rx = &mut rx;
+///     std::thread::scope(|s| {
+///         s.spawn(move || rx.index());
+///     });
+/// }
+/// ```
+///
+/// (a `&mut` crossing threads needs `RxQueue: Send`) but is never shared by two threads (the same
+/// code with a shared borrow needs `RxQueue: Sync`),
+///
+/// ```compile_fail,E0277
+/// fn start_worker(mut rx: dpdk::RxQueue) {
+///     let rx = &rx;
+///     std::thread::scope(|s| {
+///         s.spawn(move || rx.index());
+///     });
+/// }
+/// ```
+///
+/// and it cannot be duplicated, unlike the [`Port`] it came from:
+///
+/// ```no_run
+/// fn two_handles(port: dpdk::Port) -> (dpdk::Port, dpdk::Port) {
+///     (port.clone(), port)
+/// }
+/// ```
+///
+/// ```compile_fail,E0599
+/// fn two_handles(rx: dpdk::RxQueue) -> (dpdk::RxQueue, dpdk::RxQueue) {
+///     (rx.clone(), rx)
+/// }
+/// ```
 pub struct RxQueue {
     port: Arc<PortShared>,
     queue: u16,
@@ -599,6 +638,37 @@ impl Drop for RxQueue {
 }
 
 /// The sole handle to one TX queue: `Send`, not `Sync`.
+///
+/// As for [`RxQueue`]: [`Port::tx_queue`] hands out one live handle per queue
+/// ([`Error::QueueTaken`] otherwise); the handle moves to its worker thread,
+///
+/// ```no_run
+/// fn start_worker(mut tx: dpdk::TxQueue) {
+///     let tx = &mut tx;
+///     std::thread::scope(|s| {
+///         s.spawn(move || tx.index());
+///     });
+/// }
+/// ```
+///
+/// is never shared by two threads,
+///
+/// ```compile_fail,E0277
+/// fn start_worker(mut tx: dpdk::TxQueue) {
+///     let tx = &tx;
+///     std::thread::scope(|s| {
+///         s.spawn(move || tx.index());
+///     });
+/// }
+/// ```
+///
+/// and cannot be duplicated.
+///
+/// ```compile_fail,E0599
+/// fn two_handles(tx: dpdk::TxQueue) -> (dpdk::TxQueue, dpdk::TxQueue) {
+///     (tx.clone(), tx)
+/// }
+/// ```
 pub struct TxQueue {
     port: Arc<PortShared>,
     queue: u16,

@@ -138,6 +138,13 @@ fn queues_have_one_owner_and_bounds() {
     assert!(matches!(port.rx_queue(0), Err(Error::QueueTaken { .. })));
     drop(q);
     port.rx_queue(0).expect("a dropped handle frees its queue");
+    let q = port.tx_queue(0).unwrap();
+    assert!(matches!(
+        port.tx_queue(0),
+        Err(Error::QueueTaken { kind: "tx", .. })
+    ));
+    drop(q);
+    port.tx_queue(0).expect("a dropped handle frees its queue");
     drop(port);
     assert_no_leaks(&pool);
 }

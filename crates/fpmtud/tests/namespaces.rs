@@ -2,7 +2,8 @@
 //! Linux router with a 1400 B link toward B and A's link is 9000 B. The responder runs in B,
 //! the prober in A. Addresses are from 198.18.0.0/15 inside these namespaces only.
 //!
-//! Needs root (namespaces, AF_PACKET); skipped otherwise. Every wait is bounded.
+//! Needs root (namespaces, AF_PACKET), so every test is `#[ignore]`d: `cargo xtask test` runs
+//! them as root (`cargo test -p fpmtud --test namespaces -- --ignored`). Every wait is bounded.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,14 +62,6 @@ fn lab() -> Lab {
     }
 }
 
-fn skip() -> bool {
-    if !netlab::is_root() {
-        eprintln!("skipped: needs root for network namespaces");
-        return true;
-    }
-    false
-}
-
 fn cfg(size: u16) -> ProberConfig {
     ProberConfig {
         probe_size: size,
@@ -112,10 +105,8 @@ fn probe_from(ns: &Netns, dst: IpAddr, cfg: ProberConfig) -> PmtuEstimate {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces)"]
 fn probe_through_a_1400_link_takes_one_round_trip() {
-    if skip() {
-        return;
-    }
     let lab = lab();
     let ((big, fits), stats) = with_responder(&lab.b, real_server, || {
         (
@@ -180,10 +171,8 @@ fn forging_server(honest: bool) -> impl FnOnce(&AtomicBool, mpsc::Sender<()>) ->
 }
 
 #[test]
+#[ignore = "needs root (network namespaces)"]
 fn reports_with_a_bad_nonce_are_ignored() {
-    if skip() {
-        return;
-    }
     let lab = lab();
     // Forged first, genuine second: the forged one does not end the round.
     let (e, _) = with_responder(&lab.b, forging_server(true), || {
@@ -210,10 +199,8 @@ fn reports_with_a_bad_nonce_are_ignored() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces)"]
 fn without_a_responder_the_prober_falls_back() {
-    if skip() {
-        return;
-    }
     let lab = lab();
     let quick = |mss_hint, emtu| ProberConfig {
         timeout: Duration::from_millis(200),
@@ -237,10 +224,8 @@ fn without_a_responder_the_prober_falls_back() {
 /// IPv4 and IPv6 on one host whose loopback MTU is 1400: the sending kernel fragments the
 /// probe itself (DF clear), and the capture sees IPv4 and IPv6 fragments alike.
 #[test]
+#[ignore = "needs root (network namespaces)"]
 fn loopback_fragments_ipv4_and_ipv6() {
-    if skip() {
-        return;
-    }
     let ns = Netns::new("fpL").unwrap();
     ns.ip(&["link", "set", "lo", "mtu", "1400"]).unwrap();
     let ((v4, v6), stats) = with_responder(&ns, real_server, || {

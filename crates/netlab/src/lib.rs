@@ -4,6 +4,8 @@
 //! leave interfaces or namespaces behind. Names are unique per process and short enough for
 //! Linux's 15-byte interface names, so tests can run side by side.
 
+#![forbid(unsafe_code)]
+
 use std::fs::File;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};

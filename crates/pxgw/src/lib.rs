@@ -2,6 +2,8 @@
 //! network, merges inbound TCP to the internal MTU, splits outbound TCP to the path MTU,
 //! rewrites MSS options, and carries UDP as caravans.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod conn;
 pub mod lab;

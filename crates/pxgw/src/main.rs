@@ -1,5 +1,7 @@
 //! `pxgw --config pxgw.toml`: the PacketExpress gateway.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -11,6 +11,8 @@
 //!   dependency graph (no libdpdk, no bindgen): merging, splitting and caravans run on
 //!   [`HeapBuf`], for fuzzing, simulation, or embedding on another packet I/O layer.
 
+#![forbid(unsafe_code)]
+
 pub mod buf;
 pub mod caravan;
 pub mod checksum;

@@ -7,6 +7,8 @@
 //! * `caravan stats IFACE` prints its counters.
 //! * `caravan passthrough IFACE add|del PORT` delivers the caravans to PORT whole (or not).
 
+#![forbid(unsafe_code)]
+
 use anyhow::{Context, Result};
 use caravan::{Decap, DecapConfig};
 use clap::{Parser, Subcommand, ValueEnum};

@@ -2,6 +2,8 @@
 //! integration suite in `cargo xtask test`): real Linux TCP/UDP stacks in two network namespaces,
 //! pxgw between them, then the same transfers through a plain Linux bridge for comparison.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
