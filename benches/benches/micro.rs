@@ -6,7 +6,9 @@
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
 
-use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use pxio::checksum::Sum;
 use pxio::merge::{MergeConfig, Merger};
 use pxio::toeplitz::Toeplitz;

@@ -529,7 +529,7 @@ fn run_case(
     } else {
         u32::from(caravan::DEFAULT_DSCP) << 2
     };
-    setsockopt(tx_sock, sockopt::IpTos, &(tos as i32))?;
+    setsockopt(tx_sock, sockopt::Ipv4Tos, &(tos as i32))?;
     // Background load of the receiver's CPU; wait (bounded) for a quiet machine, since other
     // work on the receiver's CPU would take its time from the receiver.
     let mut bg_rate = 1.0;

@@ -170,7 +170,7 @@ fn caravans_decapsulated_between_namespaces() {
     tx.enter(|| {
         let sock = UdpSocket::bind(SocketAddrV4::new(TX_IP, SPORT)).unwrap();
         let plain_sock = UdpSocket::bind(SocketAddrV4::new(TX_IP, 0)).unwrap();
-        setsockopt(&sock, sockopt::IpTos, &(7 << 2)).unwrap();
+        setsockopt(&sock, sockopt::Ipv4Tos, &(7 << 2)).unwrap();
         for (i, payloads) in sent.iter().enumerate() {
             let c = caravan_payload(DECAP_PORT, payloads);
             sock.send_to(&c, SocketAddrV4::new(RX_IP, DECAP_PORT))

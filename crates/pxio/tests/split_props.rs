@@ -89,6 +89,7 @@ proptest! {
                         h.calc_checksum_ipv4(&ih.to_header(), tcp.payload()).unwrap()
                     }
                     etherparse::NetSlice::Ipv6(ip) => h.calc_checksum_ipv6(&ip.header().to_header(), tcp.payload()).unwrap(),
+                    etherparse::NetSlice::Arp(_) => unreachable!("TCP is never carried over ARP"),
                 };
                 prop_assert_eq!(h.checksum, expected);
             }

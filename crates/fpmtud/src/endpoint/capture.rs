@@ -1,7 +1,7 @@
 //! Fragment capture for the endpoint daemon: an `AF_PACKET` socket with a classic BPF filter
 //! (SIGCOMM'26 §5.2: the responder "reports all fragment sizes").
 //!
-//! Linux's `IP_RECVFRAGSIZE` cmsg would give only the largest fragment, and neither `nix` 0.29
+//! Linux's `IP_RECVFRAGSIZE` cmsg would give only the largest fragment, and neither `nix` 0.31
 //! nor `socket2` nor `rustix` can set that option without `unsafe`, which this crate does not
 //! use. Capturing gives every fragment's size, before the kernel reassembles the datagram, and
 //! runs the same [`crate::FragmentTracker`] as pxgw. The filter keeps the cost down: the socket
@@ -10,7 +10,7 @@
 use std::io::{self, Read};
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockFilter, Socket, Type};
 
 /// Classic BPF opcodes and Linux ancillary offsets the filter uses (`linux/filter.h`).
 pub mod bpf {
@@ -117,7 +117,12 @@ impl Capture {
     pub fn open(port: u16, poll: Duration) -> io::Result<Self> {
         let protocol = Protocol::from(i32::from(bpf::ETH_P_ALL.to_be()));
         let socket = Socket::new(Domain::PACKET, Type::DGRAM, Some(protocol))?;
-        socket.attach_filter(&filter(port))?;
+        // socket2 0.6 takes its own wrapper of `sock_filter`; the tests interpret the raw one.
+        let prog: Vec<SockFilter> = filter(port)
+            .iter()
+            .map(|i| SockFilter::new(i.code, i.jt, i.jf, i.k))
+            .collect();
+        socket.attach_filter(&prog)?;
         socket.set_read_timeout(Some(poll.max(Duration::from_millis(1))))?;
         Ok(Self { socket })
     }

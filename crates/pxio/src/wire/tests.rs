@@ -4,8 +4,8 @@
 use super::*;
 use crate::checksum::{pseudo_header_v4, pseudo_header_v6};
 use etherparse::{
-    IpHeaders, Ipv4Header, NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement,
-    TransportHeader, VlanHeader,
+    IpHeaders, Ipv4Header, LinkExtHeader, NetHeaders, PacketBuilder, PacketHeaders,
+    TcpOptionElement, TransportHeader,
 };
 use proptest::prelude::*;
 
@@ -105,8 +105,11 @@ fn v6_tcp_qinq(payload_len: usize) -> Vec<u8> {
 /// The classification etherparse's decoding implies, for frames it parses fully.
 fn expected_from_etherparse(frame: &[u8]) -> Class {
     let h = PacketHeaders::from_ethernet_slice(frame).expect("etherparse parses");
-    let l2_len =
-        h.link.as_ref().unwrap().header_len() + h.vlan.as_ref().map_or(0, VlanHeader::header_len);
+    let l2_len = h.link.as_ref().unwrap().header_len()
+        + h.link_exts
+            .iter()
+            .map(LinkExtHeader::header_len)
+            .sum::<usize>();
     let (l3_len, ip_len, src, dst, v6) = match h.net.as_ref().unwrap() {
         NetHeaders::Ipv4(ip, _) => {
             let mut src = [0; 16];
@@ -122,6 +125,7 @@ fn expected_from_etherparse(frame: &[u8]) -> Class {
             ip.destination,
             true,
         ),
+        other => panic!("unexpected network layer {other:?}"),
     };
     let (l4_len, sport, dport, proto) = match h.transport.as_ref().unwrap() {
         TransportHeader::Tcp(t) => (t.header_len(), t.source_port, t.destination_port, 6),

@@ -501,6 +501,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
                 })?;
                 (40 + h.payload_length() as usize, fi)
             }
+            etherparse::NetSlice::Arp(_) => return None,
         };
     let Some(TransportSlice::Tcp(tcp)) = p.transport else {
         return None;
@@ -514,6 +515,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
         InternetSlice::Ipv6(ip) => header
             .calc_checksum_ipv6(&ip.header().to_header(), payload)
             .unwrap(),
+        InternetSlice::Arp(_) => unreachable!("TCP is never carried over ARP"),
     };
     assert_eq!(
         ok, header.checksum,
@@ -593,6 +595,7 @@ pub fn tcp_verdict(frame: &[u8]) -> Option<(u32, Vec<u8>, bool, [u8; 16])> {
                 .ok()?,
             ip.header().source(),
         ),
+        InternetSlice::Arp(_) => return None,
     };
     Some((
         header.sequence_number,
