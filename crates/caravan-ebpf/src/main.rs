@@ -51,7 +51,9 @@ use aya_ebpf::macros::{classifier, map};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
 use aya_ebpf::programs::TcContext;
 use caravan_common::format::{self, Walk, DEFAULT_DSCP, MAX_DATAGRAMS, UDP_HEADER_LEN};
-use caravan_common::{Counter, CONFIG_DSCP, CONFIG_LEN, CONFIG_MAX_DATAGRAMS, PASSTHROUGH_MAX_PORTS};
+use caravan_common::{
+    Counter, CONFIG_DSCP, CONFIG_LEN, CONFIG_MAX_DATAGRAMS, PASSTHROUGH_MAX_PORTS,
+};
 
 /// Ethernet header bytes (no VLAN tag).
 const ETH_HLEN: usize = 14;
