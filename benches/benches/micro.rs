@@ -12,20 +12,29 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use pxio::checksum::Sum;
 use pxio::merge::{MergeConfig, Merger};
 use pxio::toeplitz::Toeplitz;
-use pxio::wire::classify;
+use pxio::wire::{self, classify};
 use pxio::{HeapBuf, HeapPool};
 
 /// A 1514 B Ethernet/IPv4/TCP frame with timestamps, `seq` in its header.
 fn frame(seq: u32) -> Vec<u8> {
-    let builder = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4([198, 18, 0, 1], [198, 18, 0, 2], 64)
-        .tcp(40000, 443, seq, 65000)
-        .ack(1)
-        .options_raw(&[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2])
-        .unwrap();
-    let mut out = Vec::new();
-    builder.write(&mut out, &[0x5a; 1448]).unwrap();
-    out
+    let ethernet = wire::EthernetRepr {
+        dst: [2, 0, 0, 0, 0, 2],
+        src: [2, 0, 0, 0, 0, 1],
+        vlan_tci: None,
+        ethertype: wire::ethernet::ethertype::IPV4,
+    };
+    let ip = wire::IpRepr::V4(wire::Ipv4Repr::new([198, 18, 0, 1], [198, 18, 0, 2]));
+    let tcp = wire::TcpRepr {
+        src_port: 40000,
+        dst_port: 443,
+        seq,
+        ack: 1,
+        flags: wire::tcp_flags::ACK,
+        window: 65000,
+        urgent: 0,
+        options: &[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2],
+    };
+    wire::tcp_frame(ethernet, ip, tcp, &[0x5a; 1448]).expect("a 1514 B frame")
 }
 
 fn parsing(c: &mut Criterion) {

@@ -57,7 +57,7 @@ use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::socket::{setsockopt, sockopt};
 use nix::unistd::Pid;
 use pxio::caravan::{CaravanBuilder, CaravanConfig, CaravanError};
-use pxio::{HeapBuf, HeapPool, PacketBuf};
+use pxio::{wire, HeapBuf, HeapPool, PacketBuf};
 use serde_json::json;
 
 const TX_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 9, 1);
@@ -67,9 +67,12 @@ const PLAIN_PORT: u16 = 6001;
 const DECAP_PORT: u16 = 6002;
 const PASS_PORT: u16 = 6003;
 const IMTU: u16 = 9000;
-/// Outer IPv4 + UDP headers, and one inner UDP header.
-const OUTER: usize = 28;
-const UDP_HDR: usize = 8;
+/// Ethernet header of the frames built here (untagged).
+const ETH: usize = wire::ethernet::field::HEADER_LEN;
+/// UDP header bytes: the outer one, and one inner one.
+const UDP_HDR: usize = wire::udp::field::HEADER_LEN;
+/// Outer IPv4 + UDP headers.
+const OUTER: usize = wire::ipv4::field::HEADER_LEN + UDP_HDR;
 /// `USER_HZ`: the unit of `/proc/stat` (100 on every Linux architecture that matters here).
 const TICK_NS: u64 = 10_000_000;
 /// How long one case may take at most.
@@ -189,45 +192,25 @@ fn payload(seq: u64, size: usize, out: &mut Vec<u8>) {
     out.extend((8..size).map(|j| (j as u8) ^ (seq as u8)));
 }
 
-fn fold(mut sum: u32) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
-fn sum_bytes(bytes: &[u8]) -> u32 {
-    bytes
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum()
-}
-
-/// One datagram as an Ethernet/IPv4/UDP frame with a correct UDP checksum (pxio packs frames).
-fn datagram_frame(dport: u16, payload: &[u8]) -> Vec<u8> {
-    let udp_len = (UDP_HDR + payload.len()) as u16;
-    let mut udp = Vec::with_capacity(usize::from(udp_len));
-    udp.extend_from_slice(&SPORT.to_be_bytes());
-    udp.extend_from_slice(&dport.to_be_bytes());
-    udp.extend_from_slice(&udp_len.to_be_bytes());
-    udp.extend_from_slice(&[0, 0]);
-    udp.extend_from_slice(payload);
-    let pseudo = sum_bytes(&TX_IP.octets()) + sum_bytes(&RX_IP.octets()) + 17 + u32::from(udp_len);
-    let mut csum = !fold(pseudo + sum_bytes(&udp));
-    if csum == 0 {
-        csum = 0xffff;
-    }
-    udp[6..8].copy_from_slice(&csum.to_be_bytes());
-    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0];
-    ip[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-    ip.extend_from_slice(&TX_IP.octets());
-    ip.extend_from_slice(&RX_IP.octets());
-    let c = !fold(sum_bytes(&ip));
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
-    frame.extend_from_slice(&ip);
-    frame.extend_from_slice(&udp);
-    frame
+/// One datagram as an Ethernet/IPv4/UDP frame (DF, ID 1) with a correct UDP checksum (pxio
+/// packs frames).
+fn datagram_frame(dport: u16, payload: &[u8]) -> Result<Vec<u8>> {
+    let ethernet = wire::EthernetRepr {
+        dst: [2, 0, 0, 0, 0, 2],
+        src: [2, 0, 0, 0, 0, 1],
+        vlan_tci: None,
+        ethertype: wire::ethernet::ethertype::IPV4,
+    };
+    let ip = wire::IpRepr::V4(wire::Ipv4Repr {
+        ident: 1,
+        dont_frag: true,
+        ..wire::Ipv4Repr::new(TX_IP.octets(), RX_IP.octets())
+    });
+    let udp = wire::UdpRepr {
+        src_port: SPORT,
+        dst_port: dport,
+    };
+    wire::udp_frame(ethernet, ip, udp, payload).context("build a datagram frame")
 }
 
 /// A caravan's outer UDP payload and how many datagrams it carries.
@@ -239,11 +222,11 @@ struct Caravan {
 fn finish(builder: CaravanBuilder<HeapBuf>, datagrams: u64) -> Result<Caravan> {
     let frame = builder.finish().to_vec();
     ensure!(
-        frame[15] >> 2 == caravan::DEFAULT_DSCP,
+        wire::Ipv4Packet::new_unchecked(&frame[ETH..]).dscp() == caravan::DEFAULT_DSCP,
         "pxio did not mark the caravan"
     );
     Ok(Caravan {
-        payload: frame[14 + OUTER..].to_vec(),
+        payload: frame[ETH + OUTER..].to_vec(),
         datagrams,
     })
 }
@@ -260,7 +243,7 @@ fn build_caravans(dport: u16, n: u64, size: usize) -> Result<Vec<Caravan>> {
     let mut buf = Vec::with_capacity(size);
     for seq in 0..n {
         payload(seq, size, &mut buf);
-        let pkt = pool.packet(&datagram_frame(dport, &buf));
+        let pkt = pool.packet(&datagram_frame(dport, &buf)?);
         let pkt = match open.take() {
             None => pkt,
             Some((mut b, k)) => match b.push(pkt) {

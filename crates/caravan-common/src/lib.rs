@@ -1,5 +1,6 @@
-//! What the PX-caravan decapsulator's eBPF program (`crates/caravan-ebpf`) and its user-space
-//! side (`crates/caravan`) must agree on: map names, map layouts, counter slots, bounds
+//! What the PX-caravan decapsulator's eBPF program (`crates/caravan-ebpf`), its user-space
+//! side (`crates/caravan`) and the gateway's packer (`pxio::caravan`) must agree on: the wire
+//! format's constants and validation rules ([`format`]), map names, map layouts, counter slots
 //! (SIGCOMM'26 §6, `docs/caravan.md`).
 //!
 //! `no_std` and free of dependencies, so the eBPF crate (built for `bpfel-unknown-none`) and the
@@ -9,13 +10,13 @@
 #![forbid(unsafe_code)]
 #![no_std]
 
-/// The DSCP codepoint that marks a caravan unless [`CONFIG_DSCP`] says otherwise (`docs/caravan.md`,
-/// the same default as `pxio::caravan::DEFAULT_DSCP`).
-pub const DEFAULT_DSCP: u8 = 7;
+pub mod format;
 
-/// The most datagrams one caravan may carry: the receiver's hard bound, and the bound of the eBPF
-/// program's loops (the verifier needs one). The same as `pxio::caravan::DEFAULT_MAX_DATAGRAMS`.
-pub const MAX_DATAGRAMS: u32 = 64;
+/// The DSCP codepoint that marks a caravan unless [`CONFIG_DSCP`] says otherwise.
+pub use format::DEFAULT_DSCP;
+
+/// The most datagrams one caravan may carry: the receiver's hard bound.
+pub use format::MAX_DATAGRAMS;
 
 /// Name of the per-CPU counter array (`PerCpuArray<u64>`, [`Counter::COUNT`] slots).
 pub const STATS_MAP: &str = "CARAVAN_STATS";

@@ -50,17 +50,17 @@ use aya_ebpf::bindings::{
 use aya_ebpf::macros::{classifier, map};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
 use aya_ebpf::programs::TcContext;
+use caravan_common::format::{self, Walk, DEFAULT_DSCP, MAX_DATAGRAMS, UDP_HEADER_LEN};
 use caravan_common::{
-    Counter, CONFIG_DSCP, CONFIG_LEN, CONFIG_MAX_DATAGRAMS, DEFAULT_DSCP, MAX_DATAGRAMS,
-    PASSTHROUGH_MAX_PORTS,
+    Counter, CONFIG_DSCP, CONFIG_LEN, CONFIG_MAX_DATAGRAMS, PASSTHROUGH_MAX_PORTS,
 };
 
 /// Ethernet header bytes (no VLAN tag).
 const ETH_HLEN: usize = 14;
 /// IPv4 header bytes without options.
 const IP_HLEN: usize = 20;
-/// UDP header bytes.
-const UDP_HLEN: usize = 8;
+/// UDP header bytes (the caravan format's, outer and inner).
+const UDP_HLEN: usize = UDP_HEADER_LEN;
 /// Offset of the IPv4 header.
 const L3: usize = ETH_HLEN;
 /// Offset of the outer UDP header, and of each datagram's header while it is cut out.
@@ -83,12 +83,8 @@ mod ip {
     pub const CSUM: usize = 10;
 }
 
-/// Byte offsets inside a UDP header.
-mod udp {
-    pub const SPORT: usize = 0;
-    pub const DPORT: usize = 2;
-    pub const LEN: usize = 4;
-}
+/// Byte offsets inside a UDP header: the caravan format's.
+use format::udp;
 
 /// Per-CPU counters, one slot per [`Counter`].
 #[map(name = "CARAVAN_STATS")]
@@ -184,9 +180,10 @@ fn classify(ctx: &TcContext) -> Verdict {
     let Ok(ip) = ctx.load::<[u8; IP_HLEN]>(L3) else {
         return Verdict::Pass;
     };
-    let mark = config(CONFIG_DSCP, u32::from(DEFAULT_DSCP));
+    // Slot values are validated by the loader (1..=63); the cast keeps the low byte.
+    let mark = config(CONFIG_DSCP, u32::from(DEFAULT_DSCP)) as u8;
     if ip[ip::VER_IHL] != 0x45
-        || u32::from(ip[ip::TOS] >> 2) != mark
+        || !format::is_marked(ip[ip::TOS], mark)
         || ip[ip::PROTO] != IPPROTO_UDP
         || be16(&ip, ip::FRAG) & 0x3fff != 0
     {
@@ -200,42 +197,34 @@ fn classify(ctx: &TcContext) -> Verdict {
     let Ok(outer) = ctx.load::<[u8; UDP_HLEN]>(L4) else {
         return Verdict::Malformed;
     };
-    if be16(&outer, udp::LEN) as usize != tot_len - IP_HLEN {
+    if be16(&outer, udp::LENGTH) as usize != tot_len - IP_HLEN {
         return Verdict::Malformed; // IP and UDP lengths disagree
     }
-    let (sport, dport) = (be16(&outer, udp::SPORT), be16(&outer, udp::DPORT));
+    let (sport, dport) = (be16(&outer, udp::SRC_PORT), be16(&outer, udp::DST_PORT));
     let payload = tot_len - IP_HLEN - UDP_HLEN;
     let max = config(CONFIG_MAX_DATAGRAMS, MAX_DATAGRAMS).min(MAX_DATAGRAMS);
 
-    let mut off = 0usize;
-    let mut n = 0u32;
-    for _ in 0..MAX_DATAGRAMS {
-        if off >= payload {
-            break;
-        }
-        if payload - off < UDP_HLEN {
-            return Verdict::Malformed; // truncated inner header
-        }
+    // The rules of docs/caravan.md, one inner header per step, in their one copy
+    // (`caravan_common::format::Walk`, also behind pxio and caravan::Reader). The walk reads no
+    // memory: each header is loaded here with `bpf_skb_load_bytes`. The loop bound is one more
+    // than the most datagrams, so the walk itself always reaches its verdict (None or TooMany).
+    let mut walk = Walk::new(payload, sport, dport, max);
+    for _ in 0..=MAX_DATAGRAMS {
+        let off = match walk.next_header() {
+            Ok(Some(off)) => off,
+            Ok(None) => break,
+            Err(_) => return Verdict::Malformed,
+        };
         let Ok(inner) = ctx.load::<[u8; UDP_HLEN]>(INNER + off) else {
             return Verdict::Malformed;
         };
-        let len = be16(&inner, udp::LEN) as usize;
-        if len < UDP_HLEN {
-            return Verdict::Malformed; // zero-length segment
+        if walk.accept(&inner).is_err() {
+            return Verdict::Malformed;
         }
-        if be16(&inner, udp::SPORT) != sport || be16(&inner, udp::DPORT) != dport {
-            return Verdict::Malformed; // port mismatch
-        }
-        if len > payload - off {
-            return Verdict::Malformed; // lengths disagree (runs past the caravan)
-        }
-        off += len;
-        n += 1;
     }
-    if n == 0 || off != payload || n > max {
-        // Empty, or more datagrams than the loop bound / the configured bound.
+    let Ok(n) = walk.finish() else {
         return Verdict::Malformed;
-    }
+    };
     Verdict::Caravan(Caravan {
         ip,
         count: n,
@@ -294,7 +283,7 @@ fn decapsulate(ctx: &TcContext, caravan: &Caravan) -> u32 {
         let Ok(inner) = ctx.load::<[u8; UDP_HLEN]>(L4) else {
             break;
         };
-        let len = be16(&inner, udp::LEN);
+        let len = be16(&inner, udp::LENGTH);
         let tot = (IP_HLEN as u16).wrapping_add(len).to_be_bytes();
         let ident = id.wrapping_add(i as u16).to_be_bytes();
         hdr[ip::TOT_LEN] = tot[0];

@@ -1,29 +1,11 @@
 //! `caravan::Reader`: the inner datagrams of a caravan delivered whole (opt-in pass-through).
 
+use caravan_common::format::{self, InnerHeader, UDP_HEADER_LEN};
 use caravan_common::MAX_DATAGRAMS;
 
-/// UDP header bytes.
-const UDP_HDR: usize = 8;
-
-/// Why a buffer is not a well-formed caravan payload (the rules of `docs/caravan.md`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Malformed {
-    /// An inner UDP header runs past the end of the buffer.
-    #[error("an inner UDP header is truncated")]
-    Truncated,
-    /// An inner length field is below 8.
-    #[error("an inner UDP length is below 8")]
-    ZeroLength,
-    /// The inner lengths do not add up to the buffer's length, or there is no datagram.
-    #[error("inner UDP lengths disagree with the caravan's length")]
-    LengthMismatch,
-    /// An inner header's ports differ from the expected ones.
-    #[error("an inner UDP header's ports differ from the caravan's")]
-    PortMismatch,
-    /// More than [`MAX_DATAGRAMS`] datagrams.
-    #[error("more than {MAX_DATAGRAMS} inner datagrams")]
-    TooMany,
-}
+/// Why a buffer is not a well-formed caravan payload: the rules of `docs/caravan.md`, in their
+/// one copy in `caravan_common::format` (shared with the eBPF program and `pxio::caravan`).
+pub use caravan_common::format::Malformed;
 
 /// One inner datagram of a caravan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,49 +40,22 @@ impl<'a> Reader<'a> {
     /// Validates `payload` (the outer UDP payload) as a caravan whose inner headers all carry
     /// the ports of the first one.
     pub fn new(payload: &'a [u8]) -> Result<Self, Malformed> {
-        let ports = match payload.get(..4) {
-            Some(p) => (
-                u16::from_be_bytes([p[0], p[1]]),
-                u16::from_be_bytes([p[2], p[3]]),
-            ),
-            None if payload.is_empty() => return Err(Malformed::LengthMismatch),
-            None => return Err(Malformed::Truncated),
+        let Some(first) = payload.first_chunk::<UDP_HEADER_LEN>() else {
+            // The walk refuses it: no datagram at all, or a truncated first header.
+            return Self::with_ports(payload, 0, 0);
         };
-        Self::with_ports(payload, ports.0, ports.1)
+        let first = InnerHeader::parse(first);
+        Self::with_ports(payload, first.src_port, first.dst_port)
     }
 
-    /// Validates `payload` as a caravan of the flow `src_port` → `dst_port`.
+    /// Validates `payload` as a caravan of the flow `src_port` → `dst_port`, with at most
+    /// [`MAX_DATAGRAMS`] datagrams.
     pub fn with_ports(payload: &'a [u8], src_port: u16, dst_port: u16) -> Result<Self, Malformed> {
-        let mut rest = payload;
-        let mut count = 0usize;
-        while !rest.is_empty() {
-            let Some(hdr) = rest.get(..UDP_HDR) else {
-                return Err(Malformed::Truncated);
-            };
-            let len = usize::from(u16::from_be_bytes([hdr[4], hdr[5]]));
-            if len < UDP_HDR {
-                return Err(Malformed::ZeroLength);
-            }
-            if u16::from_be_bytes([hdr[0], hdr[1]]) != src_port
-                || u16::from_be_bytes([hdr[2], hdr[3]]) != dst_port
-            {
-                return Err(Malformed::PortMismatch);
-            }
-            if len > rest.len() {
-                return Err(Malformed::LengthMismatch);
-            }
-            count += 1;
-            if count > MAX_DATAGRAMS as usize {
-                return Err(Malformed::TooMany);
-            }
-            rest = &rest[len..];
-        }
-        if count == 0 {
-            return Err(Malformed::LengthMismatch);
-        }
+        let count = format::validate(payload, src_port, dst_port, MAX_DATAGRAMS)?;
         Ok(Self {
             rest: payload,
-            count,
+            // At most MAX_DATAGRAMS (64): lossless.
+            count: count as usize,
         })
     }
 
@@ -115,13 +70,13 @@ impl<'a> Iterator for Reader<'a> {
 
     fn next(&mut self) -> Option<Datagram<'a>> {
         // Validated in `with_ports`: every header is whole and every length fits.
-        let hdr = self.rest.get(..UDP_HDR)?;
-        let len = usize::from(u16::from_be_bytes([hdr[4], hdr[5]]));
+        let hdr = InnerHeader::parse(self.rest.first_chunk()?);
+        let len = usize::from(hdr.len);
         let datagram = Datagram {
-            src_port: u16::from_be_bytes([hdr[0], hdr[1]]),
-            dst_port: u16::from_be_bytes([hdr[2], hdr[3]]),
-            checksum: u16::from_be_bytes([hdr[6], hdr[7]]),
-            payload: self.rest.get(UDP_HDR..len)?,
+            src_port: hdr.src_port,
+            dst_port: hdr.dst_port,
+            checksum: hdr.checksum,
+            payload: self.rest.get(UDP_HEADER_LEN..len)?,
         };
         self.rest = &self.rest[len..];
         self.count -= 1;

@@ -14,7 +14,7 @@ use caravan::{Decap, DecapConfig, Reader};
 use netlab::Netns;
 use nix::sys::socket::{setsockopt, sockopt};
 use pxio::caravan::{CaravanBuilder, CaravanConfig};
-use pxio::{HeapPool, PacketBuf};
+use pxio::{wire, HeapPool, PacketBuf};
 
 const TX_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 1);
 const RX_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 2);
@@ -26,46 +26,24 @@ const PLAIN_PORT: u16 = 5003;
 /// Largest inner payload that fits one caravan at the iMTU: 9000 - 20 - 8 (outer) - 8 (inner).
 const EDGE: usize = IMTU - 36;
 
-fn fold(mut sum: u32) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
-fn sum_bytes(bytes: &[u8]) -> u32 {
-    bytes
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum()
-}
-
-/// One datagram as an Ethernet/IPv4/UDP frame with a correct UDP checksum.
+/// One datagram as an Ethernet/IPv4/UDP frame (DF, ID 1) with a correct UDP checksum.
 fn datagram_frame(dport: u16, payload: &[u8]) -> Vec<u8> {
-    let udp_len = (8 + payload.len()) as u16;
-    let mut udp = Vec::new();
-    udp.extend_from_slice(&SPORT.to_be_bytes());
-    udp.extend_from_slice(&dport.to_be_bytes());
-    udp.extend_from_slice(&udp_len.to_be_bytes());
-    udp.extend_from_slice(&[0, 0]);
-    udp.extend_from_slice(payload);
-    let pseudo = sum_bytes(&TX_IP.octets()) + sum_bytes(&RX_IP.octets()) + 17 + u32::from(udp_len);
-    let mut csum = !fold(pseudo + sum_bytes(&udp));
-    if csum == 0 {
-        csum = 0xffff;
-    }
-    udp[6..8].copy_from_slice(&csum.to_be_bytes());
-    let ip_len = 20 + udp_len;
-    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0];
-    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    ip.extend_from_slice(&TX_IP.octets());
-    ip.extend_from_slice(&RX_IP.octets());
-    let c = !fold(sum_bytes(&ip));
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
-    frame.extend_from_slice(&ip);
-    frame.extend_from_slice(&udp);
-    frame
+    let ethernet = wire::EthernetRepr {
+        dst: [2, 0, 0, 0, 0, 2],
+        src: [2, 0, 0, 0, 0, 1],
+        vlan_tci: None,
+        ethertype: wire::ethernet::ethertype::IPV4,
+    };
+    let ip = wire::IpRepr::V4(wire::Ipv4Repr {
+        ident: 1,
+        dont_frag: true,
+        ..wire::Ipv4Repr::new(TX_IP.octets(), RX_IP.octets())
+    });
+    let udp = wire::UdpRepr {
+        src_port: SPORT,
+        dst_port: dport,
+    };
+    wire::udp_frame(ethernet, ip, udp, payload).expect("a datagram of at most the iMTU")
 }
 
 /// The outer UDP payload of a caravan that pxio's encoder packs from `payloads`.

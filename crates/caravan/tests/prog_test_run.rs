@@ -3,11 +3,15 @@
 //! and counted, and nothing else is counted.
 
 use caravan::{Decap, DecapConfig, Stats};
+use pxio::wire;
 
 const TC_ACT_OK: i32 = 0;
 const TC_ACT_SHOT: i32 = 2;
 const SPORT: u16 = 40000;
 const DPORT: u16 = 5001;
+/// Offsets of the untagged IPv4 test frames: the IP header and the outer UDP header.
+const L3: usize = wire::ethernet::field::HEADER_LEN;
+const L4: usize = L3 + wire::ipv4::field::HEADER_LEN;
 
 /// An inner UDP datagram (header + payload) with the given length field.
 fn inner(sport: u16, dport: u16, len_field: u16, payload: &[u8]) -> Vec<u8> {
@@ -24,49 +28,29 @@ fn good(payload: &[u8]) -> Vec<u8> {
     inner(SPORT, DPORT, (payload.len() + 8) as u16, payload)
 }
 
-/// Ethernet + IPv4 (DSCP `dscp`) + UDP around `udp_payload`; `udp_len`/`ip_len` override the
-/// length fields when given.
-fn frame(dscp: u8, udp_payload: &[u8], ip_len: Option<u16>, udp_len: Option<u16>) -> Vec<u8> {
-    let udp_total = (8 + udp_payload.len()) as u16;
-    let ip_total = 20 + udp_total;
-    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
-    let mut ip = vec![
-        0x45,
-        dscp << 2,
-        0,
-        0,
-        0x12,
-        0x34,
-        0x40,
-        0,
-        64,
-        17,
-        0,
-        0,
-        198,
-        18,
-        0,
-        1,
-        198,
-        18,
-        0,
-        2,
-    ];
-    ip[2..4].copy_from_slice(&ip_len.unwrap_or(ip_total).to_be_bytes());
-    let mut sum = 0u32;
-    for w in ip.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+/// Ethernet + IPv4 (DSCP `dscp`) + UDP around `udp_payload`; `udp_len` overrides the UDP
+/// length field when given.
+fn frame(dscp: u8, udp_payload: &[u8], udp_len: Option<u16>) -> Vec<u8> {
+    let ethernet = wire::EthernetRepr {
+        dst: [0x02, 0, 0, 0, 0, 2],
+        src: [0x02, 0, 0, 0, 0, 1],
+        vlan_tci: None,
+        ethertype: wire::ethernet::ethertype::IPV4,
+    };
+    let ip = wire::IpRepr::V4(wire::Ipv4Repr {
+        dscp,
+        ident: 0x1234,
+        dont_frag: true,
+        ..wire::Ipv4Repr::new([198, 18, 0, 1], [198, 18, 0, 2])
+    });
+    let udp = wire::UdpRepr {
+        src_port: SPORT,
+        dst_port: DPORT,
+    };
+    let mut f = wire::udp_frame(ethernet, ip, udp, udp_payload).expect("a small test frame");
+    if let Some(len) = udp_len {
+        wire::UdpPacket::new_unchecked(&mut f[L4..]).set_len(len);
     }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&SPORT.to_be_bytes());
-    f.extend_from_slice(&DPORT.to_be_bytes());
-    f.extend_from_slice(&udp_len.unwrap_or(udp_total).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(udp_payload);
     f
 }
 
@@ -87,25 +71,25 @@ fn non_caravan_passes_unchanged() {
     let payload: Vec<u8> = [good(b"hello"), good(b"world")].concat();
     let mut cases = vec![
         // Plain UDP (DSCP 0) whose payload even looks like a caravan.
-        frame(0, &payload, None, None),
+        frame(0, &payload, None),
         // Another DSCP.
-        frame(46, &payload, None, None),
+        frame(46, &payload, None),
         // Marked, but a fragment: not a caravan.
         {
-            let mut f = frame(7, &payload, None, None);
-            f[14 + 6] = 0x20; // MF
+            let mut f = frame(7, &payload, None);
+            f[L3 + wire::ipv4::field::FLG_OFF.start] = 0x20; // MF
             f
         },
         // Marked, but TCP.
         {
-            let mut f = frame(7, &payload, None, None);
-            f[14 + 9] = 6;
+            let mut f = frame(7, &payload, None);
+            f[L3 + wire::ipv4::field::PROTOCOL] = wire::ip_proto::TCP;
             f
         },
     ];
     // Not IPv4 at all (ARP-like ethertype).
-    let mut arp = frame(7, &payload, None, None);
-    arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    let mut arp = frame(7, &payload, None);
+    wire::EthernetFrame::new_unchecked(&mut arp[..]).set_ethertype(wire::ethernet::ethertype::ARP);
     cases.push(arp);
     for f in &cases {
         let (verdict, out) = run(&mut decap, f);
@@ -127,35 +111,29 @@ fn malformed_caravans_are_dropped_and_counted() {
                 7,
                 &[good(b"abc"), inner(SPORT, DPORT, 200, b"xyz")].concat(),
                 None,
-                None,
             ),
         ),
         // Inner lengths sum short of the outer payload (trailing bytes).
         (
             "trailing bytes",
-            frame(7, &[two.clone(), vec![1, 2, 3]].concat(), None, None),
+            frame(7, &[two.clone(), vec![1, 2, 3]].concat(), None),
         ),
         (
             "zero-length segment",
-            frame(7, &inner(SPORT, DPORT, 0, b""), None, None),
+            frame(7, &inner(SPORT, DPORT, 0, b""), None),
         ),
         (
             "length below 8",
-            frame(7, &inner(SPORT, DPORT, 7, b""), None, None),
+            frame(7, &inner(SPORT, DPORT, 7, b""), None),
         ),
         (
             "port mismatch",
-            frame(
-                7,
-                &[good(b"a"), inner(SPORT, 9, 9, b"b")].concat(),
-                None,
-                None,
-            ),
+            frame(7, &[good(b"a"), inner(SPORT, 9, 9, b"b")].concat(), None),
         ),
-        ("empty caravan", frame(7, &[], None, None)),
+        ("empty caravan", frame(7, &[], None)),
         (
             "IP and UDP lengths disagree",
-            frame(7, &two, None, Some((8 + two.len() - 1) as u16)),
+            frame(7, &two, Some((8 + two.len() - 1) as u16)),
         ),
         (
             "more datagrams than the bound",
@@ -163,12 +141,11 @@ fn malformed_caravans_are_dropped_and_counted() {
                 7,
                 &(0..65).flat_map(|_| good(b"")).collect::<Vec<u8>>(),
                 None,
-                None,
             ),
         ),
     ];
     // Truncated: the IP total length promises more than the frame holds.
-    let mut truncated = frame(7, &two, None, None);
+    let mut truncated = frame(7, &two, None);
     truncated.truncate(truncated.len() - 4);
     cases.push(("truncated frame", truncated));
     for (i, (what, f)) in cases.iter().enumerate() {
@@ -189,7 +166,7 @@ fn malformed_caravans_are_dropped_and_counted() {
 fn caravan_to_passthrough_port_is_delivered_whole() {
     let mut decap = decap();
     decap.add_passthrough_port(DPORT).unwrap();
-    let f = frame(7, &[good(b"one"), good(b"two")].concat(), None, None);
+    let f = frame(7, &[good(b"one"), good(b"two")].concat(), None);
     let (verdict, out) = run(&mut decap, &f);
     assert_eq!(verdict, TC_ACT_OK);
     assert_eq!(out, f);

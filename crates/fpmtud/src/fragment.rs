@@ -14,69 +14,36 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
+use pxio::wire::{ip_proto, ipv4, ipv6, udp, Ipv4Packet, Ipv6Packet};
+
 use crate::wire;
 use crate::Nanos;
 
-/// Field offsets of the IPv4 header (RFC 791 §3.1).
-pub mod ipv4 {
+/// Field offsets of the IPv6 fragment header (RFC 8200 §4.5) right behind the fixed header
+/// (whose offsets are `pxio::wire::ipv6::field`'s). Fragment headers behind other extension
+/// headers are not followed.
+pub mod frag_header {
     /// A byte range of a field.
     pub type Field = core::ops::Range<usize>;
-    /// Version (high nibble) and header length in 32-bit words (low nibble).
-    pub const VER_IHL: usize = 0;
-    /// Total length of the packet (fragment), header included.
-    pub const LENGTH: Field = 2..4;
-    /// Identification, shared by the fragments of one datagram.
-    pub const IDENT: Field = 4..6;
-    /// Flags (DF, MF) and fragment offset in 8-byte units.
-    pub const FLG_OFF: Field = 6..8;
-    /// Protocol of the payload.
-    pub const PROTOCOL: usize = 9;
-    /// Source address.
-    pub const SRC: Field = 12..16;
-    /// Destination address.
-    pub const DST: Field = 16..20;
-    /// Header length without options.
-    pub const HEADER_LEN: usize = 20;
-    /// More-fragments flag in [`FLG_OFF`].
-    pub const FLAG_MF: u16 = 0x2000;
-    /// Fragment offset mask in [`FLG_OFF`].
-    pub const OFFSET_MASK: u16 = 0x1fff;
-}
-
-/// Field offsets of the IPv6 fixed header (RFC 8200 §3) and fragment header (§4.5).
-pub mod ipv6 {
-    /// A byte range of a field.
-    pub type Field = core::ops::Range<usize>;
-    /// Length of the payload after the fixed header.
-    pub const PAYLOAD_LEN: Field = 4..6;
-    /// Next header after the fixed header.
-    pub const NEXT_HEADER: usize = 6;
-    /// Source address.
-    pub const SRC: Field = 8..24;
-    /// Destination address.
-    pub const DST: Field = 24..40;
-    /// Length of the fixed header.
-    pub const HEADER_LEN: usize = 40;
-    /// The fragment header's next header (the upper-layer protocol), right after the fixed
-    /// header. Fragment headers behind other extension headers are not followed.
-    pub const FRAG_NEXT_HEADER: usize = 40;
+    /// The fragment header's next header (the upper-layer protocol).
+    pub const NEXT_HEADER: usize = 40;
     /// Fragment offset (8-byte units, high 13 bits) and M flag (low bit).
-    pub const FRAG_OFF_M: Field = 42..44;
+    pub const OFF_M: Field = 42..44;
+    /// Shift of the fragment offset inside [`OFF_M`].
+    pub const OFFSET_SHIFT: u32 = 3;
+    /// The M (more fragments) flag inside [`OFF_M`].
+    pub const FLAG_M: u16 = 1;
     /// Identification.
-    pub const FRAG_IDENT: Field = 44..48;
+    pub const IDENT: Field = 44..48;
     /// Fixed header plus fragment header.
-    pub const FRAG_HEADERS_LEN: usize = 48;
-    /// Next-header value of the fragment header.
-    pub const NEXT_FRAGMENT: u8 = 44;
+    pub const HEADERS_LEN: usize = 48;
 }
 
-/// Protocol number of UDP.
-pub const PROTO_UDP: u8 = 17;
 /// Length of the UDP header.
-pub const UDP_HEADER_LEN: usize = 8;
-/// Fragment offsets count in units of this many bytes (RFC 791), so every fragment but the
-/// last carries a multiple of 8 payload bytes.
-pub const FRAGMENT_UNIT: usize = 8;
+pub const UDP_HEADER_LEN: usize = udp::field::HEADER_LEN;
+/// Fragment offsets count in units of this many bytes (RFC 791, RFC 8200), so every fragment
+/// but the last carries a multiple of 8 payload bytes.
+pub const FRAGMENT_UNIT: usize = ipv4::field::FRAG_OFFSET_UNIT as usize;
 
 /// Why an IP packet could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
@@ -135,23 +102,24 @@ pub fn parse_ip(bytes: &[u8]) -> Result<IpFragment<'_>, IpError> {
     let Some(&first) = bytes.first() else {
         return Err(IpError::Truncated { needed: 1, got: 0 });
     };
-    match first >> 4 {
-        4 => parse_ipv4(bytes),
-        6 => parse_ipv6(bytes),
+    match first >> ipv4::field::VERSION_SHIFT {
+        ipv4::VERSION => parse_ipv4(bytes),
+        ipv6::VERSION => parse_ipv6(bytes),
         v => Err(IpError::BadVersion(v)),
     }
 }
 
 fn parse_ipv4(bytes: &[u8]) -> Result<IpFragment<'_>, IpError> {
-    if bytes.len() < ipv4::HEADER_LEN {
+    if bytes.len() < ipv4::field::HEADER_LEN {
         return Err(IpError::Truncated {
-            needed: ipv4::HEADER_LEN,
+            needed: ipv4::field::HEADER_LEN,
             got: bytes.len(),
         });
     }
-    let ihl = usize::from(bytes[ipv4::VER_IHL] & 0x0f) * 4;
-    let total = be16(bytes, ipv4::LENGTH);
-    if ihl < ipv4::HEADER_LEN || usize::from(total) < ihl {
+    let ip = Ipv4Packet::new_unchecked(bytes);
+    let ihl = ip.header_len();
+    let total = ip.total_len();
+    if ihl < ipv4::field::HEADER_LEN || usize::from(total) < ihl {
         return Err(IpError::BadLength);
     }
     if bytes.len() < usize::from(total) {
@@ -160,21 +128,16 @@ fn parse_ipv4(bytes: &[u8]) -> Result<IpFragment<'_>, IpError> {
             got: bytes.len(),
         });
     }
-    if !header_checksum_ok(&bytes[..ihl]) {
+    if !ip.verify_checksum() {
         return Err(IpError::BadChecksum);
     }
-    let flg_off = be16(bytes, ipv4::FLG_OFF);
-    let offset = usize::from(flg_off & ipv4::OFFSET_MASK) * FRAGMENT_UNIT;
-    let more = flg_off & ipv4::FLAG_MF != 0;
-    let mut src = [0; 4];
-    src.copy_from_slice(&bytes[ipv4::SRC]);
-    let mut dst = [0; 4];
-    dst.copy_from_slice(&bytes[ipv4::DST]);
+    let offset = usize::from(ip.frag_offset());
+    let more = ip.more_frags();
     Ok(IpFragment {
-        src: IpAddr::V4(Ipv4Addr::from(src)),
-        dst: IpAddr::V4(Ipv4Addr::from(dst)),
-        protocol: bytes[ipv4::PROTOCOL],
-        ident: u32::from(be16(bytes, ipv4::IDENT)),
+        src: IpAddr::V4(Ipv4Addr::from(ip.src_addr())),
+        dst: IpAddr::V4(Ipv4Addr::from(ip.dst_addr())),
+        protocol: ip.protocol(),
+        ident: u32::from(ip.ident()),
         offset,
         more,
         is_fragment: more || offset > 0,
@@ -183,27 +146,15 @@ fn parse_ipv4(bytes: &[u8]) -> Result<IpFragment<'_>, IpError> {
     })
 }
 
-/// Whether an IPv4 header's one's-complement sum, checksum field included, is 0xffff.
-fn header_checksum_ok(header: &[u8]) -> bool {
-    let mut sum: u32 = header
-        .chunks_exact(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum == 0xffff
-}
-
 fn parse_ipv6(bytes: &[u8]) -> Result<IpFragment<'_>, IpError> {
-    if bytes.len() < ipv6::HEADER_LEN {
+    if bytes.len() < ipv6::field::HEADER_LEN {
         return Err(IpError::Truncated {
-            needed: ipv6::HEADER_LEN,
+            needed: ipv6::field::HEADER_LEN,
             got: bytes.len(),
         });
     }
-    let payload_len = usize::from(be16(bytes, ipv6::PAYLOAD_LEN));
-    let end = ipv6::HEADER_LEN + payload_len;
+    let ip = Ipv6Packet::new_unchecked(bytes);
+    let end = ipv6::field::HEADER_LEN + usize::from(ip.payload_len());
     if bytes.len() < end {
         return Err(IpError::Truncated {
             needed: end,
@@ -211,16 +162,12 @@ fn parse_ipv6(bytes: &[u8]) -> Result<IpFragment<'_>, IpError> {
         });
     }
     let wire_len = u16::try_from(end).map_err(|_| IpError::BadLength)?;
-    let mut src = [0; 16];
-    src.copy_from_slice(&bytes[ipv6::SRC]);
-    let mut dst = [0; 16];
-    dst.copy_from_slice(&bytes[ipv6::DST]);
     let (src, dst) = (
-        IpAddr::V6(Ipv6Addr::from(src)),
-        IpAddr::V6(Ipv6Addr::from(dst)),
+        IpAddr::V6(Ipv6Addr::from(ip.src_addr())),
+        IpAddr::V6(Ipv6Addr::from(ip.dst_addr())),
     );
-    let next = bytes[ipv6::NEXT_HEADER];
-    if next != ipv6::NEXT_FRAGMENT {
+    let next = ip.next_header();
+    if next != ip_proto::IPV6_FRAG {
         return Ok(IpFragment {
             src,
             dst,
@@ -230,31 +177,31 @@ fn parse_ipv6(bytes: &[u8]) -> Result<IpFragment<'_>, IpError> {
             more: false,
             is_fragment: false,
             wire_len,
-            payload: &bytes[ipv6::HEADER_LEN..end],
+            payload: &bytes[ipv6::field::HEADER_LEN..end],
         });
     }
-    if end < ipv6::FRAG_HEADERS_LEN {
+    if end < frag_header::HEADERS_LEN {
         return Err(IpError::Truncated {
-            needed: ipv6::FRAG_HEADERS_LEN,
+            needed: frag_header::HEADERS_LEN,
             got: end,
         });
     }
-    let off_m = be16(bytes, ipv6::FRAG_OFF_M);
-    let offset = usize::from(off_m >> 3) * FRAGMENT_UNIT;
-    let more = off_m & 1 != 0;
+    let off_m = be16(bytes, frag_header::OFF_M);
+    let offset = usize::from(off_m >> frag_header::OFFSET_SHIFT) * FRAGMENT_UNIT;
+    let more = off_m & frag_header::FLAG_M != 0;
     let mut ident = [0; 4];
-    ident.copy_from_slice(&bytes[ipv6::FRAG_IDENT]);
+    ident.copy_from_slice(&bytes[frag_header::IDENT]);
     Ok(IpFragment {
         src,
         dst,
-        protocol: bytes[ipv6::FRAG_NEXT_HEADER],
+        protocol: bytes[frag_header::NEXT_HEADER],
         ident: u32::from_be_bytes(ident),
         offset,
         more,
         // An atomic fragment (offset 0, no more) is a whole datagram behind a fragment header.
         is_fragment: more || offset > 0,
         wire_len,
-        payload: &bytes[ipv6::FRAG_HEADERS_LEN..end],
+        payload: &bytes[frag_header::HEADERS_LEN..end],
     })
 }
 
@@ -428,7 +375,7 @@ impl FragmentTracker {
 
     fn track(&mut self, ip: &[u8], now: Nanos) -> Result<Option<ProbeRecord>, TrackError> {
         let frag = parse_ip(ip)?;
-        if frag.protocol != PROTO_UDP {
+        if frag.protocol != ip_proto::UDP {
             return Err(TrackError::NotUdp(frag.protocol));
         }
         if !frag.is_fragment {
@@ -637,29 +584,36 @@ pub(crate) mod tests {
     /// and fragments it as a router with `mtu` would (RFC 791: payload per fragment rounded
     /// down to 8 bytes). Returns the fragments as IP packets.
     pub(crate) fn fragment_v4(payload: &[u8], port: u16, ident: u16, mtu: usize) -> Vec<Vec<u8>> {
-        let mut udp = Vec::with_capacity(payload.len() + 8);
-        udp.extend_from_slice(&40000u16.to_be_bytes());
-        udp.extend_from_slice(&port.to_be_bytes());
-        udp.extend_from_slice(&u16::try_from(payload.len() + 8).unwrap().to_be_bytes());
-        udp.extend_from_slice(&[0, 0]);
-        udp.extend_from_slice(payload);
-        let per = (mtu - 20) / 8 * 8;
+        let mut udp = vec![0; UDP_HEADER_LEN + payload.len()];
+        udp[UDP_HEADER_LEN..].copy_from_slice(payload);
+        let ip = pxio::wire::Ipv4Repr {
+            ident,
+            protocol: ip_proto::UDP,
+            payload_len: udp.len(),
+            ..pxio::wire::Ipv4Repr::new([198, 18, 1, 1], [198, 18, 2, 2])
+        };
+        pxio::wire::UdpRepr {
+            src_port: 40000,
+            dst_port: port,
+        }
+        .emit(&mut udp, &pxio::wire::IpRepr::V4(ip))
+        .unwrap();
+        let per = (mtu - ipv4::field::HEADER_LEN) / FRAGMENT_UNIT * FRAGMENT_UNIT;
         let mut out = Vec::new();
         let mut off = 0;
         while off < udp.len() {
             let n = per.min(udp.len() - off);
-            let more = off + n < udp.len();
-            let mut p = vec![0u8; 20];
-            p[0] = 0x45;
-            p[2..4].copy_from_slice(&u16::try_from(20 + n).unwrap().to_be_bytes());
-            p[4..6].copy_from_slice(&ident.to_be_bytes());
-            let fo = u16::try_from(off / 8).unwrap() | if more { 0x2000 } else { 0 };
-            p[6..8].copy_from_slice(&fo.to_be_bytes());
-            p[8] = 64;
-            p[9] = 17;
-            p[12..16].copy_from_slice(&[198, 18, 1, 1]);
-            p[16..20].copy_from_slice(&[198, 18, 2, 2]);
-            set_checksum(&mut p);
+            let mut p = vec![0u8; ipv4::field::HEADER_LEN];
+            pxio::wire::Ipv4Repr {
+                payload_len: n,
+                ..ip
+            }
+            .emit(&mut p)
+            .unwrap();
+            let mut view = Ipv4Packet::new_unchecked(&mut p[..]);
+            view.set_more_frags(off + n < udp.len());
+            view.set_frag_offset(u16::try_from(off).unwrap());
+            view.fill_checksum();
             p.extend_from_slice(&udp[off..off + n]);
             out.push(p);
             off += n;
@@ -667,17 +621,9 @@ pub(crate) mod tests {
         out
     }
 
-    /// Fills the IPv4 header checksum of `p` (a 20-byte header at its start).
+    /// Fills the IPv4 header checksum of `p` (a header at its start).
     pub(crate) fn set_checksum(p: &mut [u8]) {
-        p[10..12].copy_from_slice(&[0, 0]);
-        let mut sum: u32 = p[..20]
-            .chunks_exact(2)
-            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        Ipv4Packet::new_unchecked(p).fill_checksum();
     }
 
     fn probe_payload(len: usize) -> Vec<u8> {
@@ -778,16 +724,22 @@ pub(crate) mod tests {
         while off < udp.len() {
             let n = per.min(udp.len() - off);
             let more = off + n < udp.len();
-            let mut p = vec![0u8; 48];
-            p[0] = 0x60;
-            p[4..6].copy_from_slice(&u16::try_from(8 + n).unwrap().to_be_bytes());
-            p[6] = 44;
-            p[8..24].copy_from_slice(&Ipv6Addr::LOCALHOST.octets());
-            p[24..40].copy_from_slice(&Ipv6Addr::LOCALHOST.octets());
-            p[40] = 17;
-            let om = u16::try_from(off / 8).unwrap() << 3 | u16::from(more);
-            p[42..44].copy_from_slice(&om.to_be_bytes());
-            p[44..48].copy_from_slice(&0xabcd_u32.to_be_bytes());
+            let mut p = vec![0u8; frag_header::HEADERS_LEN];
+            pxio::wire::Ipv6Repr {
+                next_header: ip_proto::IPV6_FRAG,
+                payload_len: frag_header::HEADERS_LEN - ipv6::field::HEADER_LEN + n,
+                ..pxio::wire::Ipv6Repr::new(
+                    Ipv6Addr::LOCALHOST.octets(),
+                    Ipv6Addr::LOCALHOST.octets(),
+                )
+            }
+            .emit(&mut p)
+            .unwrap();
+            p[frag_header::NEXT_HEADER] = ip_proto::UDP;
+            let om = u16::try_from(off / FRAGMENT_UNIT).unwrap() << frag_header::OFFSET_SHIFT
+                | u16::from(more);
+            p[frag_header::OFF_M].copy_from_slice(&om.to_be_bytes());
+            p[frag_header::IDENT].copy_from_slice(&0xabcd_u32.to_be_bytes());
             p.extend_from_slice(&udp[off..off + n]);
             rec = t.on_packet(&p, 0).unwrap();
             off += n;

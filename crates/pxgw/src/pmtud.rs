@@ -19,7 +19,6 @@ use fpmtud::{
     CacheConfig, FragmentTracker, PmtuCache, PmtuSource, Prober, ProberConfig, Responder,
     ResponderConfig, TrackerConfig,
 };
-use pxio::checksum::{self, Sum};
 use pxio::wire::{self, Headers};
 
 /// Destinations probed at once.
@@ -31,11 +30,9 @@ const MAX_RECENT: usize = 4096;
 const REPROBE_NS: u64 = 600_000_000_000;
 /// The gateway's probes leave from this UDP port of the inside host (reports come back to it).
 pub const PROBE_SOURCE_PORT: u16 = 4690;
-const ETH: usize = 14;
-const IPV4: usize = 20;
-const UDP: usize = 8;
-/// IPv4, five 32-bit words of header (no options).
-const IPV4_VERSION_IHL: u8 = 0x45;
+const ETH: usize = wire::ethernet::field::HEADER_LEN;
+const IPV4: usize = wire::ipv4::field::HEADER_LEN;
+const UDP: usize = wire::udp::field::HEADER_LEN;
 
 /// Counters.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, PartialEq, Eq)]
@@ -177,7 +174,9 @@ impl PathMtu {
     /// its probes) and must not be forwarded. Probes for the inside network are answered into
     /// `out` (frames going outside) and still forwarded.
     pub fn on_inbound(&mut self, frame: &[u8], now: u64, out: &mut Vec<Vec<u8>>) -> bool {
-        if frame.len() < ETH + IPV4 || frame[12..14] != [0x08, 0x00] {
+        if frame.len() < ETH + IPV4
+            || u16::from_be_bytes([frame[12], frame[13]]) != wire::ethernet::ethertype::IPV4
+        {
             return false;
         }
         let ip = &frame[ETH..];
@@ -204,7 +203,7 @@ impl PathMtu {
                     macs[..6].copy_from_slice(&frame[6..12]);
                     macs[6..].copy_from_slice(&frame[..6]);
                     let ident = self.next_ident();
-                    out.push(udp_frame(
+                    out.extend(udp_frame(
                         macs,
                         us,
                         prober,
@@ -256,7 +255,7 @@ impl PathMtu {
         for t in tx {
             self.summary.probes_sent += 1;
             let ident = self.next_ident();
-            out.push(udp_frame(
+            out.extend(udp_frame(
                 macs,
                 src,
                 dst_v4(&dst),
@@ -305,8 +304,9 @@ fn dst_v4(a: &IpAddr) -> Ipv4Addr {
     }
 }
 
-/// An Ethernet/IPv4/UDP frame carrying `payload`, padded so the IP packet is `ip_size` bytes
-/// (0: no padding). `df` sets Don't Fragment (reports), clear for probes.
+/// An Ethernet/IPv4/UDP frame carrying `payload`, padded with zeros so the IP packet is
+/// `ip_size` bytes (0: no padding). `df` sets Don't Fragment (reports), clear for probes. `None`
+/// only if the datagram would not fit in an IPv4 packet.
 #[allow(clippy::too_many_arguments)]
 fn udp_frame(
     macs: [u8; 12],
@@ -318,39 +318,27 @@ fn udp_frame(
     ip_size: u16,
     df: bool,
     ident: u16,
-) -> Vec<u8> {
-    let ip_len = usize::from(ip_size).max(IPV4 + UDP + payload.len());
-    let mut f = vec![0u8; ETH + ip_len];
-    f[..12].copy_from_slice(&macs);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    f[ETH] = IPV4_VERSION_IHL;
-    {
-        let mut ip = wire::Ipv4Packet::new_unchecked(&mut f[ETH..ETH + IPV4]);
-        ip.set_total_len(ip_len as u16);
-        ip.set_ident(ident);
-        ip.set_dont_frag(df);
-        ip.set_ttl(64);
-        ip.set_protocol(wire::ip_proto::UDP);
-        ip.set_src_addr(src.octets());
-        ip.set_dst_addr(dst.octets());
-        ip.fill_checksum();
-    }
-    let udp_len = (ip_len - IPV4) as u16;
-    let l4 = ETH + IPV4;
-    f[l4 + UDP..l4 + UDP + payload.len()].copy_from_slice(payload);
-    {
-        let mut udp = wire::UdpPacket::new_unchecked(&mut f[l4..l4 + UDP]);
-        udp.set_src_port(sport);
-        udp.set_dst_port(dport);
-        udp.set_len(udp_len);
-        udp.set_checksum(0);
-    }
-    let sum = checksum::pseudo_header_v4(src.octets(), dst.octets(), wire::ip_proto::UDP, udp_len)
-        .add(Sum::of(&f[l4..]));
-    let c = match sum.checksum() {
-        0 => 0xffff,
-        c => c,
+) -> Option<Vec<u8>> {
+    let padded = usize::from(ip_size)
+        .saturating_sub(IPV4 + UDP)
+        .max(payload.len());
+    let mut body = payload.to_vec();
+    body.resize(padded, 0);
+    let (dst_mac, src_mac) = macs.split_at(6);
+    let ethernet = wire::EthernetRepr {
+        dst: dst_mac.try_into().ok()?,
+        src: src_mac.try_into().ok()?,
+        vlan_tci: None,
+        ethertype: wire::ethernet::ethertype::IPV4,
     };
-    wire::UdpPacket::new_unchecked(&mut f[l4..l4 + UDP]).set_checksum(c);
-    f
+    let ip = wire::IpRepr::V4(wire::Ipv4Repr {
+        ident,
+        dont_frag: df,
+        ..wire::Ipv4Repr::new(src.octets(), dst.octets())
+    });
+    let udp = wire::UdpRepr {
+        src_port: sport,
+        dst_port: dport,
+    };
+    wire::udp_frame(ethernet, ip, udp, &body).ok()
 }

@@ -14,16 +14,18 @@
 use crate::buf::PacketBuf;
 use crate::checksum::{self, Sum};
 use crate::wire::{self, Class, Headers};
+use caravan_common::format::{self, Walk};
 
 /// The DSCP codepoint that marks a caravan by default: 7 (`000111`), from the pool RFC 2474 §6
 /// reserves for experimental or local use (codepoints `xxxx11`).
-pub const DEFAULT_DSCP: u8 = 7;
+pub use caravan_common::format::DEFAULT_DSCP;
 
 /// Most datagrams one caravan may carry, by default (receivers reject more).
-pub const DEFAULT_MAX_DATAGRAMS: u16 = 64;
+// caravan_common's bound is 64: the cast is lossless.
+pub const DEFAULT_MAX_DATAGRAMS: u16 = format::MAX_DATAGRAMS as u16;
 
 /// UDP header bytes.
-const UDP_HDR: usize = 8;
+const UDP_HDR: usize = format::UDP_HEADER_LEN;
 
 /// Caravan settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,25 +48,9 @@ impl Default for CaravanConfig {
     }
 }
 
-/// Why a caravan is malformed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Malformed {
-    /// An inner UDP header runs past the end of the caravan.
-    #[error("an inner UDP header is truncated")]
-    Truncated,
-    /// An inner length field is below 8 (a zero-length segment).
-    #[error("an inner UDP length is below 8")]
-    ZeroLength,
-    /// The inner lengths do not add up to the outer payload exactly.
-    #[error("inner UDP lengths disagree with the outer length")]
-    LengthMismatch,
-    /// An inner header's ports differ from the outer header's.
-    #[error("an inner UDP header's ports differ from the caravan's")]
-    PortMismatch,
-    /// More datagrams than the configured bound.
-    #[error("more inner datagrams than allowed")]
-    TooMany,
-}
+/// Why a caravan is malformed: the rules of `docs/caravan.md`, in their one copy in
+/// `caravan_common::format` (shared with the eBPF decapsulator and `caravan::Reader`).
+pub use caravan_common::format::Malformed;
 
 /// Why packing or unpacking did not happen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -312,36 +298,23 @@ pub fn parse<B: PacketBuf>(pkt: &B, cfg: &CaravanConfig) -> Result<(Headers, u16
     if dscp_of(pkt.head(), &hdr) != cfg.dscp {
         return Err(CaravanError::NotCaravan);
     }
-    let outer = usize::from(hdr.ip_len - hdr.l3_len);
-    let (sport, dport) = (hdr.key.sport, hdr.key.dport);
-    let mut offset = hdr.hdr_len();
-    let end = hdr.l4_offset() + outer;
-    let mut count = 0u16;
-    while offset < end {
-        if count == cfg.max_datagrams {
-            return Err(CaravanError::Malformed(Malformed::TooMany));
-        }
+    let payload_len = usize::from(hdr.ip_len - hdr.l3_len) - UDP_HDR;
+    let mut walk = Walk::new(
+        payload_len,
+        hdr.key.sport,
+        hdr.key.dport,
+        u32::from(cfg.max_datagrams),
+    );
+    let malformed = CaravanError::Malformed;
+    while let Some(offset) = walk.next_header().map_err(malformed)? {
         let mut h = [0u8; UDP_HDR];
-        if offset + UDP_HDR > end || !read_into(pkt, offset, &mut h) {
-            return Err(CaravanError::Malformed(Malformed::Truncated));
+        if !read_into(pkt, hdr.hdr_len() + offset, &mut h) {
+            return Err(malformed(Malformed::Truncated));
         }
-        let udp = wire::UdpPacket::new_unchecked(&h[..]);
-        let len = usize::from(udp.len());
-        if len < UDP_HDR {
-            return Err(CaravanError::Malformed(Malformed::ZeroLength));
-        }
-        if udp.src_port() != sport || udp.dst_port() != dport {
-            return Err(CaravanError::Malformed(Malformed::PortMismatch));
-        }
-        if offset + len > end {
-            return Err(CaravanError::Malformed(Malformed::LengthMismatch));
-        }
-        offset += len;
-        count += 1;
+        walk.accept(&h).map_err(malformed)?;
     }
-    if count == 0 {
-        return Err(CaravanError::Malformed(Malformed::LengthMismatch));
-    }
+    // At most `cfg.max_datagrams`, a u16: lossless.
+    let count = walk.finish().map_err(malformed)? as u16;
     Ok((hdr, count))
 }
 

@@ -255,6 +255,18 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.set_flag(field::FLAG_MF, value);
     }
 
+    /// Sets the fragment offset, in bytes (a multiple of 8: the field counts 8-byte units, and
+    /// the remainder is dropped), keeping the flags.
+    pub fn set_frag_offset(&mut self, offset: u16) {
+        let old = read_u16(self.bytes(), field::FLG_OFF);
+        let units = (offset / field::FRAG_OFFSET_UNIT) & field::FRAG_OFFSET_MASK;
+        write_u16(
+            self.bytes_mut(),
+            field::FLG_OFF,
+            (old & !field::FRAG_OFFSET_MASK) | units,
+        );
+    }
+
     fn set_flag(&mut self, flag: u16, value: bool) {
         let old = read_u16(self.bytes(), field::FLG_OFF);
         let new = if value { old | flag } else { old & !flag };

@@ -3,11 +3,14 @@
 //!
 //! Each view wraps a buffer (`&[u8]` to read, `&mut [u8]` to write too), checks its length once
 //! in `new_checked`, and then reads each field at the named offsets of its `field` module.
-//! [`classify`] validates a whole frame's headers in one pass and never panics.
+//! [`classify`] validates a whole frame's headers in one pass and never panics. The [`repr`]
+//! layer parses views into plain values and emits them back into buffers, lengths and checksums
+//! computed, for everything that builds frames.
 
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+pub mod repr;
 pub mod tcp;
 pub mod udp;
 
@@ -17,6 +20,10 @@ mod tests;
 pub use ethernet::EthernetFrame;
 pub use ipv4::Ipv4Packet;
 pub use ipv6::Ipv6Packet;
+pub use repr::{
+    tcp_frame, udp_frame, EthernetRepr, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, L4Repr, TcpRepr,
+    UdpRepr,
+};
 pub use tcp::{tcp_flags, TcpFlags, TcpPacket};
 pub use udp::UdpPacket;
 
