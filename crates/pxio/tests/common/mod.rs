@@ -430,7 +430,7 @@ pub fn build_case(flows: Vec<FlowSpec>, streams: Vec<Vec<u8>>, seed: u64, k: &Kn
             if k.header_changes && rng.chance(20) {
                 seg_hdr.tos |= 3;
             }
-            if k.encapsulation && !flow.v6 && rng.chance(15) {
+            if k.encapsulation && !flow.v6 && rng.chance(30) {
                 seg_hdr.ip_opts = true;
             }
             let payload = &stream[off..off + len];
