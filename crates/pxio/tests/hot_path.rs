@@ -19,6 +19,7 @@ fn flow(id: u8) -> common::FlowSpec {
         ack: 1,
         df: true,
         ttl: 64,
+        ..common::FlowSpec::default()
     }
 }
 

@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{case_strategy, check_outputs, config, run, Knobs};
+use common::{
+    assert_imtu_bound, case_strategy, check_outputs, config, full_mss_case, roomy_config, run,
+    Knobs,
+};
 use dpdk::testing::{assert_no_leaks, pool};
 use dpdk::Mbuf;
 use proptest::prelude::*;
@@ -24,7 +27,7 @@ proptest! {
 
     #[test]
     fn merging_on_mbufs_never_corrupts_and_never_leaks(
-        case in case_strategy(Knobs { max_flows: 3, max_stream: 12_000, max_seg: 1448 }),
+        case in case_strategy(Knobs { max_flows: 3, max_stream: 12_000, ..Knobs::default() }),
         delay in any::<bool>(),
     ) {
         let rx = pool(4096, 2048 + 128);
@@ -33,6 +36,23 @@ proptest! {
             let mut merger = Merger::<Mbuf>::new(config(9000, delay), headers.clone()).unwrap();
             let frames = run(&case, &mut merger, |f| mbuf(&rx, f));
             check_outputs(&case, &frames, 9000);
+        }
+        assert_no_leaks(&rx);
+        assert_no_leaks(&headers);
+    }
+
+    #[test]
+    fn full_segments_on_mbufs_leave_imtu_sized(
+        (case, imtu) in full_mss_case(),
+        delay in any::<bool>(),
+    ) {
+        let rx = pool(4096, 2048 + 128);
+        let headers = pool(1024, 256);
+        {
+            let mut merger = Merger::<Mbuf>::new(roomy_config(imtu, delay), headers.clone()).unwrap();
+            let frames = run(&case, &mut merger, |f| mbuf(&rx, f));
+            let emitted = check_outputs(&case, &frames, usize::from(imtu));
+            assert_imtu_bound(&case, &emitted, imtu);
         }
         assert_no_leaks(&rx);
         assert_no_leaks(&headers);
@@ -52,6 +72,7 @@ fn split_and_caravans_on_mbufs() {
         ack: 6,
         df: false,
         ttl: 9,
+        ..common::FlowSpec::default()
     };
     let payload: Vec<u8> = (0..8000).map(|i| (i % 199) as u8).collect();
     let frame = common::tcp_frame(

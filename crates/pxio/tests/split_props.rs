@@ -19,6 +19,7 @@ fn flow(v6: bool, df: bool) -> FlowSpec {
         ack: 99,
         df,
         ttl: 61,
+        ..FlowSpec::default()
     }
 }
 

@@ -3,8 +3,10 @@
 //!
 //! # How a segment is handled
 //! 1. [`classify`](crate::wire::classify) it. Anything but a plain TCP data segment (UDP, ICMP,
-//!    fragments, non-IP, malformed, SYN/RST/URG/CWR, pure ACKs, IPv4 with options) is not
-//!    merged: the flow's held items go out first, then the segment, so order is kept.
+//!    fragments, non-IP, malformed, SYN/RST/URG/CWR, pure ACKs, IPv4 with options, IPv6 with
+//!    extension headers) is not merged. When it is a TCP segment of a known flow, the flow's
+//!    held items go out first, then the segment, so order is kept (see "Order" below for the
+//!    packets whose flow `classify` cannot tell).
 //! 2. Find the flow: the RSS hash (or a software Toeplitz hash), verified against the 5-tuple.
 //! 3. Merge into a held item: **append** (it starts where an item ends), **prepend** (it ends
 //!    where an item starts), then **gap-fill** (the grown item now touches its neighbour: all
@@ -26,6 +28,40 @@
 //!   packet carries the first segment's ID.
 //! - A retransmitted or overlapping segment flushes its flow and passes through unmerged.
 //! - TCP window: the merged packet carries the first segment's window, like GRO.
+//!
+//! # Order
+//! Every packet of a flow keeps its order relative to that flow's held data: held items are
+//! kept sorted by sequence number and always leave as a prefix of that list, and a segment that
+//! passes through unmerged first flushes its flow. So a byte may leave before one that arrived
+//! earlier only if it lies below it in sequence space (merging can repair reordering, never
+//! create it), and the copies of any one sequence number leave in arrival order. Known
+//! exceptions, open for a later issue: a packet `classify` gives no flow key (IPv6 with
+//! extension headers, malformed frames) passes without flushing its flow, so it can overtake
+//! that flow's held data; and a segment appended to an item is checked for overlap only against
+//! the items up to that one, not those after it.
+//!
+//! # What real traffic gets
+//! Checked by the property tests (`tests/merge_props.rs`, `tests/on_mbufs.rs`):
+//! - **ACK changes** (data and ACKs flowing both ways): never merged across; each ACK value
+//!   starts a new item.
+//! - **Window changes**: merged; the packet carries the window of the segment holding its first
+//!   byte, like GRO.
+//! - **TOS/ECN changes** (a CE mark on one segment, a DSCP change): never merged across; a
+//!   CE-marked segment leaves in its own packet, so the mark reaches the receiver unchanged.
+//! - **Timestamp-option changes**: TCP options must be byte-identical, so never merged across.
+//! - **Partial overlaps and retransmissions**, even carrying different bytes: never merged. The
+//!   flow's held items leave, then the segment passes through, so the receiver sees every copy
+//!   of every byte in the order it would without the engine (see the overlap exception above).
+//! - **Chained (LRO-style) inputs**: merged like single buffers, their buffers linked, not
+//!   copied, as long as the headers sit in the first buffer; every buffer counts toward
+//!   [`MergeConfig::max_segs`].
+//! - **VLAN tags** (802.1Q, and 802.1ad + 802.1Q): up to two tags are part of the Ethernet
+//!   header in the signature; segments merge only with identical tags, and a re-tagged segment
+//!   starts a new item of the same flow.
+//! - **IPv4 options**: never merged; the segment flushes its flow and passes through.
+//! - **IPv6 extension headers**: never merged; the packet passes through untouched, but without
+//!   flushing its flow (the exception above). A flow whose every segment has them is passed
+//!   through in order.
 //!
 //! # Checksums
 //! With TX checksum offload granted (and the NIC having verified each input segment), headers are
