@@ -9,9 +9,8 @@
 use std::collections::HashMap;
 
 use etherparse::{
-    InternetSlice, IpHeaders, IpNumber, Ipv4Dscp, Ipv4Ecn, Ipv4Extensions, Ipv4Header,
-    Ipv6Extensions, Ipv6Header, Ipv6RawExtHeader, PacketBuilder, SlicedPacket, TransportSlice,
-    VlanId, VlanSlice,
+    InternetSlice, IpDscp, IpEcn, IpHeaders, IpNumber, Ipv4Extensions, Ipv4Header, Ipv6Extensions,
+    Ipv6Header, Ipv6RawExtHeader, PacketBuilder, SlicedPacket, TransportSlice, VlanId,
 };
 use proptest::prelude::*;
 use pxio::merge::{DelayConfig, MergeConfig, Merger};
@@ -169,8 +168,8 @@ pub fn build_frame(
             Ipv4Header::new(0, flow.ttl, IpNumber::TCP, flow.src_v4(), flow.dst_v4()).unwrap();
         h.identification = ip_id;
         h.dont_fragment = flow.df;
-        h.dscp = Ipv4Dscp::try_new(hdr.tos >> 2).unwrap();
-        h.ecn = Ipv4Ecn::try_new(hdr.tos & 3).unwrap();
+        h.dscp = IpDscp::try_new(hdr.tos >> 2).unwrap();
+        h.ecn = IpEcn::try_new(hdr.tos & 3).unwrap();
         if hdr.ip_opts {
             h.options = ROUTER_ALERT.into();
         }
@@ -851,6 +850,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
             }
             etherparse::NetSlice::Arp(_) => return None,
         };
+    let vlan: Vec<u16> = p.vlan_ids().iter().map(|id| id.value()).collect();
     let Some(TransportSlice::Tcp(tcp)) = p.transport else {
         return None;
     };
@@ -869,14 +869,6 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
         ok, header.checksum,
         "TCP checksum of an emitted packet verifies"
     );
-    let vlan = match &p.vlan {
-        None => vec![],
-        Some(VlanSlice::SingleVlan(s)) => vec![s.vlan_identifier().value()],
-        Some(VlanSlice::DoubleVlan(d)) => vec![
-            d.outer().vlan_identifier().value(),
-            d.inner().vlan_identifier().value(),
-        ],
-    };
     let opts = header.options.as_slice();
     let tsval = if opts.len() == 12 && opts[2] == 8 {
         u32::from_be_bytes(opts[4..8].try_into().unwrap())
