@@ -227,9 +227,21 @@ impl<B: PacketBuf> Pipeline<B> {
                 if pkt.num_segs() == 1 {
                     self.pmtu.on_inbound(pkt.head(), now, &mut self.replies);
                 }
-                out.push(pkt)
+                self.inbound_unmergeable(pkt, now, out)
             }
-            _ => out.push(pkt),
+            Class::OtherIp | Class::Malformed(_) => self.inbound_unmergeable(pkt, now, out),
+            Class::NonIp => out.push(pkt),
+        }
+    }
+
+    /// A packet that is never merged but may belong to a TCP flow with held segments (IPv6
+    /// extension headers, a first fragment, a malformed TCP header): the merger passes it on
+    /// after that flow's held data, so the flow's order is kept.
+    fn inbound_unmergeable(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
+        if self.cfg.merge {
+            self.merger.rx(pkt, now, out);
+        } else {
+            out.push(pkt);
         }
     }
 

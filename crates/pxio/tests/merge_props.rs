@@ -235,14 +235,9 @@ fn a_corrupt_segment_is_not_cut_into_valid_halves() {
 
 /// A flow's segment with an IPv6 extension header must not overtake the data the engine holds
 /// for that flow ("every packet of a flow keeps its order relative to that flow's held data").
-///
-/// It does today: `classify` calls such a packet `OtherIp`, without a flow key, so `Merger::rx`
-/// passes it through without flushing its flow. Fixing it needs the key from `wire::classify`
-/// (outside the merge engine); it is a known open bug, left to a later issue. The generators
-/// therefore give extension headers only to whole flows, and this test stays ignored until then:
-/// `cargo test -p pxio --test merge_props -- --ignored` shows it failing.
+/// `classify` calls such a packet `OtherIp`; the engine reads its flow with `wire::flow_of` and
+/// flushes the flow first.
 #[test]
-#[ignore = "known bug: IPv6 extension-header segments overtake their flow's held data"]
 fn ipv6_extension_header_segments_keep_their_place() {
     let plain = FlowSpec {
         v6: true,

@@ -4,9 +4,9 @@
 //! # How a segment is handled
 //! 1. [`classify`](crate::wire::classify) it. Anything but a plain TCP data segment (UDP, ICMP,
 //!    fragments, non-IP, malformed, SYN/RST/URG/CWR, pure ACKs, IPv4 with options, IPv6 with
-//!    extension headers) is not merged. When it is a TCP segment of a known flow, the flow's
-//!    held items go out first, then the segment, so order is kept (see "Order" below for the
-//!    packets whose flow `classify` cannot tell).
+//!    extension headers) is not merged. When it belongs to a known flow, the flow's held items go
+//!    out first, then the packet, so order is kept; for packets `classify` gives no flow (IPv6
+//!    extension headers, a first fragment, a bad TCP data offset) [`wire::flow_of`] reads it.
 //! 2. Find the flow: the RSS hash (or a software Toeplitz hash), verified against the 5-tuple.
 //! 3. Merge into a held item: **append** (it starts where an item ends), **prepend** (it ends
 //!    where an item starts), then **gap-fill** (the grown item now touches its neighbour: all
@@ -35,10 +35,9 @@
 //! passes through unmerged first flushes its flow. So a byte may leave before one that arrived
 //! earlier only if it lies below it in sequence space (merging can repair reordering, never
 //! create it), and the copies of any one sequence number leave in arrival order. Known
-//! exceptions, open for a later issue: a packet `classify` gives no flow key (IPv6 with
-//! extension headers, malformed frames) passes without flushing its flow, so it can overtake
-//! that flow's held data; and a segment appended to an item is checked for overlap only against
-//! the items up to that one, not those after it.
+//! exception, open for a later issue: a segment appended to an item is checked for overlap
+//! only against the items up to that one, not those after it. A packet whose ports cannot be
+//! read at all (a later fragment, a header cut short) cannot be tied to a flow and passes as is.
 //!
 //! # What real traffic gets
 //! Checked by the property tests (`tests/merge_props.rs`, `tests/on_mbufs.rs`):
@@ -59,9 +58,8 @@
 //!   header in the signature; segments merge only with identical tags, and a re-tagged segment
 //!   starts a new item of the same flow.
 //! - **IPv4 options**: never merged; the segment flushes its flow and passes through.
-//! - **IPv6 extension headers**: never merged; the packet passes through untouched, but without
-//!   flushing its flow (the exception above). A flow whose every segment has them is passed
-//!   through in order.
+//! - **IPv6 extension headers**: never merged (as Linux GRO); the flow's held items leave first,
+//!   then the packet, untouched.
 //!
 //! # Checksums
 //! With TX checksum offload granted (and the NIC having verified each input segment), headers are
@@ -92,7 +90,7 @@ mod stats;
 
 use crate::buf::PacketBuf;
 use crate::toeplitz::Toeplitz;
-use crate::wire::{self, Class};
+use crate::wire::{self, ip_proto, Class};
 
 pub use config::{ConfigError, DelayConfig, MergeConfig};
 use delay::Etm;
@@ -188,11 +186,13 @@ impl<B: PacketBuf> Merger<B> {
         let class = wire::classify(pkt.head(), pkt.len());
         let hdr = match class {
             Class::Tcp(h) => h,
-            Class::Malformed(_) => {
-                self.stats.malformed += 1;
-                return self.pass(pkt, out);
+            Class::Udp(_) | Class::NonIp => return self.pass(pkt, out),
+            Class::Malformed(_) | Class::Fragment | Class::OtherIp => {
+                if matches!(class, Class::Malformed(_)) {
+                    self.stats.malformed += 1;
+                }
+                return self.pass_in_flow_order(pkt, now, out);
             }
-            _ => return self.pass(pkt, out),
         };
         let nic_hash = pkt.rss_hash();
         let recent = self.recent_flow(nic_hash, &hdr.key);
@@ -233,6 +233,26 @@ impl<B: PacketBuf> Merger<B> {
             self.flush_flow(flow, now, out);
         }
         self.etm.clear();
+    }
+
+    /// Passes on a packet the engine never merges (IPv6 extension headers, a first fragment, a
+    /// malformed TCP header) after the items held for its flow, if it names one: every packet
+    /// of a flow keeps its order relative to that flow's held data.
+    #[cold]
+    fn pass_in_flow_order(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
+        let key = wire::flow_of(pkt.head(), pkt.len()).filter(|k| k.proto == ip_proto::TCP);
+        if let Some(key) = key {
+            // A NIC may hash such a packet differently from the flow's plain segments (e.g. L3
+            // only for extension headers), so the software hash is tried as well.
+            let nic_hash = pkt.rss_hash();
+            let flow = self
+                .find(self.hash(nic_hash, &key), &key)
+                .or_else(|| nic_hash.and_then(|_| self.find(self.hash(None, &key), &key)));
+            if let Some(flow) = flow {
+                self.flush_flow(flow, now, out);
+            }
+        }
+        self.pass(pkt, out)
     }
 
     // ---- per-packet steps ----

@@ -52,6 +52,8 @@ pub mod ip_proto {
     pub const IPV6_NO_NXT: u8 = 59;
     /// IPv6 destination options extension header.
     pub const IPV6_OPTS: u8 = 60;
+    /// Authentication header (IPv4 and IPv6).
+    pub const AH: u8 = 51;
 }
 
 /// Why a view refused a buffer.
@@ -492,4 +494,97 @@ fn classify_l4(head: &[u8], net: &Network, bounds: &Bounds) -> Result<Class, Mal
     } else {
         Class::Udp(headers)
     })
+}
+
+/// Most IPv6 extension headers [`flow_of`] walks before it gives up on a packet.
+const MAX_EXTENSION_HEADERS: usize = 8;
+
+/// The TCP or UDP flow of a packet that [`classify`] does not call [`Class::Tcp`] or
+/// [`Class::Udp`], when the packet still names one: an IPv6 segment behind hop-by-hop, routing,
+/// destination-options or authentication headers; the first fragment of a fragmented datagram;
+/// a TCP header whose data offset is out of range. `None` when no ports can be read (a later
+/// fragment, a truncated header, another protocol).
+///
+/// Such packets are never merged, but they must keep their place in their flow: whoever holds
+/// the flow's earlier segments (the merge engine, SIGCOMM'26 §4.1) flushes them first. Only
+/// the addresses, the protocol and the four port bytes are read, so this is the most a
+/// receiver could attribute the packet to a connection by; it is on the slow path only.
+pub fn flow_of(head: &[u8], frame_len: usize) -> Option<FlowKey> {
+    let head = &head[..head.len().min(frame_len)];
+    let (_, l2_len, ethertype) = ethernet::walk_header(head).ok()?;
+    let ip = head.get(l2_len..)?;
+    let mut key = FlowKey {
+        src: [0; 16],
+        dst: [0; 16],
+        sport: 0,
+        dport: 0,
+        proto: 0,
+        v6: false,
+    };
+    let l4 = match ethertype {
+        ethernet::ethertype::IPV4 => {
+            let v4 = Ipv4Packet::new_checked(ip).ok()?;
+            if v4.version() != ipv4::VERSION || v4.frag_offset() != 0 {
+                return None;
+            }
+            key.src[..IPV4_ADDR_LEN].copy_from_slice(&v4.src_addr());
+            key.dst[..IPV4_ADDR_LEN].copy_from_slice(&v4.dst_addr());
+            key.proto = v4.protocol();
+            v4.header_len()
+        }
+        ethernet::ethertype::IPV6 => {
+            let v6 = Ipv6Packet::new_checked(ip).ok()?;
+            if v6.version() != ipv6::VERSION {
+                return None;
+            }
+            key.v6 = true;
+            key.src = v6.src_addr();
+            key.dst = v6.dst_addr();
+            let (proto, offset) = skip_extension_headers(ip, v6.next_header())?;
+            key.proto = proto;
+            offset
+        }
+        _ => return None,
+    };
+    if key.proto != ip_proto::TCP && key.proto != ip_proto::UDP {
+        return None;
+    }
+    // Source and destination ports lead both headers.
+    let ports = ip.get(l4..l4 + 4)?;
+    key.sport = u16::from_be_bytes([ports[0], ports[1]]);
+    key.dport = u16::from_be_bytes([ports[2], ports[3]]);
+    Some(key)
+}
+
+/// Walks the IPv6 extension headers of `ip` (the IPv6 packet) that start with `next`: the upper
+/// protocol and its offset in `ip`, or `None` for a later fragment, a truncated chain, or more
+/// than [`MAX_EXTENSION_HEADERS`] headers.
+fn skip_extension_headers(ip: &[u8], mut next: u8) -> Option<(u8, usize)> {
+    /// An extension header's length field counts 8-byte units beyond the first 8 bytes (RFC
+    /// 8200 §4.3); the authentication header's counts 4-byte units beyond the first 8 (RFC 4302).
+    const UNIT: usize = 8;
+    const AH_UNIT: usize = 4;
+    /// Fragment header (RFC 8200 §4.5): fixed length, offset in the upper 13 bits of bytes 2..4.
+    const FRAG_HEADER_LEN: usize = 8;
+    const FRAG_OFFSET_MASK: u16 = 0xfff8;
+    let mut offset = ipv6::field::HEADER_LEN;
+    for _ in 0..MAX_EXTENSION_HEADERS {
+        let ext = ip.get(offset..offset + 4)?;
+        let len = match next {
+            ip_proto::HOP_BY_HOP | ip_proto::IPV6_ROUTE | ip_proto::IPV6_OPTS => {
+                (usize::from(ext[1]) + 1) * UNIT
+            }
+            ip_proto::AH => (usize::from(ext[1]) + 2) * AH_UNIT,
+            ip_proto::IPV6_FRAG => {
+                if u16::from_be_bytes([ext[2], ext[3]]) & FRAG_OFFSET_MASK != 0 {
+                    return None;
+                }
+                FRAG_HEADER_LEN
+            }
+            upper => return Some((upper, offset)),
+        };
+        next = ext[0];
+        offset += len;
+    }
+    None
 }

@@ -315,6 +315,54 @@ fn ipv6_extension_headers_pass_through() {
     assert_eq!(malformed(&frame), Class::OtherIp);
 }
 
+// ---- the flow of packets classify does not merge ----
+
+/// The key `classify` gives the same packet without its extension header or fragment bits.
+fn plain_key(frame: &[u8]) -> FlowKey {
+    match classify(frame, frame.len()) {
+        Class::Tcp(h) | Class::Udp(h) => h.key,
+        other => panic!("not a plain TCP/UDP packet: {other:?}"),
+    }
+}
+
+#[test]
+fn flow_of_reads_through_ipv6_extension_headers() {
+    let plain = v6_tcp_qinq(100);
+    let key = plain_key(&plain);
+    // Untag it so `with_v6_ext`'s offsets apply, then stack hop-by-hop + destination options.
+    let mut untagged = plain.clone();
+    untagged.drain(12..20);
+    let one = with_v6_ext(untagged, ip_proto::IPV6_OPTS, [0, 0, 1, 4, 0, 0, 0, 0]);
+    let two = with_v6_ext(one, ip_proto::HOP_BY_HOP, [0, 0, 1, 4, 0, 0, 0, 0]);
+    assert_eq!(malformed(&two), Class::OtherIp);
+    assert_eq!(flow_of(&two, two.len()), Some(key));
+    // A first fragment names its flow; a later one cannot.
+    let first = with_v6_ext(v6_udp(16), ip_proto::IPV6_FRAG, [0, 0, 0, 1, 0, 0, 0, 7]);
+    assert_eq!(flow_of(&first, first.len()), Some(plain_key(&v6_udp(16))));
+    let later = with_v6_ext(v6_udp(16), ip_proto::IPV6_FRAG, [0, 0, 0, 0x11, 0, 0, 0, 7]);
+    assert_eq!(flow_of(&later, later.len()), None);
+    // The chain cut short: no ports to read.
+    assert_eq!(flow_of(&two, L2 + 40 + 12), None);
+}
+
+#[test]
+fn flow_of_ipv4_fragments_and_bad_tcp_headers() {
+    let mut frame = v4_udp(40);
+    let key = plain_key(&frame);
+    frame[V4_FLG_OFF] |= 0x20; // MF, offset 0: the first fragment carries the ports
+    assert_eq!(flow_of(&frame, frame.len()), Some(key));
+    frame[V4_FLG_OFF + 1] = 0x10; // offset 128: no ports
+    assert_eq!(flow_of(&frame, frame.len()), None);
+    let mut tcp = v4_tcp(0);
+    let key = plain_key(&tcp);
+    tcp[L2 + 20 + 12] = 4 << 4; // data offset below 5: malformed, ports still there
+    assert_eq!(flow_of(&tcp, tcp.len()), Some(key));
+    // Neither TCP nor UDP, or not IP at all.
+    tcp[V4_PROTO] = ip_proto::ICMP;
+    assert_eq!(flow_of(&tcp, tcp.len()), None);
+    assert_eq!(flow_of(&tcp[..L2 + 10], L2 + 10), None);
+}
+
 #[test]
 fn icmp_is_other_ip() {
     let mut frame = Vec::new();
@@ -564,6 +612,7 @@ proptest! {
     #[test]
     fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..160),
                                        frame_len in 0usize..400) {
+        let _ = flow_of(&bytes, frame_len);
         let _ = classify(&bytes, frame_len);
         let _ = classify(&bytes, bytes.len());
         let _ = classify(&bytes, usize::MAX);

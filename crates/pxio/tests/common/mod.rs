@@ -98,7 +98,8 @@ pub struct SegHdr {
     pub tos: u8,
     pub tsval: u32,
     pub vlan: Vec<u16>,
-    /// IPv4 only: the header carries a Router Alert option (IHL 6).
+    /// IPv4: the header carries a Router Alert option (IHL 6). IPv6: the segment carries a
+    /// hop-by-hop extension header, in a flow whose other segments have none.
     pub ip_opts: bool,
 }
 
@@ -158,7 +159,7 @@ pub fn build_frame(
             ..Ipv6Header::default()
         };
         let mut ext = Ipv6Extensions::default();
-        if flow.v6_ext {
+        if flow.v6_ext || hdr.ip_opts {
             ext.hop_by_hop_options =
                 Some(Ipv6RawExtHeader::new_raw(IpNumber::TCP, &HOP_BY_HOP_PADN).unwrap());
         }
@@ -206,7 +207,9 @@ pub fn build_frame(
 
 /// Bytes before the TCP payload of a frame of `flow` with headers `hdr`.
 pub fn header_len(flow: &FlowSpec, hdr: &SegHdr) -> usize {
-    14 + 4 * hdr.vlan.len().min(2) + flow.l3_l4_len() + 4 * usize::from(hdr.ip_opts)
+    14 + 4 * hdr.vlan.len().min(2)
+        + flow.l3_l4_len()
+        + if flow.v6 { 8 } else { 4 } * usize::from(hdr.ip_opts)
 }
 
 /// An input packet and what the checker needs to know about it.
@@ -326,8 +329,7 @@ pub fn flow_strategy(id: u8, encapsulation: bool) -> impl Strategy<Value = FlowS
             ttl,
             tos,
             vlan: if encapsulation { vlan } else { vec![] },
-            // Whole flows only: a flow mixing segments with and without extension headers
-            // hits a known engine bug (see `ipv6_extension_header_segments_keep_their_place`).
+            // Whole flows; single segments of other IPv6 flows get one through `ip_opts`.
             v6_ext: encapsulation && v6 && ext,
         })
 }
@@ -429,7 +431,7 @@ pub fn build_case(flows: Vec<FlowSpec>, streams: Vec<Vec<u8>>, seed: u64, k: &Kn
             if k.header_changes && rng.chance(20) {
                 seg_hdr.tos |= 3;
             }
-            if k.encapsulation && !flow.v6 && rng.chance(30) {
+            if k.encapsulation && !flow.v6_ext && rng.chance(30) {
                 seg_hdr.ip_opts = true;
             }
             let payload = &stream[off..off + len];
@@ -780,7 +782,12 @@ fn check_merge_decision(case: &Case, fi: usize, flow: &FlowSpec, e: &Emitted, pi
     let first = &case.inputs[pieces[0].0];
     let what = |field: &str| format!("flow {fi}: the {field} of a packet is its first input's");
     assert_eq!(e.hdr, first.hdr, "{}", what("header"));
-    assert_eq!(e.v6_ext, flow.v6_ext, "{}", what("extension header"));
+    assert_eq!(
+        e.v6_ext,
+        flow.v6_ext || (flow.v6 && first.hdr.ip_opts),
+        "{}",
+        what("extension header")
+    );
     if !flow.v6 {
         assert_eq!(e.ip_id, first.ip_id, "{}", what("IP ID"));
     }
@@ -844,7 +851,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
                     fi,
                     h.traffic_class(),
                     0,
-                    false,
+                    ext && !case.flows[fi].v6_ext,
                     ext,
                 )
             }
