@@ -6,7 +6,7 @@
 //!   Debian's rustc-web and bpf-linker; `crates/caravan` embeds it.
 //! * `cargo xtask test` is the one test command (`.ci/run` calls it): deps, fmt, clippy, unit
 //!   tests, then the integration suites.
-//! * `cargo xtask bench merge|caravan [--json FILE]` runs a benchmark in release mode and prints
+//! * `cargo xtask bench merge|caravan|pmtu-cache [--json FILE]` runs a benchmark in release mode and prints
 //!   its table (and writes its JSON report).
 //! * `cargo xtask lab pmtud [--json FILE]` runs a namespace lab in release mode and prints its
 //!   table (and writes its JSON report): F-PMTUD, scamper and the kernel's PMTUD, with and

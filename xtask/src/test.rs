@@ -41,6 +41,8 @@ const INTEGRATION_SUITES: &[Suite] = &[
             "pxgw",
             "-p",
             "fpmtud",
+            "-p",
+            "gateway-lab",
             "--bins",
         ],
     },
@@ -56,7 +58,16 @@ const INTEGRATION_SUITES: &[Suite] = &[
     Suite {
         name: "fpmtud-build",
         program: "cargo",
-        args: &["build", "--release", "-j2", "-p", "fpmtud", "--bins"],
+        args: &[
+            "build",
+            "--release",
+            "-j2",
+            "-p",
+            "fpmtud",
+            "-p",
+            "pmtud-lab",
+            "--bins",
+        ],
     },
     Suite {
         name: "fpmtud-lab",
