@@ -8,6 +8,10 @@
 //! read whole with `caravan::Reader` (SIGCOMM'26 §7.2), between two network namespaces. It
 //! builds the eBPF object first (`cargo xtask build-ebpf`), then runs
 //! `cargo run --release -p pxbench --bin caravan-bench`.
+//!
+//! `pmtu-cache`: F-PMTUD's PMTU cache, its counting Bloom filter's false-positive rate and the
+//! lookup ns of hits and misses against a plain `HashMap` (SIGCOMM'26 §5.2), via
+//! `cargo run --release -p pxbench --bin pmtu-cache`.
 
 use std::path::PathBuf;
 
@@ -23,6 +27,8 @@ pub enum BenchKind {
     Merge,
     /// Plain UDP against PX-caravans (eBPF-decapsulated, or read whole) at a receiver.
     Caravan,
+    /// F-PMTUD's PMTU cache: Bloom filter false-positive rate, lookup ns of hits and misses.
+    PmtuCache,
 }
 
 impl BenchKind {
@@ -31,6 +37,16 @@ impl BenchKind {
         match self {
             BenchKind::Merge => "merge",
             BenchKind::Caravan => "caravan",
+            BenchKind::PmtuCache => "pmtu-cache",
+        }
+    }
+
+    /// Whether the benchmark needs root: an EAL, or namespaces and eBPF. The PMTU cache runs in
+    /// plain memory.
+    fn needs_root(self) -> bool {
+        match self {
+            BenchKind::Merge | BenchKind::Caravan => true,
+            BenchKind::PmtuCache => false,
         }
     }
 
@@ -39,13 +55,14 @@ impl BenchKind {
         match self {
             BenchKind::Merge => "merge",
             BenchKind::Caravan => "caravan-bench",
+            BenchKind::PmtuCache => "pmtu-cache",
         }
     }
 }
 
 /// Runs `cargo xtask bench`: deps, then the benchmark's binary, built in release mode.
 pub fn run(what: BenchKind, json: Option<PathBuf>, extra: &[String]) -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
+    if what.needs_root() && !nix::unistd::geteuid().is_root() {
         bail!(
             "xtask bench: the benchmarks start a DPDK EAL (with --no-huge) or network namespaces \
              and eBPF; run as root (e.g. `sudo cargo xtask bench {}`)",

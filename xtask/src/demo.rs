@@ -1,7 +1,7 @@
 //! `cargo xtask demo [--json FILE]`: the newcomer's first command. It installs what is missing,
-//! builds pxgw in release mode, and runs the gateway lab (`pxgw-lab demo`): two network
-//! namespaces with real Linux TCP/UDP stacks, pxgw between them, real traffic, a results table,
-//! and the same transfers through a Linux bridge for comparison.
+//! builds pxgw, fpmtud and the gateway lab (`labs/gateway`) in release mode, and runs the lab
+//! (`pxgw-lab demo`): two network namespaces with real Linux TCP/UDP stacks, pxgw between them,
+//! real traffic, a results table, and the same transfers through a Linux bridge for comparison.
 
 use std::path::PathBuf;
 
@@ -24,6 +24,8 @@ pub fn run(json: Option<PathBuf>, extra: &[String]) -> Result<()> {
         "pxgw",
         "-p",
         "fpmtud",
+        "-p",
+        "gateway-lab",
         "--bins",
     ]);
     println!("==> {}", describe(&build));

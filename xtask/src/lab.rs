@@ -3,7 +3,7 @@
 //!
 //! `pmtud`: F-PMTUD next to scamper's PMTUD and the kernel's ICMP-based PMTUD on a real path
 //! A —9000— R1 —4000— R2 —1400— B, with ICMP allowed and black-holed (SIGCOMM'26 §5.2, §7.4),
-//! via `fpmtud-lab run`.
+//! via `fpmtud-lab run` (`labs/pmtud`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -21,10 +21,10 @@ pub enum LabKind {
 }
 
 impl LabKind {
-    /// The package whose binaries the lab needs.
-    fn package(self) -> &'static str {
+    /// The packages whose binaries the lab needs: the product it runs, and the lab itself.
+    fn packages(self) -> &'static [&'static str] {
         match self {
-            LabKind::Pmtud => "fpmtud",
+            LabKind::Pmtud => &["fpmtud", "pmtud-lab"],
         }
     }
 
@@ -46,7 +46,11 @@ pub fn run(what: LabKind, json: Option<PathBuf>) -> Result<()> {
     }
     deps::run()?;
     let mut build = cargo();
-    build.args(["build", "--release", "-j2", "-p", what.package(), "--bins"]);
+    build.args(["build", "--release", "-j2"]);
+    for package in what.packages() {
+        build.args(["-p", package]);
+    }
+    build.arg("--bins");
     println!("==> {}", describe(&build));
     run_status(&mut build)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")

@@ -7,7 +7,7 @@
 //! * `cargo xtask test` is the one test command (`.ci/run` calls it): deps, fmt, clippy, rustdoc,
 //!   build checks, the tests (and the ignored ones this machine can run), then the integration
 //!   suites; its summary counts and names every test it skipped.
-//! * `cargo xtask bench merge|caravan [--json FILE]` runs a benchmark in release mode and prints
+//! * `cargo xtask bench merge|caravan|pmtu-cache [--json FILE]` runs a benchmark in release mode and prints
 //!   its table (and writes its JSON report).
 //! * `cargo xtask lab pmtud [--json FILE]` runs a namespace lab in release mode and prints its
 //!   table (and writes its JSON report): F-PMTUD, scamper and the kernel's PMTUD, with and

@@ -49,6 +49,8 @@ const INTEGRATION_SUITES: &[Suite] = &[
             "pxgw",
             "-p",
             "fpmtud",
+            "-p",
+            "gateway-lab",
             "--bins",
         ],
     },
@@ -64,7 +66,16 @@ const INTEGRATION_SUITES: &[Suite] = &[
     Suite {
         name: "fpmtud-build",
         program: "cargo",
-        args: &["build", "--release", "-j2", "-p", "fpmtud", "--bins"],
+        args: &[
+            "build",
+            "--release",
+            "-j2",
+            "-p",
+            "fpmtud",
+            "-p",
+            "pmtud-lab",
+            "--bins",
+        ],
     },
     Suite {
         name: "fpmtud-lab",

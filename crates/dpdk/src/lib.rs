@@ -7,7 +7,8 @@
 //! - [`Port`], [`RxQueue`], [`TxQueue`]: port set-up with offloads intersected with what the device
 //!   can do; a `tx_burst` that hands unsent mbufs back to the caller.
 //! - [`FlowRule`]: `rte_flow` steering rules (queue, RSS over a queue subset, drop).
-//! - [`testing`]: one EAL per test process, vdevs on demand, and the mempool leak check.
+//! - `testing` (cargo feature `testing`, for tests and labs only): one EAL per test process, vdevs
+//!   on demand, and the mempool leak check. Product builds do not compile it.
 //!
 //! All of the workspace's DPDK `unsafe` lives in this crate; each block says why it is sound.
 
@@ -19,6 +20,7 @@ pub mod gro;
 mod mbuf;
 mod mempool;
 mod port;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use burst::{Burst, Drain};

@@ -3,8 +3,10 @@
 //! DPDK allows one EAL per process, and `cargo test` runs a file's tests as threads of one
 //! process. [`eal`] boots it once (`--no-huge --no-pci --no-shconf`: DPDK 22.11 refuses
 //! `--in-memory` with `--no-huge`, and `--no-shconf` gives the same "no shared files"); each test
-//! then hot-plugs
-//! the vdevs it needs under unique names with [`vdev`], so tests stay independent.
+//! then hot-plugs the vdevs it needs under unique names with [`vdev`], so tests stay independent.
+//!
+//! Compiled only with the `testing` cargo feature (and for this crate's own unit tests): tests and
+//! labs enable it in their dev-dependencies; the gateway's build never contains it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -17,8 +17,8 @@
 //! | responder | [`Responder`] | §5.2, HotNets'25 §4.2 (daemon) |
 //! | lookup | [`PmtuCache`], [`CountingBloom`] | §5.2 "Fast PMTU lookup" |
 //!
-//! [`lab`] runs F-PMTUD next to scamper and the kernel's ICMP-based PMTUD on a real Linux path
-//! with and without an ICMP black hole (`fpmtud-lab`, `cargo xtask lab pmtud`).
+//! The PMTUD lab (`labs/pmtud`, `cargo xtask lab pmtud`) runs F-PMTUD next to scamper and the
+//! kernel's ICMP-based PMTUD on a real Linux path with and without an ICMP black hole.
 //!
 //! `docs/fpmtud.md` specifies the format field by field, the port, the 8-byte rounding, the
 //! fallback order, the rate limits and the security properties.
@@ -29,7 +29,6 @@ pub mod bloom;
 pub mod cache;
 pub mod endpoint;
 pub mod fragment;
-pub mod lab;
 pub mod prober;
 pub mod responder;
 pub mod wire;

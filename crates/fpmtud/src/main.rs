@@ -2,7 +2,6 @@
 //!
 //! - `fpmtud serve [--port 4689] [--bind ::]` answers probes to this host.
 //! - `fpmtud probe HOST [--size 9000] [--json FILE]` measures the path MTU toward HOST.
-//! - `fpmtud cache-bench [--json FILE]` measures the PMTU cache's Bloom filter.
 
 #![forbid(unsafe_code)]
 
@@ -12,9 +11,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use fpmtud::cache::{measure_lookups, LookupMeasurement};
 use fpmtud::endpoint::{self, ServeConfig, Server};
 use fpmtud::{PmtuEstimate, ProberConfig, ResponderConfig, DEFAULT_PORT};
 use serde_json::json;
@@ -79,25 +77,6 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// Measure the PMTU cache: Bloom filter false-positive rate and lookup ns for hits and
-    /// misses.
-    CacheBench {
-        /// Non-default PMTU entries, one run per value.
-        #[arg(long, value_delimiter = ',', default_value = "800,1000,4000,16000")]
-        entries: Vec<usize>,
-        /// Lookups per measurement.
-        #[arg(long, default_value_t = 1_000_000)]
-        lookups: usize,
-        /// Bloom filter counters.
-        #[arg(long, default_value_t = 1 << 16)]
-        counters: usize,
-        /// Bloom filter hash functions.
-        #[arg(long, default_value_t = 3)]
-        hashes: u32,
-        /// Also write the results as JSON to FILE.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
 }
 
 fn main() -> Result<()> {
@@ -139,13 +118,6 @@ fn main() -> Result<()> {
             };
             probe(&host, cfg, source_port, json.as_deref())
         }
-        Command::CacheBench {
-            entries,
-            lookups,
-            counters,
-            hashes,
-            json,
-        } => cache_bench(&entries, lookups, counters, hashes, json.as_deref()),
     }
 }
 
@@ -236,61 +208,6 @@ fn summary(e: &PmtuEstimate, timeout: Duration) -> String {
             e.mtu, e.probes, e.round_trips, e.fragments
         )
     }
-}
-
-fn cache_bench(
-    entries: &[usize],
-    lookups: usize,
-    counters: usize,
-    hashes: u32,
-    json: Option<&Path>,
-) -> Result<()> {
-    if entries.is_empty() {
-        bail!("--entries needs at least one value");
-    }
-    println!(
-        "PMTU cache: counting Bloom filter of {counters} counters, {hashes} hashes; \
-         {lookups} lookups per row"
-    );
-    println!(
-        "{:>8} {:>12} {:>12} {:>10} {:>10} {:>16}",
-        "entries", "fp rate %", "theory %", "hit ns", "miss ns", "HashMap miss ns"
-    );
-    let mut rows: Vec<LookupMeasurement> = Vec::new();
-    for &n in entries {
-        let m = measure_lookups(n, lookups, counters, hashes)?;
-        println!(
-            "{:>8} {:>12.5} {:>12.5} {:>10.1} {:>10.1} {:>16.1}",
-            m.entries,
-            m.fp_rate * 100.0,
-            m.expected_fp_rate * 100.0,
-            m.hit_ns,
-            m.miss_ns,
-            m.hashmap_miss_ns
-        );
-        rows.push(m);
-    }
-    if let Some(path) = json {
-        let rows: Vec<_> = rows
-            .iter()
-            .map(|m| {
-                json!({
-                    "entries": m.entries,
-                    "counters": m.counters,
-                    "hashes": m.hashes,
-                    "absent_lookups": m.absent_lookups,
-                    "false_positives": m.false_positives,
-                    "fp_rate": m.fp_rate,
-                    "expected_fp_rate": m.expected_fp_rate,
-                    "hit_ns": m.hit_ns,
-                    "miss_ns": m.miss_ns,
-                    "hashmap_miss_ns": m.hashmap_miss_ns,
-                })
-            })
-            .collect();
-        write_json(path, &json!({ "rows": rows }))?;
-    }
-    Ok(())
 }
 
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {

@@ -6,7 +6,6 @@
 
 pub mod config;
 pub mod conn;
-pub mod lab;
 pub mod mss;
 pub mod pipeline;
 pub mod pmtud;

@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use gateway_lab::{self as lab, FrameStats, Lab, Sizes, EXT_ADDR, INT_ADDR};
 use netlab::Netns;
-use pxgw::lab::{self, FrameStats, Lab, Sizes, EXT_ADDR, INT_ADDR};
 use serde_json::json;
 
 #[derive(Debug, Parser)]

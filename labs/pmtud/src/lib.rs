@@ -24,6 +24,8 @@
 //! Every namespace, link and nftables table is a [`netlab`] object or lives inside one, so it is
 //! removed on drop; every child process is stopped on drop; every wait has a limit.
 
+#![forbid(unsafe_code)]
+
 mod background;
 mod daemon;
 mod kernel;

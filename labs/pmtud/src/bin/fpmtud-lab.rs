@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use fpmtud::lab::{self, LabConfig};
+use pmtud_lab::{self as lab, LabConfig};
 
 #[derive(Parser)]
 #[command(

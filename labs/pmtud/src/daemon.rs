@@ -13,8 +13,8 @@ use super::background::{Child, Scratch};
 use super::report::FpmtudRun;
 use super::topology::{Topology, B_ADDR, LINK_MTUS};
 use super::{LabConfig, LabError, Outcome};
-use crate::wire::{Probe, Report};
-use crate::DEFAULT_PORT;
+use fpmtud::wire::{Probe, Report};
+use fpmtud::DEFAULT_PORT;
 
 /// How long `fpmtud serve` may take to start answering.
 const SERVE_READY: Duration = Duration::from_secs(5);

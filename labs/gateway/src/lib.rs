@@ -3,6 +3,8 @@
 //! b-network host at MTU 9000 (`px-int`), with pxgw between them on `net_af_packet` ports over
 //! veth pairs. Everything it creates is removed on drop, also when interrupted.
 
+#![forbid(unsafe_code)]
+
 use std::fs;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
