@@ -81,7 +81,7 @@ impl Worker {
             self.send(&mut to_int, true);
             self.send(&mut to_ext, false);
             loops = loops.wrapping_add(1);
-            if loops % PUBLISH_EVERY == 0 {
+            if loops.is_multiple_of(PUBLISH_EVERY) {
                 self.publish();
                 if now.saturating_sub(last_expiry) > 1_000_000_000 {
                     self.pipeline.expire_connections(now, CONN_IDLE_NS);

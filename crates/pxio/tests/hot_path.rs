@@ -9,7 +9,7 @@ use pxio::merge::{DelayConfig, MergeConfig, Merger};
 
 fn flow(id: u8) -> common::FlowSpec {
     common::FlowSpec {
-        v6: id % 2 == 0,
+        v6: id.is_multiple_of(2),
         id,
         sport: 2000 + u16::from(id),
         dport: 80,
