@@ -1,6 +1,7 @@
 //! A safe wrapper over DPDK 22.11, shaped for PacketExpress's run-to-completion workers.
 //!
-//! - [`Eal`]: initialises the environment once per process ([`EalBuilder`]), hot-plugs vdevs.
+//! - [`Eal`]: initialises the environment once per process ([`EalBuilder`]), hot-plugs vdevs,
+//!   registers worker threads as lcores ([`Eal::register_thread`], [`LcoreRegistration`]).
 //! - [`Mempool`] and [`Mbuf`]: owned packet buffers with chains, shallow refcounted clones, and a
 //!   `Drop` that frees a whole chain exactly once.
 //! - [`Burst`]: a fixed-capacity, allocation-free array of mbufs for the RX/TX hot path.
@@ -16,6 +17,7 @@ mod burst;
 mod eal;
 mod error;
 mod flow;
+mod lcore;
 pub mod gro;
 mod mbuf;
 mod mempool;
@@ -28,6 +30,7 @@ pub use eal::{Eal, EalBuilder, PortId};
 pub use error::{Errno, Error, Result};
 pub use flow::{Flow, FlowAction, FlowRule, IpMatch, L4Match, L4Proto};
 pub use gro::GroContext;
+pub use lcore::{current_lcore, LcoreId, LcoreRegistration};
 pub use mbuf::{Mbuf, MbufChain, Segments};
 pub use mempool::Mempool;
 pub use port::{
