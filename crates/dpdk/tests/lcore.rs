@@ -26,7 +26,11 @@ fn a_registered_thread_has_a_valid_lcore_id_until_it_unregisters() {
                 assert_eq!(current_lcore(), None, "a new thread has no lcore id");
                 let registration = eal.register_thread().expect("rte_thread_register");
                 let id = registration.lcore();
-                assert_eq!(current_lcore(), Some(id), "rte_lcore_id() is the registered id");
+                assert_eq!(
+                    current_lcore(),
+                    Some(id),
+                    "rte_lcore_id() is the registered id"
+                );
                 let mbufs: Vec<_> = (0..32).map(|_| pool.alloc().unwrap()).collect();
                 assert_eq!(mbufs.len(), 32);
                 drop(mbufs);
@@ -39,7 +43,11 @@ fn a_registered_thread_has_a_valid_lcore_id_until_it_unregisters() {
         .collect();
     let ids: Vec<u32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let distinct: HashSet<u32> = ids.iter().copied().collect();
-    assert_eq!(distinct.len(), 2, "two live registrations, two ids: {ids:?}");
+    assert_eq!(
+        distinct.len(),
+        2,
+        "two live registrations, two ids: {ids:?}"
+    );
     assert!(!distinct.contains(&main.0), "{ids:?} vs main {}", main.0);
     // Mbufs freed into the threads' caches count as available, not leaked.
     assert_no_leaks(&pool);
