@@ -50,6 +50,9 @@ pub enum Error {
     /// An argument Rust could not hand to C, or that DPDK would misread.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// `rte_thread_register` refused the calling thread (no free lcore id, say).
+    #[error("cannot register the thread with the DPDK EAL: {0}")]
+    ThreadRegister(Errno),
     /// No device or port by that name or id.
     #[error("no such DPDK device: {0}")]
     NoDevice(String),

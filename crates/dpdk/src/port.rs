@@ -104,6 +104,7 @@ pub struct PortBuilder {
     rx_desc: u16,
     tx_desc: u16,
     rss: RssHash,
+    rss_key: Option<[u8; RSS_KEY_LEN]>,
     mtu: Option<u16>,
     promiscuous: bool,
     rx_offloads: RxOffloads,
@@ -121,6 +122,7 @@ impl PortBuilder {
             rx_desc: 1024,
             tx_desc: 1024,
             rss: RssHash::empty(),
+            rss_key: None,
             mtu: None,
             promiscuous: true,
             rx_offloads: RxOffloads::empty(),
@@ -153,6 +155,14 @@ impl PortBuilder {
         self
     }
 
+    /// The 40-byte Toeplitz key RSS hashes with (a symmetric key keeps both directions of a
+    /// connection on one queue). Applied where the device hashes with a 40-byte key; devices that
+    /// do not (most vdevs) keep their own distribution.
+    pub fn rss_key(mut self, key: [u8; RSS_KEY_LEN]) -> Self {
+        self.rss_key = Some(key);
+        self
+    }
+
     /// The MTU (L3 bytes), checked against the device's range.
     pub fn mtu(mut self, mtu: u16) -> Self {
         self.mtu = Some(mtu);
@@ -178,7 +188,7 @@ impl PortBuilder {
     }
 
     /// Configures the device, sets up its queues (RX into `pool`) and starts it.
-    pub fn start(self, pool: &Arc<Mempool>) -> Result<Port> {
+    pub fn start(mut self, pool: &Arc<Mempool>) -> Result<Port> {
         let port = self.id.0;
         let info = dev_info(self.id)?;
         let fail = |op: &'static str, ret: i32| Error::Port {
@@ -217,6 +227,13 @@ impl PortBuilder {
         if !rss.is_empty() && self.rx_queues > 1 {
             conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
             conf.rx_adv_conf.rss_conf.rss_hf = rss.bits();
+            if let Some(key) = self.rss_key.as_mut() {
+                if usize::from(info.hash_key_size) == RSS_KEY_LEN {
+                    // DPDK copies the key during rte_eth_dev_configure; `key` outlives the call.
+                    conf.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
+                    conf.rx_adv_conf.rss_conf.rss_key_len = RSS_KEY_LEN as u8;
+                }
+            }
         }
         if let Some(mtu) = self.mtu {
             conf.rxmode.mtu = u32::from(mtu);
@@ -306,8 +323,12 @@ impl PortBuilder {
     }
 }
 
+/// Length of a Toeplitz RSS key, as most NICs and [`PortBuilder::rss_key`] take it.
+pub const RSS_KEY_LEN: usize = 40;
+
 struct DevInfo {
     driver: String,
+    hash_key_size: u8,
     max_rx_queues: u16,
     max_tx_queues: u16,
     min_mtu: u16,
@@ -342,6 +363,7 @@ fn dev_info(id: PortId) -> Result<DevInfo> {
     };
     Ok(DevInfo {
         driver,
+        hash_key_size: info.hash_key_size,
         max_rx_queues: info.max_rx_queues,
         max_tx_queues: info.max_tx_queues,
         min_mtu: info.min_mtu,

@@ -151,6 +151,8 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
             .rx_queues(queues)
             .tx_queues(queues)
             .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
+            // Both directions of a connection on one worker (pxgw::worker docs).
+            .rss_key(pxio::toeplitz::SYMMETRIC_RSS_KEY)
             .tx_offloads(
                 TxOffloads::MULTI_SEGS
                     | TxOffloads::TCP_TSO
@@ -199,6 +201,7 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         let report = Arc::new(Mutex::new(Report::default()));
         reports.push(report.clone());
         let worker = Worker {
+            eal: eal.clone(),
             id: usize::from(i),
             core: cores.get(usize::from(i)).copied(),
             ext_rx: ext.rx_queue(i)?,

@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use nix::sched::{setns, CloneFlags};
 
+mod tap;
+pub use tap::TapWire;
+
 /// What went wrong while building or driving a lab.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
