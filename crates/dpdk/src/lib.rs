@@ -31,7 +31,8 @@ pub use gro::GroContext;
 pub use mbuf::{Mbuf, MbufChain, Segments};
 pub use mempool::Mempool;
 pub use port::{
-    Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue, TxOffloads, TxQueue,
+    DescLimits, DeviceInfo, Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue,
+    TxOffloads, TxQueue,
 };
 
 /// The `RTE_MBUF_F_TX_*` flags [`Mbuf::set_tx_offload`] takes.
