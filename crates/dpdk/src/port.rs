@@ -227,7 +227,9 @@ impl DeviceInfo {
             ETHER_OVERHEAD
         };
         let by_frame = self.max_rx_pktlen.saturating_sub(overhead);
-        u32::from(self.max_mtu).min(by_frame).min(u32::from(u16::MAX)) as u16
+        u32::from(self.max_mtu)
+            .min(by_frame)
+            .min(u32::from(u16::MAX)) as u16
     }
 
     /// Whether DPDK would take `mtu` for this device; `Err` says why not, with the limits.

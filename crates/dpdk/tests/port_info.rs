@@ -124,15 +124,24 @@ fn af_packet_mtu_reaches_the_kernel_interface_and_9000_is_refused_with_the_limit
 
     let id = af_packet(veth.a());
     let info = DeviceInfo::of(eal(), id).unwrap();
-    assert!(info.multi_segs_tx(), "net_af_packet offers MULTI_SEGS: {info:?}");
-    assert!(info.if_index > 0, "a kernel-backed port names its interface");
+    assert!(
+        info.multi_segs_tx(),
+        "net_af_packet offers MULTI_SEGS: {info:?}"
+    );
+    assert!(
+        info.if_index > 0,
+        "a kernel-backed port names its interface"
+    );
     assert_eq!(info.mtu_limit(), 1500, "{info:?}");
 
     // Refused before anything is configured, naming the limit.
     let err = Port::builder(eal(), id).mtu(9000).start(&p).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, Error::Mtu { mtu: 9000, .. }), "{err:?}");
-    assert!(text.contains("1500") && text.contains("max_rx_pktlen 1518"), "{text}");
+    assert!(
+        text.contains("1500") && text.contains("max_rx_pktlen 1518"),
+        "{text}"
+    );
 
     // Applied: DPDK reads back 1400 and the driver set the kernel interface to it.
     let port = Port::builder(eal(), id)
