@@ -34,8 +34,8 @@ pub use lcore::{current_lcore, LcoreId, LcoreRegistration};
 pub use mbuf::{Mbuf, MbufChain, Segments};
 pub use mempool::Mempool;
 pub use port::{
-    Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue, TxOffloads, TxQueue,
-    RSS_KEY_LEN,
+    DescLimits, DeviceInfo, Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue,
+    TxOffloads, TxQueue, RSS_KEY_LEN,
 };
 
 /// The `RTE_MBUF_F_TX_*` flags [`Mbuf::set_tx_offload`] takes.

@@ -9,5 +9,6 @@ pub mod conn;
 pub mod mss;
 pub mod pipeline;
 pub mod pmtud;
+pub mod ports;
 pub mod stats;
 pub mod worker;

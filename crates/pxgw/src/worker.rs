@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dpdk::{Burst, Eal, LcoreRegistration, Mbuf, RxQueue, TxQueue};
+use dpdk::{tx_flags, Burst, Eal, LcoreRegistration, Mbuf, Mempool, RxQueue, TxQueue};
 use pxio::{Clock, PacketBuf, TscClock};
 
 use crate::pipeline::Pipeline;
@@ -69,6 +69,9 @@ pub struct Worker {
     pub stop: Arc<AtomicBool>,
     /// L3 mode: (source MAC, next-hop MAC) to write on frames sent outside and inside.
     pub rewrite_macs: Option<([u8; 12], [u8; 12])>,
+    /// Ports whose driver cannot transmit chained mbufs (no `MULTI_SEGS`): chained packets
+    /// (merged, split, caravans) are first copied into one mbuf of this pool, (outside, inside).
+    pub flatten: (Option<Arc<Mempool>>, Option<Arc<Mempool>>),
 }
 
 impl Worker {
@@ -172,6 +175,21 @@ impl Worker {
                         }
                     }
                 }
+                let flatten = if inbound {
+                    &self.flatten.1
+                } else {
+                    &self.flatten.0
+                };
+                if let (Some(pool), true) = (flatten, m.num_segs() > 1) {
+                    match flat_copy(&m, pool) {
+                        Some(flat) => m = flat,
+                        None => {
+                            // No buffer for the copy: the driver could not send the chain.
+                            self.pipeline.count_tx_dropped(1);
+                            continue;
+                        }
+                    }
+                }
                 if let Err(m) = burst.push(m) {
                     drop(m); // cannot happen: the loop stops when the burst is full
                 }
@@ -191,15 +209,37 @@ impl Worker {
                     break;
                 }
             }
+            // Only what the driver took counts as sent; what it kept refusing is freed here and
+            // counted as tx_dropped (not sent, and not the driver's oerrors either).
             for &len in &lens[..sent] {
                 self.pipeline.count_sent(inbound, len);
             }
             if !burst.is_empty() {
-                self.pipeline.count_tx_full((queued - sent) as u64);
+                self.pipeline.count_tx_dropped((queued - sent) as u64);
                 burst.clear();
             }
         }
     }
+}
+
+/// A copy of chained `m` in one mbuf of `pool`, with its checksum-offload requests; `None` when
+/// the pool is empty or the packet does not fit one of its buffers.
+fn flat_copy(m: &Mbuf, pool: &Mempool) -> Option<Mbuf> {
+    let mut flat = pool.alloc().ok()?;
+    if flat.tailroom() < m.len() {
+        return None;
+    }
+    for seg in m.segments() {
+        flat.extend_from_slice(seg).ok()?;
+    }
+    let (l2, l3, l4) = m.header_lens();
+    let offloads = tx_flags::IPV4
+        | tx_flags::IPV6
+        | tx_flags::IP_CKSUM
+        | tx_flags::TCP_CKSUM
+        | tx_flags::UDP_CKSUM;
+    flat.set_tx_offload(l2, l3, l4, m.ol_flags() & offloads, 0);
+    Some(flat)
 }
 
 fn pin(core: usize) {
