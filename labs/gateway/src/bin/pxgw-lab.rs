@@ -486,8 +486,10 @@ fn router_topology(
     };
     let result = transfers(&l, Family::V4, sizes, tcp_only, stop)
         .and_then(|r4| Ok((r4, transfers(&l, Family::V6, sizes, tcp_only, stop)?)));
+    let blackhole = blackhole_works(&l);
     let (code, stats) = gw.stop()?;
     let (r4, r6) = result?;
+    let blackhole = blackhole?;
     let leaked = stats["leaked_mbufs"].as_u64().unwrap_or(u64::MAX);
     println!("\n{topo}");
     print_table(&[("pxgw", &r4, None), ("pxgw", &r6, None)]);
@@ -536,6 +538,10 @@ fn router_topology(
         ]);
     }
     checks.extend([
+        (
+            format!("router topology: the ICMP black hole drops the router's time-exceeded errors (IPv4 {}, IPv6 {})", blackhole[0], blackhole[1]),
+            blackhole.iter().all(|&n| n >= 1),
+        ),
         ("router topology: pxgw exits cleanly".to_owned(), code == 0),
         ("router topology: no leaked mbufs".to_owned(), leaked == 0),
     ]);
@@ -563,6 +569,22 @@ fn merged_check(r: &Run, topo: &Topology) -> Check {
             )
         }
     }
+}
+
+/// Turns the router's ICMP black hole on, pings the outside host from inside with a TTL (hop
+/// limit) of 1, and returns how many errors the black hole dropped in each family: the router's
+/// time-exceeded messages.
+fn blackhole_works(l: &Lab) -> Result<[u64; 2]> {
+    let mut dropped = [0; 2];
+    for f in Family::BOTH {
+        l.set_icmp_blackhole(true)?;
+        let to = l.ext_addr(f).to_string();
+        // Fails either way: the probe expires at the router.
+        let _ = l.int.exec("ping", &["-c", "1", "-W", "1", "-t", "1", &to]);
+        dropped[f as usize] = l.icmp_blackholed()?;
+        l.set_icmp_blackhole(false)?;
+    }
+    Ok(dropped)
 }
 
 fn ok(b: bool) -> &'static str {
