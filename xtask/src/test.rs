@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{build_ebpf, cargo, deps, describe, run_output, run_status};
+use crate::{build_ebpf, cargo, deps, describe, run_status};
 
 /// Parallel build jobs for cargo: the development machines have 2 cores.
 const JOBS: &str = "-j2";
@@ -165,70 +165,9 @@ impl Prerequisite {
         match self {
             Prerequisite::Root if nix::unistd::geteuid().is_root() => Ok(()),
             Prerequisite::Root => Err("not running as root".to_owned()),
-            Prerequisite::NetTapTcFlow => probe_tc_flow(),
+            Prerequisite::NetTapTcFlow => netlab::tc_flow_support(),
         }
     }
-}
-
-/// Tries what net_tap's `rte_flow` does in the kernel, on a veth in a scratch namespace: a
-/// `multiq` root qdisc, then `flower` filters with `skbedit` and `gact` actions. (The
-/// `crates/dpdk/tests/flow_tap.rs` test probes the same way.)
-fn probe_tc_flow() -> std::result::Result<(), String> {
-    let ns = format!("pxtcprobe{}", std::process::id());
-    let run = |program: &str, args: &[&str]| {
-        run_output(Command::new(program).args(args))
-            .map(drop)
-            .map_err(|e| format!("{e:#}"))
-    };
-    run("ip", &["netns", "add", &ns])?;
-    let result = (|| {
-        run(
-            "ip",
-            &[
-                "-n",
-                &ns,
-                "link",
-                "add",
-                "tc0",
-                "numtxqueues",
-                "2",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "tc1",
-            ],
-        )?;
-        let tc = |what: &str, args: &[&str]| {
-            let full: Vec<&str> = ["-n", ns.as_str()].iter().chain(args).copied().collect();
-            run("tc", &full).map_err(|e| format!("no TC {what}: {e}"))
-        };
-        let flower = [
-            "filter", "add", "dev", "tc0", "ingress", "protocol", "ip", "flower",
-        ];
-        tc(
-            "multiq",
-            &[
-                "qdisc", "add", "dev", "tc0", "root", "handle", "1:", "multiq",
-            ],
-        )?;
-        tc("ingress", &["qdisc", "add", "dev", "tc0", "ingress"])?;
-        tc(
-            "flower/skbedit",
-            &[
-                &flower[..],
-                &["ip_proto", "udp", "action", "skbedit", "queue_mapping", "1"],
-            ]
-            .concat(),
-        )?;
-        tc(
-            "flower/gact",
-            &[&flower[..], &["ip_proto", "tcp", "action", "gact", "drop"]].concat(),
-        )
-    })();
-    // Deleting the namespace deletes the veth and its TC state with it.
-    let _ = run("ip", &["netns", "del", &ns]);
-    result
 }
 
 /// What one step of the test sequence does.

@@ -73,16 +73,8 @@ fn main() -> Result<()> {
         bail!("--delay-us must be a non-negative number of microseconds");
     }
 
-    // Mempools and the TSC only: no hugepages, no PCI scan, no shared files, one lcore (the
-    // benchmark is single-core by design).
-    let eal = dpdk::EalBuilder::new("pxbench-merge")
-        .no_huge()
-        .memory_mb(512)
-        .no_pci()
-        .no_shconf()
-        .no_telemetry()
-        .lcores("0")
-        .log_level("warning")
+    // Mempools and the TSC only; one lcore (the benchmark is single-core by design).
+    let eal = dpdk::EalBuilder::no_hardware("pxbench-merge")
         .init()
         .context("starting the DPDK EAL (--no-huge; run as root)")?;
     let mut cfg = MergeBenchConfig::new(&eal);

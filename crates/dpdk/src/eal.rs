@@ -46,6 +46,21 @@ impl EalBuilder {
         }
     }
 
+    /// An EAL that needs no hardware: no hugepages (anonymous memory, 512 MB), no PCI scan, no
+    /// shared files, no telemetry socket, one lcore, warnings only. Enough for mempools, vdevs
+    /// (`net_ring`, `net_null`, `net_af_packet`, `net_tap`) and the TSC: what tests, labs and
+    /// single-core benchmarks run on.
+    pub fn no_hardware(program: &str) -> Self {
+        Self::new(program)
+            .no_huge()
+            .memory_mb(512)
+            .no_pci()
+            .no_shconf()
+            .no_telemetry()
+            .lcores("0")
+            .log_level("warning")
+    }
+
     /// Appends a raw EAL argument, for options without a method here.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());

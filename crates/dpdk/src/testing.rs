@@ -13,16 +13,9 @@ use std::sync::{Arc, OnceLock};
 
 use crate::{Eal, EalBuilder, Mempool, PortId};
 
-/// The EAL arguments tests use: no hugepages, no PCI scan, no shared files, one lcore.
+/// The EAL arguments tests use: [`EalBuilder::no_hardware`].
 pub fn test_eal_builder() -> EalBuilder {
-    EalBuilder::new("px-test")
-        .no_huge()
-        .memory_mb(512)
-        .no_pci()
-        .no_shconf()
-        .no_telemetry()
-        .lcores("0")
-        .log_level("warning")
+    EalBuilder::no_hardware("px-test")
 }
 
 /// The process's EAL, booted on first use.

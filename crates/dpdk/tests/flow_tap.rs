@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use dpdk::testing::{assert_no_leaks, eal, pool, unique, vdev};
 use dpdk::{Burst, FlowAction, FlowRule, IpMatch, L4Proto, Port, RxQueue};
-use netlab::Netns;
 use pnet_datalink::{Channel, Config};
 
 const STEERED_PORT: u16 = 5555;
@@ -66,54 +65,6 @@ fn udp_ports_on(queue: &mut RxQueue, deadline: Instant) -> Vec<u16> {
     ports
 }
 
-/// Whether this kernel has what net_tap's rte_flow needs, found by trying it: a `multiq` root
-/// qdisc, and `flower` filters with `skbedit` and `gact` actions, on a veth in a scratch
-/// namespace. `Err` says what is missing. (`cargo xtask test` probes the same way before it runs
-/// the ignored steering test.)
-fn kernel_tc_flow_support() -> Result<(), String> {
-    let ns = Netns::new("pxtc").map_err(|e| e.to_string())?;
-    ns.ip(&[
-        "link",
-        "add",
-        "tc0",
-        "numtxqueues",
-        "2",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "tc1",
-    ])
-    .map_err(|e| e.to_string())?;
-    let tc = |what: &str, args: &[&str]| {
-        ns.exec("tc", args)
-            .map(drop)
-            .map_err(|e| format!("no TC {what}: {e}"))
-    };
-    tc(
-        "multiq",
-        &[
-            "qdisc", "add", "dev", "tc0", "root", "handle", "1:", "multiq",
-        ],
-    )?;
-    tc("ingress", &["qdisc", "add", "dev", "tc0", "ingress"])?;
-    let flower = [
-        "filter", "add", "dev", "tc0", "ingress", "protocol", "ip", "flower",
-    ];
-    tc(
-        "flower/skbedit",
-        &[
-            &flower[..],
-            &["ip_proto", "udp", "action", "skbedit", "queue_mapping", "1"],
-        ]
-        .concat(),
-    )?;
-    tc(
-        "flower/gact",
-        &[&flower[..], &["ip_proto", "tcp", "action", "gact", "drop"]].concat(),
-    )
-}
-
 fn tap_port(pool: &std::sync::Arc<dpdk::Mempool>, queues: u16) -> (String, Port) {
     let iface = unique("pxtap");
     let id = vdev("net_tap", &format!("iface={iface}"));
@@ -132,7 +83,7 @@ fn tap_port(pool: &std::sync::Arc<dpdk::Mempool>, queues: u16) -> (String, Port)
 /// has not (here), creation is refused with a clean error that carries DPDK's explanation.
 #[test]
 fn rule_creation_follows_kernel_tc_support_and_a_refusal_carries_dpdks_message() {
-    let support = kernel_tc_flow_support();
+    let support = netlab::tc_flow_support();
     let pool = pool(1024, 2048 + 128);
     let (_iface, port) = tap_port(&pool, 2);
     let rule = FlowRule::new(FlowAction::Queue(1))
@@ -163,7 +114,7 @@ fn rule_creation_follows_kernel_tc_support_and_a_refusal_carries_dpdks_message()
 // `cargo xtask test` probes for them and runs it where they exist.
 #[ignore = "needs kernel TC multiq/flower/skbedit/gact (net_tap's rte_flow)"]
 fn a_queue_rule_steers_matching_traffic_and_a_drop_rule_drops() {
-    kernel_tc_flow_support().expect("this test needs kernel TC support for net_tap's rte_flow");
+    netlab::tc_flow_support().expect("this test needs kernel TC support for net_tap's rte_flow");
     let pool = pool(1024, 2048 + 128);
     let (iface, port) = tap_port(&pool, 2);
 

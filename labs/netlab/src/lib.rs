@@ -287,3 +287,51 @@ pub fn iface_counter(ns: &Netns, iface: &str, counter: &str) -> Result<u64> {
     let text = ns.exec("cat", &[&path])?;
     text.trim().parse().map_err(|_| Error::Parse { path, text })
 }
+
+/// Whether this kernel has what net_tap's rte_flow needs, found by trying it: a `multiq` root
+/// qdisc, and `flower` filters with `skbedit` and `gact` actions, on a veth in a scratch
+/// namespace. `Err` says what is missing. Used by the net_tap steering test and by `cargo xtask test`, which runs that
+/// ignored test only where this succeeds.
+pub fn tc_flow_support() -> std::result::Result<(), String> {
+    let ns = Netns::new("pxtc").map_err(|e| e.to_string())?;
+    ns.ip(&[
+        "link",
+        "add",
+        "tc0",
+        "numtxqueues",
+        "2",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "tc1",
+    ])
+    .map_err(|e| e.to_string())?;
+    let tc = |what: &str, args: &[&str]| {
+        ns.exec("tc", args)
+            .map(drop)
+            .map_err(|e| format!("no TC {what}: {e}"))
+    };
+    tc(
+        "multiq",
+        &[
+            "qdisc", "add", "dev", "tc0", "root", "handle", "1:", "multiq",
+        ],
+    )?;
+    tc("ingress", &["qdisc", "add", "dev", "tc0", "ingress"])?;
+    let flower = [
+        "filter", "add", "dev", "tc0", "ingress", "protocol", "ip", "flower",
+    ];
+    tc(
+        "flower/skbedit",
+        &[
+            &flower[..],
+            &["ip_proto", "udp", "action", "skbedit", "queue_mapping", "1"],
+        ]
+        .concat(),
+    )?;
+    tc(
+        "flower/gact",
+        &[&flower[..], &["ip_proto", "tcp", "action", "gact", "drop"]].concat(),
+    )
+}
