@@ -123,6 +123,7 @@ impl<B: PacketBuf> Pipeline<B> {
         r.merge.bad_checksum = s.bad_checksum;
         r.connections = self.conns.len() as u64;
         r.pmtud = self.pmtu.summary();
+        r.pmtud_paths = self.pmtu.paths().to_vec();
         r.finish();
         r
     }

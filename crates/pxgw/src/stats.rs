@@ -137,6 +137,8 @@ pub struct Report {
     pub connections: u64,
     /// F-PMTUD.
     pub pmtud: crate::pmtud::PmtudSummary,
+    /// Path MTUs F-PMTUD discovered (the most recent, per worker).
+    pub pmtud_paths: Vec<crate::pmtud::DiscoveredPath>,
 }
 
 impl Report {
@@ -174,6 +176,8 @@ impl Report {
         a.fallbacks += b.fallbacks;
         a.cached += b.cached;
         a.answered += b.answered;
+        a.fragments_in += b.fragments_in;
+        self.pmtud_paths.extend_from_slice(&o.pmtud_paths);
         self.finish();
     }
 
@@ -208,10 +212,37 @@ impl Report {
             "mss": self.mss,
             "drops": self.drops,
             "connections": self.connections,
-            "pmtud": self.pmtud,
+            "pmtud": self.pmtud_json(),
             "ports": ports,
             "leaked_mbufs": leaked_mbufs,
         })
+    }
+
+    /// `pmtud`'s JSON: the counters, and `paths`, the discovered path MTUs.
+    fn pmtud_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!(self.pmtud);
+        v["paths"] = serde_json::json!(self.pmtud_paths);
+        v
+    }
+
+    /// The `workers` array of `--stats-json`: each worker's own packet counts, in worker order,
+    /// so one can see that every worker carries traffic.
+    pub fn workers_json(workers: &[Report]) -> serde_json::Value {
+        workers
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                serde_json::json!({
+                    "worker": i,
+                    "packets_in": r.inbound.packets_in + r.outbound.packets_in,
+                    "packets_out": r.inbound.packets_out + r.outbound.packets_out,
+                    "inbound": r.inbound,
+                    "outbound": r.outbound,
+                    "connections": r.connections,
+                    "pmtud": r.pmtud,
+                })
+            })
+            .collect()
     }
 
     /// The one-line summary of the change from `prev` over `dt` seconds; `ports` and

@@ -260,6 +260,17 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         let (router_report, router_checks) = router_topology(&pxgw, sizes, &stop)?;
         report["router"] = router_report;
         checks.extend(router_checks);
+        // Issue 10 §6 and §3: two workers; fragments and F-PMTUD through a 1400 B router.
+        let fpmtud = std::env::current_exe()?.with_file_name("fpmtud");
+        if !fpmtud.exists() {
+            bail!("{} is not built: `cargo build -p fpmtud` first", fpmtud.display());
+        }
+        let (r, c) = lab::wire_checks::two_workers(&pxgw, &fpmtud, sizes.file_bytes, &stop)?;
+        report["two_workers"] = r;
+        checks.extend(c);
+        let (r, c) = lab::wire_checks::fragment_checks(&pxgw, &fpmtud, &stop)?;
+        report["fragments"] = r;
+        checks.extend(c);
     }
     if let Some(p) = &json_path {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
