@@ -555,9 +555,11 @@ impl Lab {
     /// The pxgw configuration for this lab, `workers` workers (and queue pairs per port). The
     /// outside port is `net_tap` on the lab's TAP when there is one (module docs).
     pub fn pxgw_config(&self, workers: u16) -> String {
-        let port = |iface: &str, n: u32| match &self.ext_tap {
+        let port = |iface: &str, n: u32| {
+            match &self.ext_tap {
             Some(t) if n == 0 => format!("net_tap0,iface={}", t.tap()),
             _ => format!("net_af_packet{n},iface={iface},framesz=10240,blocksz=40960,framecnt=512,qpairs={workers}"),
+        }
         };
         format!(
             "# Written by the lab. Flows through veths and net_af_packet carry far less than a NIC,\n\

@@ -203,7 +203,11 @@ pub fn two_workers(
     let l = Lab::with_topology(topo)?;
     eprintln!(
         "lab: {topo}, {WORKERS} queues per port, workers.count = {WORKERS} (outside port on {})",
-        if l.gw_ext_tap().is_some() { "net_tap" } else { "net_af_packet" }
+        if l.gw_ext_tap().is_some() {
+            "net_tap"
+        } else {
+            "net_af_packet"
+        }
     );
     let _daemon = l.start_fpmtud(fpmtud)?;
     let gw = l.start_pxgw(pxgw, WORKERS, 600)?;
@@ -211,10 +215,9 @@ pub fn two_workers(
         let f = Family::V4;
         let mb = file_bytes >> 20;
         eprintln!("lab: {WORKERS} workers: {mb} MB each way, checked by sha256");
-        let ((sha_in, _), cap) =
-            l.with_capture(&l.int, l.int_iface(), l.ext_addr(f), || {
-                l.file_transfer(f, true, file_bytes)
-            })?;
+        let ((sha_in, _), cap) = l.with_capture(&l.int, l.int_iface(), l.ext_addr(f), || {
+            l.file_transfer(f, true, file_bytes)
+        })?;
         interrupted(stop)?;
         let (sha_out, _) = l.file_transfer(f, false, file_bytes)?;
         interrupted(stop)?;

@@ -263,7 +263,10 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         // Issue 10 §6 and §3: two workers; fragments and F-PMTUD through a 1400 B router.
         let fpmtud = std::env::current_exe()?.with_file_name("fpmtud");
         if !fpmtud.exists() {
-            bail!("{} is not built: `cargo build -p fpmtud` first", fpmtud.display());
+            bail!(
+                "{} is not built: `cargo build -p fpmtud` first",
+                fpmtud.display()
+            );
         }
         let (r, c) = lab::wire_checks::two_workers(&pxgw, &fpmtud, sizes.file_bytes, &stop)?;
         report["two_workers"] = r;
