@@ -358,7 +358,7 @@ impl PathMtu {
 
 /// The UDP source port for probes triggered by the connection `h` (an inside host's SYN) toward
 /// the responder's `port`: the first from [`PROBE_SOURCE_PORT`] up whose 4-tuple hash shares the
-/// connection's redirection-table index ([`RETA_INDEX_MASK`]), so the NIC delivers the connection
+/// connection's redirection-table index (its low 9 bits), so the NIC delivers the connection
 /// and the probe's report (hashed symmetrically) to the same queue, this worker's.
 /// [`PROBE_SOURCE_PORT`] when none is found.
 pub fn probe_source_port(toeplitz: &Toeplitz, h: &Headers, port: u16) -> u16 {
