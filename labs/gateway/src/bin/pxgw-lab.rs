@@ -2,7 +2,8 @@
 //! integration suite in `cargo xtask test`): real Linux TCP/UDP stacks in network namespaces,
 //! pxgw between them, IPv4 and IPv6 side by side, then the same transfers through a plain Linux
 //! bridge for comparison. `test` also runs a second topology: a Linux router between pxgw and
-//! the outside host, eMTU 1400, iMTU 4000.
+//! the outside host, eMTU 1400, iMTU 4000; then two workers, and fragments with F-PMTUD through
+//! a 1400 B router (`gateway_lab::wire_checks`).
 
 #![forbid(unsafe_code)]
 
