@@ -135,6 +135,8 @@ pub struct Report {
     pub connections: u64,
     /// F-PMTUD.
     pub pmtud: crate::pmtud::PmtudSummary,
+    /// Router behaviour: ICMP errors, fragments, path MTUs learned.
+    pub router: crate::icmp::RouterSummary,
 }
 
 impl Report {
@@ -171,6 +173,7 @@ impl Report {
         a.fallbacks += b.fallbacks;
         a.cached += b.cached;
         a.answered += b.answered;
+        self.router.add(&o.router);
         self.finish();
     }
 
@@ -201,6 +204,7 @@ impl Report {
             "drops": self.drops,
             "connections": self.connections,
             "pmtud": self.pmtud,
+            "router": self.router,
             "leaked_mbufs": leaked_mbufs,
         })
     }
