@@ -513,7 +513,10 @@ impl Config {
             return Err(invalid(
                 "pmtu.blackhole_mtu",
                 self.pmtu.blackhole_mtu,
-                &format!("1280..={} (the IPv6 minimum to the external MTU)", self.emtu()),
+                &format!(
+                    "1280..={} (the IPv6 minimum to the external MTU)",
+                    self.emtu()
+                ),
             ));
         }
         if self.pmtu.blackhole_retransmits > 16 {

@@ -65,7 +65,10 @@ pub fn copied_options(options: &[u8]) -> Result<Vec<u8>, FragmentError> {
             }
         }
     }
-    copied.resize(copied.len().div_ceil(ipv4::field::IHL_UNIT) * ipv4::field::IHL_UNIT, 0);
+    copied.resize(
+        copied.len().div_ceil(ipv4::field::IHL_UNIT) * ipv4::field::IHL_UNIT,
+        0,
+    );
     Ok(copied)
 }
 

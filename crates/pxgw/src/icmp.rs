@@ -88,7 +88,10 @@ struct Bucket {
 
 impl Bucket {
     fn full(cap: u64, now: u64) -> Self {
-        Self { credit: cap, last: now }
+        Self {
+            credit: cap,
+            last: now,
+        }
     }
 
     fn refill(&mut self, now: u64, cap: u64) {

@@ -554,10 +554,13 @@ impl<B: PacketBuf> Pipeline<B> {
         let Some(c) = self.conns.touch_mut(&key, now) else {
             return pmtu;
         };
-        if !c
-            .retx
-            .on_split(tcp.seq_number(), u32::from(h.payload_len), now, limit, window)
-        {
+        if !c.retx.on_split(
+            tcp.seq_number(),
+            u32::from(h.payload_len),
+            now,
+            limit,
+            window,
+        ) {
             return pmtu;
         }
         let fallback = self.cfg.blackhole_mtu;

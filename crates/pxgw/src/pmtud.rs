@@ -156,8 +156,10 @@ impl PathMtu {
         {
             return;
         }
-        let opening = wire::TcpPacket::new_checked(&frame[h.l4_offset()..h.hdr_len()])
-            .is_ok_and(|t| t.flags() & (wire::tcp_flags::SYN | wire::tcp_flags::ACK) == wire::tcp_flags::SYN);
+        let opening =
+            wire::TcpPacket::new_checked(&frame[h.l4_offset()..h.hdr_len()]).is_ok_and(|t| {
+                t.flags() & (wire::tcp_flags::SYN | wire::tcp_flags::ACK) == wire::tcp_flags::SYN
+            });
         if !opening {
             return;
         }

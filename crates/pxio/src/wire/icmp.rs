@@ -285,7 +285,10 @@ mod tests {
     #[test]
     fn packet_too_big_agrees_with_etherparse() {
         let quoted = vec![0x77u8; 1232];
-        let (src, dst) = ([0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x20; 16]);
+        let (src, dst) = (
+            [0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0x20; 16],
+        );
         let ip = IpRepr::V6(Ipv6Repr::new(src, dst));
         let frame = icmp_frame(MACS, ip, IcmpRepr::packet_too_big(1400), &quoted).unwrap();
         assert_eq!(frame.len(), 14 + 1280);
@@ -299,7 +302,11 @@ mod tests {
         assert_eq!(icmp.icmp_type(), Icmpv6Type::PacketTooBig { mtu: 1400 });
         let expect = icmp
             .icmp_type()
-            .calc_checksum(v6.header().source(), v6.header().destination(), icmp.payload())
+            .calc_checksum(
+                v6.header().source(),
+                v6.header().destination(),
+                icmp.payload(),
+            )
             .unwrap();
         assert_eq!(icmp.checksum(), expect);
         let view = IcmpPacket::new_checked(&frame[54..]).unwrap();
