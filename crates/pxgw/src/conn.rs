@@ -39,8 +39,14 @@ pub struct Retransmits {
 impl Retransmits {
     /// A segment of `len` bytes at `seq` that the gateway is about to split, at `now`. True
     /// when it is the `limit`-th retransmission of the same segment within `window_ns` (the
-    /// count then starts over). New data and retransmissions of other segments (ordinary loss
-    /// recovery) never add up to it.
+    /// count then starts over).
+    ///
+    /// The segment followed is the lowest one retransmitted in the window: the head of the
+    /// retransmission queue, which a host in a black hole sends again on every timeout, even
+    /// when it resends the whole window behind it each time (go-back-N). Retransmissions above
+    /// it are part of the same recovery and do not reset the count; new data never counts.
+    /// Ordinary loss recovery retransmits a segment once, so it does not add up to `limit`
+    /// (2 by default) unless the retransmission is lost too.
     pub fn on_split(&mut self, seq: u32, len: u32, now: u64, limit: u8, window_ns: u64) -> bool {
         let end = seq.wrapping_add(len);
         if !self.seen {
@@ -53,12 +59,13 @@ impl Retransmits {
         }
         let mut fired = false;
         if before(seq, self.high) {
-            if self.count > 0 && seq == self.seq && now.saturating_sub(self.since) <= window_ns {
-                self.count = self.count.saturating_add(1);
-            } else {
+            let fresh = self.count == 0 || now.saturating_sub(self.since) > window_ns;
+            if fresh || before(seq, self.seq) {
                 self.seq = seq;
                 self.count = 1;
                 self.since = now;
+            } else if seq == self.seq {
+                self.count = self.count.saturating_add(1);
             }
             if limit > 0 && self.count >= limit {
                 self.count = 0;
