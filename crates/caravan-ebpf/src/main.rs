@@ -2,19 +2,30 @@
 //!
 //! The paper patches the kernel's UDP stack so that endpoints inside the b-network receive
 //! caravans. This program does the same job without a kernel rebuild. It recognises a caravan
-//! (`docs/caravan.md`): unfragmented IPv4/UDP, no IP options, DSCP = the mark. It validates the
-//! whole caravan first, and a malformed one is dropped and counted, so nothing of it is
-//! delivered. Then it hands every inner datagram to the stack as an ordinary UDP packet.
+//! (`docs/caravan.md`): unfragmented UDP over IPv4 without options or over IPv6 without
+//! extension headers, DSCP = the mark, untagged or behind one 802.1Q tag. It validates the whole
+//! caravan first, and a malformed one is dropped and counted, so nothing of it is delivered.
+//! Then it hands every inner datagram to the stack as an ordinary UDP packet.
+//!
+//! # VLAN tags
+//! At clsact ingress the kernel has already moved a frame's first VLAN tag out of the data into
+//! the socket buffer's metadata (`skb_vlan_untag` runs before TC), so a single-tagged caravan
+//! looks untagged here; the clones below inherit the tag and reach the VLAN device above. A tag
+//! still in the data (a frame handed to the program raw, as `BPF_PROG_TEST_RUN` does) is checked
+//! the same way at offset 18, then moved into the metadata (`bpf_skb_vlan_pop` and
+//! `bpf_skb_vlan_push`) before decapsulation. A tag in the data behind one in the metadata is a
+//! second tag: double-tagged frames pass untouched (the gateway never packs them).
 //!
 //! # How the datagrams are cut out (in one pass, in order)
 //! 1. `bpf_skb_adjust_room(-8, NET)` removes the outer UDP header. Datagram 0's UDP header now
 //!    follows the IP header.
-//! 2. For datagram *i*, the IP header is rewritten: DSCP 0 (ECN kept), total length 20 + its
-//!    UDP length, identification = the caravan's + *i*, and a recomputed header checksum. Then
+//! 2. For datagram *i*, the IP header is rewritten: DSCP 0 (ECN kept) and its own length (IPv4:
+//!    total length 20 + its UDP length, identification = the caravan's + *i*, a recomputed
+//!    header checksum; IPv6: payload length = its UDP length). Then
 //!    `bpf_clone_redirect(skb, ifindex, BPF_F_INGRESS)` hands a clone to this device's ingress.
 //!    The bytes behind the datagram (the rest of the caravan) are still in the clone. `ip_rcv`
-//!    trims them, as it trims Ethernet padding, because the IP total length says where the
-//!    datagram ends.
+//!    and `ipv6_rcv` trim them, as they trim Ethernet padding, because the IP length says where
+//!    the datagram ends.
 //! 3. `bpf_skb_adjust_room(-len_i, NET)` removes datagram *i*, in three steps of about a third
 //!    (the helper moves at most 4095 B at once), so datagram *i + 1* now follows the IP header.
 //!    Go to 2.
@@ -28,14 +39,14 @@
 //! through this program with DSCP 0, so they pass it as plain UDP.
 //!
 //! # Checksums
-//! * The IPv4 header checksum of every datagram is recomputed here.
+//! * The IPv4 header checksum of every datagram is recomputed here (IPv6 has none).
 //! * The inner UDP checksum is the sender's, untouched. It covers the original pseudo-header:
 //!   the same addresses, protocol and UDP length as the restored datagram. So it stays valid, and
 //!   the UDP stack verifies it as for any datagram.
 //!
 //! # Not handled (passed untouched)
-//! IPv6 caravans, VLAN-tagged frames, and IPv4 headers with options. The packer never builds the
-//! last kind.
+//! IPv4 headers with options, IPv6 packets with extension headers, double-tagged frames and
+//! 802.1ad tags in the data. The packer never builds them.
 //!
 //! # Pass-through (beyond the paper)
 //! A caravan to a UDP port registered in `CARAVAN_PASSTHROUGH` is validated the same way, then
@@ -47,6 +58,7 @@
 use aya_ebpf::bindings::{
     bpf_adj_room_mode::BPF_ADJ_ROOM_NET, BPF_F_INGRESS, TC_ACT_OK, TC_ACT_SHOT,
 };
+use aya_ebpf::helpers::{bpf_skb_vlan_pop, bpf_skb_vlan_push};
 use aya_ebpf::macros::{classifier, map};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
 use aya_ebpf::programs::TcContext;
@@ -57,18 +69,26 @@ use caravan_common::{
 
 /// Ethernet header bytes (no VLAN tag).
 const ETH_HLEN: usize = 14;
+/// One VLAN tag (TPID and TCI).
+const VLAN_HLEN: usize = 4;
+/// Offset of the EtherType, or of the TPID of a tag still in the data.
+const ETHERTYPE: usize = 12;
 /// IPv4 header bytes without options.
 const IP_HLEN: usize = 20;
+/// IPv6 fixed header bytes.
+const IP6_HLEN: usize = 40;
 /// UDP header bytes (the caravan format's, outer and inner).
 const UDP_HLEN: usize = UDP_HEADER_LEN;
-/// Offset of the IPv4 header.
+/// Offset of the IP header while datagrams are cut out (any tag is in the metadata by then).
 const L3: usize = ETH_HLEN;
-/// Offset of the outer UDP header, and of each datagram's header while it is cut out.
-const L4: usize = ETH_HLEN + IP_HLEN;
-/// Offset of the first inner UDP header in the caravan as received.
-const INNER: usize = L4 + UDP_HLEN;
 /// EtherType of IPv4.
 const ETH_P_IP: u16 = 0x0800;
+/// EtherType of IPv6.
+const ETH_P_IPV6: u16 = 0x86dd;
+/// TPID of an 802.1Q tag.
+const ETH_P_8021Q: u16 = 0x8100;
+/// [`Caravan::tag`]'s flag: a tag is in the data.
+const TAGGED: u32 = 1 << 16;
 /// IP protocol number of UDP.
 const IPPROTO_UDP: u8 = 17;
 
@@ -81,6 +101,16 @@ mod ip {
     pub const FRAG: usize = 6;
     pub const PROTO: usize = 9;
     pub const CSUM: usize = 10;
+}
+
+/// Byte offsets inside the IPv6 header; the traffic class straddles bytes 0 and 1.
+mod ip6 {
+    /// Version (high nibble) and the traffic class's high nibble.
+    pub const VER_TC: usize = 0;
+    /// The traffic class's low nibble (high nibble of the byte) and the flow label's start.
+    pub const TC_FLOW: usize = 1;
+    pub const PAYLOAD_LEN: usize = 4;
+    pub const NEXT_HEADER: usize = 6;
 }
 
 /// Byte offsets inside a UDP header: the caravan format's.
@@ -115,7 +145,15 @@ pub fn caravan_decap(ctx: TcContext) -> i32 {
                 count(Counter::PassedThrough, 1);
                 return TC_ACT_OK as i32;
             }
-            let delivered = decapsulate(&ctx, &caravan);
+            let delivered = if untag(&ctx, caravan.tag) {
+                if caravan.v6 {
+                    decapsulate_v6(&ctx, &caravan)
+                } else {
+                    decapsulate_v4(&ctx, &caravan)
+                }
+            } else {
+                0
+            };
             count(Counter::Datagrams, u64::from(delivered));
             if delivered != caravan.count {
                 count(Counter::HelperErrors, 1);
@@ -131,12 +169,18 @@ pub fn caravan_decap(ctx: TcContext) -> i32 {
 
 /// A validated caravan.
 struct Caravan {
-    /// The outer IPv4 header as received.
+    /// Whether it is IPv6.
+    v6: bool,
+    /// The outer IP header as received: all 20 bytes of IPv4, the first 20 of IPv6.
     ip: [u8; IP_HLEN],
     /// Number of inner datagrams (1..=[`MAX_DATAGRAMS`]).
     count: u32,
     /// UDP destination port, host byte order.
     dport: u16,
+    /// An 802.1Q tag still in the data, to move into the metadata first: its TCI with bit 16
+    /// set, or 0 for none. (Not an `Option<u16>`: the verifier refuses the undefined payload
+    /// LLVM leaves in a `None`.)
+    tag: u32,
 }
 
 /// What to do with a packet.
@@ -168,22 +212,49 @@ fn count(counter: Counter, n: u64) {
     }
 }
 
+/// The caravan mark configured by the loader.
+fn mark() -> u8 {
+    // Slot values are validated by the loader (1..=63); the cast keeps the low byte.
+    config(CONFIG_DSCP, u32::from(DEFAULT_DSCP)) as u8
+}
+
 /// Tells caravans from other traffic and checks every rule of `docs/caravan.md` before anything
 /// is delivered.
 fn classify(ctx: &TcContext) -> Verdict {
-    let Ok(ethertype) = ctx.load::<[u8; 2]>(12) else {
+    let Ok(ethertype) = ctx.load::<[u8; 2]>(ETHERTYPE) else {
         return Verdict::Pass;
     };
-    if u16::from_be_bytes(ethertype) != ETH_P_IP {
-        return Verdict::Pass;
+    let (l3, ethertype, tag) = if u16::from_be_bytes(ethertype) == ETH_P_8021Q {
+        // SAFETY: reading a field of the context the kernel passed, as the verifier allows.
+        if unsafe { (*ctx.skb.skb).vlan_present } != 0 {
+            return Verdict::Pass; // a second tag: double-tagged
+        }
+        // The TCI, then the EtherType of what the tag carries.
+        let Ok(tag) = ctx.load::<[u8; VLAN_HLEN]>(ETH_HLEN) else {
+            return Verdict::Pass;
+        };
+        (
+            ETH_HLEN + VLAN_HLEN,
+            be16(&tag, 2),
+            TAGGED | u32::from(be16(&tag, 0)),
+        )
+    } else {
+        (ETH_HLEN, u16::from_be_bytes(ethertype), 0)
+    };
+    match ethertype {
+        ETH_P_IP => classify_v4(ctx, l3, tag),
+        ETH_P_IPV6 => classify_v6(ctx, l3, tag),
+        _ => Verdict::Pass,
     }
-    let Ok(ip) = ctx.load::<[u8; IP_HLEN]>(L3) else {
+}
+
+/// [`classify`] for IPv4 at `l3`.
+fn classify_v4(ctx: &TcContext, l3: usize, tag: u32) -> Verdict {
+    let Ok(ip) = ctx.load::<[u8; IP_HLEN]>(l3) else {
         return Verdict::Pass;
     };
-    // Slot values are validated by the loader (1..=63); the cast keeps the low byte.
-    let mark = config(CONFIG_DSCP, u32::from(DEFAULT_DSCP)) as u8;
     if ip[ip::VER_IHL] != 0x45
-        || !format::is_marked(ip[ip::TOS], mark)
+        || !format::is_marked(ip[ip::TOS], mark())
         || ip[ip::PROTO] != IPPROTO_UDP
         || be16(&ip, ip::FRAG) & 0x3fff != 0
     {
@@ -191,45 +262,95 @@ fn classify(ctx: &TcContext) -> Verdict {
     }
     // From here on it is a caravan: every failure is "malformed".
     let tot_len = be16(&ip, ip::TOT_LEN) as usize;
-    if tot_len < IP_HLEN + UDP_HLEN || L3 + tot_len > ctx.len() as usize {
+    if tot_len < IP_HLEN + UDP_HLEN || l3 + tot_len > ctx.len() as usize {
         return Verdict::Malformed; // truncated
     }
-    let Ok(outer) = ctx.load::<[u8; UDP_HLEN]>(L4) else {
-        return Verdict::Malformed;
+    match walk(ctx, l3 + IP_HLEN, tot_len - IP_HLEN) {
+        Some((count, dport)) => Verdict::Caravan(Caravan {
+            v6: false,
+            ip,
+            count,
+            dport,
+            tag,
+        }),
+        None => Verdict::Malformed,
+    }
+}
+
+/// [`classify`] for IPv6 at `l3`: only UDP right behind the fixed header (a fragment or any
+/// other extension header is not a caravan).
+fn classify_v6(ctx: &TcContext, l3: usize, tag: u32) -> Verdict {
+    let Ok(hdr) = ctx.load::<[u8; IP6_HLEN]>(l3) else {
+        return Verdict::Pass;
     };
-    if be16(&outer, udp::LENGTH) as usize != tot_len - IP_HLEN {
-        return Verdict::Malformed; // IP and UDP lengths disagree
+    let traffic_class = (hdr[ip6::VER_TC] << 4) | (hdr[ip6::TC_FLOW] >> 4);
+    if hdr[ip6::VER_TC] >> 4 != 6
+        || !format::is_marked(traffic_class, mark())
+        || hdr[ip6::NEXT_HEADER] != IPPROTO_UDP
+    {
+        return Verdict::Pass;
+    }
+    let payload_len = be16(&hdr, ip6::PAYLOAD_LEN) as usize;
+    if payload_len < UDP_HLEN || l3 + IP6_HLEN + payload_len > ctx.len() as usize {
+        return Verdict::Malformed; // truncated (or a jumbogram's zero length)
+    }
+    let mut ip = [0u8; IP_HLEN];
+    ip.copy_from_slice(&hdr[..IP_HLEN]);
+    match walk(ctx, l3 + IP6_HLEN, payload_len) {
+        Some((count, dport)) => Verdict::Caravan(Caravan {
+            v6: true,
+            ip,
+            count,
+            dport,
+            tag,
+        }),
+        None => Verdict::Malformed,
+    }
+}
+
+/// Checks the outer UDP header at `l4` (its length must be `udp_len`, the IP layer's) and every
+/// inner header behind it; returns the datagram count and the destination port, or `None` when
+/// the caravan is malformed.
+fn walk(ctx: &TcContext, l4: usize, udp_len: usize) -> Option<(u32, u16)> {
+    let outer = ctx.load::<[u8; UDP_HLEN]>(l4).ok()?;
+    if be16(&outer, udp::LENGTH) as usize != udp_len {
+        return None; // IP and UDP lengths disagree
     }
     let (sport, dport) = (be16(&outer, udp::SRC_PORT), be16(&outer, udp::DST_PORT));
-    let payload = tot_len - IP_HLEN - UDP_HLEN;
     let max = config(CONFIG_MAX_DATAGRAMS, MAX_DATAGRAMS).min(MAX_DATAGRAMS);
-
+    let inner_at = l4 + UDP_HLEN;
     // The rules of docs/caravan.md, one inner header per step, in their one copy
     // (`caravan_common::format::Walk`, also behind pxio and caravan::Reader). The walk reads no
     // memory: each header is loaded here with `bpf_skb_load_bytes`. The loop bound is one more
     // than the most datagrams, so the walk itself always reaches its verdict (None or TooMany).
-    let mut walk = Walk::new(payload, sport, dport, max);
+    let mut walk = Walk::new(udp_len - UDP_HLEN, sport, dport, max);
     for _ in 0..=MAX_DATAGRAMS {
         let off = match walk.next_header() {
             Ok(Some(off)) => off,
             Ok(None) => break,
-            Err(_) => return Verdict::Malformed,
+            Err(_) => return None,
         };
-        let Ok(inner) = ctx.load::<[u8; UDP_HLEN]>(INNER + off) else {
-            return Verdict::Malformed;
-        };
-        if walk.accept(&inner).is_err() {
-            return Verdict::Malformed;
-        }
+        let inner = ctx.load::<[u8; UDP_HLEN]>(inner_at + off).ok()?;
+        walk.accept(&inner).ok()?;
     }
-    let Ok(n) = walk.finish() else {
-        return Verdict::Malformed;
-    };
-    Verdict::Caravan(Caravan {
-        ip,
-        count: n,
-        dport,
-    })
+    walk.finish().ok().map(|n| (n, dport))
+}
+
+/// Moves an 802.1Q tag still in the data (`tag`, see [`Caravan::tag`]) into the metadata, where
+/// the kernel keeps the tag of every single-tagged frame it received, so the IP header is at
+/// [`L3`] and the clones carry the tag. Nothing to do without one.
+fn untag(ctx: &TcContext, tag: u32) -> bool {
+    if tag & TAGGED == 0 {
+        return true;
+    }
+    let tci = tag as u16;
+    // SAFETY: `skb` is the context pointer the kernel passed; both helpers take it as is. Pop
+    // removes the tag from the data (no tag is in the metadata: `classify` checked); push puts
+    // it into the metadata, since none is there.
+    unsafe {
+        bpf_skb_vlan_pop(ctx.skb.skb) == 0
+            && bpf_skb_vlan_push(ctx.skb.skb, ETH_P_8021Q.to_be(), tci) == 0
+    }
 }
 
 /// The IPv4 header checksum of `hdr` (whose checksum field is zero).
@@ -261,15 +382,24 @@ fn cut(ctx: &TcContext, len: u32) -> bool {
         && ctx.adjust_room(-(last as i32), BPF_ADJ_ROOM_NET, 0).is_ok()
 }
 
-/// Delivers every datagram of `caravan` as its own packet, in order; returns how many went out.
-fn decapsulate(ctx: &TcContext, caravan: &Caravan) -> u32 {
+/// The interface the caravan arrived on, where the clones are redirected.
+fn ifindex(ctx: &TcContext) -> u32 {
     // SAFETY: `skb` is the context pointer the kernel passed to this program; reading a field of
     // it is what the verifier allows for `__sk_buff`.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    if ctx
-        .adjust_room(-(UDP_HLEN as i32), BPF_ADJ_ROOM_NET, 0)
-        .is_err()
-    {
+    unsafe { (*ctx.skb.skb).ifindex }
+}
+
+/// Removes the outer UDP header (step 1).
+fn drop_outer_udp(ctx: &TcContext) -> bool {
+    ctx.adjust_room(-(UDP_HLEN as i32), BPF_ADJ_ROOM_NET, 0)
+        .is_ok()
+}
+
+/// Delivers every datagram of an IPv4 `caravan` as its own packet, in order; returns how many
+/// went out.
+fn decapsulate_v4(ctx: &TcContext, caravan: &Caravan) -> u32 {
+    let ifindex = ifindex(ctx);
+    if !drop_outer_udp(ctx) {
         return 0;
     }
     let id = be16(&caravan.ip, ip::ID);
@@ -280,7 +410,7 @@ fn decapsulate(ctx: &TcContext, caravan: &Caravan) -> u32 {
         if i >= caravan.count {
             break;
         }
-        let Ok(inner) = ctx.load::<[u8; UDP_HLEN]>(L4) else {
+        let Ok(inner) = ctx.load::<[u8; UDP_HLEN]>(L3 + IP_HLEN) else {
             break;
         };
         let len = be16(&inner, udp::LENGTH);
@@ -295,6 +425,48 @@ fn decapsulate(ctx: &TcContext, caravan: &Caravan) -> u32 {
         let csum = ip_checksum(&hdr).to_be_bytes();
         hdr[ip::CSUM] = csum[0];
         hdr[ip::CSUM + 1] = csum[1];
+        if ctx.store(L3, &hdr, 0).is_err() {
+            break;
+        }
+        if ctx
+            .clone_redirect(ifindex, u64::from(BPF_F_INGRESS))
+            .is_err()
+        {
+            break;
+        }
+        sent += 1;
+        if i + 1 < caravan.count && !cut(ctx, u32::from(len)) {
+            break;
+        }
+    }
+    sent
+}
+
+/// Delivers every datagram of an IPv6 `caravan` as its own packet, in order; returns how many
+/// went out. Only the first 8 bytes of the header change (traffic class, payload length).
+fn decapsulate_v6(ctx: &TcContext, caravan: &Caravan) -> u32 {
+    let ifindex = ifindex(ctx);
+    if !drop_outer_udp(ctx) {
+        return 0;
+    }
+    let mut hdr = [0u8; 8];
+    hdr.copy_from_slice(&caravan.ip[..8]);
+    // DSCP 0, ECN kept: the traffic class's high nibble is byte 0's low nibble, its low nibble
+    // (ECN in its low two bits) byte 1's high nibble.
+    hdr[ip6::VER_TC] &= 0xf0;
+    hdr[ip6::TC_FLOW] &= 0x3f;
+    let mut sent = 0u32;
+    for i in 0..MAX_DATAGRAMS {
+        if i >= caravan.count {
+            break;
+        }
+        let Ok(inner) = ctx.load::<[u8; UDP_HLEN]>(L3 + IP6_HLEN) else {
+            break;
+        };
+        let len = be16(&inner, udp::LENGTH);
+        let plen = len.to_be_bytes();
+        hdr[ip6::PAYLOAD_LEN] = plen[0];
+        hdr[ip6::PAYLOAD_LEN + 1] = plen[1];
         if ctx.store(L3, &hdr, 0).is_err() {
             break;
         }

@@ -44,12 +44,15 @@ pub enum Error {
         "the DPDK EAL is already initialised in this process; it can be initialised only once"
     )]
     AlreadyInitialised,
-    /// `rte_eal_init` failed.
-    #[error("DPDK EAL initialisation failed: {0}")]
+    /// `rte_eal_init` failed; the message adds what the errno means at this step.
+    #[error("DPDK EAL initialisation failed: {0}{hint}", hint = eal_hint(.0))]
     EalInit(Errno),
     /// An argument Rust could not hand to C, or that DPDK would misread.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// `rte_thread_register` refused the calling thread (no free lcore id, say).
+    #[error("cannot register the thread with the DPDK EAL: {0}")]
+    ThreadRegister(Errno),
     /// No device or port by that name or id.
     #[error("no such DPDK device: {0}")]
     NoDevice(String),
@@ -78,6 +81,18 @@ pub enum Error {
         port: u16,
         /// What is not possible, with the device's limit.
         what: String,
+    },
+    /// The device cannot take the MTU asked for, or did not keep it.
+    #[error("port {port} ({driver}): cannot use MTU {mtu}: {reason}")]
+    Mtu {
+        /// Port id.
+        port: u16,
+        /// The driver's name.
+        driver: String,
+        /// The MTU asked for.
+        mtu: u16,
+        /// Why, with the device's limits.
+        reason: String,
     },
     /// A queue index past the port's queue count.
     #[error("port {port}: {kind} queue {index} out of range (the port has {count})")]
@@ -155,6 +170,28 @@ pub enum Error {
         /// DPDK's reason.
         errno: Errno,
     },
+}
+
+/// What `rte_eal_init`'s errno means in DPDK 22.11 (`lib/eal/linux/eal.c` sets one errno per
+/// failing step), so the one-line error names the cause instead of only "Operation not
+/// supported".
+fn eal_hint(errno: &Errno) -> &'static str {
+    match errno.0 {
+        libc::EACCES => {
+            " (permission denied reading hugepage or device files: run as root, or with \
+             CAP_SYS_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK)"
+        }
+        libc::ENOMEM => " (not enough memory: lower eal.memory_mb, or reserve more hugepages)",
+        libc::ENOTSUP => {
+            " (a device failed to probe: a vdev's interface is missing or cannot be opened, or \
+             a PCI device is not bound to a DPDK driver; the EAL lines above name it)"
+        }
+        libc::EINVAL => " (invalid EAL arguments)",
+        libc::EALREADY => " (already initialised in this process)",
+        libc::ENODEV => " (no usable device or memory driver, e.g. VFIO)",
+        libc::EFAULT | libc::EPROTO | libc::ENOEXEC => " (internal EAL set-up failed)",
+        _ => "",
+    }
 }
 
 /// Result type of this crate.

@@ -1,6 +1,7 @@
 //! A safe wrapper over DPDK 22.11, shaped for PacketExpress's run-to-completion workers.
 //!
-//! - [`Eal`]: initialises the environment once per process ([`EalBuilder`]), hot-plugs vdevs.
+//! - [`Eal`]: initialises the environment once per process ([`EalBuilder`]), hot-plugs vdevs,
+//!   registers worker threads as lcores ([`Eal::register_thread`], [`LcoreRegistration`]).
 //! - [`Mempool`] and [`Mbuf`]: owned packet buffers with chains, shallow refcounted clones, and a
 //!   `Drop` that frees a whole chain exactly once.
 //! - [`Burst`]: a fixed-capacity, allocation-free array of mbufs for the RX/TX hot path.
@@ -17,6 +18,7 @@ mod eal;
 mod error;
 mod flow;
 pub mod gro;
+mod lcore;
 mod mbuf;
 mod mempool;
 mod port;
@@ -28,10 +30,12 @@ pub use eal::{Eal, EalBuilder, PortId};
 pub use error::{Errno, Error, Result};
 pub use flow::{Flow, FlowAction, FlowRule, IpMatch, L4Match, L4Proto};
 pub use gro::GroContext;
+pub use lcore::{current_lcore, LcoreId, LcoreRegistration};
 pub use mbuf::{Mbuf, MbufChain, Segments};
 pub use mempool::Mempool;
 pub use port::{
-    Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue, TxOffloads, TxQueue,
+    DescLimits, DeviceInfo, Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue,
+    TxOffloads, TxQueue, RSS_KEY_LEN,
 };
 
 /// The `RTE_MBUF_F_TX_*` flags [`Mbuf::set_tx_offload`] takes.

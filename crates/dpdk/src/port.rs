@@ -72,26 +72,186 @@ pub struct Link {
     pub full_duplex: bool,
 }
 
-/// Port counters (`rte_eth_stats`).
+/// Port counters (`rte_eth_stats`), named as DPDK names them so an operator can match them to
+/// `dpdk-testpmd`'s and the driver's documentation.
+///
+/// How the counters add up: every frame that reached the device is in `ipackets` (delivered to
+/// the application), `imissed` (dropped by the device because the RX ring was full), `ierrors`
+/// (bad frames) or `rx_nombuf` (no mbuf to receive into; some drivers also count these in
+/// `imissed`). Every frame the application handed to the driver that the driver accepted is in
+/// `opackets` or, if the driver then failed to put it on the wire, `oerrors`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortStats {
-    /// Packets received.
-    pub rx_packets: u64,
-    /// Packets sent.
-    pub tx_packets: u64,
+    /// Frames received and delivered to the application.
+    pub ipackets: u64,
+    /// Frames transmitted.
+    pub opackets: u64,
     /// Bytes received.
-    pub rx_bytes: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Packets the hardware dropped for lack of RX descriptors.
-    pub rx_missed: u64,
-    /// Erroneous received packets.
-    pub rx_errors: u64,
-    /// Failed transmissions.
-    pub tx_errors: u64,
-    /// RX mbuf allocation failures.
+    pub ibytes: u64,
+    /// Bytes transmitted.
+    pub obytes: u64,
+    /// Frames the device dropped because the RX ring was full (the application did not poll
+    /// fast enough, or the ring is too small for the bursts it gets).
+    pub imissed: u64,
+    /// Erroneous frames received.
+    pub ierrors: u64,
+    /// Frames the driver accepted but failed to transmit.
+    pub oerrors: u64,
+    /// Frames lost because no mbuf was free to receive them.
     pub rx_nombuf: u64,
 }
+
+impl PortStats {
+    /// The change since `earlier` (counters that went backwards, after a reset, give 0).
+    pub fn since(&self, earlier: &PortStats) -> PortStats {
+        PortStats {
+            ipackets: self.ipackets.saturating_sub(earlier.ipackets),
+            opackets: self.opackets.saturating_sub(earlier.opackets),
+            ibytes: self.ibytes.saturating_sub(earlier.ibytes),
+            obytes: self.obytes.saturating_sub(earlier.obytes),
+            imissed: self.imissed.saturating_sub(earlier.imissed),
+            ierrors: self.ierrors.saturating_sub(earlier.ierrors),
+            oerrors: self.oerrors.saturating_sub(earlier.oerrors),
+            rx_nombuf: self.rx_nombuf.saturating_sub(earlier.rx_nombuf),
+        }
+    }
+
+    /// Frames that reached the device but never reached the application.
+    pub fn rx_lost(&self) -> u64 {
+        self.imissed + self.ierrors + self.rx_nombuf
+    }
+}
+
+/// Descriptor-ring limits of one direction (`rte_eth_desc_lim`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DescLimits {
+    /// Most descriptors per queue.
+    pub nb_max: u16,
+    /// Fewest descriptors per queue.
+    pub nb_min: u16,
+    /// Most segments (mbufs of a chain) per packet.
+    pub nb_seg_max: u16,
+    /// Most segments per MTU-sized packet (for TSO, the segments of one wire frame).
+    pub nb_mtu_seg_max: u16,
+}
+
+impl DescLimits {
+    fn from_raw(lim: &dpdk_sys::rte_eth_desc_lim) -> Self {
+        Self {
+            nb_max: lim.nb_max,
+            nb_min: lim.nb_min,
+            nb_seg_max: lim.nb_seg_max,
+            nb_mtu_seg_max: lim.nb_mtu_seg_max,
+        }
+    }
+}
+
+/// What a device can do (`rte_eth_dev_info`), read before or after the port is started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The driver's name (`net_af_packet`, `net_ixgbe`, ...).
+    pub driver: String,
+    /// The kernel interface index behind the port (kernel-backed drivers: af_packet, af_xdp,
+    /// tap), or 0.
+    pub if_index: u32,
+    /// Most RX queues.
+    pub max_rx_queues: u16,
+    /// Most TX queues.
+    pub max_tx_queues: u16,
+    /// Smallest MTU the device takes.
+    pub min_mtu: u16,
+    /// Largest MTU the device reports (many drivers leave DPDK's default, 65535, and limit the
+    /// frame length instead; see [`DeviceInfo::mtu_limit`]).
+    pub max_mtu: u16,
+    /// Longest frame the device receives, Ethernet header and CRC included.
+    pub max_rx_pktlen: u32,
+    /// RX descriptor limits.
+    pub rx_desc: DescLimits,
+    /// TX descriptor limits.
+    pub tx_desc: DescLimits,
+    /// RX offloads the device offers (those PacketExpress knows).
+    pub rx_offloads: RxOffloads,
+    /// TX offloads the device offers (those PacketExpress knows).
+    pub tx_offloads: TxOffloads,
+    /// RSS hash types the device offers (those PacketExpress knows).
+    pub rss: RssHash,
+    /// Length of the RSS hash key the device takes (0: it takes none, e.g. most vdevs).
+    pub hash_key_size: u8,
+}
+
+impl DeviceInfo {
+    /// Reads the device information of port `id` (started or not).
+    pub fn of(_eal: &Eal, id: PortId) -> Result<Self> {
+        let raw = dev_info_raw(id)?;
+        let driver = if raw.driver_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: DPDK's driver name is a static NUL-terminated string.
+            unsafe { CStr::from_ptr(raw.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Ok(Self {
+            driver,
+            if_index: raw.if_index,
+            max_rx_queues: raw.max_rx_queues,
+            max_tx_queues: raw.max_tx_queues,
+            min_mtu: raw.min_mtu,
+            max_mtu: raw.max_mtu,
+            max_rx_pktlen: raw.max_rx_pktlen,
+            hash_key_size: raw.hash_key_size,
+            rx_desc: DescLimits::from_raw(&raw.rx_desc_lim),
+            tx_desc: DescLimits::from_raw(&raw.tx_desc_lim),
+            rx_offloads: RxOffloads::from_bits_truncate(raw.rx_offload_capa),
+            tx_offloads: TxOffloads::from_bits_truncate(raw.tx_offload_capa),
+            rss: RssHash::from_bits_truncate(raw.flow_type_rss_offloads),
+        })
+    }
+
+    /// Whether the device transmits chained mbufs (`RTE_ETH_TX_OFFLOAD_MULTI_SEGS`). Merged
+    /// packets and split segments are chains (SIGCOMM'26 §4: zero-copy merging).
+    pub fn multi_segs_tx(&self) -> bool {
+        self.tx_offloads.contains(TxOffloads::MULTI_SEGS)
+    }
+
+    /// Whether the device receives frames larger than one mbuf as chains
+    /// (`RTE_ETH_RX_OFFLOAD_SCATTER`).
+    pub fn scatter_rx(&self) -> bool {
+        self.rx_offloads.contains(RxOffloads::SCATTER)
+    }
+
+    /// The largest MTU DPDK lets this device be set to: `max_mtu`, and the frame-length limit
+    /// `max_rx_pktlen` less the L2 overhead, computed as ethdev itself does (the difference
+    /// between `max_rx_pktlen` and `max_mtu` when the driver sets both, else header + CRC).
+    pub fn mtu_limit(&self) -> u16 {
+        let overhead = if self.max_mtu != u16::MAX && self.max_rx_pktlen > u32::from(self.max_mtu) {
+            self.max_rx_pktlen - u32::from(self.max_mtu)
+        } else {
+            ETHER_OVERHEAD
+        };
+        let by_frame = self.max_rx_pktlen.saturating_sub(overhead);
+        u32::from(self.max_mtu)
+            .min(by_frame)
+            .min(u32::from(u16::MAX)) as u16
+    }
+
+    /// Whether DPDK would take `mtu` for this device; `Err` says why not, with the limits.
+    pub fn check_mtu(&self, mtu: u16) -> std::result::Result<(), String> {
+        if mtu < self.min_mtu || mtu > self.mtu_limit() {
+            return Err(format!(
+                "the device takes MTU {}..={} (max_mtu {}, max_rx_pktlen {})",
+                self.min_mtu,
+                self.mtu_limit(),
+                self.max_mtu,
+                self.max_rx_pktlen
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Ethernet header and CRC: ethdev's L2 overhead when a driver states no other.
+const ETHER_OVERHEAD: u32 = 18;
 
 /// Configures and starts a port. Defaults: one RX and one TX queue, 1024 descriptors each, no
 /// RSS, no offloads, the device's MTU, promiscuous mode on.
@@ -104,6 +264,7 @@ pub struct PortBuilder {
     rx_desc: u16,
     tx_desc: u16,
     rss: RssHash,
+    rss_key: Option<[u8; RSS_KEY_LEN]>,
     mtu: Option<u16>,
     promiscuous: bool,
     rx_offloads: RxOffloads,
@@ -121,6 +282,7 @@ impl PortBuilder {
             rx_desc: 1024,
             tx_desc: 1024,
             rss: RssHash::empty(),
+            rss_key: None,
             mtu: None,
             promiscuous: true,
             rx_offloads: RxOffloads::empty(),
@@ -153,6 +315,14 @@ impl PortBuilder {
         self
     }
 
+    /// The 40-byte Toeplitz key RSS hashes with (a symmetric key keeps both directions of a
+    /// connection on one queue). Applied where the device hashes with a 40-byte key; devices that
+    /// do not (most vdevs) keep their own distribution.
+    pub fn rss_key(mut self, key: [u8; RSS_KEY_LEN]) -> Self {
+        self.rss_key = Some(key);
+        self
+    }
+
     /// The MTU (L3 bytes), checked against the device's range.
     pub fn mtu(mut self, mtu: u16) -> Self {
         self.mtu = Some(mtu);
@@ -178,9 +348,9 @@ impl PortBuilder {
     }
 
     /// Configures the device, sets up its queues (RX into `pool`) and starts it.
-    pub fn start(self, pool: &Arc<Mempool>) -> Result<Port> {
+    pub fn start(mut self, pool: &Arc<Mempool>) -> Result<Port> {
         let port = self.id.0;
-        let info = dev_info(self.id)?;
+        let info = DeviceInfo::of(&self.eal, self.id)?;
         let fail = |op: &'static str, ret: i32| Error::Port {
             port,
             op,
@@ -200,27 +370,37 @@ impl PortBuilder {
             )));
         }
         if let Some(mtu) = self.mtu {
-            if mtu < info.min_mtu || mtu > info.max_mtu {
-                return Err(config_error(format!(
-                    "MTU {mtu} asked, the device allows {}..={}",
-                    info.min_mtu, info.max_mtu
-                )));
-            }
+            // Checked here, so the refusal names the limit instead of a bare EINVAL from
+            // rte_eth_dev_configure.
+            info.check_mtu(mtu).map_err(|reason| Error::Mtu {
+                port,
+                driver: info.driver.clone(),
+                mtu,
+                reason,
+            })?;
         }
 
-        let rx_granted = RxOffloads::from_bits_truncate(info.rx_offload_capa) & self.rx_offloads;
-        let tx_granted = TxOffloads::from_bits_truncate(info.tx_offload_capa) & self.tx_offloads;
-        let rss = RssHash::from_bits_retain(info.flow_type_rss_offloads & self.rss.bits());
+        let rx_granted = info.rx_offloads & self.rx_offloads;
+        let tx_granted = info.tx_offloads & self.tx_offloads;
+        let rss = info.rss & self.rss;
         let mut conf = dpdk_sys::rte_eth_conf::default();
         conf.rxmode.offloads = rx_granted.bits();
         conf.txmode.offloads = tx_granted.bits();
         if !rss.is_empty() && self.rx_queues > 1 {
             conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
             conf.rx_adv_conf.rss_conf.rss_hf = rss.bits();
+            if let Some(key) = self.rss_key.as_mut() {
+                if usize::from(info.hash_key_size) == RSS_KEY_LEN {
+                    // DPDK copies the key during rte_eth_dev_configure; `key` outlives the call.
+                    conf.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
+                    conf.rx_adv_conf.rss_conf.rss_key_len = RSS_KEY_LEN as u8;
+                }
+            }
         }
         if let Some(mtu) = self.mtu {
             conf.rxmode.mtu = u32::from(mtu);
         }
+        let driver = info.driver.clone();
         // SAFETY: valid port id (dev_info succeeded) and a fully initialised conf.
         let ret =
             unsafe { dpdk_sys::rte_eth_dev_configure(port, self.rx_queues, self.tx_queues, &conf) };
@@ -244,15 +424,12 @@ impl PortBuilder {
                 RssHash::empty()
             },
             driver: info.driver,
+            mtu_set: AtomicBool::new(false),
             _pool: pool.clone(),
             _eal: self.eal.inner.clone(),
         });
         if let Some(mtu) = self.mtu {
-            // SAFETY: configured port.
-            let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(port, mtu) };
-            if ret < 0 {
-                return Err(fail("rte_eth_dev_set_mtu", ret));
-            }
+            set_mtu(self.id, &driver, mtu)?;
         }
         let (mut rx_desc, mut tx_desc) = (self.rx_desc, self.tx_desc);
         // SAFETY: valid out-pointers; DPDK clamps them to the device's limits.
@@ -306,18 +483,10 @@ impl PortBuilder {
     }
 }
 
-struct DevInfo {
-    driver: String,
-    max_rx_queues: u16,
-    max_tx_queues: u16,
-    min_mtu: u16,
-    max_mtu: u16,
-    rx_offload_capa: u64,
-    tx_offload_capa: u64,
-    flow_type_rss_offloads: u64,
-}
+/// Length of a Toeplitz RSS key, as most NICs and [`PortBuilder::rss_key`] take it.
+pub const RSS_KEY_LEN: usize = 40;
 
-fn dev_info(id: PortId) -> Result<DevInfo> {
+fn dev_info_raw(id: PortId) -> Result<dpdk_sys::rte_eth_dev_info> {
     // SAFETY: any u16 may be checked.
     if unsafe { dpdk_sys::rte_eth_dev_is_valid_port(id.0) } == 0 {
         return Err(Error::NoDevice(format!("port {id}")));
@@ -332,24 +501,52 @@ fn dev_info(id: PortId) -> Result<DevInfo> {
             errno: Errno::from_ret(ret),
         });
     }
-    let driver = if info.driver_name.is_null() {
-        String::new()
-    } else {
-        // SAFETY: DPDK's driver name is a static NUL-terminated string.
-        unsafe { CStr::from_ptr(info.driver_name) }
-            .to_string_lossy()
-            .into_owned()
+    Ok(info)
+}
+
+/// Sets the MTU of a configured port and reads it back: a driver that accepts the call but keeps
+/// another MTU is a refusal too.
+fn set_mtu(id: PortId, driver: &str, mtu: u16) -> Result<()> {
+    let refused = |reason: String| Error::Mtu {
+        port: id.0,
+        driver: driver.to_owned(),
+        mtu,
+        reason,
     };
-    Ok(DevInfo {
-        driver,
-        max_rx_queues: info.max_rx_queues,
-        max_tx_queues: info.max_tx_queues,
-        min_mtu: info.min_mtu,
-        max_mtu: info.max_mtu,
-        rx_offload_capa: info.rx_offload_capa,
-        tx_offload_capa: info.tx_offload_capa,
-        flow_type_rss_offloads: info.flow_type_rss_offloads,
-    })
+    // SAFETY: a valid, configured port.
+    let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id.0, mtu) };
+    if ret < 0 {
+        let errno = Errno::from_ret(ret);
+        // A driver without an MTU operation (net_ring, net_null) runs at the MTU
+        // rte_eth_dev_configure recorded: that is a success when it is the one asked for.
+        if errno.0 == libc::ENOTSUP && get_mtu(id)? == mtu {
+            return Ok(());
+        }
+        return Err(refused(if errno.0 == libc::ENOTSUP {
+            "the driver cannot change its MTU (rte_eth_dev_set_mtu: not supported)".to_owned()
+        } else {
+            format!("rte_eth_dev_set_mtu failed: {errno}")
+        }));
+    }
+    let got = get_mtu(id)?;
+    if got != mtu {
+        return Err(refused(format!("the driver kept MTU {got}")));
+    }
+    Ok(())
+}
+
+fn get_mtu(id: PortId) -> Result<u16> {
+    let mut mtu = 0u16;
+    // SAFETY: a valid port and a valid out-pointer.
+    let ret = unsafe { dpdk_sys::rte_eth_dev_get_mtu(id.0, &mut mtu) };
+    if ret < 0 {
+        return Err(Error::Port {
+            port: id.0,
+            op: "rte_eth_dev_get_mtu",
+            errno: Errno::from_ret(ret),
+        });
+    }
+    Ok(mtu)
 }
 
 /// What a started port and its queue handles share; the last one out stops and closes the port.
@@ -361,6 +558,8 @@ pub(crate) struct PortShared {
     tx_offloads: TxOffloads,
     rss: RssHash,
     driver: String,
+    /// Serialises MTU changes on a started port (they are control-path calls).
+    mtu_set: AtomicBool,
     _pool: Arc<Mempool>,
     _eal: Arc<EalInner>,
 }
@@ -490,35 +689,69 @@ impl Port {
         })
     }
 
-    /// The port's counters.
+    /// The port's counters (`rte_eth_stats_get`).
     pub fn stats(&self) -> Result<PortStats> {
         let mut s = dpdk_sys::rte_eth_stats::default();
-        // SAFETY: started port and valid out-pointer.
+        // SAFETY: started port and valid out-pointer; DPDK allows reading the counters from
+        // any thread while the queues run (the drivers' counters are per queue, read as words).
         let ret = unsafe { dpdk_sys::rte_eth_stats_get(self.shared.id.0, &mut s) };
         if ret < 0 {
             return Err(self.error("rte_eth_stats_get", ret));
         }
         Ok(PortStats {
-            rx_packets: s.ipackets,
-            tx_packets: s.opackets,
-            rx_bytes: s.ibytes,
-            tx_bytes: s.obytes,
-            rx_missed: s.imissed,
-            rx_errors: s.ierrors,
-            tx_errors: s.oerrors,
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
             rx_nombuf: s.rx_nombuf,
         })
     }
 
+    /// Sets the port's counters back to zero (`rte_eth_stats_reset`).
+    pub fn reset_stats(&self) -> Result<()> {
+        // SAFETY: started port.
+        let ret = unsafe { dpdk_sys::rte_eth_stats_reset(self.shared.id.0) };
+        if ret < 0 {
+            return Err(self.error("rte_eth_stats_reset", ret));
+        }
+        Ok(())
+    }
+
+    /// What the device can do (MTU range, segment limits, offloads offered).
+    pub fn device_info(&self) -> Result<DeviceInfo> {
+        DeviceInfo::of(
+            &Eal {
+                inner: self.shared._eal.clone(),
+            },
+            self.shared.id,
+        )
+    }
+
     /// The MTU in effect.
     pub fn mtu(&self) -> Result<u16> {
-        let mut mtu = 0u16;
-        // SAFETY: started port and valid out-pointer.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_get_mtu(self.shared.id.0, &mut mtu) };
-        if ret < 0 {
-            return Err(self.error("rte_eth_dev_get_mtu", ret));
+        get_mtu(self.shared.id)
+    }
+
+    /// Changes the MTU of the running port and reads it back. A device that cannot take it
+    /// gives [`Error::Mtu`], naming its limits.
+    pub fn set_mtu(&self, mtu: u16) -> Result<()> {
+        let info = self.device_info()?;
+        let refused = |reason: String| Error::Mtu {
+            port: self.shared.id.0,
+            driver: self.shared.driver.clone(),
+            mtu,
+            reason,
+        };
+        info.check_mtu(mtu).map_err(refused)?;
+        if self.shared.mtu_set.swap(true, Ordering::AcqRel) {
+            return Err(refused("another MTU change is in progress".into()));
         }
-        Ok(mtu)
+        let result = set_mtu(self.shared.id, &self.shared.driver, mtu);
+        self.shared.mtu_set.store(false, Ordering::Release);
+        result
     }
 
     /// The port's MAC address.

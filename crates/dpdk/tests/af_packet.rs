@@ -137,7 +137,7 @@ fn a_chained_9000_byte_mbuf_arrives_as_one_9000_byte_frame() {
         "one frame of 9000 B, as the kernel sees it"
     );
     assert_eq!(received, expected, "byte for byte");
-    assert_eq!(port.stats().unwrap().tx_bytes, JUMBO as u64);
+    assert_eq!(port.stats().unwrap().obytes, JUMBO as u64);
     let rx_bytes = netlab::iface_counter(&lab.ns, lab.veth.b(), "rx_bytes").unwrap();
     assert!(rx_bytes >= JUMBO as u64, "the kernel counted {rx_bytes} B");
 

@@ -52,8 +52,8 @@ fn packets_cross_a_ring_pair_byte_for_byte() {
     assert_eq!(got.as_slice()[20].num_segs(), 2);
 
     let stats = pa.stats().unwrap();
-    assert_eq!(stats.tx_packets, 21);
-    assert_eq!(pb.stats().unwrap().rx_packets, 21);
+    assert_eq!(stats.opackets, 21);
+    assert_eq!(pb.stats().unwrap().ipackets, 21);
     assert!(pa.link().unwrap().up);
 
     drop(got);

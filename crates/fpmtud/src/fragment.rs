@@ -522,7 +522,7 @@ fn add_piece(
         more: frag.more,
     };
     // Every fragment but the last carries a multiple of 8 bytes (RFC 791).
-    if piece.more && piece.len % FRAGMENT_UNIT != 0 {
+    if piece.more && !piece.len.is_multiple_of(FRAGMENT_UNIT) {
         return Err(TrackError::Overlap);
     }
     let at = dgram.pieces.partition_point(|p| p.offset < piece.offset);

@@ -67,10 +67,124 @@ pub struct Ports {
 pub struct Port {
     /// A PCI address (`0000:3b:00.0`) or a vdev string (`net_af_packet0,iface=veth0`).
     pub device: String,
-    /// The link MTU (L3 bytes). Defaults: 1500 external, 9000 internal.
+    /// The link MTU (L3 bytes). Defaults: 1500 external, 9000 internal. pxgw sets it on the
+    /// device and reads it back; for a kernel-backed port (af_packet, af_xdp) it must equal the
+    /// kernel interface's MTU, or pxgw refuses to start.
     pub mtu: Option<u16>,
     /// L3 mode only: the MAC address frames leaving this port are sent to.
     pub next_hop_mac: Option<String>,
+    /// RX descriptors per queue (default 2048; the driver may round it to its limits).
+    /// `net_af_packet` ignores it: its ring is the vdev's `framecnt`.
+    #[serde(default = "default_descriptors")]
+    pub rx_descriptors: u16,
+    /// TX descriptors per queue (default 2048).
+    #[serde(default = "default_descriptors")]
+    pub tx_descriptors: u16,
+}
+
+fn default_descriptors() -> u16 {
+    DEFAULT_DESCRIPTORS
+}
+
+/// Descriptors per queue when the configuration says nothing: with bursts of 32, room for the
+/// 64 bursts that 32 iperf3 flows can put in flight at once.
+pub const DEFAULT_DESCRIPTORS: u16 = 2048;
+
+/// How far into a `net_af_packet` ring frame the IP header starts: the kernel puts the
+/// TPACKET_V2 header (32 B) and `sockaddr_ll` (20 B) first, then aligns the network header to 16
+/// bytes (`TPACKET_ALIGN(52 + 16)` = 80 for an Ethernet or a single-tagged frame). So a ring
+/// frame of `framesz` bytes holds an MTU of at most `framesz - 80`.
+pub const AF_PACKET_FRAME_OVERHEAD: u16 = 80;
+
+/// `net_af_packet`'s ring frame size when the vdev string has no `framesz=`.
+pub const AF_PACKET_DEFAULT_FRAMESZ: u16 = 2048;
+
+/// Where a port's frames really come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// A PCI device, driven by a DPDK poll-mode driver.
+    Pci(String),
+    /// A kernel network interface behind a DPDK vdev: the kernel's MTU is the one that counts.
+    Kernel {
+        /// The vdev driver (`net_af_packet`, `net_af_xdp`, `net_tap`).
+        driver: &'static str,
+        /// The kernel interface.
+        iface: String,
+        /// Whether the vdev creates the interface itself (`net_tap`) rather than opening an
+        /// existing one.
+        creates: bool,
+    },
+    /// Any other vdev (`net_ring`, `net_null`, `net_pcap`, ...).
+    Other,
+}
+
+impl Port {
+    /// The DPDK device name: the device string up to its first comma.
+    pub fn device_name(&self) -> &str {
+        self.device.split(',').next().unwrap_or(&self.device)
+    }
+
+    /// The value of `key=` in the device string, if given.
+    pub fn device_arg(&self, key: &str) -> Option<&str> {
+        self.device
+            .split(',')
+            .skip(1)
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    }
+
+    /// What is behind this port.
+    pub fn backing(&self) -> Backing {
+        let name = self.device_name();
+        if is_pci(name) {
+            return Backing::Pci(name.to_owned());
+        }
+        // DPDK also registers the af_packet driver under its old name, eth_af_packet.
+        for (prefix, driver, creates) in [
+            ("net_af_packet", "net_af_packet", false),
+            ("eth_af_packet", "net_af_packet", false),
+            ("net_af_xdp", "net_af_xdp", false),
+            ("net_tap", "net_tap", true),
+        ] {
+            if name.starts_with(prefix) {
+                let iface = match self.device_arg("iface") {
+                    Some(i) => i.to_owned(),
+                    // net_tap names its interface dtap<N> when not told.
+                    None if creates => format!("dtap{}", name.trim_start_matches(prefix)),
+                    None => return Backing::Other,
+                };
+                return Backing::Kernel {
+                    driver,
+                    iface,
+                    creates,
+                };
+            }
+        }
+        Backing::Other
+    }
+
+    /// `net_af_packet`'s ring frame size, if this is an af_packet port.
+    pub fn af_packet_framesz(&self) -> Option<u16> {
+        match self.backing() {
+            Backing::Kernel {
+                driver: "net_af_packet",
+                ..
+            } => Some(
+                self.device_arg("framesz")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(AF_PACKET_DEFAULT_FRAMESZ),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a device string names a PCI device (`0000:3b:00.0` or `3b:00.0`).
+pub fn is_pci(device: &str) -> bool {
+    let d = device.split(',').next().unwrap_or("");
+    !d.is_empty()
+        && d.chars()
+            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        && d.contains(':')
 }
 
 /// Worker cores and queues.
@@ -90,7 +204,7 @@ impl Default for Workers {
         Self {
             count: 1,
             cores: None,
-            pool_size: 16383,
+            pool_size: 32767,
         }
     }
 }
@@ -113,6 +227,9 @@ pub struct Merge {
     pub max_window_us: u64,
     /// Flow-table entries per worker.
     pub flows: usize,
+    /// Most buffers (mbufs) per merged packet. pxgw lowers it to what the internal port's driver
+    /// can transmit in one packet (its `nb_seg_max`).
+    pub max_segs: u16,
 }
 
 impl Default for Merge {
@@ -125,6 +242,7 @@ impl Default for Merge {
             yield_bypass: 0.93,
             max_window_us: 500,
             flows: 16384,
+            max_segs: 64,
         }
     }
 }
@@ -297,7 +415,8 @@ pub struct Eal {
     pub no_huge: bool,
     /// Memory to reserve, MB.
     pub memory_mb: u32,
-    /// Extra EAL arguments, passed as they are.
+    /// Extra EAL arguments, passed as they are. Options that make the EAL print its usage and
+    /// exit the process (`-h`, `--help`) are refused.
     pub args: Vec<String>,
 }
 
@@ -395,6 +514,32 @@ impl Config {
                     return Err(invalid(&format!("ports.{name}.mtu"), mtu, "576..=9216"));
                 }
             }
+            let mtu = if name == "external" {
+                self.emtu()
+            } else {
+                self.internal_mtu()
+            };
+            if let Some(framesz) = port.af_packet_framesz() {
+                if u32::from(mtu) + u32::from(AF_PACKET_FRAME_OVERHEAD) > u32::from(framesz) {
+                    return Err(invalid(
+                        &format!("ports.{name}.device"),
+                        format!("framesz={framesz}"),
+                        &format!(
+                            "a net_af_packet ring frame of {framesz} B cannot hold MTU {mtu} \
+                             (it needs framesz >= {}, and blocksz a multiple of it)",
+                            u32::from(mtu) + u32::from(AF_PACKET_FRAME_OVERHEAD)
+                        ),
+                    ));
+                }
+            }
+            for (key, n) in [
+                ("rx_descriptors", port.rx_descriptors),
+                ("tx_descriptors", port.tx_descriptors),
+            ] {
+                if !(64..=32768).contains(&n) {
+                    return Err(invalid(&format!("ports.{name}.{key}"), n, "64..=32768"));
+                }
+            }
             match (self.mode, &port.next_hop_mac) {
                 (Mode::L3, None) => {
                     return Err(invalid(
@@ -444,11 +589,23 @@ impl Config {
                 ));
             }
         }
-        if self.workers.pool_size < 1024 {
+        // Every RX descriptor holds an mbuf, and a full TX ring holds one per descriptor until
+        // the driver frees it; the rest is what workers hold (bursts, merge items, caravans).
+        let rings = u32::from(self.workers.count)
+            * [&self.ports.external, &self.ports.internal]
+                .iter()
+                .map(|p| u32::from(p.rx_descriptors) + u32::from(p.tx_descriptors))
+                .sum::<u32>();
+        let pool_min = rings + 4096;
+        if self.workers.pool_size < pool_min {
             return Err(invalid(
                 "workers.pool_size",
                 self.workers.pool_size,
-                "at least 1024",
+                &format!(
+                    "at least {pool_min}: the RX and TX rings of {} worker(s) hold {rings} mbufs, \
+                     plus 4096 for bursts and held packets",
+                    self.workers.count
+                ),
             ));
         }
         if !(self.merge.rate_threshold_gbps >= 0.0 && self.merge.rate_threshold_gbps.is_finite()) {
@@ -471,6 +628,9 @@ impl Config {
                 self.merge.max_window_us,
                 "1..=100000",
             ));
+        }
+        if self.merge.max_segs < 2 {
+            return Err(invalid("merge.max_segs", self.merge.max_segs, "2..=65535"));
         }
         if self.merge.flows == 0 || self.merge.flows > 1 << 24 {
             return Err(invalid("merge.flows", self.merge.flows, "1..=16777216"));
@@ -560,8 +720,54 @@ impl Config {
         if self.eal.memory_mb < 128 {
             return Err(invalid("eal.memory_mb", self.eal.memory_mb, "at least 128"));
         }
+        for arg in &self.eal.args {
+            if let Some(why) = eal_arg_refusal(arg) {
+                return Err(invalid("eal.args", format!("{arg:?}"), why));
+            }
+        }
         Ok(())
     }
+}
+
+/// Why pxgw refuses an extra EAL argument, if it does.
+///
+/// DPDK 22.11's EAL prints its usage and calls `exit(0)` on `-h`/`--help` (also when the short
+/// option hides in a cluster such as `-vh`, or the long one is abbreviated, `--he`, as getopt
+/// allows): pxgw would end "successfully" without forwarding anything. The port devices and the
+/// PCI scan are pxgw's to set from `ports.*.device`, so those options are refused too.
+pub fn eal_arg_refusal(arg: &str) -> Option<&'static str> {
+    const HELP: &str = "the EAL prints its usage and exits on -h/--help; run `pxgw --help` \
+                        or `dpdk-testpmd -h` instead";
+    if arg.contains('\0') {
+        return Some("an EAL argument cannot contain NUL");
+    }
+    if let Some(long) = arg.strip_prefix("--") {
+        let name = long.split('=').next().unwrap_or(long);
+        if name.len() >= 2 && "help".starts_with(name) {
+            return Some(HELP);
+        }
+        if matches!(name, "vdev" | "allow" | "block" | "no-pci" | "proc-type") {
+            return Some(
+                "pxgw adds the port devices itself (ports.*.device) and runs as a primary process",
+            );
+        }
+        return None;
+    }
+    if let Some(short) = arg.strip_prefix('-') {
+        // A cluster of short options: -v (version) and -h take no value; any other letter takes
+        // the rest of the argument as its value, which ends the cluster.
+        for c in short.chars() {
+            match c {
+                'h' => return Some(HELP),
+                'v' => continue,
+                'a' | 'b' => {
+                    return Some("pxgw adds the port devices itself (ports.*.device)");
+                }
+                _ => return None,
+            }
+        }
+    }
+    None
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.

@@ -11,5 +11,6 @@ pub mod icmp;
 pub mod mss;
 pub mod pipeline;
 pub mod pmtud;
+pub mod ports;
 pub mod stats;
 pub mod worker;

@@ -2,17 +2,18 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dpdk::{EalBuilder, Mempool, Port, RssHash, TxOffloads};
-use pxgw::config::{parse_mac, Config, Mode};
+use dpdk::{DeviceInfo, Eal, EalBuilder, Mempool, Port, RssHash, TxOffloads};
+use pxgw::config::{is_pci, parse_mac, Backing, Config, Mode};
 use pxgw::pipeline::Pipeline;
-use pxgw::stats::Report;
+use pxgw::ports::{self, PortPlan};
+use pxgw::stats::{KernelSample, PortCounters, PortReport, Report};
 use pxgw::worker::Worker;
 use pxio::split::SplitOffloads;
 use pxio::TscClock;
@@ -32,7 +33,9 @@ struct Args {
     /// SIGTERM.
     #[arg(long)]
     run_for: Option<f64>,
-    /// Only check the configuration and exit.
+    /// Check the configuration, open the ports as configured (MTU, chained TX, segment limits,
+    /// the kernel interfaces' MTU), report, and exit without forwarding: 0 when all is as
+    /// configured, 1 with one line per problem otherwise.
     #[arg(long)]
     check: bool,
 }
@@ -53,11 +56,19 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if args.check {
-        println!("pxgw: {}: configuration is valid", args.config.display());
-        return;
+    let problems = ports::preflight(&cfg, Path::new(SYSFS), ports::effective_caps());
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("pxgw: {p}");
+        }
+        std::process::exit(1);
     }
-    match run(&args, &cfg) {
+    let result = if args.check {
+        check(&args, &cfg)
+    } else {
+        run(&args, &cfg)
+    };
+    match result {
         Ok(0) => {}
         Ok(leaked) => {
             eprintln!("pxgw: {leaked} mbufs were not returned to their pools");
@@ -70,13 +81,8 @@ fn main() {
     }
 }
 
-fn is_pci(device: &str) -> bool {
-    let d = device.split(',').next().unwrap_or("");
-    d.len() >= 7
-        && d.chars()
-            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-        && d.contains(':')
-}
+/// Where the kernel's interface and PCI device files are.
+const SYSFS: &str = "/sys";
 
 fn device_name(device: &str) -> &str {
     device.split(',').next().unwrap_or(device)
@@ -92,19 +98,17 @@ fn framesz(cfg: &Config) -> Option<u32> {
         .max()
 }
 
-fn run(args: &Args, cfg: &Config) -> Result<usize> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
-    }
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cores: Vec<usize> = match &cfg.workers.cores {
-        Some(c) => c.clone(),
-        None => (0..usize::from(cfg.workers.count))
-            .map(|i| i % ncpu)
-            .collect(),
-    };
+/// The EAL, the pools and the two started ports, checked against the configuration.
+struct Gateway {
+    eal: Eal,
+    pool: Arc<Mempool>,
+    headers: Arc<Mempool>,
+    ext: Port,
+    int: Port,
+    plans: [PortPlan; 2],
+}
 
+fn start_eal(cfg: &Config) -> Result<Eal> {
     let mut eal = EalBuilder::new("pxgw")
         .memory_mb(cfg.eal.memory_mb)
         .no_telemetry();
@@ -126,8 +130,11 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     for a in &cfg.eal.args {
         eal = eal.arg(a.clone());
     }
-    let eal = eal.init().context("starting DPDK")?;
+    Ok(eal.init()?)
+}
 
+fn open(cfg: &Config) -> Result<Gateway> {
+    let eal = start_eal(cfg)?;
     // Mbufs must hold a whole frame of the larger MTU (net_af_packet: a whole ring frame).
     let frame = u32::from(cfg.internal_mtu()) + 14 + 8;
     let data_room = framesz(cfg).unwrap_or(0).max(frame).min(65535 - 128) + 128;
@@ -141,35 +148,193 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     .context("creating the packet pool")?;
     let headers =
         Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
+    let (ext, ext_plan) = open_port(&eal, &pool, cfg, 0)?;
+    let (int, int_plan) = open_port(&eal, &pool, cfg, 1)?;
+    Ok(Gateway {
+        eal,
+        pool,
+        headers,
+        ext,
+        int,
+        plans: [ext_plan, int_plan],
+    })
+}
 
-    let queues = cfg.workers.count;
-    let start = |device: &str| -> Result<Port> {
-        let id = eal
-            .port_by_name(device_name(device))
-            .with_context(|| format!("no DPDK port for {device}"))?;
-        Port::builder(&eal, id)
-            .rx_queues(queues)
-            .tx_queues(queues)
-            .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
-            .tx_offloads(
-                TxOffloads::MULTI_SEGS
-                    | TxOffloads::TCP_TSO
-                    | TxOffloads::IPV4_CKSUM
-                    | TxOffloads::TCP_CKSUM,
-            )
-            .start(&pool)
-            .with_context(|| format!("starting port {device}"))
+/// Starts port `which` (0 external, 1 internal) with its configured MTU and rings, and reads back
+/// what it granted; every refusal is one line naming the port and the limit.
+fn open_port(
+    eal: &Eal,
+    pool: &Arc<Mempool>,
+    cfg: &Config,
+    which: usize,
+) -> Result<(Port, PortPlan)> {
+    let (name, pc, mtu) = ports::ports(cfg)[which];
+    let device = device_name(&pc.device);
+    let id = eal.port_by_name(device).map_err(|_| match pc.backing() {
+        Backing::Pci(addr) => anyhow!(
+            "ports.{name}: DPDK found no port for PCI device {addr}: is it bound to a DPDK-capable \
+             driver (vfio-pci, or a bifurcated one such as mlx5)?"
+        ),
+        _ => anyhow!("ports.{name}: DPDK created no port named {device}"),
+    })?;
+    let info = DeviceInfo::of(eal, id).with_context(|| format!("ports.{name}"))?;
+    let mut note = None;
+    let apply_mtu = match info.check_mtu(mtu) {
+        Ok(()) => true,
+        Err(_) if ports::af_packet_holds(pc, mtu) => {
+            note = Some(format!(
+                "DPDK's net_af_packet limit (max_rx_pktlen {}) set aside: its ring frames hold \
+                 MTU {mtu} and the kernel interface enforces it",
+                info.max_rx_pktlen
+            ));
+            false
+        }
+        Err(reason) => bail!(
+            "ports.{name}: {} cannot take the configured MTU {mtu}: {reason}",
+            info.driver
+        ),
     };
-    let ext = start(&cfg.ports.external.device)?;
-    let int = start(&cfg.ports.internal.device)?;
-    // Split with TSO only where the external port does both TSO and checksums.
-    let tso = ext
-        .tx_offloads()
-        .contains(TxOffloads::TCP_TSO | TxOffloads::IPV4_CKSUM | TxOffloads::TCP_CKSUM);
+    let queues = cfg.workers.count;
+    let mut builder = Port::builder(eal, id)
+        .rx_queues(queues)
+        .tx_queues(queues)
+        .descriptors(pc.rx_descriptors, pc.tx_descriptors)
+        .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
+        // Both directions of a connection on one worker (pxgw::worker docs).
+        .rss_key(pxio::toeplitz::SYMMETRIC_RSS_KEY)
+        .tx_offloads(
+            TxOffloads::MULTI_SEGS
+                | TxOffloads::TCP_TSO
+                | TxOffloads::IPV4_CKSUM
+                | TxOffloads::TCP_CKSUM,
+        );
+    if apply_mtu {
+        builder = builder.mtu(mtu);
+    }
+    let port = builder.start(pool).map_err(|e| match e {
+        dpdk::Error::Mtu { .. } => anyhow!("ports.{name}: {e}"),
+        e => anyhow!("ports.{name}: starting {}: {e}", pc.device),
+    })?;
+    let dpdk_mtu = port.mtu().with_context(|| format!("ports.{name}"))?;
+    let kernel_mtu = match pc.backing() {
+        Backing::Kernel { iface, .. } => {
+            let k = ports::kernel_mtu(Path::new(SYSFS), &iface);
+            if k != Some(mtu) {
+                bail!(
+                    "ports.{name}: configured MTU {mtu} but interface {iface} has MTU {} after \
+                     the port started",
+                    k.map_or("(unknown)".into(), |k| k.to_string())
+                );
+            }
+            k
+        }
+        _ => None,
+    };
+    if apply_mtu && dpdk_mtu != mtu {
+        bail!("ports.{name}: configured MTU {mtu} but the device kept MTU {dpdk_mtu}");
+    }
+    let plan = PortPlan {
+        name,
+        driver: info.driver.clone(),
+        mtu: if apply_mtu { dpdk_mtu } else { mtu },
+        kernel_mtu,
+        multi_segs: port.tx_offloads().contains(TxOffloads::MULTI_SEGS),
+        tx_nb_seg_max: info.tx_desc.nb_seg_max,
+        mtu_limit: info.mtu_limit(),
+        note,
+    };
+    Ok((port, plan))
+}
+
+/// `--check`: open everything as configured, report, forward nothing.
+fn check(args: &Args, cfg: &Config) -> Result<usize> {
+    println!("pxgw: {}: configuration is valid", args.config.display());
+    let gw = open(cfg)?;
+    for (plan, pc) in gw
+        .plans
+        .iter()
+        .zip([&cfg.ports.external, &cfg.ports.internal])
+    {
+        println!("pxgw: {}", plan.describe(pc));
+    }
+    let run_cfg = tuned(cfg, &gw.plans);
+    if run_cfg.merge.max_segs != cfg.merge.max_segs {
+        println!(
+            "pxgw: merge.max_segs lowered from {} to {}: the internal port's nb_seg_max",
+            cfg.merge.max_segs, run_cfg.merge.max_segs
+        );
+    }
+    println!("pxgw: check passed: both ports are configured as the configuration says");
+    let Gateway {
+        pool,
+        headers,
+        ext,
+        int,
+        eal,
+        ..
+    } = gw;
+    drop((ext, int));
+    let leaked = pool.in_use() + headers.in_use();
+    drop(eal);
+    Ok(leaked)
+}
+
+/// The configuration the workers run with: the merge and caravan chains capped at the internal
+/// port's segment limit when it transmits chains itself (otherwise chains are copied flat).
+fn tuned(cfg: &Config, plans: &[PortPlan; 2]) -> Config {
+    let mut run = cfg.clone();
+    let int = &plans[1];
+    if int.multi_segs {
+        let limit = int.tx_nb_seg_max.max(2);
+        run.merge.max_segs = run.merge.max_segs.min(limit);
+        run.caravan.max_datagrams = run.caravan.max_datagrams.min(limit - 1).max(1);
+    }
+    run
+}
+
+fn run(args: &Args, cfg: &Config) -> Result<usize> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores: Vec<usize> = match &cfg.workers.cores {
+        Some(c) => c.clone(),
+        None => (0..usize::from(cfg.workers.count))
+            .map(|i| i % ncpu)
+            .collect(),
+    };
+
+    let Gateway {
+        eal,
+        pool,
+        headers,
+        ext,
+        int,
+        plans,
+    } = open(cfg)?;
+    for (plan, pc) in plans.iter().zip([&cfg.ports.external, &cfg.ports.internal]) {
+        tracing::info!("{}", plan.describe(pc));
+    }
+    let run_cfg = tuned(cfg, &plans);
+    let cfg = &run_cfg;
+    let queues = cfg.workers.count;
+    // Split with TSO only where the external port does TSO, checksums and chains.
+    let tso = ext.tx_offloads().contains(
+        TxOffloads::TCP_TSO
+            | TxOffloads::IPV4_CKSUM
+            | TxOffloads::TCP_CKSUM
+            | TxOffloads::MULTI_SEGS,
+    );
     let offloads = SplitOffloads { tso, checksum: tso };
+    let flatten = (
+        (!plans[0].multi_segs).then(|| pool.clone()),
+        (!plans[1].multi_segs).then(|| pool.clone()),
+    );
     tracing::info!(
         external = %cfg.ports.external.device, internal = %cfg.ports.internal.device,
         ext_tx_offloads = ?ext.tx_offloads(), emtu = cfg.emtu(), imtu = cfg.imtu(), workers = queues,
+        merge_max_segs = cfg.merge.max_segs,
         "ports started"
     );
     let rewrite_macs = match cfg.mode {
@@ -191,7 +356,6 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
             ))
         }
     };
-
     let clock = TscClock::new(&eal);
     let mut reports = Vec::new();
     let mut handles = Vec::new();
@@ -199,6 +363,7 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         let report = Arc::new(Mutex::new(Report::default()));
         reports.push(report.clone());
         let worker = Worker {
+            eal: eal.clone(),
             id: usize::from(i),
             core: cores.get(usize::from(i)).copied(),
             ext_rx: ext.rx_queue(i)?,
@@ -210,6 +375,7 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
             report,
             stop: stop.clone(),
             rewrite_macs,
+            flatten: flatten.clone(),
         };
         handles.push(
             std::thread::Builder::new()
@@ -221,6 +387,7 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     let started = Instant::now();
     let interval = Duration::from_secs_f64(cfg.stats.interval_s.max(0.05));
     let mut prev = Report::default();
+    let mut prev_ports = sample_ports(cfg, &ext, &int);
     let mut last = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
@@ -232,8 +399,13 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         }
         if cfg.stats.interval_s > 0.0 && last.elapsed() >= interval {
             let now = total(&reports);
-            tracing::info!("{}", now.line(&prev, last.elapsed().as_secs_f64()));
+            let now_ports = sample_ports(cfg, &ext, &int);
+            tracing::info!(
+                "{}",
+                now.line(&prev, last.elapsed().as_secs_f64(), &now_ports, &prev_ports)
+            );
             prev = now;
+            prev_ports = now_ports;
             last = Instant::now();
         }
     }
@@ -245,11 +417,17 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     }
     let seconds = started.elapsed().as_secs_f64();
     let fin = total(&reports);
+    let fin_ports = sample_ports(cfg, &ext, &int);
     drop((ext, int));
     let leaked = pool.in_use() + headers.in_use();
     println!(
         "pxgw: final after {seconds:.1} s: {}",
-        fin.line(&Report::default(), seconds)
+        fin.line(
+            &Report::default(),
+            seconds,
+            &fin_ports,
+            &PortCounters::default()
+        )
     );
     println!(
         "pxgw: inbound {} pkts {} B -> {} pkts {} B; outbound {} pkts {} B -> {} pkts {} B; yield {:.1} %; caravans {}/{} datagrams; leaked mbufs {leaked}",
@@ -258,10 +436,29 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         100.0 * fin.merge.conversion_yield, fin.caravan.caravans_built, fin.caravan.datagrams_packed,
     );
     if let Some(path) = &args.stats_json {
-        let json = serde_json::to_string_pretty(&fin.to_json(seconds, leaked))?;
+        let json = serde_json::to_string_pretty(&fin.to_json(seconds, leaked, &fin_ports))?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(leaked)
+}
+
+/// Both ports' counters now, with the kernel interfaces' for kernel-backed ports.
+fn sample_ports(cfg: &Config, ext: &Port, int: &Port) -> PortCounters {
+    let one = |pc: &pxgw::config::Port, port: &Port| PortReport {
+        device: pc.device.clone(),
+        counters: port.stats().map(Into::into).unwrap_or_else(|e| {
+            tracing::warn!(device = %pc.device, error = %e, "cannot read the port's counters");
+            Default::default()
+        }),
+        kernel: match pc.backing() {
+            Backing::Kernel { iface, .. } => KernelSample::read(Path::new(SYSFS), &iface),
+            _ => None,
+        },
+    };
+    PortCounters {
+        external: one(&cfg.ports.external, ext),
+        internal: one(&cfg.ports.internal, int),
+    }
 }
 
 fn total(reports: &[Arc<Mutex<Report>>]) -> Report {

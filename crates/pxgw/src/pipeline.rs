@@ -99,6 +99,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 max_window_ns: cfg.merge.max_window_us * 1000,
                 ..DelayConfig::default()
             },
+            max_segs: cfg.merge.max_segs,
             ..MergeConfig::default()
         };
         Ok(Self {
@@ -147,7 +148,7 @@ impl<B: PacketBuf> Pipeline<B> {
         r.merge.cuts = s.cuts;
         r.merge.held_items = s.held_items;
         r.delay_ns = Some(s.delay_ns.clone());
-        r.drops.merge_failed = s.bad_checksum;
+        r.merge.bad_checksum = s.bad_checksum;
         r.connections = self.conns.len() as u64;
         r.pmtud = self.pmtu.summary();
         r.finish();
@@ -166,9 +167,9 @@ impl<B: PacketBuf> Pipeline<B> {
         d.max_frame_out = d.max_frame_out.max(bytes as u64);
     }
 
-    /// Counts frames the TX queue would not take.
-    pub fn count_tx_full(&mut self, n: u64) {
-        self.report.drops.tx_full += n;
+    /// Counts frames the TX queue would not take (freed unsent).
+    pub fn count_tx_dropped(&mut self, n: u64) {
+        self.report.drops.tx_dropped += n;
     }
 
     /// When the next merge, caravan or probe deadline falls due, if any.
@@ -292,7 +293,7 @@ impl<B: PacketBuf> Pipeline<B> {
         };
         if err.proto == wire::ip_proto::UDP
             && !err.v6
-            && self.pmtu.is_own_probe(err.dst, err.sport, err.dport)
+            && self.pmtu.is_own_probe(err.sport, err.dport)
         {
             self.report.router.probe_errors_consumed += 1;
             return true;

@@ -10,6 +10,10 @@
 //!   are tracked by (source, destination, IP id) from the fragments seen on the port, and
 //!   answered by the gateway with the fragment sizes. The fragments are still forwarded inside,
 //!   untouched.
+//!
+//! With several workers, a probe must leave with a source port whose symmetric RSS hash selects
+//! the same redirection-table entry as the connection that triggered it, so the report comes back
+//! to the worker that probes ([`probe_source_port`], and the `worker` module's docs).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -19,6 +23,7 @@ use fpmtud::{
     CacheConfig, FragmentTracker, PmtuCache, PmtuSource, Prober, ProberConfig, Responder,
     ResponderConfig, TrackerConfig,
 };
+use pxio::toeplitz::Toeplitz;
 use pxio::wire::{self, Headers};
 
 /// Destinations probed at once.
@@ -28,8 +33,14 @@ const MAX_PROBERS: usize = 256;
 const MAX_RECENT: usize = 4096;
 /// A destination is probed again after this long (the paper's 10 minutes).
 const REPROBE_NS: u64 = 600_000_000_000;
-/// The gateway's probes leave from this UDP port of the inside host (reports come back to it).
+/// The gateway's probes leave from this UDP port of the inside host, or from the first port above
+/// it that keeps the probe on the prober's worker (reports come back to it).
 pub const PROBE_SOURCE_PORT: u16 = 4690;
+/// Source ports tried above [`PROBE_SOURCE_PORT`] for one with the prober's RSS hash bits.
+const PROBE_PORT_SEARCH: u16 = 8192;
+/// Hash bits a probe shares with its connection: a redirection table of up to 512 entries is
+/// indexed by the hash's low 9 bits, so the same bits pick the same entry, whatever it holds.
+const RETA_INDEX_MASK: u32 = 0x1ff;
 const ETH: usize = wire::ethernet::field::HEADER_LEN;
 const IPV4: usize = wire::ipv4::field::HEADER_LEN;
 const UDP: usize = wire::udp::field::HEADER_LEN;
@@ -57,6 +68,8 @@ struct Probe {
     macs: [u8; 12],
     /// The inside host on whose behalf the gateway probes.
     src: Ipv4Addr,
+    /// The probes' UDP source port, where reports come back.
+    sport: u16,
 }
 
 /// The gateway's F-PMTUD state, one per worker.
@@ -67,6 +80,8 @@ pub struct PathMtu {
     recent: HashMap<IpAddr, u64>,
     tracker: FragmentTracker,
     responder: Responder,
+    /// The ports' RSS hash (symmetric key), to keep probes on this worker.
+    toeplitz: Toeplitz,
     probe: bool,
     respond: bool,
     emtu: u16,
@@ -93,6 +108,7 @@ impl PathMtu {
                 max_fragments: 256,
             }),
             responder: Responder::new(ResponderConfig::default())?,
+            toeplitz: Toeplitz::default(),
             probe,
             respond,
             emtu,
@@ -137,14 +153,18 @@ impl PathMtu {
         self.cache.insert(dst, mtu, now).is_ok()
     }
 
-    /// Whether a UDP datagram from port `sport` to `dport` toward `dst` is one of the gateway's
-    /// own probes (being probed now, or recently): an ICMP error quoting it is for the gateway,
-    /// not for the inside host whose address the probe wore (an outside host without a
-    /// responder answers with port unreachable).
-    pub fn is_own_probe(&self, dst: IpAddr, sport: u16, dport: u16) -> bool {
-        sport == PROBE_SOURCE_PORT
+    /// Whether a UDP datagram from port `sport` to `dport` is one of the gateway's own probes: an
+    /// ICMP error quoting it is for the gateway, not for the inside host whose address the probe
+    /// wore (an outside host without a responder answers with port unreachable). The test is on
+    /// the ports alone (a probe source port, the F-PMTUD port) while probing is on, so it holds
+    /// whichever worker the error reaches: the worker that probed may not be the one RSS gives
+    /// the ICMP message to. An inside host's own datagrams from those source ports to the
+    /// F-PMTUD port (its own prober pinned there) would have their errors consumed too.
+    pub fn is_own_probe(&self, sport: u16, dport: u16) -> bool {
+        self.probe
             && dport == self.port
-            && (self.probers.contains_key(&dst) || self.recent.contains_key(&dst))
+            && (PROBE_SOURCE_PORT..PROBE_SOURCE_PORT.saturating_add(PROBE_PORT_SEARCH))
+                .contains(&sport)
     }
 
     /// An inside host's SYN toward `h.key.dst`: probe that destination if its PMTU is unknown.
@@ -191,10 +211,16 @@ impl PathMtu {
         let mut macs = [0u8; 12];
         macs.copy_from_slice(&frame[..12]);
         let src = Ipv4Addr::from(four(&h.key.src));
+        let sport = probe_source_port(&self.toeplitz, h, self.port);
         self.summary.probed += 1;
         let tx = prober.start(now);
-        self.send_probes(tx, macs, src, dst, out);
-        let probe = Probe { prober, macs, src };
+        self.send_probes(tx, macs, src, sport, dst, out);
+        let probe = Probe {
+            prober,
+            macs,
+            src,
+            sport,
+        };
         self.probers.insert(dst, probe);
     }
 
@@ -211,8 +237,12 @@ impl PathMtu {
         // A report for one of our probes: UDP from the probe port to ours.
         if let wire::Class::Udp(h) = wire::classify(frame, frame.len()) {
             let src = IpAddr::V4(Ipv4Addr::from(four(&h.key.src)));
-            if h.key.sport == self.port && h.key.dport == PROBE_SOURCE_PORT {
-                if let Some(p) = self.probers.get_mut(&src) {
+            if h.key.sport == self.port {
+                if let Some(p) = self
+                    .probers
+                    .get_mut(&src)
+                    .filter(|p| p.sport == h.key.dport)
+                {
                     let _ = p.prober.on_report(&frame[h.hdr_len()..h.frame_len()], now);
                     self.finish_if_done(src);
                     return true;
@@ -264,8 +294,8 @@ impl PathMtu {
                 continue;
             };
             let tx = p.prober.poll(now);
-            let (macs, src) = (p.macs, p.src);
-            self.send_probes(tx, macs, src, dst, out);
+            let (macs, src, sport) = (p.macs, p.src, p.sport);
+            self.send_probes(tx, macs, src, sport, dst, out);
             self.finish_if_done(dst);
         }
         self.tracker.expire(now);
@@ -277,6 +307,7 @@ impl PathMtu {
         tx: Vec<fpmtud::Transmit>,
         macs: [u8; 12],
         src: Ipv4Addr,
+        sport: u16,
         dst: IpAddr,
         out: &mut Vec<Vec<u8>>,
     ) {
@@ -287,7 +318,7 @@ impl PathMtu {
                 macs,
                 src,
                 dst_v4(&dst),
-                PROBE_SOURCE_PORT,
+                sport,
                 self.port,
                 &t.payload,
                 t.size,
@@ -319,6 +350,19 @@ impl PathMtu {
         self.ident = self.ident.wrapping_add(1);
         self.ident
     }
+}
+
+/// The UDP source port for probes triggered by the connection `h` (an inside host's SYN) toward
+/// the responder's `port`: the first from [`PROBE_SOURCE_PORT`] up whose 4-tuple hash shares the
+/// connection's redirection-table index ([`RETA_INDEX_MASK`]), so the NIC delivers the connection
+/// and the probe's report (hashed symmetrically) to the same queue, this worker's.
+/// [`PROBE_SOURCE_PORT`] when none is found.
+pub fn probe_source_port(toeplitz: &Toeplitz, h: &Headers, port: u16) -> u16 {
+    let (src, dst) = (four(&h.key.src), four(&h.key.dst));
+    let want = toeplitz.hash_v4(src, dst, h.key.sport, h.key.dport) & RETA_INDEX_MASK;
+    (PROBE_SOURCE_PORT..PROBE_SOURCE_PORT.saturating_add(PROBE_PORT_SEARCH))
+        .find(|&sport| toeplitz.hash_v4(src, dst, sport, port) & RETA_INDEX_MASK == want)
+        .unwrap_or(PROBE_SOURCE_PORT)
 }
 
 fn four(a: &[u8; 16]) -> [u8; 4] {

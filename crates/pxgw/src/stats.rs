@@ -1,5 +1,6 @@
 //! What the gateway did, per direction, for the periodic summary line, the final summary and
-//! `--stats-json`.
+//! `--stats-json`; and what its ports did ([`PortCounters`]), so no frame is lost out of sight
+//! (a full RX ring shows as `imissed`, a refused transmission as `tx_dropped`).
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -11,7 +12,8 @@ pub struct Direction {
     pub packets_in: u64,
     /// Their bytes (Ethernet frames).
     pub bytes_in: u64,
-    /// Frames sent on the port this direction ends at.
+    /// Frames the driver of the port this direction ends at took (`rte_eth_tx_burst`'s count);
+    /// frames it kept refusing are in [`Drops::tx_dropped`], never here.
     pub packets_out: u64,
     /// Their bytes.
     pub bytes_out: u64,
@@ -32,8 +34,8 @@ impl Direction {
 /// Drops, by reason. Every packet the gateway received is either sent or counted here.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Drops {
-    /// The TX queue stayed full.
-    pub tx_full: u64,
+    /// Frames the TX queue kept refusing (the driver never took them), then freed.
+    pub tx_dropped: u64,
     /// Larger than the external MTU and not splittable (non-TCP).
     pub oversize: u64,
     /// A TCP packet that could not be split (no buffer, bad checksum, MTU too small).
@@ -42,28 +44,24 @@ pub struct Drops {
     pub caravan_malformed: u64,
     /// No buffer to build a caravan or a header.
     pub pool_exhausted: u64,
-    /// Merged packets dropped by the merge engine (headers that could not be rewritten).
-    pub merge_failed: u64,
 }
 
 impl Drops {
     fn add(&mut self, o: &Drops) {
-        self.tx_full += o.tx_full;
+        self.tx_dropped += o.tx_dropped;
         self.oversize += o.oversize;
         self.split_failed += o.split_failed;
         self.caravan_malformed += o.caravan_malformed;
         self.pool_exhausted += o.pool_exhausted;
-        self.merge_failed += o.merge_failed;
     }
 
     /// All drops.
     pub fn total(&self) -> u64 {
-        self.tx_full
+        self.tx_dropped
             + self.oversize
             + self.split_failed
             + self.caravan_malformed
             + self.pool_exhausted
-            + self.merge_failed
     }
 }
 
@@ -86,6 +84,10 @@ pub struct MergeSummary {
     pub cuts: u64,
     /// Items held right now.
     pub held_items: u64,
+    /// Segments that failed checksum verification at a cut. They are passed through unmerged
+    /// (the receiver drops them), so this is not a drop; the merge engine also counts here the
+    /// rare merged packet whose headers it could not rewrite for lack of a buffer.
+    pub bad_checksum: u64,
 }
 
 /// UDP caravans.
@@ -149,6 +151,7 @@ impl Report {
         self.merge.merges += o.merge.merges;
         self.merge.cuts += o.merge.cuts;
         self.merge.held_items += o.merge.held_items;
+        self.merge.bad_checksum += o.merge.bad_checksum;
         match (&mut self.delay_ns, &o.delay_ns) {
             (Some(a), Some(b)) => {
                 let _ = a.add(b);
@@ -193,7 +196,12 @@ impl Report {
     }
 
     /// The JSON document of `--stats-json`.
-    pub fn to_json(&self, seconds: f64, leaked_mbufs: usize) -> serde_json::Value {
+    pub fn to_json(
+        &self,
+        seconds: f64,
+        leaked_mbufs: usize,
+        ports: &PortCounters,
+    ) -> serde_json::Value {
         serde_json::json!({
             "seconds": seconds,
             "inbound": self.inbound,
@@ -205,15 +213,23 @@ impl Report {
             "connections": self.connections,
             "pmtud": self.pmtud,
             "router": self.router,
+            "ports": ports,
             "leaked_mbufs": leaked_mbufs,
         })
     }
 
-    /// The one-line summary of the change from `prev` over `dt` seconds.
-    pub fn line(&self, prev: &Report, dt: f64) -> String {
+    /// The one-line summary of the change from `prev` over `dt` seconds; `ports` and
+    /// `prev_ports` are the port counters now and then (totals and the interval's deltas).
+    pub fn line(
+        &self,
+        prev: &Report,
+        dt: f64,
+        ports: &PortCounters,
+        prev_ports: &PortCounters,
+    ) -> String {
         let rate = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / dt.max(1e-9) / 1e3;
         format!(
-            "in: {:.1} -> {:.1} kpps (yield {:.1} %, delay {:.1}/{:.1} us mean/p99, held {}) | out: {:.1} -> {:.1} kpps (max frame {} B) | drops {}",
+            "in: {:.1} -> {:.1} kpps (yield {:.1} %, delay {:.1}/{:.1} us mean/p99, held {}) | out: {:.1} -> {:.1} kpps (max frame {} B) | drops {} | ext {} | int {}",
             rate(self.inbound.packets_in, prev.inbound.packets_in),
             rate(self.inbound.packets_out, prev.inbound.packets_out),
             100.0 * self.merge.conversion_yield,
@@ -224,8 +240,125 @@ impl Report {
             rate(self.outbound.packets_out, prev.outbound.packets_out),
             self.outbound.max_frame_out,
             drops_line(&self.drops),
+            ports.external.line(&prev_ports.external),
+            ports.internal.line(&prev_ports.internal),
         )
     }
+}
+
+/// A port's counters as the driver reports them (`rte_eth_stats`), under DPDK's names; see
+/// [`dpdk::PortStats`] for how they add up.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PortSample {
+    /// Frames received and delivered to pxgw.
+    pub ipackets: u64,
+    /// Frames the device dropped because its RX ring was full.
+    pub imissed: u64,
+    /// Erroneous frames received.
+    pub ierrors: u64,
+    /// Frames lost for lack of an mbuf to receive into.
+    pub rx_nombuf: u64,
+    /// Frames transmitted.
+    pub opackets: u64,
+    /// Frames the driver took but failed to transmit.
+    pub oerrors: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes transmitted.
+    pub obytes: u64,
+}
+
+impl From<dpdk::PortStats> for PortSample {
+    fn from(s: dpdk::PortStats) -> Self {
+        Self {
+            ipackets: s.ipackets,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            rx_nombuf: s.rx_nombuf,
+            opackets: s.opackets,
+            oerrors: s.oerrors,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+        }
+    }
+}
+
+/// The kernel's own counters of the interface behind a kernel-backed port (af_packet, af_xdp,
+/// tap), from `/sys/class/net/IF/statistics`. DPDK 22.11's `net_af_packet` does not report the
+/// frames its socket ring dropped (`imissed` stays 0): the difference between the kernel's
+/// `rx_packets` and the port's `ipackets` shows them.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct KernelSample {
+    /// Frames the interface received.
+    pub rx_packets: u64,
+    /// Frames the interface dropped on receive.
+    pub rx_dropped: u64,
+    /// Frames the interface sent.
+    pub tx_packets: u64,
+    /// Frames the interface dropped on transmit.
+    pub tx_dropped: u64,
+}
+
+impl KernelSample {
+    /// Reads the counters of `iface` under `sysfs` (normally `/sys`); `None` when it has none.
+    pub fn read(sysfs: &std::path::Path, iface: &str) -> Option<Self> {
+        let dir = sysfs.join("class/net").join(iface).join("statistics");
+        let get = |name: &str| -> Option<u64> {
+            std::fs::read_to_string(dir.join(name))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some(Self {
+            rx_packets: get("rx_packets")?,
+            rx_dropped: get("rx_dropped")?,
+            tx_packets: get("tx_packets")?,
+            tx_dropped: get("tx_dropped")?,
+        })
+    }
+}
+
+/// One port: the driver's counters, and the kernel interface's when there is one.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PortReport {
+    /// The device string from the configuration.
+    pub device: String,
+    /// The driver's counters.
+    #[serde(flatten)]
+    pub counters: PortSample,
+    /// The kernel interface's counters (kernel-backed ports only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelSample>,
+}
+
+impl PortReport {
+    /// `ipackets +N imissed +N ierrors +N rx_nombuf +N opackets +N oerrors +N`: the change
+    /// since `prev`, then the totals in brackets.
+    pub fn line(&self, prev: &PortReport) -> String {
+        let (c, p) = (&self.counters, &prev.counters);
+        let mut parts = Vec::with_capacity(6);
+        for (name, now, before) in [
+            ("ipackets", c.ipackets, p.ipackets),
+            ("imissed", c.imissed, p.imissed),
+            ("ierrors", c.ierrors, p.ierrors),
+            ("rx_nombuf", c.rx_nombuf, p.rx_nombuf),
+            ("opackets", c.opackets, p.opackets),
+            ("oerrors", c.oerrors, p.oerrors),
+        ] {
+            parts.push(format!("{name} +{} ({now})", now.saturating_sub(before)));
+        }
+        parts.join(" ")
+    }
+}
+
+/// Both ports' counters at one moment.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Toward the Internet.
+    pub external: PortReport,
+    /// Toward the large-MTU network.
+    pub internal: PortReport,
 }
 
 fn drops_line(d: &Drops) -> String {
@@ -234,12 +367,11 @@ fn drops_line(d: &Drops) -> String {
     }
     let mut parts = Vec::new();
     for (name, v) in [
-        ("tx_full", d.tx_full),
+        ("tx_dropped", d.tx_dropped),
         ("oversize", d.oversize),
         ("split_failed", d.split_failed),
         ("caravan_malformed", d.caravan_malformed),
         ("pool_exhausted", d.pool_exhausted),
-        ("merge_failed", d.merge_failed),
     ] {
         if v > 0 {
             parts.push(format!("{name}={v}"));

@@ -1,11 +1,34 @@
 //! A worker: one thread, pinned to a core, running to completion over one RX and one TX queue of
 //! each port (DESIGN.md: one worker = one lcore, no async runtime).
+//!
+//! # More than one worker
+//! Every worker owns its state outright (connection table, merger, caravan builders, PMTU hints,
+//! F-PMTUD probers): nothing is shared, nothing is locked on the per-packet path. That is correct
+//! only if every packet a piece of state needs reaches the worker that holds it:
+//! - **Both directions of a connection.** Ports hash with [`SYMMETRIC_RSS_KEY`] (`0x6d5a`
+//!   repeated), and software hashes with the same key ([`pxio::toeplitz::Toeplitz::default`]):
+//!   `hash(a -> b) == hash(b -> a)`, and the outside and inside ports have the same queue count
+//!   and default redirection table, so a SYN from inside and the SYN-ACK from outside meet on one
+//!   worker (the MSS hint lands where the outbound segments are split). On `net_tap` the kernel
+//!   steers instead: the TAP queue of a frame is the symmetric flow hash, or the queue the flow
+//!   was last sent from (tun's automatic flow steering), which is again the worker that owns it.
+//! - **F-PMTUD reports.** A probe has its own 5-tuple, so its report would hash elsewhere. The
+//!   probing worker picks the probe's source port so the probe's hash selects the same entry of
+//!   any redirection table of up to 512 entries as the connection that triggered it
+//!   ([`crate::pmtud`]); the report, hashed symmetrically, comes back to the prober.
+//! - **Fragments** hash on addresses only (no ports in non-first fragments), so all fragments of
+//!   a probe from outside reach one worker's responder.
+//!
+//! Workers register with the EAL ([`dpdk::Eal::register_thread`]) before touching a queue, so
+//! their mbuf allocations and frees use the mempool's per-lcore caches.
+//!
+//! [`SYMMETRIC_RSS_KEY`]: pxio::toeplitz::SYMMETRIC_RSS_KEY
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dpdk::{Burst, Mbuf, RxQueue, TxQueue};
+use dpdk::{tx_flags, Burst, Eal, LcoreRegistration, Mbuf, Mempool, RxQueue, TxQueue};
 use pxio::{Clock, PacketBuf, TscClock};
 
 use crate::pipeline::Pipeline;
@@ -22,6 +45,8 @@ const CONN_IDLE_NS: u64 = 300_000_000_000;
 
 /// What a worker owns.
 pub struct Worker {
+    /// The EAL, which the worker's thread registers with.
+    pub eal: Eal,
     /// Index, for logs.
     pub id: usize,
     /// Core to pin to.
@@ -44,6 +69,9 @@ pub struct Worker {
     pub stop: Arc<AtomicBool>,
     /// L3 mode: (source MAC, next-hop MAC) to write on frames sent outside and inside.
     pub rewrite_macs: Option<([u8; 12], [u8; 12])>,
+    /// Ports whose driver cannot transmit chained mbufs (no `MULTI_SEGS`): chained packets
+    /// (merged, split, caravans) are first copied into one mbuf of this pool, (outside, inside).
+    pub flatten: (Option<Arc<Mempool>>, Option<Arc<Mempool>>),
 }
 
 impl Worker {
@@ -52,7 +80,8 @@ impl Worker {
         if let Some(core) = self.core {
             pin(core);
         }
-        tracing::info!(worker = self.id, core = ?self.core, "worker started");
+        let lcore = self.register();
+        tracing::info!(worker = self.id, core = ?self.core, lcore = ?lcore.as_ref().map(|l| l.lcore().0), "worker started");
         let mut rx = Burst::<BURST>::new();
         let mut to_int: Vec<Mbuf> = Vec::with_capacity(4 * BURST * 64);
         let mut to_ext: Vec<Mbuf> = Vec::with_capacity(4 * BURST * 64);
@@ -82,7 +111,7 @@ impl Worker {
             self.send(&mut to_int, true);
             self.send(&mut to_ext, false);
             loops = loops.wrapping_add(1);
-            if loops % PUBLISH_EVERY == 0 {
+            if loops.is_multiple_of(PUBLISH_EVERY) {
                 self.publish();
                 if now.saturating_sub(last_expiry) > 1_000_000_000 {
                     self.pipeline.expire_connections(now, CONN_IDLE_NS);
@@ -106,6 +135,18 @@ impl Worker {
         self.send(&mut to_ext, false);
         self.publish();
         tracing::info!(worker = self.id, "worker stopped, everything held was sent");
+    }
+
+    /// Registers this thread with the EAL (per-lcore mempool caches). Without a free lcore id the
+    /// worker still runs, on the shared pool ring, and says so.
+    fn register(&self) -> Option<LcoreRegistration> {
+        match self.eal.register_thread() {
+            Ok(registration) => Some(registration),
+            Err(e) => {
+                tracing::warn!(worker = self.id, error = %e, "running without an lcore id (no mempool cache)");
+                None
+            }
+        }
     }
 
     fn publish(&self) {
@@ -135,6 +176,21 @@ impl Worker {
                         }
                     }
                 }
+                let flatten = if inbound {
+                    &self.flatten.1
+                } else {
+                    &self.flatten.0
+                };
+                if let (Some(pool), true) = (flatten, m.num_segs() > 1) {
+                    match flat_copy(&m, pool) {
+                        Some(flat) => m = flat,
+                        None => {
+                            // No buffer for the copy: the driver could not send the chain.
+                            self.pipeline.count_tx_dropped(1);
+                            continue;
+                        }
+                    }
+                }
                 if let Err(m) = burst.push(m) {
                     drop(m); // cannot happen: the loop stops when the burst is full
                 }
@@ -154,15 +210,37 @@ impl Worker {
                     break;
                 }
             }
+            // Only what the driver took counts as sent; what it kept refusing is freed here and
+            // counted as tx_dropped (not sent, and not the driver's oerrors either).
             for &len in &lens[..sent] {
                 self.pipeline.count_sent(inbound, len);
             }
             if !burst.is_empty() {
-                self.pipeline.count_tx_full((queued - sent) as u64);
+                self.pipeline.count_tx_dropped((queued - sent) as u64);
                 burst.clear();
             }
         }
     }
+}
+
+/// A copy of chained `m` in one mbuf of `pool`, with its checksum-offload requests; `None` when
+/// the pool is empty or the packet does not fit one of its buffers.
+fn flat_copy(m: &Mbuf, pool: &Mempool) -> Option<Mbuf> {
+    let mut flat = pool.alloc().ok()?;
+    if flat.tailroom() < m.len() {
+        return None;
+    }
+    for seg in m.segments() {
+        flat.extend_from_slice(seg).ok()?;
+    }
+    let (l2, l3, l4) = m.header_lens();
+    let offloads = tx_flags::IPV4
+        | tx_flags::IPV6
+        | tx_flags::IP_CKSUM
+        | tx_flags::TCP_CKSUM
+        | tx_flags::UDP_CKSUM;
+    flat.set_tx_offload(l2, l3, l4, m.ol_flags() & offloads, 0);
+    Some(flat)
 }
 
 fn pin(core: usize) {

@@ -64,9 +64,22 @@ fn a_new_destination_is_probed_and_the_report_caps_the_split_size() {
     let probe = replies.pop().unwrap().to_vec();
     let (sport, dport, payload, ip_len, df) = udp_of(&probe);
     assert_eq!(
-        (sport, dport, ip_len, df),
-        (PROBE_SOURCE_PORT, fpmtud::DEFAULT_PORT, 1500, false),
+        (dport, ip_len, df),
+        (fpmtud::DEFAULT_PORT, 1500, false),
         "eMTU-sized, DF clear"
+    );
+    // The probe's source port keeps it (and its report) on the SYN's RSS queue: same low 9 bits
+    // of the symmetric hash, the index into a redirection table of up to 512 entries.
+    let t = pxio::toeplitz::Toeplitz::symmetric();
+    assert!(sport >= PROBE_SOURCE_PORT);
+    assert_eq!(
+        t.hash_v4(INSIDE, OUTSIDE, sport, dport) & 0x1ff,
+        t.hash_v4(INSIDE, OUTSIDE, 50000, 443) & 0x1ff
+    );
+    assert_eq!(
+        t.hash_v4(OUTSIDE, INSIDE, dport, sport),
+        t.hash_v4(INSIDE, OUTSIDE, sport, dport),
+        "the report hashes like the probe"
     );
     assert_eq!(&probe[26..30], &INSIDE, "sent on the inside host's behalf");
     let probe = fpmtud::wire::Probe::parse(&payload).unwrap();
@@ -82,7 +95,7 @@ fn a_new_destination_is_probed_and_the_report_caps_the_split_size() {
         let mut v = Vec::new();
         PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
             .ipv4(OUTSIDE, INSIDE, 60)
-            .udp(fpmtud::DEFAULT_PORT, PROBE_SOURCE_PORT)
+            .udp(fpmtud::DEFAULT_PORT, sport)
             .write(&mut v, &r.to_bytes().unwrap())
             .unwrap();
         pool.packet(&v)

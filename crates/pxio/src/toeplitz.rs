@@ -4,6 +4,11 @@
 //! SIGCOMM'26 §4.1 identifies flows by the same Toeplitz hash the NIC would have computed, so a
 //! flow keeps its hash, and therefore its worker and flow-table bucket, whether or not the
 //! hardware supplied it.
+//!
+//! The gateway programs its ports with [`SYMMETRIC_RSS_KEY`] and hashes in software with the same
+//! key ([`Toeplitz::default`]): with a key whose bits repeat every 16, swapping source and
+//! destination (addresses are 32 or 128 bits, ports 16) leaves every key window unchanged, so both
+//! directions of a connection hash alike and land on the same worker.
 
 use std::fmt;
 
@@ -12,6 +17,15 @@ pub const RSS_KEY: [u8; 40] = [
     0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
     0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
     0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+];
+
+/// A symmetric RSS key: `0x6d5a` repeated (Woo and Park, "Scalable TCP session monitoring with
+/// symmetric receive-side scaling", 2012). `hash(a -> b) == hash(b -> a)` for IPv4 and IPv6
+/// 4-tuples; NICs and DPDK ports take it as their `rss_key`.
+pub const SYMMETRIC_RSS_KEY: [u8; 40] = [
+    0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a,
+    0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a,
+    0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a, 0x6d, 0x5a,
 ];
 
 /// Longest input the tables cover: IPv6 source and destination plus two ports.
@@ -58,6 +72,11 @@ impl Toeplitz {
         Toeplitz { table }
     }
 
+    /// A hasher for [`SYMMETRIC_RSS_KEY`], the key the gateway programs into its ports.
+    pub fn symmetric() -> Self {
+        Toeplitz::new(&SYMMETRIC_RSS_KEY)
+    }
+
     /// The Toeplitz hash of `input`, which must be at most [`MAX_INPUT_LEN`] (36) bytes long;
     /// bytes beyond that are ignored.
     pub fn hash(&self, input: &[u8]) -> u32 {
@@ -92,9 +111,10 @@ impl Toeplitz {
 }
 
 impl Default for Toeplitz {
-    /// A hasher for [`RSS_KEY`].
+    /// A hasher for [`SYMMETRIC_RSS_KEY`] (see [`Toeplitz::symmetric`]): the gateway's ports use
+    /// that key, and software must agree with them.
     fn default() -> Self {
-        Toeplitz::new(&RSS_KEY)
+        Toeplitz::symmetric()
     }
 }
 
@@ -194,7 +214,7 @@ mod tests {
 
     #[test]
     fn microsoft_ipv4_vectors() {
-        let t = Toeplitz::default();
+        let t = Toeplitz::new(&RSS_KEY);
         for (dst, dport, src, sport, ip_only, with_tcp) in V4_VECTORS {
             let addrs = [src, dst].concat();
             assert_eq!(t.hash(&addrs), ip_only, "{src:?} -> {dst:?}");
@@ -235,7 +255,7 @@ mod tests {
                 0x02d1feef,
             ),
         ];
-        let t = Toeplitz::default();
+        let t = Toeplitz::new(&RSS_KEY);
         for (dst, dport, src, sport, ip_only, with_tcp) in vectors {
             let (dst, src) = (v6(dst), v6(src));
             let addrs = [src, dst].concat();
@@ -249,6 +269,14 @@ mod tests {
                 with_tcp
             );
         }
+    }
+
+    #[test]
+    fn microsofts_key_is_not_symmetric() {
+        // Why the gateway does not use the default key: the reverse direction lands elsewhere.
+        let t = Toeplitz::new(&RSS_KEY);
+        let (a, b) = ([198, 51, 100, 1], [198, 51, 100, 2]);
+        assert_ne!(t.hash_v4(a, b, 40000, 443), t.hash_v4(b, a, 443, 40000));
     }
 
     #[test]
@@ -276,7 +304,22 @@ mod tests {
 
         #[test]
         fn default_key_matches_reference(input in proptest::collection::vec(any::<u8>(), 0..=MAX_INPUT_LEN)) {
-            prop_assert_eq!(Toeplitz::default().hash(&input), reference(&RSS_KEY, &input));
+            prop_assert_eq!(Toeplitz::default().hash(&input), reference(&SYMMETRIC_RSS_KEY, &input));
+            prop_assert_eq!(Toeplitz::new(&RSS_KEY).hash(&input), reference(&RSS_KEY, &input));
+        }
+
+        #[test]
+        fn symmetric_key_hashes_both_directions_alike_v4(src in any::<[u8; 4]>(), dst in any::<[u8; 4]>(),
+                                                         sport in any::<u16>(), dport in any::<u16>()) {
+            let t = Toeplitz::symmetric();
+            prop_assert_eq!(t.hash_v4(src, dst, sport, dport), t.hash_v4(dst, src, dport, sport));
+        }
+
+        #[test]
+        fn symmetric_key_hashes_both_directions_alike_v6(src in any::<[u8; 16]>(), dst in any::<[u8; 16]>(),
+                                                         sport in any::<u16>(), dport in any::<u16>()) {
+            let t = Toeplitz::symmetric();
+            prop_assert_eq!(t.hash_v6(src, dst, sport, dport), t.hash_v6(dst, src, dport, sport));
         }
 
         #[test]

@@ -1,17 +1,15 @@
 //! The hot path allocates nothing: after construction, merging real mbufs (append, prepend,
 //! cuts, delays, polls) makes no heap allocation. Proven with allocation-counter's counting global allocator.
-//! Also: the NF-facing `Pxio` API with an injected clock.
 
 mod common;
 
 use dpdk::testing::{assert_no_leaks, pool};
 use dpdk::Mbuf;
 use pxio::merge::{DelayConfig, MergeConfig, Merger};
-use pxio::{HeapBuf, HeapPool, ManualClock, PacketBuf, Pxio, PxioConfig};
 
 fn flow(id: u8) -> common::FlowSpec {
     common::FlowSpec {
-        v6: id % 2 == 0,
+        v6: id.is_multiple_of(2),
         id,
         sport: 2000 + u16::from(id),
         dport: 80,
@@ -94,62 +92,4 @@ fn merging_real_mbufs_allocates_nothing() {
     drop(merger);
     assert_no_leaks(&rx);
     assert_no_leaks(&headers);
-}
-
-#[test]
-fn the_nf_api_merges_delays_and_splits_with_an_injected_clock() {
-    let pool = HeapPool::new(256);
-    let clock = ManualClock::new(1_000);
-    let cfg = PxioConfig {
-        merge: MergeConfig {
-            delay: DelayConfig {
-                rate_threshold_bps: 1.0,
-                yield_bypass: 1.0,
-                max_window_ns: 20_000,
-                ..DelayConfig::default()
-            },
-            ..MergeConfig::default()
-        },
-        ..PxioConfig::default()
-    };
-    let mut px = Pxio::<HeapBuf, &ManualClock>::new(cfg, HeapPool::new(256), &clock).unwrap();
-    let fl = flow(1);
-    let mut out = Vec::new();
-    // Three segments: held as one incomplete tail item, waiting for its window.
-    let burst: Vec<HeapBuf> = (0..3u32)
-        .map(|i| {
-            pool.packet(&common::tcp_frame(
-                &fl,
-                fl.isn + i * 1448,
-                0,
-                1,
-                Default::default(),
-                &[1; 1448],
-            ))
-        })
-        .collect();
-    px.rx(burst, &mut out);
-    assert!(out.is_empty(), "the tail item waits");
-    assert_eq!(px.rx_stats().held_items, 1);
-    clock.advance(5_000);
-    px.poll(&mut out);
-    assert!(out.is_empty(), "still inside its window");
-    clock.advance(20_000);
-    px.poll(&mut out);
-    assert_eq!(out.len(), 1, "released after the window");
-    assert_eq!(out[0].len(), 14 + 52 + 3 * 1448);
-    let s = px.rx_stats();
-    assert_eq!((s.packets_in, s.packets_out, s.held_items), (3, 1, 0));
-    assert!(
-        s.delay_ns.mean() >= 20_000.0,
-        "the wait is counted as added delay"
-    );
-    // The merged packet goes back out to a 1500 B next hop as three segments.
-    let merged = out.pop().unwrap();
-    px.tx(merged, 1500, &mut out);
-    assert_eq!(out.len(), 3);
-    assert_eq!(px.tx_stats().split, 1);
-    drop(out);
-    drop(px);
-    assert_eq!(pool.in_use(), 0);
 }

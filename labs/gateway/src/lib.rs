@@ -1,33 +1,243 @@
-//! The gateway lab (`cargo xtask demo`, and the `pxgw-lab test` integration suite): two network
-//! namespaces with real Linux TCP/UDP stacks, an "Internet" host at MTU 1500 (`px-ext`) and a
-//! b-network host at MTU 9000 (`px-int`), with pxgw between them on `net_af_packet` ports over
-//! veth pairs. Everything it creates is removed on drop, also when interrupted.
+//! The gateway lab (`cargo xtask demo`, and the `pxgw-lab test` integration suite): network
+//! namespaces with real Linux TCP/UDP stacks, an "Internet" host (`px-ext`) and a b-network host
+//! (`px-int`), with pxgw between them on `net_af_packet` ports over veth pairs. Everything it
+//! creates is removed on drop, also when interrupted.
+//!
+//! The shape is a [`Topology`]; its default is the demo's: the outside host on pxgw's outside
+//! port at MTU 1500, the inside host on its inside port at MTU 9000. A [`RouterConfig`] puts a
+//! Linux router between pxgw's outside port and the outside host, with its own link MTU (a
+//! bottleneck below the eMTU) and optionally an ICMP black hole. Every host is dual stack:
+//!
+//! ```text
+//!  px-ext ─── [px-rtr] ─── pxgw ─── px-int
+//!        198.18.0.0/24     198.51.100.0/24      (IPv4)
+//!        2001:db8:18::/64  2001:db8:100::/64    (IPv6)
+//! ```
+//!
+//! pxgw is transparent at layer 2, so the inside host and whatever is on pxgw's outside port
+//! (the outside host, or the router) share one subnet; `.1`/`::1` there is the outside side and
+//! the inside host's default route, `.2`/`::2` the inside host. With a router, the outside host
+//! is `198.18.0.2`/`2001:db8:18::2` behind it (`.1`/`::1` is the router).
 
 #![forbid(unsafe_code)]
 
+use std::fmt;
 use std::fs;
-use std::net::UdpSocket;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use netlab::{Netns, Veth};
 use pnet_datalink::{Channel, Config as ChannelConfig};
 use pxio::wire::{self, Class};
 use serde::Serialize;
 
-// TEST-NET-2 (RFC 5737): used only inside the lab's own namespaces. (TEST-NET-1 is taken by the
-// development VMs' own network.)
+// TEST-NET-2 (RFC 5737), the benchmark range (RFC 2544) and the IPv6 documentation prefix (RFC
+// 3849): used only inside the lab's own namespaces. (TEST-NET-1 is taken by the development VMs'
+// own network.)
 
-/// The outside host's address.
+/// The outside host's IPv4 address in the default topology (without a router); see
+/// [`Lab::ext_addr`] for any topology.
 pub const EXT_ADDR: &str = "198.51.100.1";
-/// The inside host's address.
+/// The inside host's IPv4 address (every topology).
 pub const INT_ADDR: &str = "198.51.100.2";
-/// MSS of the outside host's segments (1500 - 20 - 20 - 12 B of timestamps).
-const EXT_SEGMENT: usize = 1448;
+/// The inside host's IPv6 address (every topology).
+pub const INT_ADDR6: &str = "2001:db8:100::2";
+
+/// The outside side of pxgw's segment: the outside host, or the router when there is one.
+const SEG_OUTSIDE: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1)),
+    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 1)),
+];
+/// The inside host on pxgw's segment.
+const SEG_INSIDE: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(198, 51, 100, 2)),
+    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 2)),
+];
+/// The router on its link to the outside host.
+const OUTER_ROUTER: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x18, 0, 0, 0, 0, 1)),
+];
+/// The outside host behind the router.
+const OUTER_HOST: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x18, 0, 0, 0, 0, 2)),
+];
+/// Prefix lengths of the lab's subnets, by family.
+const PREFIX: [u8; 2] = [24, 64];
+/// The nftables table that black-holes ICMP errors on the router.
+const BLACKHOLE_TABLE: &str = "pxlab_blackhole";
+/// TCP timestamps option, as Linux puts it on every segment.
+const TCP_TIMESTAMPS: usize = 12;
+/// Largest frame the lab's `net_af_packet` ports are configured for (`framesz=10240`).
+const MAX_MTU: u16 = 9000;
+/// The smallest MTU IPv6 allows (RFC 8200 §5); every link of the lab carries IPv6.
+const MIN_MTU: u16 = 1280;
+
+/// An IP family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Family {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+impl Family {
+    /// Both families, IPv4 first.
+    pub const BOTH: [Family; 2] = [Family::V4, Family::V6];
+
+    fn index(self) -> usize {
+        match self {
+            Family::V4 => 0,
+            Family::V6 => 1,
+        }
+    }
+
+    /// IP header bytes without options or extension headers.
+    pub fn ip_header(self) -> usize {
+        match self {
+            Family::V4 => 20,
+            Family::V6 => 40,
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        })
+    }
+}
+
+/// A Linux router between pxgw's outside port and the outside host. It forwards both families;
+/// its interface toward pxgw has the eMTU, its link to the outside host [`Self::link_mtu`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouterConfig {
+    /// MTU of the link between the router and the outside host: below the eMTU, it is the path's
+    /// bottleneck (the router fragments or answers "fragmentation needed"/"packet too big").
+    pub link_mtu: u16,
+    /// Whether nftables on the router drops every ICMP and ICMPv6 error it forwards or sends (a
+    /// PMTUD black hole). It can be switched later with [`Lab::set_icmp_blackhole`].
+    pub blackhole_icmp: bool,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        Self {
+            link_mtu: 1500,
+            blackhole_icmp: false,
+        }
+    }
+}
+
+/// The shape of the lab. `Topology::default()` is the demo's: eMTU 1500, iMTU 9000, no router,
+/// one queue per veth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Topology {
+    /// MTU of pxgw's outside port and of its link partner (the outside host, or the router).
+    pub emtu: u16,
+    /// MTU of pxgw's inside port and of the inside host.
+    pub imtu: u16,
+    /// A router between pxgw's outside port and the outside host, if any.
+    pub router: Option<RouterConfig>,
+    /// RX/TX queues of the veths pxgw's ports sit on (for multi-queue ports).
+    pub queues: u16,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Self {
+            emtu: 1500,
+            imtu: 9000,
+            router: None,
+            queues: 1,
+        }
+    }
+}
+
+impl Topology {
+    /// The default topology with a router whose link to the outside host has `link_mtu`.
+    pub fn with_router(mut self, link_mtu: u16) -> Self {
+        self.router = Some(RouterConfig {
+            link_mtu,
+            blackhole_icmp: false,
+        });
+        self
+    }
+
+    /// Checks that the lab can build this shape.
+    pub fn validate(&self) -> Result<()> {
+        let mtus = [("emtu", self.emtu), ("imtu", self.imtu)]
+            .into_iter()
+            .chain(self.router.map(|r| ("router link_mtu", r.link_mtu)));
+        for (name, mtu) in mtus {
+            ensure!(
+                (MIN_MTU..=MAX_MTU).contains(&mtu),
+                "{name} {mtu} is outside {MIN_MTU}..={MAX_MTU} (IPv6's minimum, the lab's ports' frame size)"
+            );
+        }
+        ensure!(
+            self.imtu >= self.emtu,
+            "imtu {} is below emtu {}: pxgw merges toward the inside",
+            self.imtu,
+            self.emtu
+        );
+        ensure!(
+            (1..=16).contains(&self.queues),
+            "queues {} is outside 1..=16",
+            self.queues
+        );
+        Ok(())
+    }
+
+    /// The smallest MTU between the outside host and pxgw (the router's link, or the eMTU).
+    pub fn outside_path_mtu(&self) -> u16 {
+        self.router.map_or(self.emtu, |r| r.link_mtu.min(self.emtu))
+    }
+
+    /// TCP payload of the outside host's full-sized segments (with timestamps) in `family`.
+    pub fn ext_segment(&self, family: Family) -> usize {
+        usize::from(self.outside_path_mtu()) - family.ip_header() - 20 - TCP_TIMESTAMPS
+    }
+
+    /// Largest UDP payload the outside host sends to the inside host unfragmented in `family`.
+    pub fn max_udp_payload(&self, family: Family) -> usize {
+        usize::from(self.outside_path_mtu()) - family.ip_header() - 8
+    }
+}
+
+impl fmt::Display for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.router {
+            None => write!(
+                f,
+                "px-ext (MTU {e}) <-> pxgw <-> px-int (MTU {i})",
+                e = self.emtu,
+                i = self.imtu
+            ),
+            Some(r) => write!(
+                f,
+                "px-ext (MTU {l}) <-> px-rtr{bh} (MTU {e}) <-> pxgw <-> px-int (MTU {i})",
+                l = r.link_mtu,
+                bh = if r.blackhole_icmp {
+                    ", ICMP errors black-holed,"
+                } else {
+                    ""
+                },
+                e = self.emtu,
+                i = self.imtu
+            ),
+        }
+    }
+}
 
 /// How big the lab's runs are.
 #[derive(Clone, Copy, Debug)]
@@ -42,14 +252,21 @@ pub struct Sizes {
     pub udp_datagrams: u32,
 }
 
-/// The two hosts and the wires between them and the gateway.
+/// The hosts, the optional router, and the wires between them and the gateway.
 pub struct Lab {
     /// The Internet host.
     pub ext: Netns,
     /// The b-network host.
     pub int: Netns,
+    /// The router between pxgw and the Internet host, when the topology has one.
+    pub router: Option<Netns>,
+    topology: Topology,
+    /// pxgw's outside port (`a`, root namespace) to the outside host or the router (`b`).
     ext_link: Veth,
+    /// pxgw's inside port (`a`) to the inside host (`b`).
     int_link: Veth,
+    /// The router's link to the outside host: (in the router, in the outside host).
+    outer_link: Option<(String, String)>,
     /// Scratch files.
     pub dir: PathBuf,
 }
@@ -72,56 +289,164 @@ fn offloads_off(ns: Option<&Netns>, iface: &str) -> Result<()> {
     Ok(())
 }
 
+/// Sysctls set in `ns`.
+fn sysctls(ns: &Netns, settings: &[String]) -> Result<()> {
+    for s in settings {
+        ns.exec("sysctl", &["-qw", s])
+            .with_context(|| format!("sysctl {s} in {}", ns.name()))?;
+    }
+    Ok(())
+}
+
+/// A new namespace whose interfaces skip IPv6 duplicate address detection, so addresses are
+/// usable at once (tests would otherwise wait about a second per interface).
+fn host(prefix: &str) -> Result<Netns> {
+    let ns = Netns::new(prefix)?;
+    sysctls(
+        &ns,
+        &[
+            "net.ipv6.conf.all.accept_dad=0".into(),
+            "net.ipv6.conf.default.accept_dad=0".into(),
+        ],
+    )?;
+    Ok(ns)
+}
+
+/// Adds `addrs` (IPv4, IPv6) to `iface` in `ns`, the IPv6 one without DAD.
+fn dual_stack(ns: &Netns, iface: &str, addrs: [IpAddr; 2]) -> Result<()> {
+    sysctls(ns, &[format!("net.ipv6.conf.{iface}.accept_dad=0")])?;
+    for f in Family::BOTH {
+        let cidr = format!("{}/{}", addrs[f.index()], PREFIX[f.index()]);
+        let mut args = vec!["addr", "add", &cidr, "dev", iface];
+        if f == Family::V6 {
+            args.push("nodad");
+        }
+        ns.ip(&args)?;
+    }
+    Ok(())
+}
+
+/// Default routes of `ns` in both families via `via`.
+fn default_routes(ns: &Netns, via: [IpAddr; 2]) -> Result<()> {
+    for f in Family::BOTH {
+        let fam = if f == Family::V6 { "-6" } else { "-4" };
+        let gw = via[f.index()].to_string();
+        ns.ip(&[fam, "route", "add", "default", "via", &gw])?;
+    }
+    Ok(())
+}
+
 impl Lab {
-    /// Builds the namespaces and veth pairs.
+    /// Builds the default topology (the demo's): see [`Topology::default`].
     pub fn new() -> Result<Self> {
+        Self::with_topology(Topology::default())
+    }
+
+    /// Builds the namespaces, veth pairs, addresses and routes of `topology`.
+    pub fn with_topology(topology: Topology) -> Result<Self> {
         if !netlab::is_root() {
             bail!("the lab creates network namespaces: run it as root");
         }
-        let ext = Netns::new("px-ext")?;
-        let int = Netns::new("px-int")?;
-        let ext_link = Veth::new("pxe", 1500)?;
-        let int_link = Veth::new("pxi", 9000)?;
-        ext_link.move_b_into(&ext)?;
-        int_link.move_b_into(&int)?;
-        ext.ip(&[
-            "addr",
-            "add",
-            &format!("{EXT_ADDR}/24"),
-            "dev",
-            ext_link.b(),
-        ])?;
-        int.ip(&[
-            "addr",
-            "add",
-            &format!("{INT_ADDR}/24"),
-            "dev",
-            int_link.b(),
-        ])?;
-        offloads_off(Some(&ext), ext_link.b())?;
-        offloads_off(Some(&int), int_link.b())?;
-        offloads_off(None, ext_link.a())?;
-        offloads_off(None, int_link.a())?;
+        topology.validate()?;
+        let ext = host("px-ext")?;
+        let int = host("px-int")?;
+        let router = match topology.router {
+            Some(_) => Some(host("px-rtr")?),
+            None => None,
+        };
+        let ext_link = Veth::with_queues("pxe", topology.emtu.into(), topology.queues)?;
+        let int_link = Veth::with_queues("pxi", topology.imtu.into(), topology.queues)?;
+        // pxgw's ports carry no IPv6 of the root namespace's own (router solicitations, MLD).
         for a in [ext_link.a(), int_link.a()] {
             let _ = sh(
                 "sysctl",
                 &["-qw", &format!("net.ipv6.conf.{a}.disable_ipv6=1")],
             );
         }
-        let dir = std::env::temp_dir().join(format!("pxlab-{}", std::process::id()));
+        // Whoever sits on pxgw's outside port.
+        let outside = router.as_ref().unwrap_or(&ext);
+        ext_link.move_b_into(outside)?;
+        int_link.move_b_into(&int)?;
+        dual_stack(outside, ext_link.b(), SEG_OUTSIDE)?;
+        dual_stack(&int, int_link.b(), SEG_INSIDE)?;
+        // The inside network reaches everything else through the outside side, across pxgw.
+        default_routes(&int, SEG_OUTSIDE)?;
+        offloads_off(Some(outside), ext_link.b())?;
+        offloads_off(Some(&int), int_link.b())?;
+        offloads_off(None, ext_link.a())?;
+        offloads_off(None, int_link.a())?;
+        let outer_link = match (&router, topology.router) {
+            (Some(r), Some(cfg)) => {
+                sysctls(
+                    r,
+                    &[
+                        "net.ipv4.ip_forward=1".into(),
+                        "net.ipv6.conf.all.forwarding=1".into(),
+                    ],
+                )?;
+                let (r_if, e_if) = veth_pair(r, &ext, "pxo", cfg.link_mtu)?;
+                dual_stack(r, &r_if, OUTER_ROUTER)?;
+                dual_stack(&ext, &e_if, OUTER_HOST)?;
+                default_routes(&ext, OUTER_ROUTER)?;
+                offloads_off(Some(r), &r_if)?;
+                offloads_off(Some(&ext), &e_if)?;
+                Some((r_if, e_if))
+            }
+            _ => None,
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "pxlab-{}-{}",
+            std::process::id(),
+            netlab::unique_name("l")
+        ));
         fs::create_dir_all(&dir)?;
-        Ok(Self {
+        let lab = Self {
             ext,
             int,
+            router,
+            topology,
             ext_link,
             int_link,
+            outer_link,
             dir,
-        })
+        };
+        if topology.router.is_some_and(|r| r.blackhole_icmp) {
+            lab.set_icmp_blackhole(true)?;
+        }
+        Ok(lab)
+    }
+
+    /// The shape this lab was built with.
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
+    /// The outside host's address in `family`.
+    pub fn ext_addr(&self, family: Family) -> IpAddr {
+        match self.router {
+            Some(_) => OUTER_HOST[family.index()],
+            None => SEG_OUTSIDE[family.index()],
+        }
+    }
+
+    /// The inside host's address in `family`.
+    pub fn int_addr(&self, family: Family) -> IpAddr {
+        SEG_INSIDE[family.index()]
+    }
+
+    /// The router's addresses in `family`: (on pxgw's segment, on its link to the outside host).
+    pub fn router_addrs(&self, family: Family) -> Option<(IpAddr, IpAddr)> {
+        self.router
+            .as_ref()
+            .map(|_| (SEG_OUTSIDE[family.index()], OUTER_ROUTER[family.index()]))
     }
 
     /// The outside host's interface (inside its namespace).
     pub fn ext_iface(&self) -> &str {
-        self.ext_link.b()
+        match &self.outer_link {
+            Some((_, e)) => e,
+            None => self.ext_link.b(),
+        }
     }
 
     /// The inside host's interface.
@@ -129,7 +454,71 @@ impl Lab {
         self.int_link.b()
     }
 
-    /// The pxgw configuration for this lab.
+    /// The router's interfaces: (toward pxgw, toward the outside host).
+    pub fn router_ifaces(&self) -> Option<(&str, &str)> {
+        self.outer_link
+            .as_ref()
+            .map(|(r, _)| (self.ext_link.b(), r.as_str()))
+    }
+
+    /// The interface of pxgw's outside port (root namespace).
+    pub fn gw_ext_iface(&self) -> &str {
+        self.ext_link.a()
+    }
+
+    /// The interface of pxgw's inside port (root namespace).
+    pub fn gw_int_iface(&self) -> &str {
+        self.int_link.a()
+    }
+
+    /// The namespace and interface on the far end of pxgw's outside port: the router's, or the
+    /// outside host's.
+    pub fn gw_ext_peer(&self) -> (&Netns, &str) {
+        (self.router.as_ref().unwrap_or(&self.ext), self.ext_link.b())
+    }
+
+    /// Switches the router's ICMP black hole: nftables drops every ICMP error (destination
+    /// unreachable, fragmentation needed included; time exceeded; parameter problem) and ICMPv6
+    /// error (packet too big included) the router forwards or sends itself.
+    pub fn set_icmp_blackhole(&self, on: bool) -> Result<()> {
+        let router = self
+            .router
+            .as_ref()
+            .context("this topology has no router to black-hole ICMP on")?;
+        let _ = router.exec("nft", &["delete", "table", "inet", BLACKHOLE_TABLE]);
+        if !on {
+            return Ok(());
+        }
+        let rules = "icmp type { destination-unreachable, time-exceeded, parameter-problem } counter drop\n\
+                     icmpv6 type { destination-unreachable, packet-too-big, time-exceeded, parameter-problem } counter drop";
+        let script = format!(
+            "table inet {BLACKHOLE_TABLE} {{\n\
+             chain forward {{ type filter hook forward priority 0; policy accept;\n{rules}\n}}\n\
+             chain output {{ type filter hook output priority 0; policy accept;\n{rules}\n}}\n}}\n"
+        );
+        let file = self.dir.join("blackhole.nft");
+        fs::write(&file, script)?;
+        router.exec("nft", &["-f", &file.display().to_string()])?;
+        Ok(())
+    }
+
+    /// ICMP and ICMPv6 errors the router's black hole dropped so far (0 when it is off).
+    pub fn icmp_blackholed(&self) -> Result<u64> {
+        let router = self
+            .router
+            .as_ref()
+            .context("this topology has no router")?;
+        let Ok(listing) = router.exec("nft", &["list", "table", "inet", BLACKHOLE_TABLE]) else {
+            return Ok(0);
+        };
+        Ok(listing
+            .split("counter packets ")
+            .skip(1)
+            .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+            .sum())
+    }
+
+    /// The pxgw configuration for this lab, `workers` workers (and queue pairs per port).
     pub fn pxgw_config(&self, workers: u16) -> String {
         let port = |iface: &str, n: u32| {
             format!("net_af_packet{n},iface={iface},framesz=10240,blocksz=40960,framecnt=512,qpairs={workers}")
@@ -137,27 +526,37 @@ impl Lab {
         format!(
             "# Written by the lab. Flows through veths and net_af_packet carry far less than a NIC,\n\
              # so the delay threshold is lowered from the default 1 Gb/s.\n\
-             [ports.external]\ndevice = \"{}\"\nmtu = 1500\n\
-             [ports.internal]\ndevice = \"{}\"\nmtu = 9000\n\
+             [ports.external]\ndevice = \"{}\"\nmtu = {}\n\
+             [ports.internal]\ndevice = \"{}\"\nmtu = {}\n\
              [workers]\ncount = {workers}\n\
              # The lab asserts a 90 % yield; a bypass above the default 93 % leaves it a margin.\n\
              [merge]\nrate_threshold_gbps = 0.01\nmax_window_us = 300\nyield_bypass = 0.97\n\
              [stats]\ninterval_s = 1.0\n",
             port(self.ext_link.a(), 0),
+            self.topology.emtu,
             port(self.int_link.a(), 1),
+            self.topology.imtu,
         )
     }
 
-    /// Starts pxgw (`binary`) between the hosts; it stops itself after `limit_s` at the latest.
+    /// Starts pxgw (`binary`) between the hosts with [`Self::pxgw_config`]; it stops itself
+    /// after `limit_s` at the latest.
     pub fn start_pxgw(&self, binary: &Path, workers: u16, limit_s: u32) -> Result<Gateway> {
-        let config = self.dir.join("pxgw.toml");
-        fs::write(&config, self.pxgw_config(workers))?;
+        self.start_pxgw_with(binary, &self.pxgw_config(workers), limit_s)
+    }
+
+    /// Starts pxgw (`binary`) with the configuration text `config`, and waits until it forwards
+    /// (a ping from outside reaches the inside host); it stops itself after `limit_s` at the
+    /// latest.
+    pub fn start_pxgw_with(&self, binary: &Path, config: &str, limit_s: u32) -> Result<Gateway> {
+        let config_path = self.dir.join("pxgw.toml");
+        fs::write(&config_path, config)?;
         let stats = self.dir.join("pxgw-stats.json");
         let _ = fs::remove_file(&stats);
         let log = fs::File::create(self.dir.join("pxgw.log"))?;
         let child = Command::new(binary)
             .args(["--config"])
-            .arg(&config)
+            .arg(&config_path)
             .arg("--stats-json")
             .arg(&stats)
             .args(["--run-for", &limit_s.to_string()])
@@ -165,7 +564,7 @@ impl Lab {
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
-        let gw = Gateway {
+        let mut gw = Gateway {
             child: Some(child),
             stats,
             log: self.dir.join("pxgw.log"),
@@ -173,24 +572,27 @@ impl Lab {
         if self.forwarding_within(Duration::from_secs(20)) {
             return Ok(gw);
         }
+        if let Some(mut c) = gw.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         let log = fs::read_to_string(&gw.log).unwrap_or_default();
         bail!("pxgw did not start forwarding within 20 s; its log:\n{log}")
     }
 
-    /// Whether a ping from outside crosses to the inside host within `limit`.
+    /// Whether a ping from outside crosses to the inside host within `limit`, in both families.
     fn forwarding_within(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if self
-                .ext
-                .exec("ping", &["-c", "1", "-W", "1", INT_ADDR])
-                .is_ok()
-            {
-                return true;
+        Family::BOTH.into_iter().all(|f| {
+            let to = self.int_addr(f).to_string();
+            while Instant::now() < deadline {
+                if self.ext.exec("ping", &["-c", "1", "-W", "1", &to]).is_ok() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
             }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        false
+            false
+        })
     }
 
     /// Runs the F-PMTUD daemon (`binary serve`) in the outside host, so pxgw's probes of it are
@@ -210,7 +612,7 @@ impl Lab {
         })
     }
 
-    /// Bridges the two veths with a Linux bridge instead of pxgw (the baseline).
+    /// Bridges pxgw's two ports with a Linux bridge instead of pxgw (the baseline).
     pub fn bridge(&self) -> Result<Bridge> {
         let name = netlab::unique_name("pxbr");
         sh("ip", &["link", "add", &name, "type", "bridge"])?;
@@ -225,20 +627,24 @@ impl Lab {
         bail!("the bridge did not forward within 20 s")
     }
 
-    /// `ping -c 3` from outside to inside and back.
-    pub fn ping(&self) -> bool {
+    /// `ping -c 3` in `family` from outside to inside and back.
+    pub fn ping(&self, family: Family) -> bool {
+        let (to_int, to_ext) = (
+            self.int_addr(family).to_string(),
+            self.ext_addr(family).to_string(),
+        );
         self.ext
-            .exec("ping", &["-c", "3", "-i", "0.2", "-W", "1", INT_ADDR])
+            .exec("ping", &["-c", "3", "-i", "0.2", "-W", "1", &to_int])
             .is_ok()
             && self
                 .int
-                .exec("ping", &["-c", "3", "-i", "0.2", "-W", "1", EXT_ADDR])
+                .exec("ping", &["-c", "3", "-i", "0.2", "-W", "1", &to_ext])
                 .is_ok()
     }
 
-    /// iperf3 with `flows` parallel TCP flows for `seconds`; `inbound` is outside → inside.
-    /// Returns Gb/s received.
-    pub fn iperf(&self, inbound: bool, flows: u32, seconds: u32) -> Result<f64> {
+    /// iperf3 in `family` with `flows` parallel TCP flows for `seconds`; `inbound` is outside →
+    /// inside. Returns Gb/s received.
+    pub fn iperf(&self, family: Family, inbound: bool, flows: u32, seconds: u32) -> Result<f64> {
         let mut server = Spawned(
             Command::new("ip")
                 .args([
@@ -256,7 +662,8 @@ impl Lab {
                 .spawn()?,
         );
         std::thread::sleep(Duration::from_millis(300));
-        let mut args = vec!["-c", INT_ADDR, "-p", "5201", "-J"];
+        let to = self.int_addr(family).to_string();
+        let mut args = vec!["-c", &to, "-p", "5201", "-J"];
         let (p, t) = (flows.to_string(), seconds.to_string());
         args.extend(["-P", &p, "-t", &t]);
         if !inbound {
@@ -271,9 +678,14 @@ impl Lab {
             .context("iperf3 reported no throughput")
     }
 
-    /// Sends a random file of `bytes` with socat (`inbound`: outside → inside) and checks its
-    /// sha256 on arrival. Returns (sha256 equal, seconds).
-    pub fn file_transfer(&self, inbound: bool, bytes: usize) -> Result<(bool, f64)> {
+    /// Sends a random file of `bytes` over TCP in `family` with socat (`inbound`: outside →
+    /// inside) and checks its sha256 on arrival. Returns (sha256 equal, seconds).
+    pub fn file_transfer(
+        &self,
+        family: Family,
+        inbound: bool,
+        bytes: usize,
+    ) -> Result<(bool, f64)> {
         let src = self.dir.join("file.in");
         let dst = self.dir.join("file.out");
         let _ = fs::remove_file(&dst);
@@ -288,20 +700,20 @@ impl Lab {
             ],
         )?;
         let (rx_ns, tx_ns, addr) = if inbound {
-            (&self.int, &self.ext, INT_ADDR)
+            (&self.int, &self.ext, self.int_addr(family))
         } else {
-            (&self.ext, &self.int, EXT_ADDR)
+            (&self.ext, &self.int, self.ext_addr(family))
+        };
+        let (listen, connect) = match family {
+            Family::V4 => ("TCP4-LISTEN:5001,reuseaddr", format!("TCP4:{addr}:5001")),
+            Family::V6 => (
+                "TCP6-LISTEN:5001,reuseaddr,ipv6only=1",
+                format!("TCP6:[{addr}]:5001"),
+            ),
         };
         let mut receiver = Spawned(
             Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    rx_ns.name(),
-                    "socat",
-                    "-u",
-                    "TCP-LISTEN:5001,reuseaddr",
-                ])
+                .args(["netns", "exec", rx_ns.name(), "socat", "-u", listen])
                 .arg(format!("OPEN:{},creat,trunc", dst.display()))
                 .spawn()?,
         );
@@ -309,11 +721,7 @@ impl Lab {
         let started = Instant::now();
         tx_ns.exec(
             "socat",
-            &[
-                "-u",
-                &format!("OPEN:{}", src.display()),
-                &format!("TCP:{addr}:5001"),
-            ],
+            &["-u", &format!("OPEN:{}", src.display()), &connect],
         )?;
         let status = receiver.0.wait()?;
         let secs = started.elapsed().as_secs_f64();
@@ -330,21 +738,36 @@ impl Lab {
         Ok((sum(&src)? == sum(&dst)?, secs))
     }
 
-    /// Sends `n` UDP datagrams of mixed sizes from outside to inside, and watches what arrives
-    /// with a packet socket in the inside host (caravans are counted there).
+    /// The payload of the `i`-th datagram of [`Self::udp_inbound`] in `family`: sizes cycle
+    /// through 1 B to the largest the outside path carries unfragmented (every eighth is that
+    /// largest), and the bytes depend on `i`, so a lost, reordered or merged datagram shows.
+    pub fn udp_payload(&self, family: Family, i: u32) -> Vec<u8> {
+        let max = self.topology.max_udp_payload(family);
+        let len = if i % 8 == 7 {
+            max
+        } else {
+            1 + (i as usize * 379) % max
+        };
+        (0..len)
+            .map(|k| (i.wrapping_mul(31) as usize + k * 7) as u8)
+            .collect()
+    }
+
+    /// Sends `n` UDP datagrams in `family` ([`Self::udp_payload`]) from outside to inside, and
+    /// watches what arrives with a packet socket in the inside host (caravans, marked with
+    /// `caravan_dscp`, are counted there).
     ///
     /// With `decap`, the inside host runs the caravan eBPF decapsulator on its interface and an
     /// ordinary UDP socket must receive exactly the datagrams sent, one `recv` each, while the
     /// wire carries caravans. Without it, the caravans seen on the wire are parsed and their
     /// datagrams compared with what was sent.
-    pub fn udp_inbound(&self, n: u32, caravan_dscp: u8, decap: bool) -> Result<UdpResult> {
-        let sizes = [1usize, 64, 200, 512, 1000, 1472, 7, 333];
-        let payload = |i: u32| -> Vec<u8> {
-            let len = sizes[i as usize % sizes.len()].max(4);
-            let mut p = vec![(i % 251) as u8; len];
-            p[..4].copy_from_slice(&i.to_be_bytes());
-            p
-        };
+    pub fn udp_inbound(
+        &self,
+        family: Family,
+        n: u32,
+        caravan_dscp: u8,
+        decap: bool,
+    ) -> Result<UdpResult> {
         let stop = AtomicBool::new(false);
         let ready = AtomicBool::new(false);
         let int_iface = self.int_iface().to_owned();
@@ -357,11 +780,21 @@ impl Lab {
             } else {
                 None
             };
+        let sink_addr = SocketAddr::new(self.int_addr(family), 7000);
+        let to = sink_addr;
+        let from = SocketAddr::new(self.ext_addr(family), 6000);
         type Seen = (Vec<(bool, Vec<u8>)>, Vec<Vec<u8>>);
         let (seen, app) = std::thread::scope(|s| -> Result<Seen> {
             let capture = s.spawn(|| {
                 self.int.enter(|| -> Result<Seen> {
-                    let sink = UdpSocket::bind(format!("{INT_ADDR}:7000"))?;
+                    let sink = UdpSocket::bind(sink_addr)?;
+                    // Room for the whole run: the loop below also reads the packet socket, and a
+                    // datagram dropped for a full buffer would look like a gateway's loss.
+                    nix::sys::socket::setsockopt(
+                        &sink,
+                        nix::sys::socket::sockopt::RcvBufForce,
+                        &(32 << 20),
+                    )?;
                     sink.set_nonblocking(true)?;
                     let mut rx = capture_channel(&int_iface)?;
                     ready.store(true, Ordering::SeqCst);
@@ -371,8 +804,7 @@ impl Lab {
                         if let Ok(frame) = rx.next() {
                             if let Class::Udp(h) = wire::classify(frame, frame.len()) {
                                 if h.key.dport == 7000 {
-                                    let dscp = frame[h.l3_offset() + 1] >> 2;
-                                    got.push((dscp == caravan_dscp, frame.to_vec()));
+                                    got.push((dscp(frame, &h) == caravan_dscp, frame.to_vec()));
                                 }
                             }
                         }
@@ -390,9 +822,9 @@ impl Lab {
                 std::thread::sleep(Duration::from_millis(10));
             }
             self.ext.enter(|| -> Result<()> {
-                let sock = UdpSocket::bind(format!("{EXT_ADDR}:6000"))?;
+                let sock = UdpSocket::bind(from)?;
                 for i in 0..n {
-                    sock.send_to(&payload(i), format!("{INT_ADDR}:7000"))?;
+                    sock.send_to(&self.udp_payload(family, i), to)?;
                     if i % 16 == 15 {
                         std::thread::sleep(Duration::from_micros(200));
                     }
@@ -436,8 +868,9 @@ impl Lab {
             && received
                 .iter()
                 .enumerate()
-                .all(|(i, d)| *d == payload(i as u32));
+                .all(|(i, d)| *d == self.udp_payload(family, i as u32));
         Ok(UdpResult {
+            family,
             datagrams_sent: u64::from(n),
             datagrams_received: received.len() as u64,
             caravans_seen: caravans,
@@ -446,18 +879,22 @@ impl Lab {
         })
     }
 
-    /// Runs `f` while counting the TCP frames `ns` receives on `iface` from `from`; returns what
-    /// `f` returned and the counts.
+    /// Runs `f` while counting the frames `ns` receives on `iface`, and the TCP data frames from
+    /// `from` among them; returns what `f` returned and the counts.
     pub fn with_capture<T>(
         &self,
         ns: &Netns,
         iface: &str,
-        from: [u8; 4],
+        from: IpAddr,
         f: impl FnOnce() -> Result<T>,
     ) -> Result<(T, FrameStats)> {
+        let family = match from {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        };
         let stop = AtomicBool::new(false);
         let ready = AtomicBool::new(false);
-        let stats = FrameStats::default();
+        let stats = FrameStats::new(from, self.topology.imtu, self.topology.ext_segment(family));
         let out = std::thread::scope(|s| -> Result<T> {
             let capture = s.spawn(|| {
                 ns.enter(|| -> Result<()> {
@@ -465,7 +902,7 @@ impl Lab {
                     ready.store(true, Ordering::SeqCst);
                     while !stop.load(Ordering::SeqCst) {
                         if let Ok(frame) = rx.next() {
-                            stats.record(frame, from);
+                            stats.record(frame);
                         }
                     }
                     Ok(())
@@ -482,6 +919,41 @@ impl Lab {
             out
         })?;
         Ok((out, stats))
+    }
+}
+
+/// Creates a veth pair between two namespaces at `mtu`, both ends up, without addresses.
+fn veth_pair(a: &Netns, b: &Netns, prefix: &str, mtu: u16) -> Result<(String, String)> {
+    let (a_if, b_if) = (netlab::unique_name(prefix), netlab::unique_name(prefix));
+    let mtu = mtu.to_string();
+    a.ip(&[
+        "link",
+        "add",
+        &a_if,
+        "mtu",
+        &mtu,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &b_if,
+        "netns",
+        b.name(),
+        "mtu",
+        &mtu,
+    ])?;
+    a.ip(&["link", "set", &a_if, "up"])?;
+    b.ip(&["link", "set", &b_if, "up"])?;
+    Ok((a_if, b_if))
+}
+
+/// The DSCP of a classified UDP or TCP frame.
+fn dscp(frame: &[u8], h: &wire::Headers) -> u8 {
+    let l3 = &frame[h.l3_offset()..];
+    if h.key.v6 {
+        wire::Ipv6Packet::new_unchecked(l3).dscp()
+    } else {
+        wire::Ipv4Packet::new_unchecked(l3).dscp()
     }
 }
 
@@ -507,29 +979,52 @@ fn capture_channel(iface: &str) -> Result<Box<dyn pnet_datalink::DataLinkReceive
     }
 }
 
-/// Frames seen by a capture.
-#[derive(Debug, Default)]
+/// Frames seen by a capture ([`Lab::with_capture`]).
+#[derive(Debug)]
 pub struct FrameStats {
     /// TCP data frames from the watched source.
     pub tcp_frames: AtomicU64,
     /// Their TCP payload bytes.
     pub tcp_payload: AtomicU64,
-    /// Payload bytes in iMTU-bound frames (IP length + one more 1448 B segment > 9000).
+    /// Payload bytes in iMTU-bound frames (IP length + one more full outside segment > iMTU).
     pub bound_payload: AtomicU64,
     /// Their frame bytes.
     pub tcp_frame_bytes: AtomicU64,
     /// Largest frame of any kind.
     pub max_frame: AtomicU64,
+    /// Largest TCP data frame from the watched source.
+    pub max_tcp_frame: AtomicU64,
+    from: IpAddr,
+    imtu: u16,
+    segment: usize,
 }
 
 impl FrameStats {
-    fn record(&self, frame: &[u8], from: [u8; 4]) {
+    fn new(from: IpAddr, imtu: u16, segment: usize) -> Self {
+        Self {
+            tcp_frames: AtomicU64::new(0),
+            tcp_payload: AtomicU64::new(0),
+            bound_payload: AtomicU64::new(0),
+            tcp_frame_bytes: AtomicU64::new(0),
+            max_frame: AtomicU64::new(0),
+            max_tcp_frame: AtomicU64::new(0),
+            from,
+            imtu,
+            segment,
+        }
+    }
+
+    fn record(&self, frame: &[u8]) {
         self.max_frame
             .fetch_max(frame.len() as u64, Ordering::Relaxed);
         let Class::Tcp(h) = wire::classify(frame, frame.len()) else {
             return;
         };
-        if h.key.src[..4] != from || h.payload_len == 0 {
+        let src_ok = match self.from {
+            IpAddr::V4(a) => !h.key.v6 && h.key.src[..4] == a.octets(),
+            IpAddr::V6(a) => h.key.v6 && h.key.src == a.octets(),
+        };
+        if !src_ok || h.payload_len == 0 {
             return;
         }
         let payload = u64::from(h.payload_len);
@@ -537,7 +1032,9 @@ impl FrameStats {
         self.tcp_payload.fetch_add(payload, Ordering::Relaxed);
         self.tcp_frame_bytes
             .fetch_add(frame.len() as u64, Ordering::Relaxed);
-        if usize::from(h.ip_len) + EXT_SEGMENT > 9000 {
+        self.max_tcp_frame
+            .fetch_max(frame.len() as u64, Ordering::Relaxed);
+        if usize::from(h.ip_len) + self.segment > usize::from(self.imtu) {
             self.bound_payload.fetch_add(payload, Ordering::Relaxed);
         }
     }
@@ -566,6 +1063,8 @@ impl FrameStats {
 /// What the UDP run saw.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct UdpResult {
+    /// The IP family of the run.
+    pub family: Family,
     /// Datagrams sent from outside.
     pub datagrams_sent: u64,
     /// Datagrams recovered at the inside host (from caravans or plain).

@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use nix::sched::{setns, CloneFlags};
 
+mod tap;
+pub use tap::TapWire;
+
 /// What went wrong while building or driving a lab.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -177,12 +180,37 @@ pub struct Veth {
 impl Veth {
     /// Creates a pair with unique names derived from `prefix`, both ends up, at `mtu`.
     pub fn new(prefix: &str, mtu: u32) -> Result<Self> {
+        Self::with_queues(prefix, mtu, 1)
+    }
+
+    /// Like [`Veth::new`], with `queues` RX and TX queues on each end (for multi-queue ports).
+    pub fn with_queues(prefix: &str, mtu: u32, queues: u16) -> Result<Self> {
         let (a, b) = (unique_name(prefix), unique_name(prefix));
         let mtu = mtu.to_string();
+        let q = queues.to_string();
         run(
             "ip",
             &[
-                "link", "add", &a, "mtu", &mtu, "type", "veth", "peer", "name", &b, "mtu", &mtu,
+                "link",
+                "add",
+                &a,
+                "mtu",
+                &mtu,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &b,
+                "mtu",
+                &mtu,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
             ],
         )?;
         let veth = Self { a, b };

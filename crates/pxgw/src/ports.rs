@@ -1,0 +1,308 @@
+//! Ports configured as the configuration says, or a clear refusal (issue 10 §5).
+//!
+//! Before the EAL starts, [`preflight`] checks what the host can tell without DPDK: the kernel
+//! interface behind an af_packet/af_xdp port exists and has the configured MTU (pxgw never changes
+//! a kernel interface's MTU behind the operator's back: it refuses the mismatch), a PCI device is
+//! there, and the process may open raw sockets. DPDK's own EAL log names these causes only among
+//! many lines, and `rte_eal_init` then reports a bare "Operation not supported".
+//!
+//! After the ports start, [`PortPlan`] records what the device granted: the MTU read back, whether
+//! it transmits chains (`MULTI_SEGS`: merged packets are chains, SIGCOMM'26 §4), and its segment
+//! limit (`nb_seg_max`), which caps the merge engine's chains.
+
+use std::path::Path;
+
+use crate::config::{Backing, Config, Port, AF_PACKET_FRAME_OVERHEAD};
+
+/// `CAP_NET_ADMIN`.
+const CAP_NET_ADMIN: u32 = 12;
+/// `CAP_NET_RAW`.
+const CAP_NET_RAW: u32 = 13;
+/// `CAP_SYS_ADMIN`.
+const CAP_SYS_ADMIN: u32 = 21;
+/// `CAP_BPF`.
+const CAP_BPF: u32 = 39;
+
+/// The effective capability set of this process (`CapEff` in `/proc/self/status`), or all bits
+/// when it cannot be read (then DPDK's own error will have to do).
+pub fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(u64::MAX)
+}
+
+/// The MTU of kernel interface `iface`, from `sysfs` (normally `/sys`).
+pub fn kernel_mtu(sysfs: &Path, iface: &str) -> Option<u16> {
+    std::fs::read_to_string(sysfs.join("class/net").join(iface).join("mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The two ports with their names and configured MTUs.
+pub fn ports(cfg: &Config) -> [(&'static str, &Port, u16); 2] {
+    [
+        ("external", &cfg.ports.external, cfg.emtu()),
+        ("internal", &cfg.ports.internal, cfg.internal_mtu()),
+    ]
+}
+
+/// Everything that stops the ports from being configured as `cfg` says, one line each, found
+/// without starting DPDK. `sysfs` is normally `/sys`; `caps` the effective capabilities.
+pub fn preflight(cfg: &Config, sysfs: &Path, caps: u64) -> Vec<String> {
+    let has = |cap: u32| caps & (1u64 << cap) != 0;
+    let mut problems = Vec::new();
+    for (name, port, mtu) in ports(cfg) {
+        match port.backing() {
+            Backing::Kernel {
+                driver,
+                iface,
+                creates: false,
+            } => {
+                let Some(kernel) = kernel_mtu(sysfs, &iface) else {
+                    problems.push(format!(
+                        "ports.{name}: interface {iface} does not exist in this network namespace \
+                         (device {})",
+                        port.device
+                    ));
+                    continue;
+                };
+                if kernel != mtu {
+                    problems.push(format!(
+                        "ports.{name}: configured MTU {mtu} but interface {iface} has MTU \
+                         {kernel}; make them equal (`ip link set {iface} mtu {mtu}` or \
+                         ports.{name}.mtu = {kernel})"
+                    ));
+                }
+                let xdp = driver == "net_af_xdp";
+                if !has(CAP_NET_RAW)
+                    || (xdp && !(has(CAP_NET_ADMIN) && (has(CAP_BPF) || has(CAP_SYS_ADMIN))))
+                {
+                    let needs = if xdp {
+                        "CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF"
+                    } else {
+                        "CAP_NET_RAW"
+                    };
+                    problems.push(format!(
+                        "ports.{name}: permission denied: {driver} needs {needs} to open \
+                         {iface} (run pxgw as root)"
+                    ));
+                }
+            }
+            Backing::Kernel { driver, .. } => {
+                if !has(CAP_NET_ADMIN) {
+                    problems.push(format!(
+                        "ports.{name}: permission denied: {driver} needs CAP_NET_ADMIN to create \
+                         its interface (run pxgw as root)"
+                    ));
+                }
+            }
+            Backing::Pci(addr) => {
+                let full = if addr.matches(':').count() == 1 {
+                    format!("0000:{addr}")
+                } else {
+                    addr.clone()
+                };
+                if !sysfs.join("bus/pci/devices").join(&full).exists() {
+                    problems.push(format!(
+                        "ports.{name}: no PCI device {full} on this machine (lspci -D lists them)"
+                    ));
+                }
+            }
+            Backing::Other => {}
+        }
+    }
+    problems
+}
+
+/// Whether DPDK's generic MTU limit can be set aside for this port: DPDK 22.11's
+/// `net_af_packet` reports `max_rx_pktlen` 1518 whatever its ring, yet receives every frame that
+/// fits a ring frame and sends every frame that fits one. The kernel interface enforces the MTU
+/// (and [`preflight`] checked it equals the configured one), so the real limit is the ring frame.
+pub fn af_packet_holds(port: &Port, mtu: u16) -> bool {
+    port.af_packet_framesz()
+        .is_some_and(|f| u32::from(mtu) + u32::from(AF_PACKET_FRAME_OVERHEAD) <= u32::from(f))
+}
+
+/// What one started port grants pxgw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortPlan {
+    /// `external` or `internal`.
+    pub name: &'static str,
+    /// The driver.
+    pub driver: String,
+    /// The MTU in effect (read back from DPDK, or from the kernel when the kernel enforces it).
+    pub mtu: u16,
+    /// The kernel interface's MTU, for kernel-backed ports.
+    pub kernel_mtu: Option<u16>,
+    /// The device transmits chained mbufs.
+    pub multi_segs: bool,
+    /// Most segments per transmitted packet.
+    pub tx_nb_seg_max: u16,
+    /// The largest MTU DPDK accepts for the device.
+    pub mtu_limit: u16,
+    /// How the MTU was applied, when it was not by DPDK.
+    pub note: Option<String>,
+}
+
+impl PortPlan {
+    /// The `--check` line for this port.
+    pub fn describe(&self, port: &Port) -> String {
+        let kernel = match (&port.backing(), self.kernel_mtu) {
+            (Backing::Kernel { iface, .. }, Some(k)) => format!(", interface {iface} MTU {k}"),
+            _ => String::new(),
+        };
+        let ring = port
+            .af_packet_framesz()
+            .map(|f| {
+                format!(
+                    ", af_packet ring {} frames of {f} B",
+                    port.device_arg("framecnt").unwrap_or("512")
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "ports.{}: {} ({}): MTU {}{kernel} (DPDK allows up to {}); chained TX (MULTI_SEGS) {}; \
+             tx nb_seg_max {}; descriptors rx {} tx {}{ring}{}",
+            self.name,
+            port.device_name(),
+            self.driver,
+            self.mtu,
+            self.mtu_limit,
+            if self.multi_segs {
+                "yes"
+            } else {
+                "no: chains are copied into one buffer before sending"
+            },
+            self.tx_nb_seg_max,
+            port.rx_descriptors,
+            port.tx_descriptors,
+            self.note
+                .as_deref()
+                .map(|n| format!("; {n}"))
+                .unwrap_or_default(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(ext: &str, int: &str) -> Config {
+        Config::parse(&format!(
+            "[ports.external]\ndevice = \"{ext}\"\nmtu = 1500\n\
+             [ports.internal]\ndevice = \"{int}\"\nmtu = 9000\n"
+        ))
+        .unwrap()
+    }
+
+    /// A fake `/sys` with interfaces of the given MTUs.
+    fn sysfs(ifaces: &[(&str, u16)]) -> tempdir::TempSys {
+        let t = tempdir::TempSys::new();
+        for (name, mtu) in ifaces {
+            let dir = t.path().join("class/net").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("mtu"), format!("{mtu}\n")).unwrap();
+        }
+        t
+    }
+
+    mod tempdir {
+        /// A throw-away directory, removed on drop.
+        pub struct TempSys(std::path::PathBuf);
+        impl TempSys {
+            pub fn new() -> Self {
+                static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let p = std::env::temp_dir().join(format!("pxgw-sysfs-{}-{n}", std::process::id()));
+                std::fs::create_dir_all(&p).unwrap();
+                Self(p)
+            }
+            pub fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        impl Drop for TempSys {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    const EXT: &str = "net_af_packet0,iface=ext0,framesz=2048";
+    const INT: &str = "net_af_packet1,iface=int0,framesz=10240,blocksz=40960";
+
+    #[test]
+    fn matching_interfaces_pass() {
+        let sys = sysfs(&[("ext0", 1500), ("int0", 9000)]);
+        assert_eq!(
+            preflight(&cfg(EXT, INT), sys.path(), u64::MAX),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn an_mtu_mismatch_is_one_line_naming_both() {
+        let sys = sysfs(&[("ext0", 1500), ("int0", 1500)]);
+        let problems = preflight(&cfg(EXT, INT), sys.path(), u64::MAX);
+        assert_eq!(
+            problems,
+            vec![
+                "ports.internal: configured MTU 9000 but interface int0 has MTU 1500; make them \
+                  equal (`ip link set int0 mtu 9000` or ports.internal.mtu = 1500)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_interface_is_named() {
+        let sys = sysfs(&[("int0", 9000)]);
+        let problems = preflight(&cfg(EXT, INT), sys.path(), u64::MAX);
+        assert_eq!(
+            problems,
+            vec![
+                "ports.external: interface ext0 does not exist in this network namespace \
+                  (device net_af_packet0,iface=ext0,framesz=2048)"
+            ]
+        );
+    }
+
+    #[test]
+    fn no_raw_socket_capability_is_permission_denied() {
+        let sys = sysfs(&[("ext0", 1500), ("int0", 9000)]);
+        let problems = preflight(&cfg(EXT, INT), sys.path(), 0);
+        assert_eq!(problems.len(), 2);
+        assert_eq!(
+            problems[0],
+            "ports.external: permission denied: net_af_packet needs CAP_NET_RAW to open ext0 \
+             (run pxgw as root)"
+        );
+    }
+
+    #[test]
+    fn a_missing_pci_device_is_named() {
+        let sys = sysfs(&[("int0", 9000)]);
+        let problems = preflight(&cfg("3b:00.0", INT), sys.path(), u64::MAX);
+        assert_eq!(
+            problems,
+            vec![
+                "ports.external: no PCI device 0000:3b:00.0 on this machine (lspci -D lists them)"
+            ]
+        );
+    }
+
+    #[test]
+    fn af_packet_ring_frames_bound_the_mtu() {
+        let c = cfg(EXT, INT);
+        assert!(af_packet_holds(&c.ports.internal, 9000));
+        assert!(!af_packet_holds(&c.ports.external, 2000));
+        assert!(af_packet_holds(&c.ports.external, 1500));
+    }
+}
