@@ -82,7 +82,9 @@ print(s.getsockopt(level, 24 if v6 else 14), refused)
 /// (path MTU the socket reports, sends refused) of [`UDP_APP`] run in `ns` toward `dst`.
 fn udp_app(ns: &str, dst: &str) -> (u64, u64, String) {
     let (_, out) = run_in(ns, "python3", &["-c", UDP_APP, dst]);
-    let mut it = out.split_whitespace().map(|w| w.parse::<u64>().unwrap_or(0));
+    let mut it = out
+        .split_whitespace()
+        .map(|w| w.parse::<u64>().unwrap_or(0));
     (it.next().unwrap_or(0), it.next().unwrap_or(0), out)
 }
 
@@ -140,7 +142,9 @@ fn small_emtu(pxgw: &Path) -> Result<(serde_json::Value, Vec<Check>)> {
     let (_, dont) = run_in(
         &ns,
         "ping",
-        &["-c", "3", "-i", "0.2", "-W", "2", "-M", "dont", "-s", "2000", &ext4],
+        &[
+            "-c", "3", "-i", "0.2", "-W", "2", "-M", "dont", "-s", "2000", &ext4,
+        ],
     );
     let (_, df) = run_in(
         &ns,
@@ -219,7 +223,9 @@ fn ipv6_bottleneck(pxgw: &Path, blackhole: bool) -> Result<(serde_json::Value, V
     // would: pxgw's split size (1500) is then too big for the router's link.
     if let Some((_, far)) = l.router_addrs(Family::V6) {
         let via = far.to_string();
-        l.ext.ip(&["-6", "route", "replace", "default", "via", &via, "advmss", "1440"])?;
+        l.ext.ip(&[
+            "-6", "route", "replace", "default", "via", &via, "advmss", "1440",
+        ])?;
     }
     let gw = l.start_pxgw(pxgw, 1, 300)?;
     let result = l.file_transfer(Family::V6, false, 4 << 20);
@@ -233,7 +239,11 @@ fn ipv6_bottleneck(pxgw: &Path, blackhole: bool) -> Result<(serde_json::Value, V
     );
     let t = format!(
         "IPv6 via a 1400 B router link{}",
-        if blackhole { " with an ICMP black hole" } else { "" }
+        if blackhole {
+            " with an ICMP black hole"
+        } else {
+            ""
+        }
     );
     let report = json!({
         "topology": topo.to_string(),
@@ -254,10 +264,15 @@ fn ipv6_bottleneck(pxgw: &Path, blackhole: bool) -> Result<(serde_json::Value, V
         )
     };
     let checks = vec![
-        (format!("{t}: 4 MB inside -> outside, sha256 ok ({secs:.1} s)"), sha_ok),
+        (
+            format!("{t}: 4 MB inside -> outside, sha256 ok ({secs:.1} s)"),
+            sha_ok,
+        ),
         learned_check,
-        (format!("{t}: pxgw exits cleanly, no leaked mbufs"), code == 0 && leaked == 0),
+        (
+            format!("{t}: pxgw exits cleanly, no leaked mbufs"),
+            code == 0 && leaked == 0,
+        ),
     ];
     Ok((report, checks))
 }
-
