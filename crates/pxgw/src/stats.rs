@@ -137,6 +137,8 @@ pub struct Report {
     pub connections: u64,
     /// F-PMTUD.
     pub pmtud: crate::pmtud::PmtudSummary,
+    /// Router behaviour: ICMP errors, fragments, path MTUs learned.
+    pub router: crate::icmp::RouterSummary,
 }
 
 impl Report {
@@ -174,6 +176,7 @@ impl Report {
         a.fallbacks += b.fallbacks;
         a.cached += b.cached;
         a.answered += b.answered;
+        self.router.add(&o.router);
         self.finish();
     }
 
@@ -209,6 +212,7 @@ impl Report {
             "drops": self.drops,
             "connections": self.connections,
             "pmtud": self.pmtud,
+            "router": self.router,
             "ports": ports,
             "leaked_mbufs": leaked_mbufs,
         })

@@ -21,6 +21,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod router_checks;
+
 use std::fmt;
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};

@@ -260,6 +260,10 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         let (router_report, router_checks) = router_topology(&pxgw, sizes, &stop)?;
         report["router"] = router_report;
         checks.extend(router_checks);
+        // pxgw as a router for what it cannot split (issue 10 §2, §7): labs/gateway/src/router_checks.rs.
+        let (behaviour, behaviour_checks) = lab::router_checks::run(&pxgw, &stop)?;
+        report["router_behaviour"] = behaviour;
+        checks.extend(behaviour_checks);
     }
     if let Some(p) = &json_path {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
