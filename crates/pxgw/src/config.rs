@@ -261,7 +261,32 @@ pub struct Caravan {
     pub timeout_us: u64,
     /// Most datagrams per caravan.
     pub max_datagrams: u16,
+    /// The IP families packed (`"ipv4"`, `"ipv6"`): those the inside hosts' decapsulator
+    /// handles. UDP of another family passes unpacked, counted. Default: both, which
+    /// `caravan-ebpf` decapsulates. (Untagged and single 802.1Q-tagged frames are packed;
+    /// double-tagged and 802.1ad-tagged ones pass unpacked, counted.)
+    pub families: Vec<CaravanFamily>,
+    /// UDP whose TTL (IPv4) or hop limit (IPv6) is at most this passes unpacked, counted, so
+    /// traceroute probes that would expire inside the b-network are never held or rewritten in
+    /// a caravan (`docs/caravan.md`, "TTL and traceroute"). At least the number of routers
+    /// between the gateway and the farthest inside host.
+    pub pass_ttl: u8,
 }
+
+/// An IP family caravans may carry (`[caravan] families`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CaravanFamily {
+    /// IPv4 without options.
+    Ipv4,
+    /// IPv6 without extension headers.
+    Ipv6,
+}
+
+/// `[caravan] pass_ttl` by default: more routers than a datacenter fabric (leaf, spine, super
+/// spine, up and down) or a mobile core puts between its border and a host, and far below the
+/// TTL of ordinary traffic at a border (initial 64, 128 or 255, less at most ~30 Internet hops).
+pub const DEFAULT_PASS_TTL: u8 = 8;
 
 impl Default for Caravan {
     fn default() -> Self {
@@ -271,6 +296,8 @@ impl Default for Caravan {
             exclude_ports: vec![53, 123, 4689],
             timeout_us: 50,
             max_datagrams: pxio::caravan::DEFAULT_MAX_DATAGRAMS,
+            families: vec![CaravanFamily::Ipv4, CaravanFamily::Ipv6],
+            pass_ttl: DEFAULT_PASS_TTL,
         }
     }
 }
@@ -651,6 +678,13 @@ impl Config {
         }
         if self.caravan.max_datagrams == 0 {
             return Err(invalid("caravan.max_datagrams", 0, "at least 1"));
+        }
+        if self.caravan.families.is_empty() {
+            return Err(invalid(
+                "caravan.families",
+                "[]",
+                "one or both of \"ipv4\" and \"ipv6\" (to pack nothing, set enabled = false)",
+            ));
         }
         if self.pmtu.fallback == PmtuPolicy::Mss {
             return Err(invalid(

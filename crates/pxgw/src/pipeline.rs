@@ -3,8 +3,9 @@
 //!
 //! - **inbound** (outside → inside): SYN/SYN-ACK have their MSS raised and the peer's MSS kept
 //!   as the flow's PMTU hint; TCP of a flow whose handshake the gateway saw is merged to the
-//!   iMTU; UDP is packed into caravans (except excluded ports); everything else passes
-//!   untouched.
+//!   iMTU; UDP is packed into caravans (except excluded ports, families not configured,
+//!   double-tagged frames and datagrams whose TTL or hop limit is at most `pass_ttl`: those pass
+//!   unpacked, counted); everything else passes untouched.
 //! - **outbound** (inside → outside): SYN/SYN-ACK have their MSS clamped to the eMTU; TCP larger
 //!   than the flow's PMTU is split; caravans are unpacked; other packets larger than the eMTU are
 //!   handled as a router would (issue 10 §2): IPv4 with DF clear is fragmented
@@ -27,7 +28,7 @@ use pxio::PacketBuf;
 
 use std::net::IpAddr;
 
-use crate::config::{Config, Icmp as IcmpConfig, PmtuPolicy};
+use crate::config::{CaravanFamily, Config, Icmp as IcmpConfig, PmtuPolicy};
 use crate::conn::{self, ConnTable};
 use crate::fragment::fragment_ipv4;
 use crate::icmp::{self as icmp_err, RateLimiter};
@@ -68,6 +69,9 @@ struct Settings {
     caravan: Option<CaravanConfig>,
     caravan_timeout_ns: u64,
     exclude: Vec<u16>,
+    /// Pack IPv4 and IPv6 UDP (`[caravan] families`).
+    caravan_families: (bool, bool),
+    pass_ttl: u8,
     policy: PmtuPolicy,
     fallback: PmtuPolicy,
     conservative: u16,
@@ -115,6 +119,11 @@ impl<B: PacketBuf> Pipeline<B> {
                 }),
                 caravan_timeout_ns: cfg.caravan.timeout_us * 1000,
                 exclude: cfg.caravan.exclude_ports.clone(),
+                caravan_families: (
+                    cfg.caravan.families.contains(&CaravanFamily::Ipv4),
+                    cfg.caravan.families.contains(&CaravanFamily::Ipv6),
+                ),
+                pass_ttl: cfg.caravan.pass_ttl,
                 policy: cfg.pmtu.policy,
                 fallback: cfg.pmtu.fallback,
                 conservative: cfg.pmtu.conservative_mtu,
@@ -382,17 +391,34 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             return out.push(pkt);
         }
+        if let Some(why) = self.unpackable(pkt.head(), h) {
+            let c = &mut self.report.caravan;
+            match why {
+                Unpackable::Family => c.unpacked_family += 1,
+                Unpackable::Vlan => c.unpacked_vlan += 1,
+                Unpackable::LowTtl => c.unpacked_low_ttl += 1,
+            }
+            // What the flow has held leaves first, so the flow keeps its order.
+            self.close_caravan(&h.key, out);
+            return self.pass_udp(pkt, h, ccfg.dscp, out);
+        }
         let pkt = match self.caravans.get_mut(&h.key) {
             Some((builder, _)) => match builder.push(pkt) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 1;
                     return;
                 }
-                Err((CaravanError::Full, pkt)) => {
+                // A datagram that does not fit, or differs where a caravan keeps one IP header
+                // (TTL, ECN, DF), starts the flow's next caravan; one that cannot travel in any
+                // passes. Either way after the held caravan, so the flow keeps its order.
+                Err((CaravanError::Full | CaravanError::Mismatch, pkt)) => {
                     self.close_caravan(&h.key, out);
                     pkt
                 }
-                Err((_, pkt)) => return self.pass_udp(pkt, h, ccfg.dscp, out),
+                Err((_, pkt)) => {
+                    self.close_caravan(&h.key, out);
+                    return self.pass_udp(pkt, h, ccfg.dscp, out);
+                }
             },
             None => pkt,
         };
@@ -410,6 +436,33 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             Err((_, pkt)) => self.pass_udp(pkt, h, ccfg.dscp, out),
         }
+    }
+
+    /// Why an inbound datagram must not travel in a caravan, if it must not: its family is not
+    /// configured; it is double-tagged or 802.1ad-tagged (the decapsulator handles one 802.1Q
+    /// tag); or its TTL/hop limit is so small that it may expire inside, where the ICMP error
+    /// must quote the datagram as sent, not a caravan (`docs/caravan.md`).
+    fn unpackable(&self, frame: &[u8], h: &Headers) -> Option<Unpackable> {
+        let (v4, v6) = self.cfg.caravan_families;
+        if !(if h.key.v6 { v6 } else { v4 }) {
+            return Some(Unpackable::Family);
+        }
+        let eth = wire::EthernetFrame::new_unchecked(frame);
+        let tags_ok = match eth.vlan_count() {
+            0 => true,
+            1 => eth.vlan_tpid(0) == Some(wire::ethernet::ethertype::VLAN),
+            _ => false,
+        };
+        if !tags_ok {
+            return Some(Unpackable::Vlan);
+        }
+        let l3 = &frame[h.l3_offset()..];
+        let ttl = if h.key.v6 {
+            wire::Ipv6Packet::new_unchecked(l3).hop_limit()
+        } else {
+            wire::Ipv4Packet::new_unchecked(l3).ttl()
+        };
+        (ttl <= self.cfg.pass_ttl).then_some(Unpackable::LowTtl)
     }
 
     fn pass_udp(&mut self, mut pkt: B, h: &Headers, mark: u8, out: &mut Vec<B>) {
@@ -707,6 +760,17 @@ fn ip_layout(head: &[u8]) -> Option<IpLayout> {
         }
         _ => None,
     }
+}
+
+/// Why inbound UDP passes unpacked ([`Pipeline::unpackable`]).
+#[derive(Clone, Copy, Debug)]
+enum Unpackable {
+    /// Its family is not in `[caravan] families`.
+    Family,
+    /// Double-tagged, or behind an 802.1ad tag.
+    Vlan,
+    /// TTL or hop limit at most `[caravan] pass_ttl`.
+    LowTtl,
 }
 
 /// An ICMP error from outside and the packet it quotes (which an inside host, or the gateway

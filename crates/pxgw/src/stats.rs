@@ -101,6 +101,12 @@ pub struct CaravanSummary {
     pub caravans_unpacked: u64,
     /// Datagrams they carried.
     pub datagrams_unpacked: u64,
+    /// Inbound UDP passed unpacked: its family is not in `[caravan] families`.
+    pub unpacked_family: u64,
+    /// Inbound UDP passed unpacked: double-tagged, or behind an 802.1ad tag.
+    pub unpacked_vlan: u64,
+    /// Inbound UDP passed unpacked: TTL or hop limit at most `[caravan] pass_ttl`.
+    pub unpacked_low_ttl: u64,
 }
 
 /// Handshakes.
@@ -163,6 +169,9 @@ impl Report {
         self.caravan.caravans_built += o.caravan.caravans_built;
         self.caravan.caravans_unpacked += o.caravan.caravans_unpacked;
         self.caravan.datagrams_unpacked += o.caravan.datagrams_unpacked;
+        self.caravan.unpacked_family += o.caravan.unpacked_family;
+        self.caravan.unpacked_vlan += o.caravan.unpacked_vlan;
+        self.caravan.unpacked_low_ttl += o.caravan.unpacked_low_ttl;
         self.mss.handshakes += o.mss.handshakes;
         self.mss.rewritten += o.mss.rewritten;
         self.mss.without_mss += o.mss.without_mss;
