@@ -166,6 +166,7 @@ impl<B: PacketBuf> Pipeline<B> {
     pub fn take_replies(&mut self, out: &mut Vec<B>) {
         // Small enough for any header pool (DPDK keeps 128 B of a 256 B data room as headroom).
         const CHUNK: usize = 96;
+        self.report.gateway_frames.sent += self.replies.len() as u64;
         for frame in self.replies.drain(..) {
             let mut parts = frame.chunks(CHUNK).map(|c| B::alloc_with(&self.pool, c));
             let Some(Some(mut head)) = parts.next() else {
@@ -218,7 +219,9 @@ impl<B: PacketBuf> Pipeline<B> {
                     && pkt.num_segs() == 1
                     && self.pmtu.on_inbound(pkt.head(), now, &mut self.replies)
                 {
-                    return; // a report for one of the gateway's own probes
+                    // A report for one of the gateway's own probes.
+                    self.report.gateway_frames.received += 1;
+                    return;
                 }
                 self.inbound_udp(pkt, &h, now, out)
             }
@@ -427,6 +430,10 @@ impl<B: PacketBuf> Pipeline<B> {
                 };
                 let pmtu = hint.min(self.pmtu.pmtu(dst, now));
                 match split_tcp(pkt, pmtu, self.cfg.offloads, &self.pool, out) {
+                    Ok(n) if n > 1 => {
+                        self.report.split.packets += 1;
+                        self.report.split.segments += n as u64;
+                    }
                     Ok(_) => {}
                     Err((_, pkt)) => {
                         self.report.drops.split_failed += 1;
