@@ -202,6 +202,8 @@ impl<B: PacketBuf> Pipeline<B> {
     /// as buffers from the header pool (chained, since a probe is eMTU-sized).
     pub fn take_replies(&mut self, out: &mut Vec<B>) {
         let mut frames = std::mem::take(&mut self.replies);
+        // ICMP errors sent inside are counted by the router counters instead.
+        self.report.gateway_frames.sent += frames.len() as u64;
         self.frames_to_bufs(&mut frames, out);
         self.replies = frames;
     }
@@ -269,7 +271,9 @@ impl<B: PacketBuf> Pipeline<B> {
                     && pkt.num_segs() == 1
                     && self.pmtu.on_inbound(pkt.head(), now, &mut self.replies)
                 {
-                    return; // a report for one of the gateway's own probes
+                    // A report for one of the gateway's own probes.
+                    self.report.gateway_frames.received += 1;
+                    return;
                 }
                 self.inbound_udp(pkt, &h, now, out)
             }
@@ -567,6 +571,10 @@ impl<B: PacketBuf> Pipeline<B> {
                     pmtu = self.watch_blackhole(pkt.head(), &h, key, dst, pmtu, now);
                 }
                 match split_tcp(pkt, pmtu, self.cfg.offloads, &self.pool, out) {
+                    Ok(n) if n > 1 => {
+                        self.report.split.packets += 1;
+                        self.report.split.segments += n as u64;
+                    }
                     Ok(_) => {}
                     Err((_, pkt)) => {
                         self.report.drops.split_failed += 1;

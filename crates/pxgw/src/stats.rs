@@ -109,6 +109,26 @@ pub struct CaravanSummary {
     pub unpacked_low_ttl: u64,
 }
 
+/// Outbound TCP packets split to the path MTU in software (one packet in, `segments` out; a
+/// split the NIC does with TSO leaves pxgw as one packet and is not counted here).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SplitSummary {
+    /// Packets split.
+    pub packets: u64,
+    /// Segments they became.
+    pub segments: u64,
+}
+
+/// Frames the gateway itself originates or consumes, which no port delivered for forwarding or
+/// no forwarded frame became (F-PMTUD probes and answers; reports to its own probes).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct GatewayFrames {
+    /// Frames the gateway built and handed to the outside port's queue (probes, answers).
+    pub sent: u64,
+    /// Frames from outside addressed to the gateway itself, consumed (reports to its probes).
+    pub received: u64,
+}
+
 /// Handshakes.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct MssSummary {
@@ -137,6 +157,10 @@ pub struct Report {
     pub caravan: CaravanSummary,
     /// Handshakes.
     pub mss: MssSummary,
+    /// Software splits.
+    pub split: SplitSummary,
+    /// The gateway's own frames.
+    pub gateway_frames: GatewayFrames,
     /// Drops.
     pub drops: Drops,
     /// Connections known.
@@ -176,6 +200,10 @@ impl Report {
         self.mss.rewritten += o.mss.rewritten;
         self.mss.without_mss += o.mss.without_mss;
         self.mss.table_full += o.mss.table_full;
+        self.split.packets += o.split.packets;
+        self.split.segments += o.split.segments;
+        self.gateway_frames.sent += o.gateway_frames.sent;
+        self.gateway_frames.received += o.gateway_frames.received;
         self.drops.add(&o.drops);
         self.connections += o.connections;
         let (a, b) = (&mut self.pmtud, &o.pmtud);
@@ -218,6 +246,8 @@ impl Report {
             "merge": self.merge,
             "caravan": self.caravan,
             "mss": self.mss,
+            "split": self.split,
+            "gateway_frames": self.gateway_frames,
             "drops": self.drops,
             "connections": self.connections,
             "pmtud": self.pmtud,
@@ -293,9 +323,9 @@ impl From<dpdk::PortStats> for PortSample {
 }
 
 /// The kernel's own counters of the interface behind a kernel-backed port (af_packet, af_xdp,
-/// tap), from `/sys/class/net/IF/statistics`. DPDK 22.11's `net_af_packet` does not report the
-/// frames its socket ring dropped (`imissed` stays 0): the difference between the kernel's
-/// `rx_packets` and the port's `ipackets` shows them.
+/// tap), from `/sys/class/net/IF/statistics`. The kernel does not count here the frames a full
+/// `net_af_packet` socket ring dropped; the port's `imissed` does (the `dpdk` crate reads them
+/// from the sockets, which DPDK 22.11 does not), so `rx_packets` == `ipackets + imissed`.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct KernelSample {
     /// Frames the interface received.

@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod accounting;
 pub mod router_checks;
 
 use std::fmt;
@@ -522,8 +523,11 @@ impl Lab {
 
     /// The pxgw configuration for this lab, `workers` workers (and queue pairs per port).
     pub fn pxgw_config(&self, workers: u16) -> String {
+        // Rings that hold a 32-flow iperf3 burst (as crates/pxgw/pxgw.toml's): the outside port
+        // gets many small frames, the inside one fewer merged ones.
         let port = |iface: &str, n: u32| {
-            format!("net_af_packet{n},iface={iface},framesz=10240,blocksz=40960,framecnt=512,qpairs={workers}")
+            let framecnt = if n == 0 { 4096 } else { 2048 };
+            format!("net_af_packet{n},iface={iface},framesz=10240,blocksz=40960,framecnt={framecnt},qpairs={workers}")
         };
         format!(
             "# Written by the lab. Flows through veths and net_af_packet carry far less than a NIC,\n\

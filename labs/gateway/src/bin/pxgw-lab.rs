@@ -272,6 +272,16 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         let (behaviour, behaviour_checks) = lab::router_checks::run(&pxgw, &stop)?;
         report["router_behaviour"] = behaviour;
         checks.extend(behaviour_checks);
+        // No invisible loss (issue 10 §4) and ports as configured (§5).
+        let accounting = lab::accounting::reconcile(&pxgw, 32, 2)?;
+        let port_checks = lab::accounting::port_checks(&pxgw)?;
+        println!("\nframe accounting, 32 iperf3 flows each way (IPv4, IPv6), and pxgw --check");
+        for part in [&accounting, &port_checks] {
+            part.lines.iter().for_each(|l| println!("{l}"));
+            checks.extend(part.checks.iter().cloned());
+        }
+        report["accounting"] = accounting.report;
+        report["port_checks"] = port_checks.report;
     }
     if let Some(p) = &json_path {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
