@@ -1,17 +1,128 @@
 //! BPF_PROG_TEST_RUN unit tests of the caravan-ebpf classifier (needs root and the object from
-//! `cargo xtask build-ebpf`): non-caravan packets pass unchanged, malformed caravans are dropped
-//! and counted, and nothing else is counted.
+//! `cargo xtask build-ebpf`), for IPv4 and IPv6, untagged and behind one 802.1Q tag: non-caravan
+//! packets pass unchanged, malformed caravans are dropped and counted, valid ones are cut into
+//! their datagrams, and nothing else is counted.
 
 use caravan::{Decap, DecapConfig, Stats};
+use netlab::Netns;
 use pxio::wire;
 
 const TC_ACT_OK: i32 = 0;
 const TC_ACT_SHOT: i32 = 2;
 const SPORT: u16 = 40000;
 const DPORT: u16 = 5001;
-/// Offsets of the untagged IPv4 test frames: the IP header and the outer UDP header.
-const L3: usize = wire::ethernet::field::HEADER_LEN;
-const L4: usize = L3 + wire::ipv4::field::HEADER_LEN;
+/// A VLAN tag's TCI: priority 3, VLAN 100.
+const TCI: u16 = (3 << 13) | 100;
+
+/// How a test frame is built: the IP family and whether it carries one 802.1Q tag.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    v6: bool,
+    vlan: bool,
+}
+
+/// Every shape the decapsulator handles.
+const SHAPES: [Shape; 4] = [
+    Shape {
+        v6: false,
+        vlan: false,
+    },
+    Shape {
+        v6: true,
+        vlan: false,
+    },
+    Shape {
+        v6: false,
+        vlan: true,
+    },
+    Shape {
+        v6: true,
+        vlan: true,
+    },
+];
+
+impl Shape {
+    /// Offset of the IP header.
+    fn l3(self) -> usize {
+        wire::ethernet::field::HEADER_LEN
+            + usize::from(self.vlan) * wire::ethernet::field::VLAN_TAG_LEN
+    }
+
+    /// Offset of the outer UDP header.
+    fn l4(self) -> usize {
+        self.l3()
+            + if self.v6 {
+                wire::ipv6::field::HEADER_LEN
+            } else {
+                wire::ipv4::field::HEADER_LEN
+            }
+    }
+
+    /// Ethernet (tagged or not) + IP (DSCP `dscp`) + UDP around `udp_payload`; `udp_len`
+    /// overrides the UDP length field when given.
+    fn frame(self, dscp: u8, udp_payload: &[u8], udp_len: Option<u16>) -> Vec<u8> {
+        let ethernet = wire::EthernetRepr {
+            dst: [0x02, 0, 0, 0, 0, 2],
+            src: [0x02, 0, 0, 0, 0, 1],
+            vlan_tci: self.vlan.then_some(TCI),
+            ethertype: if self.v6 {
+                wire::ethernet::ethertype::IPV6
+            } else {
+                wire::ethernet::ethertype::IPV4
+            },
+        };
+        let ip = if self.v6 {
+            let mut src = [0u8; 16];
+            src[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+            let mut dst = src;
+            (src[15], dst[15]) = (1, 2);
+            wire::IpRepr::V6(wire::Ipv6Repr {
+                dscp,
+                ecn: 1,
+                flow_label: 0xabcde,
+                ..wire::Ipv6Repr::new(src, dst)
+            })
+        } else {
+            wire::IpRepr::V4(wire::Ipv4Repr {
+                dscp,
+                ident: 0x1234,
+                dont_frag: true,
+                ..wire::Ipv4Repr::new([198, 18, 0, 1], [198, 18, 0, 2])
+            })
+        };
+        let udp = wire::UdpRepr {
+            src_port: SPORT,
+            dst_port: DPORT,
+        };
+        let mut f = wire::udp_frame(ethernet, ip, udp, udp_payload).expect("a small test frame");
+        if let Some(len) = udp_len {
+            wire::UdpPacket::new_unchecked(&mut f[self.l4()..]).set_len(len);
+        }
+        f
+    }
+
+    /// `frame` as a fragment: IPv4 with MF set, IPv6 with a Fragment header announced.
+    fn fragment(self, dscp: u8, udp_payload: &[u8]) -> Vec<u8> {
+        let mut f = self.frame(dscp, udp_payload, None);
+        if self.v6 {
+            f[self.l3() + wire::ipv6::field::NEXT_HEADER] = 44;
+        } else {
+            f[self.l3() + wire::ipv4::field::FLG_OFF.start] = 0x20; // MF
+        }
+        f
+    }
+
+    /// `frame` carrying TCP instead of UDP (the bytes stay).
+    fn tcp(self, dscp: u8, udp_payload: &[u8]) -> Vec<u8> {
+        let mut f = self.frame(dscp, udp_payload, None);
+        if self.v6 {
+            f[self.l3() + wire::ipv6::field::NEXT_HEADER] = wire::ip_proto::TCP;
+        } else {
+            f[self.l3() + wire::ipv4::field::PROTOCOL] = wire::ip_proto::TCP;
+        }
+        f
+    }
+}
 
 /// An inner UDP datagram (header + payload) with the given length field.
 fn inner(sport: u16, dport: u16, len_field: u16, payload: &[u8]) -> Vec<u8> {
@@ -26,32 +137,6 @@ fn inner(sport: u16, dport: u16, len_field: u16, payload: &[u8]) -> Vec<u8> {
 
 fn good(payload: &[u8]) -> Vec<u8> {
     inner(SPORT, DPORT, (payload.len() + 8) as u16, payload)
-}
-
-/// Ethernet + IPv4 (DSCP `dscp`) + UDP around `udp_payload`; `udp_len` overrides the UDP
-/// length field when given.
-fn frame(dscp: u8, udp_payload: &[u8], udp_len: Option<u16>) -> Vec<u8> {
-    let ethernet = wire::EthernetRepr {
-        dst: [0x02, 0, 0, 0, 0, 2],
-        src: [0x02, 0, 0, 0, 0, 1],
-        vlan_tci: None,
-        ethertype: wire::ethernet::ethertype::IPV4,
-    };
-    let ip = wire::IpRepr::V4(wire::Ipv4Repr {
-        dscp,
-        ident: 0x1234,
-        dont_frag: true,
-        ..wire::Ipv4Repr::new([198, 18, 0, 1], [198, 18, 0, 2])
-    });
-    let udp = wire::UdpRepr {
-        src_port: SPORT,
-        dst_port: DPORT,
-    };
-    let mut f = wire::udp_frame(ethernet, ip, udp, udp_payload).expect("a small test frame");
-    if let Some(len) = udp_len {
-        wire::UdpPacket::new_unchecked(&mut f[L4..]).set_len(len);
-    }
-    f
 }
 
 fn decap() -> Decap {
@@ -69,32 +154,40 @@ fn run(decap: &mut Decap, frame: &[u8]) -> (i32, Vec<u8>) {
 fn non_caravan_passes_unchanged() {
     let mut decap = decap();
     let payload: Vec<u8> = [good(b"hello"), good(b"world")].concat();
-    let mut cases = vec![
-        // Plain UDP (DSCP 0) whose payload even looks like a caravan.
-        frame(0, &payload, None),
-        // Another DSCP.
-        frame(46, &payload, None),
-        // Marked, but a fragment: not a caravan.
-        {
-            let mut f = frame(7, &payload, None);
-            f[L3 + wire::ipv4::field::FLG_OFF.start] = 0x20; // MF
-            f
-        },
-        // Marked, but TCP.
-        {
-            let mut f = frame(7, &payload, None);
-            f[L3 + wire::ipv4::field::PROTOCOL] = wire::ip_proto::TCP;
-            f
-        },
-    ];
-    // Not IPv4 at all (ARP-like ethertype).
-    let mut arp = frame(7, &payload, None);
-    wire::EthernetFrame::new_unchecked(&mut arp[..]).set_ethertype(wire::ethernet::ethertype::ARP);
-    cases.push(arp);
-    for f in &cases {
-        let (verdict, out) = run(&mut decap, f);
-        assert_eq!(verdict, TC_ACT_OK);
-        assert_eq!(&out, f, "a non-caravan packet must pass byte for byte");
+    for shape in SHAPES {
+        let mut cases = vec![
+            // Plain UDP (DSCP 0) whose payload even looks like a caravan.
+            shape.frame(0, &payload, None),
+            // Another DSCP.
+            shape.frame(46, &payload, None),
+            // Marked, but a fragment: not a caravan.
+            shape.fragment(7, &payload),
+            // Marked, but TCP.
+            shape.tcp(7, &payload),
+        ];
+        // Not IP at all (ARP-like ethertype).
+        let mut arp = shape.frame(7, &payload, None);
+        let at = shape.l3() - 2;
+        arp[at..at + 2].copy_from_slice(&wire::ethernet::ethertype::ARP.to_be_bytes());
+        cases.push(arp);
+        // Marked, behind two tags (802.1ad outside, 802.1Q inside): never packed, passed.
+        if shape.vlan {
+            let mut qinq = shape.frame(7, &payload, None);
+            let outer_tag = [0x88, 0xa8, 0x00, 0x07];
+            qinq.splice(12..12, outer_tag);
+            cases.push(qinq.clone());
+            // Two 802.1Q tags.
+            qinq[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+            cases.push(qinq);
+        }
+        for f in &cases {
+            let (verdict, out) = run(&mut decap, f);
+            assert_eq!(verdict, TC_ACT_OK, "{shape:?}");
+            assert_eq!(
+                &out, f,
+                "{shape:?}: a non-caravan packet must pass byte for byte"
+            );
+        }
     }
     assert_eq!(decap.stats().unwrap(), Stats::default(), "nothing counted");
 }
@@ -103,76 +196,117 @@ fn non_caravan_passes_unchanged() {
 fn malformed_caravans_are_dropped_and_counted() {
     let mut decap = decap();
     let two = [good(b"hello"), good(b"world!")].concat();
-    let mut cases: Vec<(&str, Vec<u8>)> = vec![
-        // Inner lengths sum beyond the outer payload.
-        (
-            "inner length runs past the end",
-            frame(
-                7,
-                &[good(b"abc"), inner(SPORT, DPORT, 200, b"xyz")].concat(),
-                None,
+    let mut n = 0;
+    for shape in SHAPES {
+        let mut cases: Vec<(&str, Vec<u8>)> = vec![
+            // Inner lengths sum beyond the outer payload.
+            (
+                "inner length runs past the end",
+                shape.frame(
+                    7,
+                    &[good(b"abc"), inner(SPORT, DPORT, 200, b"xyz")].concat(),
+                    None,
+                ),
             ),
-        ),
-        // Inner lengths sum short of the outer payload (trailing bytes).
-        (
-            "trailing bytes",
-            frame(7, &[two.clone(), vec![1, 2, 3]].concat(), None),
-        ),
-        (
-            "zero-length segment",
-            frame(7, &inner(SPORT, DPORT, 0, b""), None),
-        ),
-        (
-            "length below 8",
-            frame(7, &inner(SPORT, DPORT, 7, b""), None),
-        ),
-        (
-            "port mismatch",
-            frame(7, &[good(b"a"), inner(SPORT, 9, 9, b"b")].concat(), None),
-        ),
-        ("empty caravan", frame(7, &[], None)),
-        (
-            "IP and UDP lengths disagree",
-            frame(7, &two, Some((8 + two.len() - 1) as u16)),
-        ),
-        (
-            "more datagrams than the bound",
-            frame(
-                7,
-                &(0..65).flat_map(|_| good(b"")).collect::<Vec<u8>>(),
-                None,
+            // Inner lengths sum short of the outer payload (trailing bytes).
+            (
+                "trailing bytes",
+                shape.frame(7, &[two.clone(), vec![1, 2, 3]].concat(), None),
             ),
-        ),
-    ];
-    // Truncated: the IP total length promises more than the frame holds.
-    let mut truncated = frame(7, &two, None);
-    truncated.truncate(truncated.len() - 4);
-    cases.push(("truncated frame", truncated));
-    for (i, (what, f)) in cases.iter().enumerate() {
-        let (verdict, _) = run(&mut decap, f);
-        assert_eq!(verdict, TC_ACT_SHOT, "{what}: must be dropped");
-        let stats = decap.stats().unwrap();
-        assert_eq!(
-            stats.malformed,
-            i as u64 + 1,
-            "{what}: counted as malformed"
-        );
-        assert_eq!(stats.datagrams, 0, "{what}: nothing delivered");
-        assert_eq!(stats.caravans, 0, "{what}: not counted as a caravan");
+            (
+                "zero-length segment",
+                shape.frame(7, &inner(SPORT, DPORT, 0, b""), None),
+            ),
+            (
+                "length below 8",
+                shape.frame(7, &inner(SPORT, DPORT, 7, b""), None),
+            ),
+            (
+                "port mismatch",
+                shape.frame(7, &[good(b"a"), inner(SPORT, 9, 9, b"b")].concat(), None),
+            ),
+            ("empty caravan", shape.frame(7, &[], None)),
+            (
+                "IP and UDP lengths disagree",
+                shape.frame(7, &two, Some((8 + two.len() - 1) as u16)),
+            ),
+            (
+                "more datagrams than the bound",
+                shape.frame(
+                    7,
+                    &(0..65).flat_map(|_| good(b"")).collect::<Vec<u8>>(),
+                    None,
+                ),
+            ),
+        ];
+        // Truncated: the IP length promises more than the frame holds.
+        let mut truncated = shape.frame(7, &two, None);
+        truncated.truncate(truncated.len() - 4);
+        cases.push(("truncated frame", truncated));
+        for (what, f) in &cases {
+            n += 1;
+            let (verdict, _) = run(&mut decap, f);
+            assert_eq!(verdict, TC_ACT_SHOT, "{shape:?}, {what}: must be dropped");
+            let stats = decap.stats().unwrap();
+            assert_eq!(
+                stats.malformed, n,
+                "{shape:?}, {what}: counted as malformed"
+            );
+            assert_eq!(stats.datagrams, 0, "{shape:?}, {what}: nothing delivered");
+            assert_eq!(
+                stats.caravans, 0,
+                "{shape:?}, {what}: not counted as a caravan"
+            );
+        }
     }
+}
+
+/// A valid caravan is consumed and every datagram handed on (the clones go to the loopback
+/// device of a scratch namespace, where nothing listens).
+#[test]
+fn valid_caravans_are_cut_into_their_datagrams() {
+    let ns = Netns::new("cvtr").unwrap();
+    ns.enter(|| {
+        let mut decap = decap();
+        let mut want = Stats::default();
+        for shape in SHAPES {
+            for payloads in [
+                vec![good(b"one")],
+                vec![good(b"one"), good(b""), good(&[7; 1000])],
+                (0..64).map(|i| good(&vec![i as u8; i])).collect(),
+            ] {
+                let f = shape.frame(7, &payloads.concat(), None);
+                let (verdict, _) = run(&mut decap, &f);
+                assert_eq!(verdict, TC_ACT_SHOT, "{shape:?}: the caravan is consumed");
+                want.caravans += 1;
+                want.datagrams += payloads.len() as u64;
+                assert_eq!(
+                    decap.stats().unwrap(),
+                    want,
+                    "{shape:?}, {} datagrams: all delivered, no helper error",
+                    payloads.len()
+                );
+            }
+        }
+    })
+    .unwrap();
 }
 
 #[test]
 fn caravan_to_passthrough_port_is_delivered_whole() {
     let mut decap = decap();
     decap.add_passthrough_port(DPORT).unwrap();
-    let f = frame(7, &[good(b"one"), good(b"two")].concat(), None);
-    let (verdict, out) = run(&mut decap, &f);
-    assert_eq!(verdict, TC_ACT_OK);
-    assert_eq!(out, f);
-    let stats = decap.stats().unwrap();
-    assert_eq!(
-        (stats.caravans, stats.passed_through, stats.datagrams),
-        (1, 1, 0)
-    );
+    for (i, shape) in SHAPES.into_iter().enumerate() {
+        let f = shape.frame(7, &[good(b"one"), good(b"two")].concat(), None);
+        let (verdict, out) = run(&mut decap, &f);
+        assert_eq!(verdict, TC_ACT_OK, "{shape:?}");
+        assert_eq!(out, f, "{shape:?}");
+        let stats = decap.stats().unwrap();
+        let n = i as u64 + 1;
+        assert_eq!(
+            (stats.caravans, stats.passed_through, stats.datagrams),
+            (n, n, 0),
+            "{shape:?}"
+        );
+    }
 }

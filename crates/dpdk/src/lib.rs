@@ -13,6 +13,7 @@
 //!
 //! All of the workspace's DPDK `unsafe` lives in this crate; each block says why it is sound.
 
+mod af_packet;
 mod burst;
 mod eal;
 mod error;

@@ -1,9 +1,10 @@
 //! Ethernet ports and their queues.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::af_packet;
 use crate::eal::EalInner;
 use crate::error::{Errno, Error, Result};
 use crate::{Burst, Eal, Mempool, PortId};
@@ -91,7 +92,8 @@ pub struct PortStats {
     /// Bytes transmitted.
     pub obytes: u64,
     /// Frames the device dropped because the RX ring was full (the application did not poll
-    /// fast enough, or the ring is too small for the bursts it gets).
+    /// fast enough, or the ring is too small for the bursts it gets). For `net_af_packet`, the
+    /// kernel socket rings' drops, which DPDK 22.11 leaves out (read by this crate instead).
     pub imissed: u64,
     /// Erroneous frames received.
     pub ierrors: u64,
@@ -423,6 +425,8 @@ impl PortBuilder {
             } else {
                 RssHash::empty()
             },
+            ring_drops: (info.driver == "net_af_packet" && info.if_index > 0)
+                .then(|| (info.if_index, AtomicU64::new(0))),
             driver: info.driver,
             mtu_set: AtomicBool::new(false),
             _pool: pool.clone(),
@@ -560,6 +564,9 @@ pub(crate) struct PortShared {
     driver: String,
     /// Serialises MTU changes on a started port (they are control-path calls).
     mtu_set: AtomicBool,
+    /// `net_af_packet`: the interface index, and the kernel ring drops read so far (reading them
+    /// clears the kernel's count; see [`crate::af_packet`]).
+    ring_drops: Option<(u32, AtomicU64)>,
     _pool: Arc<Mempool>,
     _eal: Arc<EalInner>,
 }
@@ -703,7 +710,7 @@ impl Port {
             opackets: s.opackets,
             ibytes: s.ibytes,
             obytes: s.obytes,
-            imissed: s.imissed,
+            imissed: s.imissed + self.ring_drops(),
             ierrors: s.ierrors,
             oerrors: s.oerrors,
             rx_nombuf: s.rx_nombuf,
@@ -717,7 +724,23 @@ impl Port {
         if ret < 0 {
             return Err(self.error("rte_eth_stats_reset", ret));
         }
+        if let Some((if_index, total)) = &self.shared.ring_drops {
+            af_packet::take_ring_drops(*if_index);
+            total.store(0, Ordering::Relaxed);
+        }
         Ok(())
+    }
+
+    /// Frames the kernel dropped because the port's socket rings were full (`net_af_packet`,
+    /// which does not count them itself); 0 for other drivers.
+    fn ring_drops(&self) -> u64 {
+        match &self.shared.ring_drops {
+            Some((if_index, total)) => {
+                let new = af_packet::take_ring_drops(*if_index);
+                total.fetch_add(new, Ordering::Relaxed) + new
+            }
+            None => 0,
+        }
     }
 
     /// What the device can do (MTU range, segment limits, offloads offered).

@@ -155,3 +155,68 @@ fn af_packet_mtu_reaches_the_kernel_interface_and_9000_is_refused_with_the_limit
     drop(port);
     assert_no_leaks(&p);
 }
+
+/// A full `net_af_packet` RX ring drops frames in the kernel, which counts them only in the
+/// socket's `PACKET_STATISTICS`; DPDK 22.11 never reads it. The port's `imissed` must show them:
+/// every frame the peer sent is in `ipackets` or `imissed`, exactly.
+#[test]
+fn af_packet_ring_overruns_are_imissed() {
+    let ns = Netns::new("pxovr").unwrap();
+    let veth = Veth::new("pxovr", 1500).unwrap();
+    veth.move_b_into(&ns).unwrap();
+    ns.ip(&["link", "set", veth.b(), "up"]).unwrap();
+    // No IPv6 of the kernel's own on either end: the peer sends only the test's frames.
+    for (ns, iface) in [(None, veth.a()), (Some(&ns), veth.b())] {
+        let arg = format!("net.ipv6.conf.{iface}.disable_ipv6=1");
+        match ns {
+            Some(ns) => ns.exec("sysctl", &["-qw", &arg]).map(drop).unwrap(),
+            None => netlab::run("sysctl", &["-qw", &arg]).map(drop).unwrap(),
+        }
+    }
+    let p = pool(256, FRAMESZ + 128);
+    // 64 ring frames; nobody polls while 500 frames arrive.
+    let id = af_packet(veth.a());
+    let port = Port::builder(eal(), id).start(&p).unwrap();
+    let mut rx = port.rx_queue(0).unwrap();
+    let mut got = Burst::<128>::new();
+    while rx.rx_burst(&mut got) > 0 {
+        got.clear();
+    }
+    port.reset_stats().unwrap();
+    let sent0 = netlab::iface_counter(&ns, veth.b(), "tx_packets").unwrap();
+    let peer = veth.b().to_owned();
+    ns.enter(move || {
+        let iface = pnet_datalink::interfaces()
+            .into_iter()
+            .find(|i| i.name == peer)
+            .unwrap();
+        let Ok(pnet_datalink::Channel::Ethernet(mut tx, _)) =
+            pnet_datalink::channel(&iface, Default::default())
+        else {
+            panic!("no channel on {peer}");
+        };
+        let mut frame = vec![0u8; 200];
+        frame[..6].copy_from_slice(&[0xff; 6]);
+        frame[12..14].copy_from_slice(&[0x88, 0xb5]);
+        for _ in 0..500 {
+            tx.send_to(&frame, None).unwrap().unwrap();
+        }
+    })
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let sent = netlab::iface_counter(&ns, veth.b(), "tx_packets").unwrap() - sent0;
+    let mut received = 0;
+    while rx.rx_burst(&mut got) > 0 {
+        received += got.len() as u64;
+        got.clear();
+    }
+    let s = port.stats().unwrap();
+    assert_eq!(sent, 500);
+    assert_eq!(s.ipackets, received);
+    assert!(s.imissed > 0, "a 64-frame ring took 500 frames: {s:?}");
+    assert_eq!(s.ipackets + s.imissed, sent, "{s:?}");
+    // Read once, counted once: the kernel's counter was cleared, the port's total stays.
+    assert_eq!(port.stats().unwrap().imissed, s.imissed);
+    drop((rx, port));
+    assert_no_leaks(&p);
+}

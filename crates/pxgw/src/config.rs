@@ -29,6 +29,9 @@ pub struct Config {
     /// How the path MTU of an outbound flow is chosen.
     #[serde(default)]
     pub pmtu: Pmtu,
+    /// ICMP errors the gateway sends toward the inside, as a router would.
+    #[serde(default)]
+    pub icmp: Icmp,
     /// Operator output.
     #[serde(default)]
     pub stats: Stats,
@@ -258,7 +261,32 @@ pub struct Caravan {
     pub timeout_us: u64,
     /// Most datagrams per caravan.
     pub max_datagrams: u16,
+    /// The IP families packed (`"ipv4"`, `"ipv6"`): those the inside hosts' decapsulator
+    /// handles. UDP of another family passes unpacked, counted. Default: both, which
+    /// `caravan-ebpf` decapsulates. (Untagged and single 802.1Q-tagged frames are packed;
+    /// double-tagged and 802.1ad-tagged ones pass unpacked, counted.)
+    pub families: Vec<CaravanFamily>,
+    /// UDP whose TTL (IPv4) or hop limit (IPv6) is at most this passes unpacked, counted, so
+    /// traceroute probes that would expire inside the b-network are never held or rewritten in
+    /// a caravan (`docs/caravan.md`, "TTL and traceroute"). At least the number of routers
+    /// between the gateway and the farthest inside host.
+    pub pass_ttl: u8,
 }
+
+/// An IP family caravans may carry (`[caravan] families`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CaravanFamily {
+    /// IPv4 without options.
+    Ipv4,
+    /// IPv6 without extension headers.
+    Ipv6,
+}
+
+/// `[caravan] pass_ttl` by default: more routers than a datacenter fabric (leaf, spine, super
+/// spine, up and down) or a mobile core puts between its border and a host, and far below the
+/// TTL of ordinary traffic at a border (initial 64, 128 or 255, less at most ~30 Internet hops).
+pub const DEFAULT_PASS_TTL: u8 = 8;
 
 impl Default for Caravan {
     fn default() -> Self {
@@ -268,6 +296,8 @@ impl Default for Caravan {
             exclude_ports: vec![53, 123, 4689],
             timeout_us: 50,
             max_datagrams: pxio::caravan::DEFAULT_MAX_DATAGRAMS,
+            families: vec![CaravanFamily::Ipv4, CaravanFamily::Ipv6],
+            pass_ttl: DEFAULT_PASS_TTL,
         }
     }
 }
@@ -304,6 +334,19 @@ pub struct Pmtu {
     pub respond: bool,
     /// The F-PMTUD UDP port.
     pub port: u16,
+    /// Learn from ICMPv6 Packet Too Big (and ICMPv4 "fragmentation needed") messages that
+    /// quote a packet of a connection the gateway splits: the split size toward that
+    /// destination is capped at the MTU they carry (the message still goes to the inside host).
+    pub learn_ptb: bool,
+    /// IPv6 black-hole detection (RFC 4821 §7.7 / RFC 8899 §4.3 in spirit): when the inside host
+    /// retransmits the same segment the gateway split this many times within
+    /// `blackhole_window_ms`, and no Packet Too Big came, the destination's split size falls
+    /// back to `blackhole_mtu`. 0 turns detection off.
+    pub blackhole_retransmits: u8,
+    /// The window of `blackhole_retransmits`, ms.
+    pub blackhole_window_ms: u64,
+    /// The size split IPv6 falls back to after a black hole (1280, the IPv6 minimum MTU).
+    pub blackhole_mtu: u16,
 }
 
 impl Default for Pmtu {
@@ -315,6 +358,52 @@ impl Default for Pmtu {
             probe: true,
             respond: true,
             port: fpmtud::DEFAULT_PORT,
+            learn_ptb: true,
+            blackhole_retransmits: 2,
+            blackhole_window_ms: 10_000,
+            blackhole_mtu: 1280,
+        }
+    }
+}
+
+/// ICMP errors for outbound packets too large for the external link (IPv4 with DF: "fragmentation
+/// needed"; IPv6: Packet Too Big), rate-limited like Linux's `icmp_ratelimit` (per destination)
+/// and `icmp_msgs_per_sec`/`icmp_msgs_burst` (global) token buckets.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Icmp {
+    /// Send the errors at all (off: such packets are only dropped and counted).
+    pub enabled: bool,
+    /// The source address of ICMPv4 errors. The gateway has no address of its own in
+    /// transparent mode: unset, an error comes from the destination of the packet it answers
+    /// (hosts check the quoted packet, not the source).
+    pub source_v4: Option<std::net::Ipv4Addr>,
+    /// The source address of ICMPv6 errors (unset: as for `source_v4`).
+    pub source_v6: Option<std::net::Ipv6Addr>,
+    /// One error per destination (the sender being answered) per this many ms (Linux's
+    /// `icmp_ratelimit`, 1000); 0: no per-destination limit.
+    pub ratelimit_ms: u64,
+    /// Errors a destination may receive at once before the limit applies (Linux: 6).
+    pub ratelimit_burst: u32,
+    /// Errors per second across all destinations (Linux's `icmp_msgs_per_sec`, 1000).
+    pub msgs_per_sec: u32,
+    /// Global burst (Linux's `icmp_msgs_burst`, 50).
+    pub msgs_burst: u32,
+    /// Destinations whose rate state is kept; beyond it, errors to new ones are rate-limited.
+    pub max_destinations: usize,
+}
+
+impl Default for Icmp {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            source_v4: None,
+            source_v6: None,
+            ratelimit_ms: 1000,
+            ratelimit_burst: 6,
+            msgs_per_sec: 1000,
+            msgs_burst: 50,
+            max_destinations: 4096,
         }
     }
 }
@@ -590,6 +679,13 @@ impl Config {
         if self.caravan.max_datagrams == 0 {
             return Err(invalid("caravan.max_datagrams", 0, "at least 1"));
         }
+        if self.caravan.families.is_empty() {
+            return Err(invalid(
+                "caravan.families",
+                "[]",
+                "one or both of \"ipv4\" and \"ipv6\" (to pack nothing, set enabled = false)",
+            ));
+        }
         if self.pmtu.fallback == PmtuPolicy::Mss {
             return Err(invalid(
                 "pmtu.fallback",
@@ -606,6 +702,47 @@ impl Config {
         }
         if self.pmtu.port == 0 {
             return Err(invalid("pmtu.port", 0, "1..=65535"));
+        }
+        if self.pmtu.blackhole_mtu < 1280 || self.pmtu.blackhole_mtu > self.emtu() {
+            return Err(invalid(
+                "pmtu.blackhole_mtu",
+                self.pmtu.blackhole_mtu,
+                &format!(
+                    "1280..={} (the IPv6 minimum to the external MTU)",
+                    self.emtu()
+                ),
+            ));
+        }
+        if self.pmtu.blackhole_retransmits > 16 {
+            return Err(invalid(
+                "pmtu.blackhole_retransmits",
+                self.pmtu.blackhole_retransmits,
+                "0..=16 (0: off)",
+            ));
+        }
+        if self.pmtu.blackhole_window_ms == 0 || self.pmtu.blackhole_window_ms > 600_000 {
+            return Err(invalid(
+                "pmtu.blackhole_window_ms",
+                self.pmtu.blackhole_window_ms,
+                "1..=600000",
+            ));
+        }
+        if self.icmp.ratelimit_burst == 0 {
+            return Err(invalid("icmp.ratelimit_burst", 0, "at least 1"));
+        }
+        if self.icmp.msgs_per_sec == 0 || self.icmp.msgs_burst == 0 {
+            return Err(invalid(
+                "icmp.msgs_per_sec/icmp.msgs_burst",
+                format!("{}/{}", self.icmp.msgs_per_sec, self.icmp.msgs_burst),
+                "both at least 1 (use icmp.enabled = false to send none)",
+            ));
+        }
+        if self.icmp.max_destinations == 0 || self.icmp.max_destinations > 1 << 20 {
+            return Err(invalid(
+                "icmp.max_destinations",
+                self.icmp.max_destinations,
+                "1..=1048576",
+            ));
         }
         if !(self.stats.interval_s >= 0.0 && self.stats.interval_s.is_finite()) {
             return Err(invalid(

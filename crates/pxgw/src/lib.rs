@@ -6,6 +6,8 @@
 
 pub mod config;
 pub mod conn;
+pub mod fragment;
+pub mod icmp;
 pub mod mss;
 pub mod pipeline;
 pub mod pmtud;

@@ -3,11 +3,20 @@
 //!
 //! - **inbound** (outside → inside): SYN/SYN-ACK have their MSS raised and the peer's MSS kept
 //!   as the flow's PMTU hint; TCP of a flow whose handshake the gateway saw is merged to the
-//!   iMTU; UDP is packed into caravans (except excluded ports); everything else passes
-//!   untouched.
+//!   iMTU; UDP is packed into caravans (except excluded ports, families not configured,
+//!   double-tagged frames and datagrams whose TTL or hop limit is at most `pass_ttl`: those pass
+//!   unpacked, counted); everything else passes untouched.
 //! - **outbound** (inside → outside): SYN/SYN-ACK have their MSS clamped to the eMTU; TCP larger
 //!   than the flow's PMTU is split; caravans are unpacked; other packets larger than the eMTU are
-//!   dropped and counted; everything else passes untouched.
+//!   handled as a router would (issue 10 §2): IPv4 with DF clear is fragmented
+//!   ([`crate::fragment`]), IPv4 with DF set and IPv6 are dropped, counted, and answered with
+//!   "fragmentation needed" or Packet Too Big ([`crate::icmp`], rate-limited); everything else
+//!   passes untouched.
+//! - **ICMP from outside** (inbound): an error answering one of the gateway's own F-PMTUD probes
+//!   is consumed; a Packet Too Big (or "fragmentation needed") quoting a connection the gateway
+//!   splits caps that destination's split size, and still goes to the inside host. IPv6
+//!   connections whose split segments the inside host keeps retransmitting fall back to
+//!   `pmtu.blackhole_mtu` (docs/fpmtud.md).
 
 use std::collections::HashMap;
 
@@ -17,8 +26,12 @@ use pxio::split::{split_tcp, SplitOffloads};
 use pxio::wire::{self, Class, FlowKey, Headers};
 use pxio::PacketBuf;
 
-use crate::config::{Config, PmtuPolicy};
+use std::net::IpAddr;
+
+use crate::config::{CaravanFamily, Config, Icmp as IcmpConfig, PmtuPolicy};
 use crate::conn::{self, ConnTable};
+use crate::fragment::fragment_ipv4;
+use crate::icmp::{self as icmp_err, RateLimiter};
 use crate::mss;
 use crate::pmtud::PathMtu;
 use crate::stats::Report;
@@ -40,6 +53,10 @@ pub struct Pipeline<B: PacketBuf> {
     pmtu: PathMtu,
     /// Frames the gateway itself sends outside (F-PMTUD probes and reports).
     replies: Vec<Vec<u8>>,
+    /// Frames the gateway itself sends inside (ICMP errors).
+    inside_replies: Vec<Vec<u8>>,
+    /// The ICMP error rate limits.
+    limiter: RateLimiter,
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -52,10 +69,18 @@ struct Settings {
     caravan: Option<CaravanConfig>,
     caravan_timeout_ns: u64,
     exclude: Vec<u16>,
+    /// Pack IPv4 and IPv6 UDP (`[caravan] families`).
+    caravan_families: (bool, bool),
+    pass_ttl: u8,
     policy: PmtuPolicy,
     fallback: PmtuPolicy,
     conservative: u16,
     offloads: SplitOffloads,
+    icmp: IcmpConfig,
+    learn_ptb: bool,
+    blackhole_retransmits: u8,
+    blackhole_window_ns: u64,
+    blackhole_mtu: u16,
 }
 
 impl<B: PacketBuf> Pipeline<B> {
@@ -94,10 +119,20 @@ impl<B: PacketBuf> Pipeline<B> {
                 }),
                 caravan_timeout_ns: cfg.caravan.timeout_us * 1000,
                 exclude: cfg.caravan.exclude_ports.clone(),
+                caravan_families: (
+                    cfg.caravan.families.contains(&CaravanFamily::Ipv4),
+                    cfg.caravan.families.contains(&CaravanFamily::Ipv6),
+                ),
+                pass_ttl: cfg.caravan.pass_ttl,
                 policy: cfg.pmtu.policy,
                 fallback: cfg.pmtu.fallback,
                 conservative: cfg.pmtu.conservative_mtu,
                 offloads,
+                icmp: cfg.icmp.clone(),
+                learn_ptb: cfg.pmtu.learn_ptb,
+                blackhole_retransmits: cfg.pmtu.blackhole_retransmits,
+                blackhole_window_ns: cfg.pmtu.blackhole_window_ms.saturating_mul(1_000_000),
+                blackhole_mtu: cfg.pmtu.blackhole_mtu,
             },
             merger: Merger::new(merge_cfg, merge_pool)?,
             conns: ConnTable::new(MAX_CONNECTIONS),
@@ -107,6 +142,8 @@ impl<B: PacketBuf> Pipeline<B> {
             report: Report::default(),
             pmtu: PathMtu::new(cfg.emtu(), cfg.pmtu.port, cfg.pmtu.probe, cfg.pmtu.respond)?,
             replies: Vec::with_capacity(64),
+            inside_replies: Vec::with_capacity(64),
+            limiter: RateLimiter::new(&cfg.icmp, 0),
         })
     }
 
@@ -165,9 +202,25 @@ impl<B: PacketBuf> Pipeline<B> {
     /// Moves the frames the gateway itself sends outside (F-PMTUD probes and reports) to `out`,
     /// as buffers from the header pool (chained, since a probe is eMTU-sized).
     pub fn take_replies(&mut self, out: &mut Vec<B>) {
+        let mut frames = std::mem::take(&mut self.replies);
+        // ICMP errors sent inside are counted by the router counters instead.
+        self.report.gateway_frames.sent += frames.len() as u64;
+        self.frames_to_bufs(&mut frames, out);
+        self.replies = frames;
+    }
+
+    /// Moves the frames the gateway itself sends inside (ICMP errors) to `out`, as
+    /// [`take_replies`](Self::take_replies) does.
+    pub fn take_inside_replies(&mut self, out: &mut Vec<B>) {
+        let mut frames = std::mem::take(&mut self.inside_replies);
+        self.frames_to_bufs(&mut frames, out);
+        self.inside_replies = frames;
+    }
+
+    fn frames_to_bufs(&mut self, frames: &mut Vec<Vec<u8>>, out: &mut Vec<B>) {
         // Small enough for any header pool (DPDK keeps 128 B of a 256 B data room as headroom).
         const CHUNK: usize = 96;
-        for frame in self.replies.drain(..) {
+        for frame in frames.drain(..) {
             let mut parts = frame.chunks(CHUNK).map(|c| B::alloc_with(&self.pool, c));
             let Some(Some(mut head)) = parts.next() else {
                 self.report.drops.pool_exhausted += 1;
@@ -219,7 +272,9 @@ impl<B: PacketBuf> Pipeline<B> {
                     && pkt.num_segs() == 1
                     && self.pmtu.on_inbound(pkt.head(), now, &mut self.replies)
                 {
-                    return; // a report for one of the gateway's own probes
+                    // A report for one of the gateway's own probes.
+                    self.report.gateway_frames.received += 1;
+                    return;
                 }
                 self.inbound_udp(pkt, &h, now, out)
             }
@@ -231,9 +286,51 @@ impl<B: PacketBuf> Pipeline<B> {
                 }
                 self.inbound_unmergeable(pkt, now, out)
             }
-            Class::OtherIp | Class::Malformed(_) => self.inbound_unmergeable(pkt, now, out),
+            Class::OtherIp => {
+                if self.inbound_icmp(&pkt, now) {
+                    return; // an error for one of the gateway's own probes
+                }
+                self.inbound_unmergeable(pkt, now, out)
+            }
+            Class::Malformed(_) => self.inbound_unmergeable(pkt, now, out),
             Class::NonIp => out.push(pkt),
         }
+    }
+
+    /// An ICMP or ICMPv6 error from outside. Returns true when it answers one of the gateway's
+    /// own F-PMTUD probes (then it is consumed: the inside host never sent that probe). A Packet
+    /// Too Big ("fragmentation needed" for IPv4) quoting a segment of a connection the gateway
+    /// knows caps the split size toward the quoted destination; it is still forwarded.
+    fn inbound_icmp(&mut self, pkt: &B, now: u64) -> bool {
+        let Some(err) = quoted_error(pkt.head()) else {
+            return false;
+        };
+        if err.proto == wire::ip_proto::UDP
+            && !err.v6
+            && self.pmtu.is_own_probe(err.sport, err.dport)
+        {
+            self.report.router.probe_errors_consumed += 1;
+            return true;
+        }
+        let Some(mtu) = err.too_big else {
+            return false;
+        };
+        if !self.cfg.learn_ptb || err.proto != wire::ip_proto::TCP {
+            return false;
+        }
+        let key = conn::reverse(&err.flow());
+        if self.conns.touch(&key, now).is_none() {
+            return false;
+        }
+        // RFC 8201 §4: never below the IPv6 minimum; IPv4 as low as RFC 791's 576 (Linux's
+        // floor is 552).
+        let floor = if err.v6 { 1280 } else { 576 };
+        let mtu = mtu.max(floor);
+        if self.pmtu.cap(err.dst, mtu, now) {
+            self.report.router.ptb_learned += 1;
+            tracing::info!(dst = %err.dst, mtu, "path MTU learned from an ICMP error");
+        }
+        false
     }
 
     /// A packet that is never merged but may belong to a TCP flow with held segments (IPv6
@@ -299,17 +396,34 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             return out.push(pkt);
         }
+        if let Some(why) = self.unpackable(pkt.head(), h) {
+            let c = &mut self.report.caravan;
+            match why {
+                Unpackable::Family => c.unpacked_family += 1,
+                Unpackable::Vlan => c.unpacked_vlan += 1,
+                Unpackable::LowTtl => c.unpacked_low_ttl += 1,
+            }
+            // What the flow has held leaves first, so the flow keeps its order.
+            self.close_caravan(&h.key, out);
+            return self.pass_udp(pkt, h, ccfg.dscp, out);
+        }
         let pkt = match self.caravans.get_mut(&h.key) {
             Some((builder, _)) => match builder.push(pkt) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 1;
                     return;
                 }
-                Err((CaravanError::Full, pkt)) => {
+                // A datagram that does not fit, or differs where a caravan keeps one IP header
+                // (TTL, ECN, DF), starts the flow's next caravan; one that cannot travel in any
+                // passes. Either way after the held caravan, so the flow keeps its order.
+                Err((CaravanError::Full | CaravanError::Mismatch, pkt)) => {
                     self.close_caravan(&h.key, out);
                     pkt
                 }
-                Err((_, pkt)) => return self.pass_udp(pkt, h, ccfg.dscp, out),
+                Err((_, pkt)) => {
+                    self.close_caravan(&h.key, out);
+                    return self.pass_udp(pkt, h, ccfg.dscp, out);
+                }
             },
             None => pkt,
         };
@@ -327,6 +441,33 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             Err((_, pkt)) => self.pass_udp(pkt, h, ccfg.dscp, out),
         }
+    }
+
+    /// Why an inbound datagram must not travel in a caravan, if it must not: its family is not
+    /// configured; it is double-tagged or 802.1ad-tagged (the decapsulator handles one 802.1Q
+    /// tag); or its TTL/hop limit is so small that it may expire inside, where the ICMP error
+    /// must quote the datagram as sent, not a caravan (`docs/caravan.md`).
+    fn unpackable(&self, frame: &[u8], h: &Headers) -> Option<Unpackable> {
+        let (v4, v6) = self.cfg.caravan_families;
+        if !(if h.key.v6 { v6 } else { v4 }) {
+            return Some(Unpackable::Family);
+        }
+        let eth = wire::EthernetFrame::new_unchecked(frame);
+        let tags_ok = match eth.vlan_count() {
+            0 => true,
+            1 => eth.vlan_tpid(0) == Some(wire::ethernet::ethertype::VLAN),
+            _ => false,
+        };
+        if !tags_ok {
+            return Some(Unpackable::Vlan);
+        }
+        let l3 = &frame[h.l3_offset()..];
+        let ttl = if h.key.v6 {
+            wire::Ipv6Packet::new_unchecked(l3).hop_limit()
+        } else {
+            wire::Ipv4Packet::new_unchecked(l3).ttl()
+        };
+        (ttl <= self.cfg.pass_ttl).then_some(Unpackable::LowTtl)
     }
 
     fn pass_udp(&mut self, mut pkt: B, h: &Headers, mark: u8, out: &mut Vec<B>) {
@@ -426,8 +567,15 @@ impl<B: PacketBuf> Pipeline<B> {
                 } else {
                     std::net::IpAddr::from([h.key.dst[0], h.key.dst[1], h.key.dst[2], h.key.dst[3]])
                 };
-                let pmtu = hint.min(self.pmtu.pmtu(dst, now));
+                let mut pmtu = hint.min(self.pmtu.pmtu(dst, now));
+                if h.key.v6 && h.ip_len > pmtu && pmtu > self.cfg.blackhole_mtu {
+                    pmtu = self.watch_blackhole(pkt.head(), &h, key, dst, pmtu, now);
+                }
                 match split_tcp(pkt, pmtu, self.cfg.offloads, &self.pool, out) {
+                    Ok(n) if n > 1 => {
+                        self.report.split.packets += 1;
+                        self.report.split.segments += n as u64;
+                    }
                     Ok(_) => {}
                     Err((_, pkt)) => {
                         self.report.drops.split_failed += 1;
@@ -438,29 +586,73 @@ impl<B: PacketBuf> Pipeline<B> {
             Class::Udp(h) => {
                 if let Some(ccfg) = self.cfg.caravan {
                     if dscp(pkt.head(), &h) == ccfg.dscp {
-                        return self.outbound_caravan(pkt, &ccfg, out);
+                        return self.outbound_caravan(pkt, &ccfg, now, out);
                     }
                 }
-                self.outbound_fit(pkt, out);
+                self.outbound_fit(pkt, now, out);
             }
             Class::Malformed(_) | Class::Fragment | Class::OtherIp | Class::NonIp => {
-                self.outbound_fit(pkt, out)
+                self.outbound_fit(pkt, now, out)
             }
         }
     }
 
-    fn outbound_caravan(&mut self, pkt: B, ccfg: &CaravanConfig, out: &mut Vec<B>) {
+    /// An IPv6 segment of a known connection that is about to be split to `pmtu`: the inside
+    /// host sending the same segment again and again means the split segments vanish on the
+    /// path and no Packet Too Big comes back (an ICMPv6 black hole, RFC 4821 §7.7/RFC 8899
+    /// §4.3). The destination then falls back to `pmtu.blackhole_mtu`, logged once.
+    fn watch_blackhole(
+        &mut self,
+        frame: &[u8],
+        h: &Headers,
+        key: wire::FlowKey,
+        dst: IpAddr,
+        pmtu: u16,
+        now: u64,
+    ) -> u16 {
+        let Ok(tcp) = wire::TcpPacket::new_checked(&frame[h.l4_offset()..h.hdr_len()]) else {
+            return pmtu;
+        };
+        let (limit, window) = (self.cfg.blackhole_retransmits, self.cfg.blackhole_window_ns);
+        let Some(c) = self.conns.touch_mut(&key, now) else {
+            return pmtu;
+        };
+        if !c.retx.on_split(
+            tcp.seq_number(),
+            u32::from(h.payload_len),
+            now,
+            limit,
+            window,
+        ) {
+            return pmtu;
+        }
+        let fallback = self.cfg.blackhole_mtu;
+        if self.pmtu.cap(dst, fallback, now) {
+            self.report.router.blackhole_fallbacks += 1;
+            tracing::warn!(
+                %dst,
+                from = pmtu,
+                to = fallback,
+                "IPv6 black hole: split segments retransmitted without a Packet Too Big; splitting to the fallback size"
+            );
+        }
+        fallback
+    }
+
+    fn outbound_caravan(&mut self, pkt: B, ccfg: &CaravanConfig, now: u64, out: &mut Vec<B>) {
         let start = out.len();
         match caravan::unpack(pkt, ccfg, &self.pool, out) {
             Ok(n) => {
                 self.report.caravan.caravans_unpacked += 1;
                 self.report.caravan.datagrams_unpacked += n as u64;
-                // Datagrams too large for the outside are dropped one by one, counted.
+                // Datagrams too large for the outside are handled one by one as a router would
+                // (fragments, or an ICMP error); what they become goes to the end of `out`,
+                // already fitting.
                 let mut i = start;
                 while i < out.len() {
                     if out[i].len() > self.max_frame() {
-                        drop(out.remove(i));
-                        self.report.drops.oversize += 1;
+                        let pkt = out.remove(i);
+                        self.outbound_fit(pkt, now, out);
                     } else {
                         i += 1;
                     }
@@ -482,21 +674,219 @@ impl<B: PacketBuf> Pipeline<B> {
         usize::from(self.cfg.emtu) + 18
     }
 
-    fn outbound_fit(&mut self, pkt: B, out: &mut Vec<B>) {
-        if pkt.len() > self.max_frame() && ip_len_of(&pkt) > usize::from(self.cfg.emtu) {
-            self.report.drops.oversize += 1;
-            return drop(pkt);
+    /// A packet the gateway does not split: forwarded when it fits the external link, else
+    /// handled as a router would (issue 10 §2).
+    fn outbound_fit(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
+        let emtu = usize::from(self.cfg.emtu);
+        match ip_layout(pkt.head()) {
+            Some(ip) if ip.len > emtu => self.outbound_oversize(pkt, ip, now, out),
+            Some(_) => out.push(pkt),
+            None if pkt.len() > self.max_frame() => {
+                self.report.drops.oversize += 1;
+                drop(pkt);
+            }
+            None => out.push(pkt),
         }
-        out.push(pkt);
+    }
+
+    /// An IP packet larger than the eMTU: fragmented (IPv4, DF clear), or dropped and answered
+    /// with "fragmentation needed" (IPv4, DF set) or Packet Too Big (IPv6).
+    fn outbound_oversize(&mut self, pkt: B, ip: IpLayout, now: u64, out: &mut Vec<B>) {
+        if !ip.v6 && !ip.dont_frag {
+            match fragment_ipv4(&pkt, ip.l2_len, self.cfg.emtu, &self.pool, out) {
+                Ok(n) => {
+                    self.report.router.fragmented += 1;
+                    self.report.router.fragments_out += n as u64;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "oversize IPv4 packet not fragmented");
+                    self.report.router.fragment_failed += 1;
+                    self.report.drops.oversize += 1;
+                }
+            }
+            return;
+        }
+        self.report.drops.oversize += 1;
+        if !self.cfg.icmp.enabled {
+            self.report.router.icmp_suppressed += 1;
+            return;
+        }
+        let mtu = self.cfg.emtu.min(self.pmtu.pmtu(ip.dst, now));
+        match icmp_err::too_big(&pkt, mtu, &self.cfg.icmp) {
+            Ok(frame) if self.limiter.allow(ip.src, now) => {
+                if ip.v6 {
+                    self.report.router.ptb_sent += 1;
+                } else {
+                    self.report.router.frag_needed_sent += 1;
+                }
+                self.inside_replies.push(frame);
+            }
+            Ok(_) => self.report.router.icmp_rate_limited += 1,
+            Err(_) => self.report.router.icmp_suppressed += 1,
+        }
     }
 }
 
-/// The IP length of a frame, or its whole length when it is not IP.
-fn ip_len_of<B: PacketBuf>(pkt: &B) -> usize {
-    match wire::classify(pkt.head(), pkt.len()) {
-        Class::Tcp(h) | Class::Udp(h) => usize::from(h.ip_len),
-        _ => pkt.len().saturating_sub(14),
+/// Where an IP packet lies in its frame, and what the oversize path needs of its header.
+#[derive(Clone, Copy, Debug)]
+struct IpLayout {
+    l2_len: usize,
+    v6: bool,
+    /// IPv4 total length, or 40 plus the IPv6 payload length.
+    len: usize,
+    dont_frag: bool,
+    src: IpAddr,
+    dst: IpAddr,
+}
+
+/// The IP layout of a frame whose IP header lies in `head`; `None` for anything else.
+fn ip_layout(head: &[u8]) -> Option<IpLayout> {
+    let eth = wire::EthernetFrame::new_checked(head).ok()?;
+    let l2_len = eth.header_len();
+    let l3 = head.get(l2_len..)?;
+    match eth.ethertype() {
+        wire::ethernet::ethertype::IPV4 => {
+            let ip = wire::Ipv4Packet::new_checked(l3).ok()?;
+            Some(IpLayout {
+                l2_len,
+                v6: false,
+                len: usize::from(ip.total_len()),
+                dont_frag: ip.dont_frag(),
+                src: IpAddr::from(ip.src_addr()),
+                dst: IpAddr::from(ip.dst_addr()),
+            })
+        }
+        wire::ethernet::ethertype::IPV6 => {
+            let ip = wire::Ipv6Packet::new_checked(l3).ok()?;
+            Some(IpLayout {
+                l2_len,
+                v6: true,
+                len: wire::ipv6::field::HEADER_LEN + usize::from(ip.payload_len()),
+                dont_frag: true,
+                src: IpAddr::from(ip.src_addr()),
+                dst: IpAddr::from(ip.dst_addr()),
+            })
+        }
+        _ => None,
     }
+}
+
+/// Why inbound UDP passes unpacked ([`Pipeline::unpackable`]).
+#[derive(Clone, Copy, Debug)]
+enum Unpackable {
+    /// Its family is not in `[caravan] families`.
+    Family,
+    /// Double-tagged, or behind an 802.1ad tag.
+    Vlan,
+    /// TTL or hop limit at most `[caravan] pass_ttl`.
+    LowTtl,
+}
+
+/// An ICMP error from outside and the packet it quotes (which an inside host, or the gateway
+/// on its behalf, sent).
+#[derive(Clone, Copy, Debug)]
+struct QuotedError {
+    v6: bool,
+    /// The MTU of a Packet Too Big or "fragmentation needed", when it is one.
+    too_big: Option<u16>,
+    proto: u8,
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    dport: u16,
+}
+
+impl QuotedError {
+    /// The quoted packet's flow, as its sender wrote it.
+    fn flow(&self) -> wire::FlowKey {
+        let addr = |a: IpAddr| match a {
+            IpAddr::V4(v) => {
+                let mut b = [0; 16];
+                b[..4].copy_from_slice(&v.octets());
+                b
+            }
+            IpAddr::V6(v) => v.octets(),
+        };
+        wire::FlowKey {
+            src: addr(self.src),
+            dst: addr(self.dst),
+            sport: self.sport,
+            dport: self.dport,
+            proto: self.proto,
+            v6: self.v6,
+        }
+    }
+}
+
+/// Reads an ICMPv4/ICMPv6 error frame and the header of the packet it quotes (IP header plus
+/// the first 8 bytes, which hold the ports, as RFC 792 guarantees). `None` for anything else.
+fn quoted_error(head: &[u8]) -> Option<QuotedError> {
+    use wire::icmp::{v4, v6};
+    let eth = wire::EthernetFrame::new_checked(head).ok()?;
+    let l3 = head.get(eth.header_len()..)?;
+    let (v6, icmp) = match eth.ethertype() {
+        wire::ethernet::ethertype::IPV4 => {
+            let ip = wire::Ipv4Packet::new_checked(l3).ok()?;
+            if ip.protocol() != wire::ip_proto::ICMP || ip.is_fragment() {
+                return None;
+            }
+            let icmp = wire::IcmpPacket::new_checked(l3.get(ip.header_len()..)?).ok()?;
+            if !v4::is_error(icmp.msg_type()) {
+                return None;
+            }
+            (false, icmp)
+        }
+        wire::ethernet::ethertype::IPV6 => {
+            let ip = wire::Ipv6Packet::new_checked(l3).ok()?;
+            if ip.next_header() != wire::ip_proto::ICMPV6 {
+                return None;
+            }
+            let icmp =
+                wire::IcmpPacket::new_checked(l3.get(wire::ipv6::field::HEADER_LEN..)?).ok()?;
+            if !v6::is_error(icmp.msg_type()) {
+                return None;
+            }
+            (true, icmp)
+        }
+        _ => return None,
+    };
+    let quoted_ip = icmp.quoted();
+    let (proto, src, dst, l4) = if v6 {
+        let ip = wire::Ipv6Packet::new_checked(quoted_ip).ok()?;
+        (
+            ip.next_header(),
+            IpAddr::from(ip.src_addr()),
+            IpAddr::from(ip.dst_addr()),
+            wire::ipv6::field::HEADER_LEN,
+        )
+    } else {
+        let ip = wire::Ipv4Packet::new_checked(quoted_ip).ok()?;
+        if ip.frag_offset() != 0 {
+            return None;
+        }
+        (
+            ip.protocol(),
+            IpAddr::from(ip.src_addr()),
+            IpAddr::from(ip.dst_addr()),
+            ip.header_len(),
+        )
+    };
+    let ports = quoted_ip.get(l4..l4 + 4)?;
+    let too_big = match (v6, icmp.msg_type(), icmp.code()) {
+        (false, v4::DEST_UNREACHABLE, v4::CODE_FRAG_NEEDED) => Some(icmp.next_hop_mtu()),
+        (true, v6::PACKET_TOO_BIG, _) => Some(u16::try_from(icmp.mtu_v6()).unwrap_or(u16::MAX)),
+        _ => None,
+    }
+    .filter(|&m| m > 0);
+    Some(QuotedError {
+        v6,
+        too_big,
+        proto,
+        src,
+        dst,
+        sport: u16::from_be_bytes([ports[0], ports[1]]),
+        dport: u16::from_be_bytes([ports[2], ports[3]]),
+    })
 }
 
 fn dscp(frame: &[u8], h: &Headers) -> u8 {

@@ -168,11 +168,43 @@ impl PathMtu {
             .min()
     }
 
+    /// Caps the path MTU toward `dst` at `mtu` (learned from a Packet Too Big, or a black-hole
+    /// fallback); true when that lowered it.
+    pub fn cap(&mut self, dst: IpAddr, mtu: u16, now: u64) -> bool {
+        if mtu >= self.cache.lookup(&dst, now) {
+            return false;
+        }
+        self.cache.insert(dst, mtu, now).is_ok()
+    }
+
+    /// Whether a UDP datagram from port `sport` to `dport` is one of the gateway's own probes: an
+    /// ICMP error quoting it is for the gateway, not for the inside host whose address the probe
+    /// wore (an outside host without a responder answers with port unreachable). The test is on
+    /// the ports alone (a probe source port, the F-PMTUD port) while probing is on, so it holds
+    /// whichever worker the error reaches: the worker that probed may not be the one RSS gives
+    /// the ICMP message to. An inside host's own datagrams from those source ports to the
+    /// F-PMTUD port (its own prober pinned there) would have their errors consumed too.
+    pub fn is_own_probe(&self, sport: u16, dport: u16) -> bool {
+        self.probe
+            && dport == self.port
+            && (PROBE_SOURCE_PORT..PROBE_SOURCE_PORT.saturating_add(PROBE_PORT_SEARCH))
+                .contains(&sport)
+    }
+
     /// An inside host's SYN toward `h.key.dst`: probe that destination if its PMTU is unknown.
-    /// Probe frames are appended to `out` (they go outside).
+    /// Only a connection the inside host opens (SYN without ACK) leads to a probe: a SYN-ACK
+    /// answers an outside host, which probes on its side. Probe frames are appended to `out`
+    /// (they go outside).
     pub fn on_outbound_syn(&mut self, frame: &[u8], h: &Headers, now: u64, out: &mut Vec<Vec<u8>>) {
         if !self.probe || h.key.v6 || h.l2_len as usize != ETH || self.probers.len() >= MAX_PROBERS
         {
+            return;
+        }
+        let opening =
+            wire::TcpPacket::new_checked(&frame[h.l4_offset()..h.hdr_len()]).is_ok_and(|t| {
+                t.flags() & (wire::tcp_flags::SYN | wire::tcp_flags::ACK) == wire::tcp_flags::SYN
+            });
+        if !opening {
             return;
         }
         let dst = IpAddr::V4(Ipv4Addr::from(four(&h.key.dst)));

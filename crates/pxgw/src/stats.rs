@@ -101,6 +101,32 @@ pub struct CaravanSummary {
     pub caravans_unpacked: u64,
     /// Datagrams they carried.
     pub datagrams_unpacked: u64,
+    /// Inbound UDP passed unpacked: its family is not in `[caravan] families`.
+    pub unpacked_family: u64,
+    /// Inbound UDP passed unpacked: double-tagged, or behind an 802.1ad tag.
+    pub unpacked_vlan: u64,
+    /// Inbound UDP passed unpacked: TTL or hop limit at most `[caravan] pass_ttl`.
+    pub unpacked_low_ttl: u64,
+}
+
+/// Outbound TCP packets split to the path MTU in software (one packet in, `segments` out; a
+/// split the NIC does with TSO leaves pxgw as one packet and is not counted here).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SplitSummary {
+    /// Packets split.
+    pub packets: u64,
+    /// Segments they became.
+    pub segments: u64,
+}
+
+/// Frames the gateway itself originates or consumes, which no port delivered for forwarding or
+/// no forwarded frame became (F-PMTUD probes and answers; reports to its own probes).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct GatewayFrames {
+    /// Frames the gateway built and handed to the outside port's queue (probes, answers).
+    pub sent: u64,
+    /// Frames from outside addressed to the gateway itself, consumed (reports to its probes).
+    pub received: u64,
 }
 
 /// Handshakes.
@@ -131,6 +157,10 @@ pub struct Report {
     pub caravan: CaravanSummary,
     /// Handshakes.
     pub mss: MssSummary,
+    /// Software splits.
+    pub split: SplitSummary,
+    /// The gateway's own frames.
+    pub gateway_frames: GatewayFrames,
     /// Drops.
     pub drops: Drops,
     /// Connections known.
@@ -139,6 +169,8 @@ pub struct Report {
     pub pmtud: crate::pmtud::PmtudSummary,
     /// Path MTUs F-PMTUD discovered (the most recent, per worker).
     pub pmtud_paths: Vec<crate::pmtud::DiscoveredPath>,
+    /// Router behaviour: ICMP errors, fragments, path MTUs learned.
+    pub router: crate::icmp::RouterSummary,
 }
 
 impl Report {
@@ -163,10 +195,17 @@ impl Report {
         self.caravan.caravans_built += o.caravan.caravans_built;
         self.caravan.caravans_unpacked += o.caravan.caravans_unpacked;
         self.caravan.datagrams_unpacked += o.caravan.datagrams_unpacked;
+        self.caravan.unpacked_family += o.caravan.unpacked_family;
+        self.caravan.unpacked_vlan += o.caravan.unpacked_vlan;
+        self.caravan.unpacked_low_ttl += o.caravan.unpacked_low_ttl;
         self.mss.handshakes += o.mss.handshakes;
         self.mss.rewritten += o.mss.rewritten;
         self.mss.without_mss += o.mss.without_mss;
         self.mss.table_full += o.mss.table_full;
+        self.split.packets += o.split.packets;
+        self.split.segments += o.split.segments;
+        self.gateway_frames.sent += o.gateway_frames.sent;
+        self.gateway_frames.received += o.gateway_frames.received;
         self.drops.add(&o.drops);
         self.connections += o.connections;
         let (a, b) = (&mut self.pmtud, &o.pmtud);
@@ -178,6 +217,7 @@ impl Report {
         a.answered += b.answered;
         a.fragments_in += b.fragments_in;
         self.pmtud_paths.extend_from_slice(&o.pmtud_paths);
+        self.router.add(&o.router);
         self.finish();
     }
 
@@ -210,9 +250,12 @@ impl Report {
             "merge": self.merge,
             "caravan": self.caravan,
             "mss": self.mss,
+            "split": self.split,
+            "gateway_frames": self.gateway_frames,
             "drops": self.drops,
             "connections": self.connections,
             "pmtud": self.pmtud_json(),
+            "router": self.router,
             "ports": ports,
             "leaked_mbufs": leaked_mbufs,
         })
@@ -311,9 +354,9 @@ impl From<dpdk::PortStats> for PortSample {
 }
 
 /// The kernel's own counters of the interface behind a kernel-backed port (af_packet, af_xdp,
-/// tap), from `/sys/class/net/IF/statistics`. DPDK 22.11's `net_af_packet` does not report the
-/// frames its socket ring dropped (`imissed` stays 0): the difference between the kernel's
-/// `rx_packets` and the port's `ipackets` shows them.
+/// tap), from `/sys/class/net/IF/statistics`. The kernel does not count here the frames a full
+/// `net_af_packet` socket ring dropped; the port's `imissed` does (the `dpdk` crate reads them
+/// from the sockets, which DPDK 22.11 does not), so `rx_packets` == `ipackets + imissed`.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct KernelSample {
     /// Frames the interface received.

@@ -107,6 +107,7 @@ impl Worker {
                 }
             }
             self.pipeline.take_replies(&mut to_ext);
+            self.pipeline.take_inside_replies(&mut to_int);
             self.send(&mut to_int, true);
             self.send(&mut to_ext, false);
             loops = loops.wrapping_add(1);

@@ -30,6 +30,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod accounting;
+pub mod router_checks;
 pub mod wire_checks;
 
 use std::fmt;
@@ -555,11 +557,14 @@ impl Lab {
     /// The pxgw configuration for this lab, `workers` workers (and queue pairs per port). The
     /// outside port is `net_tap` on the lab's TAP when there is one (module docs).
     pub fn pxgw_config(&self, workers: u16) -> String {
+        // Rings that hold a 32-flow iperf3 burst (as crates/pxgw/pxgw.toml's): the outside port
+        // gets many small frames, the inside one fewer merged ones.
         let port = |iface: &str, n: u32| {
+            let framecnt = if n == 0 { 4096 } else { 2048 };
             match &self.ext_tap {
-            Some(t) if n == 0 => format!("net_tap0,iface={}", t.tap()),
-            _ => format!("net_af_packet{n},iface={iface},framesz=10240,blocksz=40960,framecnt=512,qpairs={workers}"),
-        }
+                Some(t) if n == 0 => format!("net_tap0,iface={}", t.tap()),
+                _ => format!("net_af_packet{n},iface={iface},framesz=10240,blocksz=40960,framecnt={framecnt},qpairs={workers}"),
+            }
         };
         format!(
             "# Written by the lab. Flows through veths and net_af_packet carry far less than a NIC,\n\
@@ -924,6 +929,38 @@ impl Lab {
         })
     }
 
+    /// A UDP traceroute (scamper's `trace -P udp`, one probe per hop) in `family` from the
+    /// outside host to the inside host.
+    pub fn traceroute(&self, family: Family) -> Result<Trace> {
+        let to = self.int_addr(family);
+        let out = self.ext.exec(
+            "scamper",
+            &[
+                "-O",
+                "text",
+                "-c",
+                "trace -P udp -q 1 -w 1 -m 8",
+                "-i",
+                &to.to_string(),
+            ],
+        )?;
+        // "traceroute from A to B", then one line per hop: " 1  198.18.0.1  0.052 ms" or " 2  *".
+        let hops: Vec<Option<IpAddr>> = out
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let mut words = l.split_whitespace();
+                words.next()?.parse::<u32>().ok()?;
+                Some(words.next().and_then(|a| a.parse().ok()))
+            })
+            .collect();
+        Ok(Trace {
+            reached: hops.last().copied().flatten() == Some(to),
+            hops,
+            text: out,
+        })
+    }
+
     /// Runs `f` while counting the frames `ns` receives on `iface`, and the TCP data frames from
     /// `from` among them; returns what `f` returned and the counts.
     pub fn with_capture<T>(
@@ -1103,6 +1140,17 @@ impl FrameStats {
             self.tcp_frame_bytes.load(Ordering::Relaxed) as f64 / n as f64
         }
     }
+}
+
+/// A traceroute's result ([`Lab::traceroute`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Trace {
+    /// Each hop's responder, in order (`None`: no answer).
+    pub hops: Vec<Option<IpAddr>>,
+    /// The last hop is the destination: the trace completed.
+    pub reached: bool,
+    /// scamper's text output.
+    pub text: String,
 }
 
 /// What the UDP run saw.

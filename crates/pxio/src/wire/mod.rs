@@ -8,6 +8,7 @@
 //! computed, for everything that builds frames.
 
 pub mod ethernet;
+pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod repr;
@@ -18,6 +19,7 @@ pub mod udp;
 mod tests;
 
 pub use ethernet::EthernetFrame;
+pub use icmp::{icmp_frame, IcmpPacket, IcmpRepr};
 pub use ipv4::Ipv4Packet;
 pub use ipv6::Ipv6Packet;
 pub use repr::{

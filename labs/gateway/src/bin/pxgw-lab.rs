@@ -241,7 +241,15 @@ fn main() {
 type Check = (String, bool);
 
 fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
-    for tool in ["iperf3", "socat", "ping", "ethtool", "sha256sum", "nft"] {
+    for tool in [
+        "iperf3",
+        "socat",
+        "ping",
+        "ethtool",
+        "sha256sum",
+        "nft",
+        "scamper",
+    ] {
         if !lab::have(tool) {
             bail!("{tool} is missing: run `cargo xtask deps`");
         }
@@ -261,6 +269,20 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         let (router_report, router_checks) = router_topology(&pxgw, sizes, &stop)?;
         report["router"] = router_report;
         checks.extend(router_checks);
+        // pxgw as a router for what it cannot split (issue 10 §2, §7): labs/gateway/src/router_checks.rs.
+        let (behaviour, behaviour_checks) = lab::router_checks::run(&pxgw, &stop)?;
+        report["router_behaviour"] = behaviour;
+        checks.extend(behaviour_checks);
+        // No invisible loss (issue 10 §4) and ports as configured (§5).
+        let accounting = lab::accounting::reconcile(&pxgw, 32, 2)?;
+        let port_checks = lab::accounting::port_checks(&pxgw)?;
+        println!("\nframe accounting, 32 iperf3 flows each way (IPv4, IPv6), and pxgw --check");
+        for part in [&accounting, &port_checks] {
+            part.lines.iter().for_each(|l| println!("{l}"));
+            checks.extend(part.checks.iter().cloned());
+        }
+        report["accounting"] = accounting.report;
+        report["port_checks"] = port_checks.report;
         // Issue 10 §6 and §3: two workers; fragments and F-PMTUD through a 1400 B router.
         let fpmtud = std::env::current_exe()?.with_file_name("fpmtud");
         if !fpmtud.exists() {
@@ -329,9 +351,11 @@ fn default_topology(
     };
     let result = transfers(&l, Family::V4, sizes, all, stop)
         .and_then(|r4| Ok((r4, transfers(&l, Family::V6, sizes, v6, stop)?)));
+    let traces = traces(&l);
     let busiest = gw.busiest_line();
     let (code, stats) = gw.stop()?;
     let (r4, r6) = result?;
+    let traces = traces?;
     let udp4 = r4.udp.context("UDP run")?;
     let udp6 = r6.udp.context("UDP run")?;
 
@@ -377,6 +401,20 @@ fn default_topology(
         "ping both ways: IPv4 {}, IPv6 {}",
         ok(ping_ok[0]),
         ok(ping_ok[1])
+    );
+    let hops = |t: &lab::Trace| {
+        t.hops
+            .iter()
+            .map(|h| h.map_or("*".to_owned(), |a| a.to_string()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "UDP traceroute outside -> inside: IPv4 {} ({}), IPv6 {} ({})",
+        hops(&traces[0]),
+        ok(traces[0].reached),
+        hops(&traces[1]),
+        ok(traces[1].reached)
     );
     if let Some(line) = busiest {
         println!("pxgw's busiest second: {line}");
@@ -447,6 +485,7 @@ fn default_topology(
     checks.extend([
         udp_check("", &udp4),
         udp_check("", &udp6),
+        trace_check("", &traces, &stats),
         ("pxgw exits cleanly".to_owned(), code == 0),
         ("no leaked mbufs".to_owned(), leaked == 0),
         (
@@ -495,9 +534,11 @@ fn router_topology(
     };
     let result = transfers(&l, Family::V4, sizes, udp, stop)
         .and_then(|r4| Ok((r4, transfers(&l, Family::V6, sizes, udp, stop)?)));
+    let traces = traces(&l);
     let blackhole = blackhole_works(&l);
     let (code, stats) = gw.stop()?;
     let (r4, r6) = result?;
+    let traces = traces?;
     let blackhole = blackhole?;
     let leaked = stats["leaked_mbufs"].as_u64().unwrap_or(u64::MAX);
     println!("\n{topo}");
@@ -555,6 +596,7 @@ fn router_topology(
             format!("router topology: the ICMP black hole drops the router's time-exceeded errors (IPv4 {}, IPv6 {})", blackhole[0], blackhole[1]),
             blackhole.iter().all(|&n| n >= 1),
         ),
+        trace_check("router topology: ", &traces, &stats),
         ("router topology: pxgw exits cleanly".to_owned(), code == 0),
         ("router topology: no leaked mbufs".to_owned(), leaked == 0),
     ]);
@@ -598,6 +640,35 @@ fn blackhole_works(l: &Lab) -> Result<[u64; 2]> {
         l.set_icmp_blackhole(false)?;
     }
     Ok(dropped)
+}
+
+/// UDP traceroutes from the outside host to the inside host, both families.
+fn traces(l: &Lab) -> Result<[lab::Trace; 2]> {
+    eprintln!("lab: UDP traceroute (scamper) outside -> inside, IPv4 and IPv6");
+    Ok([l.traceroute(Family::V4)?, l.traceroute(Family::V6)?])
+}
+
+/// The traceroutes completed, and pxgw passed probes unpacked for their TTL (`pass_ttl`).
+fn trace_check(prefix: &str, t: &[lab::Trace; 2], stats: &serde_json::Value) -> Check {
+    let low_ttl = stats["caravan"]["unpacked_low_ttl"].as_u64().unwrap_or(0);
+    let hops = |t: &lab::Trace| {
+        t.hops
+            .iter()
+            .map(|h| h.map_or("*".to_owned(), |a| a.to_string()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for tr in t.iter().filter(|tr| !tr.reached) {
+        eprintln!("{}", tr.text);
+    }
+    (
+        format!(
+            "{prefix}UDP traceroute through pxgw completes (IPv4: {}; IPv6: {}); {low_ttl} low-TTL datagrams passed unpacked",
+            hops(&t[0]),
+            hops(&t[1])
+        ),
+        t.iter().all(|tr| tr.reached) && low_ttl >= 2,
+    )
 }
 
 /// UDP outside -> inside crossed as caravans and came out exactly: read by an ordinary socket
