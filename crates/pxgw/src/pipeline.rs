@@ -7,7 +7,8 @@
 //!   double-tagged frames and datagrams whose TTL or hop limit is at most `pass_ttl`: those pass
 //!   unpacked, counted); everything else passes untouched.
 //! - **outbound** (inside → outside): SYN/SYN-ACK have their MSS clamped to the eMTU; TCP larger
-//!   than the flow's PMTU is split; caravans are unpacked; other packets larger than the eMTU are
+//!   than the flow's PMTU is split; caravans (the DSCP mark and a caravan header) are unpacked,
+//!   while a datagram that only wears the mark passes untouched; other packets larger than the eMTU are
 //!   handled as a router would (issue 10 §2): IPv4 with DF clear is fragmented
 //!   ([`crate::fragment`]), IPv4 with DF set and IPv6 are dropped, counted, and answered with
 //!   "fragmentation needed" or Packet Too Big ([`crate::icmp`], rate-limited); everything else
@@ -648,6 +649,17 @@ impl<B: PacketBuf> Pipeline<B> {
                         i += 1;
                     }
                 }
+            }
+            // Marked, but no caravan header: an ordinary datagram that wears the DSCP, passed
+            // as it came.
+            Err((CaravanError::NotCaravan, pkt)) => {
+                self.report.caravan.marked_plain += 1;
+                self.outbound_fit(pkt, now, out);
+            }
+            // A caravan header the gateway does not understand: not its to rewrite.
+            Err((CaravanError::UnknownVersion(_), pkt)) => {
+                self.report.caravan.unknown_version += 1;
+                self.outbound_fit(pkt, now, out);
             }
             Err((CaravanError::PoolExhausted, pkt)) => {
                 self.report.drops.pool_exhausted += 1;

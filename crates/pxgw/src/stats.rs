@@ -107,6 +107,11 @@ pub struct CaravanSummary {
     pub unpacked_vlan: u64,
     /// Inbound UDP passed unpacked: TTL or hop limit at most `[caravan] pass_ttl`.
     pub unpacked_low_ttl: u64,
+    /// Outbound UDP wearing the caravan mark without a caravan header: ordinary datagrams,
+    /// passed untouched (`docs/caravan.md`).
+    pub marked_plain: u64,
+    /// Outbound caravans of a version the gateway does not understand, passed untouched.
+    pub unknown_version: u64,
 }
 
 /// Handshakes.
@@ -172,6 +177,8 @@ impl Report {
         self.caravan.unpacked_family += o.caravan.unpacked_family;
         self.caravan.unpacked_vlan += o.caravan.unpacked_vlan;
         self.caravan.unpacked_low_ttl += o.caravan.unpacked_low_ttl;
+        self.caravan.marked_plain += o.caravan.marked_plain;
+        self.caravan.unknown_version += o.caravan.unknown_version;
         self.mss.handshakes += o.mss.handshakes;
         self.mss.rewritten += o.mss.rewritten;
         self.mss.without_mss += o.mss.without_mss;

@@ -214,7 +214,9 @@ fn udp_becomes_caravans_inbound_and_datagrams_outbound() {
     px.poll(10 + 50_000, &mut to_int);
     assert_eq!(to_int.len(), 2, "the caravan leaves after its timeout");
     let caravan = to_int.pop().unwrap();
-    assert_eq!(caravan.to_vec()[15] >> 2, 7);
+    let caravan_bytes = caravan.to_vec();
+    assert_eq!(caravan_bytes[15] >> 2, 7);
+    assert_eq!(&caravan_bytes[42..46], b"PXCV", "the caravan header");
     assert_eq!(px.report().caravan.datagrams_packed, 5);
     // Back outside: unpacked into the five datagrams, byte for byte past the IP header.
     let mut to_ext = Vec::new();
@@ -225,9 +227,10 @@ fn udp_becomes_caravans_inbound_and_datagrams_outbound() {
         assert_eq!(v.len(), 14 + 28 + n);
         assert!(v[42..].iter().all(|&b| b == i as u8));
     }
-    // A malformed caravan and an oversized plain datagram are dropped and counted.
-    let mut bad = udp(7000, 7, &[0u8; 40]);
-    bad[42 + 4..42 + 6].copy_from_slice(&3u16.to_be_bytes());
+    // A malformed caravan (its first inner length below 8) and an oversized plain datagram are
+    // dropped and counted.
+    let mut bad = caravan_bytes.clone();
+    bad[50 + 4..50 + 6].copy_from_slice(&3u16.to_be_bytes());
     px.outbound(pool.packet(&bad), 30, &mut to_ext);
     let mut big = udp(7000, 0, &[0u8; 3000]);
     big[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
