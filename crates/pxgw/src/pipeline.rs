@@ -5,7 +5,8 @@
 //!   as the flow's PMTU hint; TCP of a flow whose handshake the gateway saw is merged to the
 //!   iMTU; UDP is packed into caravans (except excluded ports, families not configured,
 //!   double-tagged frames and datagrams whose TTL or hop limit is at most `pass_ttl`: those pass
-//!   unpacked, counted); everything else passes untouched.
+//!   unpacked, counted), and a datagram that nothing joins goes as it came, never as a caravan of
+//!   one; everything else passes untouched.
 //! - **outbound** (inside → outside): SYN/SYN-ACK have their MSS clamped to the eMTU; TCP larger
 //!   than the flow's PMTU is split; caravans (the DSCP mark and a caravan header) are unpacked,
 //!   while a datagram that only wears the mark passes untouched; other packets larger than the eMTU are
@@ -47,7 +48,8 @@ pub struct Pipeline<B: PacketBuf> {
     cfg: Settings,
     merger: Merger<B>,
     conns: ConnTable,
-    caravans: HashMap<FlowKey, (CaravanBuilder<B>, u64)>,
+    /// Per UDP flow: what it holds for the inside, and since when.
+    caravans: HashMap<FlowKey, (Open<B>, u64)>,
     expired: Vec<FlowKey>,
     pool: B::Pool,
     report: Report,
@@ -58,6 +60,15 @@ pub struct Pipeline<B: PacketBuf> {
     inside_replies: Vec<Vec<u8>>,
     /// The ICMP error rate limits.
     limiter: RateLimiter,
+}
+
+/// What an inbound UDP flow holds: one datagram, kept as it came until a second one joins it (a
+/// caravan of one is never built: `docs/caravan.md`, "Single datagrams"), or an open caravan.
+enum Open<B: PacketBuf> {
+    /// A lone datagram and its headers.
+    Lone(B, Headers),
+    /// A caravan of at least two.
+    Caravan(CaravanBuilder<B>),
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -404,7 +415,7 @@ impl<B: PacketBuf> Pipeline<B> {
             return self.pass_udp(pkt, h, ccfg.dscp, out);
         }
         let pkt = match self.caravans.get_mut(&h.key) {
-            Some((builder, _)) => match builder.push(pkt) {
+            Some((Open::Caravan(builder), _)) => match builder.push(pkt) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 1;
                     return;
@@ -421,21 +432,58 @@ impl<B: PacketBuf> Pipeline<B> {
                     return self.pass_udp(pkt, h, ccfg.dscp, out);
                 }
             },
+            Some((Open::Lone(first, _), _)) => match caravan::can_pair(first, &pkt, &ccfg) {
+                Ok(()) => return self.pair(pkt, h, &ccfg, out),
+                // Nothing joins the held datagram: it leaves as it came, first.
+                Err(_) => {
+                    self.close_caravan(&h.key, out);
+                    pkt
+                }
+            },
             None => pkt,
         };
         if self.caravans.len() >= MAX_OPEN_CARAVANS {
             return self.pass_udp(pkt, h, ccfg.dscp, out);
         }
-        match CaravanBuilder::start(pkt, ccfg, &self.pool) {
-            Ok(b) => {
-                self.report.caravan.datagrams_packed += 1;
-                self.caravans.insert(h.key, (b, now));
+        // Held as it came until a second datagram joins it; one that could never open a caravan
+        // passes at once.
+        match caravan::packable(&pkt, &ccfg) {
+            Ok(()) => {
+                self.caravans.insert(h.key, (Open::Lone(pkt, *h), now));
             }
-            Err((CaravanError::PoolExhausted, pkt)) => {
-                self.report.drops.pool_exhausted += 1;
-                drop(pkt);
+            Err(_) => self.pass_udp(pkt, h, ccfg.dscp, out),
+        }
+    }
+
+    /// A second datagram for the flow's held one, which [`caravan::can_pair`] said it joins: the
+    /// two open a caravan, which keeps the held one's start time.
+    fn pair(&mut self, second: B, h: &Headers, ccfg: &CaravanConfig, out: &mut Vec<B>) {
+        let Some((Open::Lone(first, first_hdr), since)) = self.caravans.remove(&h.key) else {
+            return self.pass_udp(second, h, ccfg.dscp, out);
+        };
+        match CaravanBuilder::start(first, *ccfg, &self.pool) {
+            Ok(mut b) => match b.push(second) {
+                Ok(()) => {
+                    self.report.caravan.datagrams_packed += 2;
+                    self.caravans.insert(h.key, (Open::Caravan(b), since));
+                }
+                // can_pair checked everything push does; should it still refuse, the caravan of
+                // one leaves (a valid caravan) and the second passes behind it.
+                Err((_, second)) => {
+                    self.report.caravan.datagrams_packed += 1;
+                    self.report.caravan.caravans_built += 1;
+                    out.push(b.finish());
+                    self.pass_udp(second, h, ccfg.dscp, out);
+                }
+            },
+            // No buffer for the caravan's header: both leave as they came, in order (nothing
+            // is lost for want of a header buffer).
+            Err((_, first)) => {
+                self.report.caravan.unwrapped_single += 1;
+                self.pass_udp(first, &first_hdr, ccfg.dscp, out);
+                self.report.caravan.unwrapped_single += 1;
+                self.pass_udp(second, h, ccfg.dscp, out);
             }
-            Err((_, pkt)) => self.pass_udp(pkt, h, ccfg.dscp, out),
         }
     }
 
@@ -474,9 +522,18 @@ impl<B: PacketBuf> Pipeline<B> {
     }
 
     fn close_caravan(&mut self, key: &FlowKey, out: &mut Vec<B>) {
-        if let Some((b, _)) = self.caravans.remove(key) {
-            self.report.caravan.caravans_built += 1;
-            out.push(b.finish());
+        match self.caravans.remove(key) {
+            Some((Open::Caravan(b), _)) => {
+                self.report.caravan.caravans_built += 1;
+                out.push(b.finish());
+            }
+            // Nothing joined it: it goes as it came (re-marked, if it wore the mark).
+            Some((Open::Lone(pkt, h), _)) => {
+                self.report.caravan.unwrapped_single += 1;
+                let mark = self.cfg.caravan.map_or(0, |c| c.dscp);
+                self.pass_udp(pkt, &h, mark, out);
+            }
+            None => {}
         }
     }
 

@@ -112,6 +112,9 @@ pub struct CaravanSummary {
     pub marked_plain: u64,
     /// Outbound caravans of a version the gateway does not understand, passed untouched.
     pub unknown_version: u64,
+    /// Inbound datagrams that nothing joined before their caravan would have left: sent inside
+    /// as they came, since a caravan of one only adds 16 bytes (`docs/caravan.md`).
+    pub unwrapped_single: u64,
 }
 
 /// Handshakes.
@@ -179,6 +182,7 @@ impl Report {
         self.caravan.unpacked_low_ttl += o.caravan.unpacked_low_ttl;
         self.caravan.marked_plain += o.caravan.marked_plain;
         self.caravan.unknown_version += o.caravan.unknown_version;
+        self.caravan.unwrapped_single += o.caravan.unwrapped_single;
         self.mss.handshakes += o.mss.handshakes;
         self.mss.rewritten += o.mss.rewritten;
         self.mss.without_mss += o.mss.without_mss;

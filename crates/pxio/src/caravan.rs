@@ -174,29 +174,93 @@ fn read_sum<B: PacketBuf>(pkt: &B, offset: usize, len: usize) -> Sum {
     sum
 }
 
+/// What [`CaravanBuilder::start`] checks of a caravan's first datagram: unfragmented UDP, DSCP 0
+/// or the mark, no IPv4 options, room in the iMTU; returns its headers.
+fn opening(frame: &[u8], frame_len: usize, cfg: &CaravanConfig) -> Result<Headers, CaravanError> {
+    let hdr = match wire::classify(frame, frame_len) {
+        Class::Udp(h) => h,
+        _ => return Err(CaravanError::NotUdp),
+    };
+    let dscp = dscp_of(frame, &hdr);
+    if dscp != 0 && dscp != cfg.dscp {
+        return Err(CaravanError::Dscp(dscp));
+    }
+    if ip_signature(frame, &hdr).is_none() || hdr.hdr_len() + CARAVAN_HDR > MAX_OUTER {
+        return Err(CaravanError::Mismatch);
+    }
+    if usize::from(hdr.ip_len) + OVERHEAD > usize::from(cfg.imtu) {
+        return Err(CaravanError::Full);
+    }
+    Ok(hdr)
+}
+
+/// What [`CaravanBuilder::push`] checks of a datagram against the caravan's first (`first`,
+/// classified as `first_hdr`): the same flow, L2 header and IP signature (ECN, TTL, DF), and
+/// DSCP 0 or the mark; returns its headers.
+fn joining(
+    first: &[u8],
+    first_hdr: &Headers,
+    frame: &[u8],
+    frame_len: usize,
+    cfg: &CaravanConfig,
+) -> Result<Headers, CaravanError> {
+    let hdr = match wire::classify(frame, frame_len) {
+        Class::Udp(h) => h,
+        _ => return Err(CaravanError::NotUdp),
+    };
+    if hdr.key != first_hdr.key
+        || hdr.l2_len != first_hdr.l2_len
+        || hdr.l3_len != first_hdr.l3_len
+        || frame[..usize::from(hdr.l2_len)] != first[..usize::from(hdr.l2_len)]
+        || ip_signature(frame, &hdr) != ip_signature(first, first_hdr)
+    {
+        return Err(CaravanError::Mismatch);
+    }
+    let dscp = dscp_of(frame, &hdr);
+    if dscp != 0 && dscp != cfg.dscp {
+        return Err(CaravanError::Dscp(dscp));
+    }
+    Ok(hdr)
+}
+
+/// Whether `first` could open a caravan ([`CaravanBuilder::start`] would take it, pool
+/// permitting), without taking it: a packer may hold it until a second datagram comes.
+pub fn packable<B: PacketBuf>(first: &B, cfg: &CaravanConfig) -> Result<(), CaravanError> {
+    opening(first.head(), first.len(), cfg).map(|_| ())
+}
+
+/// Whether `first` and `second` could travel in one caravan: [`CaravanBuilder::start`] with
+/// `first`, then [`CaravanBuilder::push`] of `second`, would both succeed (pool permitting).
+/// A packer that holds a lone datagram asks this before it builds anything, so that a datagram
+/// nothing joins can still leave as it came (`docs/caravan.md`, "Single datagrams").
+pub fn can_pair<B: PacketBuf>(
+    first: &B,
+    second: &B,
+    cfg: &CaravanConfig,
+) -> Result<(), CaravanError> {
+    let a = opening(first.head(), first.len(), cfg)?;
+    let b = joining(first.head(), &a, second.head(), second.len(), cfg)?;
+    // One outer IP header, the caravan's headers, and both datagrams' UDP bytes.
+    let ip_len = usize::from(a.ip_len) + OVERHEAD + usize::from(b.ip_len) - usize::from(a.l3_len);
+    if cfg.max_datagrams < 2
+        || ip_len > usize::from(cfg.imtu)
+        || 1 + first.num_segs() + second.num_segs() > B::MAX_SEGS
+    {
+        return Err(CaravanError::Full);
+    }
+    Ok(())
+}
+
 impl<B: PacketBuf> CaravanBuilder<B> {
     /// Opens a caravan with its first datagram.
     pub fn start(first: B, cfg: CaravanConfig, pool: &B::Pool) -> Result<Self, (CaravanError, B)> {
-        let hdr = match wire::classify(first.head(), first.len()) {
-            Class::Udp(h) => h,
-            _ => return Err((CaravanError::NotUdp, first)),
+        let hdr = match opening(first.head(), first.len(), &cfg) {
+            Ok(h) => h,
+            Err(e) => return Err((e, first)),
         };
-        let dscp = dscp_of(first.head(), &hdr);
-        if dscp != 0 && dscp != cfg.dscp {
-            return Err((CaravanError::Dscp(dscp), first));
-        }
-        if ip_signature(first.head(), &hdr).is_none() {
-            return Err((CaravanError::Mismatch, first));
-        }
-        if usize::from(hdr.ip_len) + OVERHEAD > usize::from(cfg.imtu) {
-            return Err((CaravanError::Full, first));
-        }
         // The outer header: the first datagram's L2/L3/UDP headers and room for the caravan
         // header, rewritten in finish().
         let outer_len = hdr.hdr_len() + CARAVAN_HDR;
-        if outer_len > MAX_OUTER {
-            return Err((CaravanError::Mismatch, first));
-        }
         let mut outer = [0u8; MAX_OUTER];
         outer[..hdr.hdr_len()].copy_from_slice(&first.head()[..hdr.hdr_len()]);
         let Some(outer) = B::alloc_with(pool, &outer[..outer_len]) else {
@@ -234,22 +298,17 @@ impl<B: PacketBuf> CaravanBuilder<B> {
 
     /// Appends a datagram of the same flow; gives it back when it does not belong or fit.
     pub fn push(&mut self, mut dgram: B) -> Result<(), (CaravanError, B)> {
-        let hdr = match wire::classify(dgram.head(), dgram.len()) {
-            Class::Udp(h) => h,
-            _ => return Err((CaravanError::NotUdp, dgram)),
+        let joined = joining(
+            self.pkt.head(),
+            &self.hdr,
+            dgram.head(),
+            dgram.len(),
+            &self.cfg,
+        );
+        let hdr = match joined {
+            Ok(h) => h,
+            Err(e) => return Err((e, dgram)),
         };
-        if hdr.key != self.hdr.key
-            || hdr.l2_len != self.hdr.l2_len
-            || hdr.l3_len != self.hdr.l3_len
-            || dgram.head()[..usize::from(hdr.l2_len)] != self.pkt.head()[..usize::from(hdr.l2_len)]
-            || ip_signature(dgram.head(), &hdr) != ip_signature(self.pkt.head(), &self.hdr)
-        {
-            return Err((CaravanError::Mismatch, dgram));
-        }
-        let dscp = dscp_of(dgram.head(), &hdr);
-        if dscp != 0 && dscp != self.cfg.dscp {
-            return Err((CaravanError::Dscp(dscp), dgram));
-        }
         if !self.fits(usize::from(hdr.ip_len))
             || self.pkt.num_segs() + dgram.num_segs() > B::MAX_SEGS
         {

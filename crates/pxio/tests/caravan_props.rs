@@ -331,3 +331,49 @@ fn a_caravan_body_without_its_header_is_not_a_caravan() {
     assert_eq!(got, Err(CaravanError::NotCaravan));
     assert!(out.is_empty());
 }
+
+/// `can_pair` answers what `start` then `push` would do, without taking either datagram.
+#[test]
+fn can_pair_agrees_with_start_then_push() {
+    let pool = HeapPool::new(256);
+    let cfg = CaravanConfig {
+        imtu: 1500,
+        ..CaravanConfig::default()
+    };
+    let a = datagram(false, b"first", 1);
+    let other_flow = {
+        let mut f = datagram(false, b"b", 2);
+        f[36..38].copy_from_slice(&6001u16.to_be_bytes());
+        f
+    };
+    let other_ttl = {
+        let mut f = datagram(false, b"b", 2);
+        f[22] = 9;
+        f
+    };
+    let dscp46 = {
+        let mut f = datagram(false, b"b", 2);
+        f[15] = 46 << 2;
+        f
+    };
+    let cases = [
+        (datagram(false, b"second", 2), true),
+        (datagram(false, &[0; 1400], 2), true),
+        // 20 + (8 + 5) + 16 + (8 + 1444) = 1501: one byte over the iMTU.
+        (datagram(false, &[0; 1444], 2), false),
+        (other_flow, false),
+        (other_ttl, false),
+        (dscp46, false),
+    ];
+    for (second, fits) in cases {
+        let (first, second) = (pool.packet(&a), pool.packet(&second));
+        let verdict = caravan::can_pair(&first, &second, &cfg);
+        assert_eq!(verdict.is_ok(), fits, "{verdict:?}");
+        let built = CaravanBuilder::start(first, cfg, &pool)
+            .map_err(|(e, _)| e)
+            .and_then(|mut b| b.push(second).map_err(|(e, _)| e));
+        assert_eq!(built.is_ok(), fits, "{built:?}");
+        assert_eq!(verdict.err(), built.err());
+    }
+    assert_eq!(pool.in_use(), 0);
+}
