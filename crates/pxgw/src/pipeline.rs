@@ -14,6 +14,9 @@
 //!   ([`crate::fragment`]), IPv4 with DF set and IPv6 are dropped, counted, and answered with
 //!   "fragmentation needed" or Packet Too Big ([`crate::icmp`], rate-limited); everything else
 //!   passes untouched.
+//! - **inbound above the iMTU** (issue 11, bug 6): handled as a router would, as the outbound
+//!   path handles the eMTU: IPv4 with DF clear is fragmented to the iMTU, the rest dropped,
+//!   counted and answered toward the outside sender (frag needed, Packet Too Big).
 //! - **ICMP from outside** (inbound): an error answering one of the gateway's own F-PMTUD probes
 //!   is consumed; a Packet Too Big (or "fragmentation needed") quoting a connection the gateway
 //!   splits caps that destination's split size, and still goes to the inside host. IPv6
@@ -38,6 +41,10 @@ use crate::mss;
 use crate::pmtud::PathMtu;
 use crate::stats::Report;
 
+/// An untagged Ethernet header.
+const ETH_HLEN: usize = 14;
+/// An Ethernet header with one VLAN tag: what a frame may add to its link's MTU.
+const VLAN_ETH_HLEN: usize = 18;
 /// Open caravans at once, per worker.
 const MAX_OPEN_CARAVANS: usize = 1024;
 /// Connections remembered, per worker.
@@ -261,6 +268,19 @@ impl<B: PacketBuf> Pipeline<B> {
     pub fn inbound(&mut self, mut pkt: B, now: u64, out: &mut Vec<B>) {
         self.report.inbound.packets_in += 1;
         self.report.inbound.bytes_in += pkt.len() as u64;
+        // Only a frame longer than an untagged iMTU frame can hold an IP packet above the iMTU:
+        // the common case costs one comparison.
+        let imtu = usize::from(self.cfg.imtu);
+        if pkt.len() > imtu + ETH_HLEN {
+            match ip_layout(pkt.head()) {
+                Some(ip) if ip.len > imtu => return self.inbound_oversize(pkt, ip, now, out),
+                None if pkt.len() > imtu + VLAN_ETH_HLEN => {
+                    self.report.drops.oversize_inbound += 1;
+                    return;
+                }
+                _ => {}
+            }
+        }
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
                 if mss::is_syn(pkt.head(), &h) {
@@ -301,6 +321,51 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             Class::Malformed(_) => self.inbound_unmergeable(pkt, now, out),
             Class::NonIp => out.push(pkt),
+        }
+    }
+
+    /// An inbound IP packet larger than the iMTU (issue 11, bug 6), handled as a router in front
+    /// of the b-network would: IPv4 with DF clear is fragmented to the iMTU (the fragments go the
+    /// way every fragment goes, after whatever their flow holds); IPv4 with DF set and IPv6 are
+    /// dropped, counted, and answered toward the outside sender with "fragmentation needed" or
+    /// Packet Too Big carrying the iMTU, rate-limited as the outbound errors are.
+    fn inbound_oversize(&mut self, pkt: B, ip: IpLayout, now: u64, out: &mut Vec<B>) {
+        let imtu = self.cfg.imtu;
+        if !ip.v6 && !ip.dont_frag {
+            let mut frags = Vec::new();
+            match fragment_ipv4(&pkt, ip.l2_len, imtu, &self.pool, &mut frags) {
+                Ok(n) => {
+                    drop(pkt);
+                    self.report.inbound_oversize.fragmented += 1;
+                    self.report.inbound_oversize.fragments_out += n as u64;
+                    for frag in frags {
+                        self.inbound_unmergeable(frag, now, out);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "oversize inbound IPv4 packet not fragmented");
+                    self.report.drops.oversize_inbound += 1;
+                }
+            }
+            return;
+        }
+        self.report.drops.oversize_inbound += 1;
+        let counts = &mut self.report.inbound_oversize;
+        if !self.cfg.icmp.enabled {
+            counts.icmp_suppressed += 1;
+            return;
+        }
+        match icmp_err::too_big(&pkt, imtu, &self.cfg.icmp) {
+            Ok(frame) if self.limiter.allow(ip.src, now) => {
+                if ip.v6 {
+                    counts.ptb_sent += 1;
+                } else {
+                    counts.frag_needed_sent += 1;
+                }
+                self.replies.push(frame);
+            }
+            Ok(_) => counts.icmp_rate_limited += 1,
+            Err(_) => counts.icmp_suppressed += 1,
         }
     }
 
@@ -730,8 +795,7 @@ impl<B: PacketBuf> Pipeline<B> {
     }
 
     fn max_frame(&self) -> usize {
-        // Ethernet header and one VLAN tag.
-        usize::from(self.cfg.emtu) + 18
+        usize::from(self.cfg.emtu) + VLAN_ETH_HLEN
     }
 
     /// A packet the gateway does not split: forwarded when it fits the external link, else

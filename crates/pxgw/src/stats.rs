@@ -44,6 +44,9 @@ pub struct Drops {
     pub caravan_malformed: u64,
     /// No buffer to build a caravan or a header.
     pub pool_exhausted: u64,
+    /// Inbound packets larger than the internal MTU that could not be fragmented (DF set, IPv6,
+    /// not IP): dropped, and answered with ICMP as a router would ([`InboundOversize`]).
+    pub oversize_inbound: u64,
 }
 
 impl Drops {
@@ -53,6 +56,7 @@ impl Drops {
         self.split_failed += o.split_failed;
         self.caravan_malformed += o.caravan_malformed;
         self.pool_exhausted += o.pool_exhausted;
+        self.oversize_inbound += o.oversize_inbound;
     }
 
     /// All drops.
@@ -62,6 +66,38 @@ impl Drops {
             + self.split_failed
             + self.caravan_malformed
             + self.pool_exhausted
+            + self.oversize_inbound
+    }
+}
+
+/// Inbound packets larger than the internal MTU (issue 11, bug 6), handled as a router in front
+/// of the b-network would: IPv4 without DF fragmented to the iMTU, the rest dropped (counted in
+/// [`Drops::oversize_inbound`]) and answered toward the outside sender.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct InboundOversize {
+    /// IPv4 packets with DF clear, fragmented to the iMTU.
+    pub fragmented: u64,
+    /// Fragments those became.
+    pub fragments_out: u64,
+    /// ICMPv4 "fragmentation needed" (next-hop MTU = the iMTU) sent to outside senders.
+    pub frag_needed_sent: u64,
+    /// ICMPv6 Packet Too Big (MTU = the iMTU) sent to outside senders.
+    pub ptb_sent: u64,
+    /// Errors held back by the rate limits (the packet was still dropped).
+    pub icmp_rate_limited: u64,
+    /// Errors the rules forbid (an ICMP error, a non-initial fragment, multicast or broadcast,
+    /// not IP) or that are turned off.
+    pub icmp_suppressed: u64,
+}
+
+impl InboundOversize {
+    fn add(&mut self, o: &InboundOversize) {
+        self.fragmented += o.fragmented;
+        self.fragments_out += o.fragments_out;
+        self.frag_needed_sent += o.frag_needed_sent;
+        self.ptb_sent += o.ptb_sent;
+        self.icmp_rate_limited += o.icmp_rate_limited;
+        self.icmp_suppressed += o.icmp_suppressed;
     }
 }
 
@@ -153,6 +189,8 @@ pub struct Report {
     pub pmtud: crate::pmtud::PmtudSummary,
     /// Router behaviour: ICMP errors, fragments, path MTUs learned.
     pub router: crate::icmp::RouterSummary,
+    /// Inbound packets above the internal MTU.
+    pub inbound_oversize: InboundOversize,
 }
 
 impl Report {
@@ -197,6 +235,7 @@ impl Report {
         a.cached += b.cached;
         a.answered += b.answered;
         self.router.add(&o.router);
+        self.inbound_oversize.add(&o.inbound_oversize);
         self.finish();
     }
 
@@ -233,6 +272,7 @@ impl Report {
             "connections": self.connections,
             "pmtud": self.pmtud,
             "router": self.router,
+            "inbound_oversize": self.inbound_oversize,
             "ports": ports,
             "leaked_mbufs": leaked_mbufs,
         })
@@ -392,6 +432,7 @@ fn drops_line(d: &Drops) -> String {
         ("split_failed", d.split_failed),
         ("caravan_malformed", d.caravan_malformed),
         ("pool_exhausted", d.pool_exhausted),
+        ("oversize_inbound", d.oversize_inbound),
     ] {
         if v > 0 {
             parts.push(format!("{name}={v}"));
