@@ -2,8 +2,9 @@
 //! (SIGCOMM'26 §3, DESIGN.md's data flow):
 //!
 //! - **inbound** (outside → inside): SYN/SYN-ACK have their MSS raised and the peer's MSS kept
-//!   as the flow's PMTU hint; TCP of a flow whose handshake the gateway saw is merged to the
-//!   iMTU; UDP is packed into caravans (except excluded ports, families not configured,
+//!   as the flow's PMTU hint; TCP of a connection whose handshake completed through the gateway
+//!   is merged to the iMTU (a SYN alone only makes a half-open entry, which a SYN flood can churn
+//!   but never turn into a connection: [`crate::conn`]); UDP is packed into caravans (except excluded ports, families not configured,
 //!   double-tagged frames and datagrams whose TTL or hop limit is at most `pass_ttl`: those pass
 //!   unpacked, counted), and a datagram that nothing joins goes as it came, never as a caravan of
 //!   one; everything else passes untouched.
@@ -49,6 +50,8 @@ const VLAN_ETH_HLEN: usize = 18;
 const MAX_OPEN_CARAVANS: usize = 1024;
 /// Connections remembered, per worker.
 const MAX_CONNECTIONS: usize = 65536;
+/// Half-open connections remembered, per worker (oldest evicted: `crate::conn`).
+const MAX_HALF_OPEN: usize = 65536;
 
 /// The per-worker processing state.
 pub struct Pipeline<B: PacketBuf> {
@@ -154,7 +157,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 blackhole_mtu: cfg.pmtu.blackhole_mtu,
             },
             merger: Merger::new(merge_cfg, merge_pool)?,
-            conns: ConnTable::new(MAX_CONNECTIONS),
+            conns: ConnTable::new(MAX_CONNECTIONS, MAX_HALF_OPEN),
             caravans: HashMap::with_capacity(MAX_OPEN_CARAVANS),
             expired: Vec::with_capacity(MAX_OPEN_CARAVANS),
             pool,
@@ -178,6 +181,8 @@ impl<B: PacketBuf> Pipeline<B> {
         r.delay_ns = Some(s.delay_ns.clone());
         r.merge.bad_checksum = s.bad_checksum;
         r.connections = self.conns.len() as u64;
+        r.mss.half_open = self.conns.half_open() as u64;
+        r.mss.half_open_evicted = self.conns.evicted();
         r.pmtud = self.pmtu.summary();
         r.finish();
         r
@@ -283,10 +288,20 @@ impl<B: PacketBuf> Pipeline<B> {
         }
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
-                if mss::is_syn(pkt.head(), &h) {
-                    self.inbound_syn(&mut pkt, &h, now);
+                let key = conn::inbound_key(&h.key);
+                let seg = conn::Segment::parse(pkt.head(), &h);
+                if let Some(seg) = seg.filter(|s| s.syn) {
+                    self.inbound_syn(&mut pkt, &h, &seg, now);
                 }
-                let known = self.conns.touch(&conn::inbound_key(&h.key), now).is_some();
+                let known = match seg {
+                    _ if self.conns.touch(&key, now).is_some() => true,
+                    // A segment that completes a half-open connection makes it known.
+                    Some(seg) if !seg.syn => {
+                        let outcome = self.conns.on_segment(&key, &seg, true, now);
+                        self.count_outcome(outcome)
+                    }
+                    _ => false,
+                };
                 if self.cfg.merge && known {
                     self.merger.rx(pkt, now, out);
                 } else {
@@ -416,7 +431,19 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
-    fn inbound_syn(&mut self, pkt: &mut B, h: &Headers, now: u64) {
+    /// Counts a connection the established table could not take; true when it is established.
+    fn count_outcome(&mut self, outcome: conn::Outcome) -> bool {
+        match outcome {
+            conn::Outcome::Established => true,
+            conn::Outcome::TableFull => {
+                self.report.mss.table_full += 1;
+                false
+            }
+            conn::Outcome::Pending => false,
+        }
+    }
+
+    fn inbound_syn(&mut self, pkt: &mut B, h: &Headers, seg: &conn::Segment, now: u64) {
         self.report.mss.handshakes += 1;
         let target = self
             .cfg
@@ -439,9 +466,12 @@ impl<B: PacketBuf> Pipeline<B> {
             },
             _ => self.fallback_pmtu_for(self.cfg.policy),
         };
-        if !self.conns.upsert(conn::inbound_key(&h.key), pmtu, now) {
-            self.report.mss.table_full += 1;
-        }
+        // A SYN from outside only makes a half-open connection; a SYN-ACK that acknowledges
+        // the inside host's SYN completes one (`crate::conn`).
+        let outcome =
+            self.conns
+                .on_handshake(conn::inbound_key(&h.key), seg, true, Some(pmtu), now);
+        self.count_outcome(outcome);
     }
 
     fn fallback_pmtu(&self) -> u16 {
@@ -653,14 +683,20 @@ impl<B: PacketBuf> Pipeline<B> {
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
                 let key = conn::reverse(&h.key);
-                if mss::is_syn(pkt.head(), &h) {
+                let seg = conn::Segment::parse(pkt.head(), &h);
+                if let Some(seg) = seg.filter(|s| !s.syn) {
+                    // The inside host's segments may complete a half-open connection.
+                    if self.conns.touch(&key, now).is_none() {
+                        let outcome = self.conns.on_segment(&key, &seg, false, now);
+                        self.count_outcome(outcome);
+                    }
+                }
+                if let Some(seg) = seg.filter(|s| s.syn) {
                     self.pmtu
                         .on_outbound_syn(pkt.head(), &h, now, &mut self.replies);
                     self.report.mss.handshakes += 1;
-                    let pmtu = self
-                        .conns
-                        .touch(&key, now)
-                        .map_or(self.cfg.emtu, |c| c.pmtu);
+                    let pmtu = self.conns.pmtu_hint(&key, now).unwrap_or(self.cfg.emtu);
+                    self.conns.on_handshake(key, &seg, false, None, now);
                     let target = self
                         .cfg
                         .mss_rewrite
@@ -671,8 +707,10 @@ impl<B: PacketBuf> Pipeline<B> {
                         self.report.mss.without_mss += u64::from(hs.mss.is_none());
                     }
                 }
-                let hint = match self.conns.touch(&key, now) {
-                    Some(c) => c.pmtu,
+                // A half-open connection's hint counts too (data may follow a SYN-ACK at once,
+                // as with TCP Fast Open); it only ever concerns that connection's packets.
+                let hint = match self.conns.pmtu_hint(&key, now) {
+                    Some(pmtu) => pmtu,
                     None => self.fallback_pmtu_for(match self.cfg.policy {
                         PmtuPolicy::Mss => self.cfg.fallback,
                         p => p,

@@ -164,6 +164,10 @@ pub struct MssSummary {
     pub without_mss: u64,
     /// Connections the table could not take (left untranslated).
     pub table_full: u64,
+    /// Half-open connections held now (a SYN seen, the handshake not completed).
+    pub half_open: u64,
+    /// Half-open connections evicted to make room for newer ones (a SYN flood shows here).
+    pub half_open_evicted: u64,
 }
 
 /// One worker's counters (and, summed, the gateway's).
@@ -225,6 +229,8 @@ impl Report {
         self.mss.rewritten += o.mss.rewritten;
         self.mss.without_mss += o.mss.without_mss;
         self.mss.table_full += o.mss.table_full;
+        self.mss.half_open += o.mss.half_open;
+        self.mss.half_open_evicted += o.mss.half_open_evicted;
         self.drops.add(&o.drops);
         self.connections += o.connections;
         let (a, b) = (&mut self.pmtud, &o.pmtud);
