@@ -14,6 +14,18 @@
 //! solicit). A flood of spoofed SYNs therefore only churns the half-open table, and a real
 //! handshake completes in it within one round trip, as a SYN cache does (RFC 4987 §3.3).
 //!
+//! **Connections whose handshake was not seen are learned from their data** (issue 11, bug 9:
+//! after a restart, surviving connections were never merged again). A connection from outside
+//! is learned when [`LEARN_SEGMENTS`] segments in a row arrive in order (each starting where the
+//! last ended), all of one size of at least [`LEARN_MIN_IP_LEN`] bytes (MSS-sized: a bulk
+//! sender's), with an ACK number that never goes back (a consistent stream), **and** the inside
+//! host acknowledged data of that stream (a spoofer's segments are never acknowledged: the
+//! inside host answers them with a RST). The observed IP length becomes the path MTU hint, since
+//! the path carried it. A shorter in-order segment (a write boundary) neither counts nor breaks
+//! the run; anything else starts it over. Learning entries live in a bounded table of their own
+//! ([`Slots`]), so spoofed data cannot fill anything merging depends on. The window is not
+//! used: it is the outside's receive window and says nothing about the stream being merged.
+//!
 //! Each connection also remembers how far the inside host's data that the gateway split has
 //! gone, so that a segment sent again, and again, is seen: that is the IPv6 black-hole signal
 //! (docs/fpmtud.md, "IPv6: Packet Too Big and black holes").
@@ -108,6 +120,35 @@ struct HalfOpen {
     inside_isn: Option<u32>,
     /// The end of the inside's sequence space seen so far (its SYN counts one).
     inside_snd_max: u32,
+}
+
+/// Segments in a row that teach the gateway a connection whose handshake it did not see.
+pub const LEARN_SEGMENTS: u8 = 8;
+
+/// The smallest IP length of a segment that counts toward learning: the IPv6 minimum MTU, so
+/// the path MTU hint learned is one every path carries, and flows of small segments (which
+/// merging gains little from) are not learned.
+pub const LEARN_MIN_IP_LEN: u16 = 1280;
+
+/// What the gateway saw of a connection it is learning from its data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Learning {
+    /// The lowest sequence number seen from outside.
+    base: u32,
+    /// The end of the highest segment seen from outside.
+    high: u32,
+    /// Where the next in-order segment from outside starts.
+    next: u32,
+    /// The latest ACK number from outside.
+    ack: u32,
+    /// Payload bytes of the run's segments.
+    seg_len: u32,
+    /// Their IP length: the path MTU hint.
+    ip_len: u16,
+    /// In-order segments of that size in a row.
+    run: u8,
+    /// The inside host acknowledged data between `base` and `high`.
+    acked: bool,
 }
 
 /// A bounded map from flows to `V` that never allocates after construction and evicts the
@@ -224,8 +265,14 @@ pub struct Segment {
     pub syn: bool,
     /// The RST flag.
     pub rst: bool,
+    /// The FIN flag.
+    pub fin: bool,
     /// Sequence space it occupies: payload, plus one for SYN and for FIN.
     pub len: u32,
+    /// Payload bytes.
+    pub payload: u32,
+    /// The IP packet's length.
+    pub ip_len: u16,
 }
 
 impl Segment {
@@ -241,7 +288,10 @@ impl Segment {
             ack: (flags & tcp_flags::ACK != 0).then(|| tcp.ack_number()),
             syn,
             rst: flags & tcp_flags::RST != 0,
+            fin,
             len: u32::from(h.payload_len) + u32::from(syn) + u32::from(fin),
+            payload: u32::from(h.payload_len),
+            ip_len: h.ip_len,
         })
     }
 }
@@ -264,8 +314,11 @@ pub struct ConnTable {
     map: HashMap<FlowKey, Conn>,
     capacity: usize,
     half_open: Slots<HalfOpen>,
+    learning: Slots<Learning>,
     /// Half-open entries evicted to make room for newer ones.
     evicted: u64,
+    /// Connections learned from their data.
+    learned: u64,
 }
 
 /// The key of a connection, oriented outside → inside whichever way the packet goes.
@@ -285,14 +338,16 @@ pub fn reverse(key: &FlowKey) -> FlowKey {
 }
 
 impl ConnTable {
-    /// A table for up to `capacity` established and `half_open` half-open connections,
-    /// allocated up front.
-    pub fn new(capacity: usize, half_open: usize) -> Self {
+    /// A table for up to `capacity` established, `half_open` half-open connections and
+    /// `learning` connections being learned from their data, allocated up front.
+    pub fn new(capacity: usize, half_open: usize, learning: usize) -> Self {
         Self {
             map: HashMap::with_capacity(capacity),
             capacity,
             half_open: Slots::new(half_open),
+            learning: Slots::new(learning),
             evicted: 0,
+            learned: 0,
         }
     }
 
@@ -364,7 +419,8 @@ impl ConnTable {
     /// A segment without SYN of a connection not (yet) established, from outside (`inbound`) or
     /// from inside. It completes a half-open connection when it acknowledges the other side's
     /// SYN: from outside, within what the inside has sent; from inside, a plain ACK of the
-    /// outside's SYN.
+    /// outside's SYN. Otherwise it teaches the table the connection from its data (see the
+    /// module documentation, "learned").
     pub fn on_segment(&mut self, key: &FlowKey, seg: &Segment, inbound: bool, now: u64) -> Outcome {
         if self.map.contains_key(key) {
             return Outcome::Established;
@@ -372,6 +428,20 @@ impl ConnTable {
         if seg.syn || seg.rst {
             return Outcome::Pending;
         }
+        match self.half_open_segment(key, seg, inbound, now) {
+            Outcome::Pending => self.learn(key, seg, inbound, now),
+            done => done,
+        }
+    }
+
+    /// [`on_segment`](Self::on_segment) for a half-open connection.
+    fn half_open_segment(
+        &mut self,
+        key: &FlowKey,
+        seg: &Segment,
+        inbound: bool,
+        now: u64,
+    ) -> Outcome {
         let Some(entry) = self.half_open.get_mut(key, now) else {
             return Outcome::Pending;
         };
@@ -395,6 +465,84 @@ impl ConnTable {
         }
         let entry = *entry;
         self.promote(*key, entry, now)
+    }
+
+    /// [`on_segment`](Self::on_segment) for a connection neither established nor half-open:
+    /// learns it from its data.
+    fn learn(&mut self, key: &FlowKey, seg: &Segment, inbound: bool, now: u64) -> Outcome {
+        let Some(ack) = seg.ack else {
+            return Outcome::Pending;
+        };
+        if !inbound {
+            // The inside host acknowledging data the outside sent: the connection is real.
+            let Some(e) = self.learning.get_mut(key, now) else {
+                return Outcome::Pending;
+            };
+            if before(e.base, ack) && !before(e.high, ack) {
+                e.acked = true;
+            }
+        } else if let Some(e) = self.learning.get_mut(key, now) {
+            let ack_ok = !before(ack, e.ack) && ack.wrapping_sub(e.ack) < 1 << 30;
+            let sized = seg.ip_len >= LEARN_MIN_IP_LEN;
+            if seg.seq == e.next
+                && ack_ok
+                && !seg.fin
+                && seg.payload > 0
+                && seg.payload <= e.seg_len
+            {
+                // In order: a segment of the run's size counts, a shorter one (a write
+                // boundary) neither counts nor breaks the run.
+                if seg.payload == e.seg_len && sized {
+                    e.run = e.run.saturating_add(1);
+                }
+                e.next = e.next.wrapping_add(seg.payload);
+                e.ack = ack;
+            } else {
+                // Out of order, a retransmission, a larger segment, an ACK that went back: the
+                // run starts over at this segment (what the inside acknowledged still counts).
+                e.next = seg.seq.wrapping_add(seg.payload);
+                e.ack = ack;
+                e.seg_len = seg.payload;
+                e.ip_len = seg.ip_len;
+                e.run = u8::from(sized && seg.payload > 0 && !seg.fin);
+                if before(seg.seq, e.base) {
+                    e.base = seg.seq;
+                }
+            }
+            if before(e.high, e.next) {
+                e.high = e.next;
+            }
+        } else {
+            if seg.payload == 0 {
+                return Outcome::Pending;
+            }
+            let end = seg.seq.wrapping_add(seg.payload);
+            let entry = Learning {
+                base: seg.seq,
+                high: end,
+                next: end,
+                ack,
+                seg_len: seg.payload,
+                ip_len: seg.ip_len,
+                run: u8::from(seg.ip_len >= LEARN_MIN_IP_LEN && !seg.fin),
+                acked: false,
+            };
+            self.learning.insert(*key, entry, now);
+            return Outcome::Pending;
+        }
+        let Some(e) = self.learning.get_mut(key, now).copied() else {
+            return Outcome::Pending;
+        };
+        if e.run < LEARN_SEGMENTS || !e.acked {
+            return Outcome::Pending;
+        }
+        self.learning.remove(key);
+        if self.upsert(*key, e.ip_len, now) {
+            self.learned += 1;
+            Outcome::Established
+        } else {
+            Outcome::TableFull
+        }
     }
 
     /// Moves a half-open connection whose handshake completed to the established table.
@@ -433,12 +581,13 @@ impl ConnTable {
         Some(c)
     }
 
-    /// Forgets connections idle since before `cutoff` ns, and half-open ones too; returns how
-    /// many established ones went.
+    /// Forgets connections idle since before `cutoff` ns, half-open and learning ones too;
+    /// returns how many established ones went.
     pub fn expire(&mut self, cutoff: u64) -> usize {
         let before = self.map.len();
         self.map.retain(|_, c| c.last_seen >= cutoff);
         self.half_open.expire(cutoff);
+        self.learning.expire(cutoff);
         before - self.map.len()
     }
 
@@ -460,6 +609,11 @@ impl ConnTable {
     /// Half-open entries evicted so far to make room for newer ones.
     pub fn evicted(&self) -> u64 {
         self.evicted
+    }
+
+    /// Connections learned from their data so far.
+    pub fn learned(&self) -> u64 {
+        self.learned
     }
 }
 
@@ -492,8 +646,102 @@ mod tests {
             ack,
             syn,
             rst: false,
+            fin: false,
             len: u32::from(syn),
+            payload: 0,
+            ip_len: 40,
         }
+    }
+
+    fn data(seq: u32, ack: u32, payload: u32) -> Segment {
+        Segment {
+            seq,
+            ack: Some(ack),
+            syn: false,
+            rst: false,
+            fin: false,
+            len: payload,
+            payload,
+            ip_len: payload as u16 + 40,
+        }
+    }
+
+    #[test]
+    fn a_run_acknowledged_by_the_inside_host_is_learned() {
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(7);
+        let mut seq = u32::MAX - 5000; // across the wrap
+        let feed = |t: &mut ConnTable, seq: &mut u32, payload: u32| {
+            let o = t.on_segment(&k, &data(*seq, 77, payload), true, 0);
+            *seq = seq.wrapping_add(payload);
+            o
+        };
+        for _ in 0..20 {
+            let o = feed(&mut t, &mut seq, 1448);
+            assert_eq!(o, Outcome::Pending, "not acknowledged yet");
+        }
+        // An ACK beyond what was sent proves nothing; one within it does.
+        let lie = data(77, seq.wrapping_add(10), 0);
+        assert_eq!(t.on_segment(&k, &lie, false, 0), Outcome::Pending);
+        assert_eq!(feed(&mut t, &mut seq, 1448), Outcome::Pending);
+        let ack = data(77, seq.wrapping_sub(1448), 0);
+        assert_eq!(t.on_segment(&k, &ack, false, 0), Outcome::Established);
+        assert_eq!(
+            t.touch(&k, 0).map(|c| c.pmtu),
+            Some(1488),
+            "the observed size"
+        );
+        assert_eq!(t.learned(), 1);
+    }
+
+    #[test]
+    fn a_broken_run_starts_over_and_small_segments_never_count() {
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(8);
+        let ack_all = |t: &mut ConnTable, upto: u32| t.on_segment(&k, &data(1, upto, 0), false, 0);
+        let mut seq = 1000;
+        for i in 0..7 {
+            t.on_segment(&k, &data(seq, 5, 1448), true, 0);
+            seq += 1448;
+            if i == 3 {
+                // A write boundary: shorter, in order; neither counts nor breaks.
+                t.on_segment(&k, &data(seq, 5, 100), true, 0);
+                seq += 100;
+            }
+        }
+        assert_eq!(
+            ack_all(&mut t, seq),
+            Outcome::Pending,
+            "7 in a row: not yet"
+        );
+        // A gap (a lost segment): the run starts over.
+        seq += 1448;
+        for _ in 0..7 {
+            assert_eq!(
+                t.on_segment(&k, &data(seq, 5, 1448), true, 0),
+                Outcome::Pending
+            );
+            seq += 1448;
+        }
+        assert_eq!(
+            t.on_segment(&k, &data(seq, 5, 1448), true, 0),
+            Outcome::Established
+        );
+        // Small segments are never learned.
+        let k2 = key(9);
+        let mut seq = 0;
+        for _ in 0..50 {
+            t.on_segment(&k2, &data(seq, 5, 200), true, 0);
+            seq += 200;
+        }
+        assert_eq!(
+            t.on_segment(&k2, &data(1, seq, 0), false, 0),
+            Outcome::Pending
+        );
+        assert_eq!(
+            t.on_segment(&k2, &data(seq, 5, 200), true, 0),
+            Outcome::Pending
+        );
     }
 
     #[test]
@@ -513,7 +761,7 @@ mod tests {
 
     #[test]
     fn an_outside_syn_completes_only_with_the_inside_isn() {
-        let mut t = ConnTable::new(4, 16);
+        let mut t = ConnTable::new(4, 16, 16);
         let k = key(1);
         assert_eq!(
             t.on_handshake(k, &seg(100, None, true), true, Some(1400), 0),
@@ -549,7 +797,7 @@ mod tests {
 
     #[test]
     fn an_inside_syn_completes_with_the_outside_syn_ack_or_the_inside_ack() {
-        let mut t = ConnTable::new(4, 16);
+        let mut t = ConnTable::new(4, 16, 16);
         let k = key(2);
         assert_eq!(
             t.on_handshake(k, &seg(7, None, true), false, None, 0),
@@ -574,7 +822,7 @@ mod tests {
 
     #[test]
     fn a_full_established_table_is_reported() {
-        let mut t = ConnTable::new(1, 16);
+        let mut t = ConnTable::new(1, 16, 16);
         for i in 0..2 {
             let k = key(10 + i);
             t.on_handshake(k, &seg(1, None, true), true, Some(1500), 0);

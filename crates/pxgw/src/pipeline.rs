@@ -4,7 +4,8 @@
 //! - **inbound** (outside → inside): SYN/SYN-ACK have their MSS raised and the peer's MSS kept
 //!   as the flow's PMTU hint; TCP of a connection whose handshake completed through the gateway
 //!   is merged to the iMTU (a SYN alone only makes a half-open entry, which a SYN flood can churn
-//!   but never turn into a connection: [`crate::conn`]); UDP is packed into caravans (except excluded ports, families not configured,
+//!   but never turn into a connection), or that was learned from its data after a restart (a run
+//!   of in-order MSS-sized segments the inside host acknowledges: [`crate::conn`]); UDP is packed into caravans (except excluded ports, families not configured,
 //!   double-tagged frames and datagrams whose TTL or hop limit is at most `pass_ttl`: those pass
 //!   unpacked, counted), and a datagram that nothing joins goes as it came, never as a caravan of
 //!   one; everything else passes untouched.
@@ -52,6 +53,8 @@ const MAX_OPEN_CARAVANS: usize = 1024;
 const MAX_CONNECTIONS: usize = 65536;
 /// Half-open connections remembered, per worker (oldest evicted: `crate::conn`).
 const MAX_HALF_OPEN: usize = 65536;
+/// Connections being learned from their data, per worker (oldest evicted: `crate::conn`).
+const MAX_LEARNING: usize = 16384;
 
 /// The per-worker processing state.
 pub struct Pipeline<B: PacketBuf> {
@@ -157,7 +160,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 blackhole_mtu: cfg.pmtu.blackhole_mtu,
             },
             merger: Merger::new(merge_cfg, merge_pool)?,
-            conns: ConnTable::new(MAX_CONNECTIONS, MAX_HALF_OPEN),
+            conns: ConnTable::new(MAX_CONNECTIONS, MAX_HALF_OPEN, MAX_LEARNING),
             caravans: HashMap::with_capacity(MAX_OPEN_CARAVANS),
             expired: Vec::with_capacity(MAX_OPEN_CARAVANS),
             pool,
@@ -183,6 +186,7 @@ impl<B: PacketBuf> Pipeline<B> {
         r.connections = self.conns.len() as u64;
         r.mss.half_open = self.conns.half_open() as u64;
         r.mss.half_open_evicted = self.conns.evicted();
+        r.mss.learned = self.conns.learned();
         r.pmtud = self.pmtu.summary();
         r.finish();
         r

@@ -168,6 +168,8 @@ pub struct MssSummary {
     pub half_open: u64,
     /// Half-open connections evicted to make room for newer ones (a SYN flood shows here).
     pub half_open_evicted: u64,
+    /// Connections learned from their data, their handshake unseen (after a restart).
+    pub learned: u64,
 }
 
 /// One worker's counters (and, summed, the gateway's).
@@ -231,6 +233,7 @@ impl Report {
         self.mss.table_full += o.mss.table_full;
         self.mss.half_open += o.mss.half_open;
         self.mss.half_open_evicted += o.mss.half_open_evicted;
+        self.mss.learned += o.mss.learned;
         self.drops.add(&o.drops);
         self.connections += o.connections;
         let (a, b) = (&mut self.pmtud, &o.pmtud);
