@@ -350,7 +350,13 @@ pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
         // ICMP errors to inside hosts are created.
         + n(&stats, "router.fragments_out").saturating_sub(n(&stats, "router.fragmented"))
         + n(&stats, "router.frag_needed_sent")
-        + n(&stats, "router.ptb_sent");
+        + n(&stats, "router.ptb_sent")
+        // The same for inbound packets above the iMTU (issue 11, bug 6): fragments toward the
+        // inside, ICMP errors toward outside senders.
+        + n(&stats, "inbound_oversize.fragments_out")
+            .saturating_sub(n(&stats, "inbound_oversize.fragmented"))
+        + n(&stats, "inbound_oversize.frag_needed_sent")
+        + n(&stats, "inbound_oversize.ptb_sent");
     let sent = n(&stats, "inbound.packets_out") + n(&stats, "outbound.packets_out");
     let absorbed = n(&stats, "merge.merges")
         + n(&stats, "caravan.datagrams_packed")

@@ -899,14 +899,9 @@ impl Lab {
                 };
                 let body = &frame[h.hdr_len()..h.frame_len()];
                 if *is_caravan {
-                    let mut at = 0;
-                    while at + 8 <= body.len() {
-                        let len = usize::from(u16::from_be_bytes([body[at + 4], body[at + 5]]));
-                        if len < 8 || at + len > body.len() {
-                            break;
-                        }
-                        received.push(body[at + 8..at + len].to_vec());
-                        at += len;
+                    // The decapsulator's rules, caravan header included (`docs/caravan.md`).
+                    if let Ok(reader) = caravan::Reader::new(body) {
+                        received.extend(reader.map(|d| d.payload.to_vec()));
                     }
                 } else {
                     received.push(body.to_vec());
