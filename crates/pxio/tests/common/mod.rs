@@ -87,6 +87,8 @@ pub struct SegFlags {
     pub fin: bool,
     pub syn: bool,
     pub rst: bool,
+    /// URG with this urgent pointer.
+    pub urg: Option<u16>,
 }
 
 /// The header fields that may change inside a flow.
@@ -199,6 +201,9 @@ pub fn build_frame(
     }
     if f.rst {
         tcp = tcp.rst();
+    }
+    if let Some(ptr) = f.urg {
+        tcp = tcp.urg(ptr);
     }
     let mut out = Vec::with_capacity(tcp.size(payload.len()));
     tcp.write(&mut out, payload).unwrap();
