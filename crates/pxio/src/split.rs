@@ -11,13 +11,20 @@
 //!   later piece that starts before that point carries URG and the pointer rebased to its own
 //!   sequence number (it may point past the piece's end: the urgent data is ahead); a piece
 //!   that starts at or after it carries neither URG nor a pointer.
+//! - **SYN** (a SYN carrying data, e.g. TCP Fast Open): only the first piece carries SYN; the
+//!   others are plain data segments that follow it in sequence space (the SYN itself takes one
+//!   sequence number before the data). A receiver still in
+//!   SYN-RECEIVED drops those without ACK (RFC 9293 §3.10.7.4) and the sender retransmits what
+//!   the SYN-ACK did not acknowledge (RFC 7413 §4.2.2), as for a SYN cut short by any router;
+//!   the SYN's options (MSS, window scale, SACK-permitted) on them are ignored, as RFC 9293
+//!   requires of options that belong in a SYN.
 //!
 //! # TSO
 //! A NIC segmenting with TSO copies the TCP flags it is not told about into every segment, and
 //! the urgent pointer unchanged (Intel's TSO flag masks, for instance, only clear FIN/PSH and
 //! CWR); Linux never hands such packets to TSO (`tcp_send_mss` turns large segments off for
-//! `MSG_OOB`). So packets with URG are split in software even when the port granted TSO: both
-//! paths give the same pieces.
+//! `MSG_OOB`, and SYNs are never GSO). So packets with URG or SYN are split in software even
+//! when the port granted TSO: both paths give the same pieces.
 
 use crate::buf::{PacketBuf, TxOffload};
 use crate::checksum::{self, Sum};
@@ -55,7 +62,7 @@ pub struct SplitOffloads {
 /// Splits `pkt` so that no IP packet exceeds `mtu`, pushing the result to `out`.
 ///
 /// Packets that already fit, and everything that is not TCP, go to `out` unchanged. With TSO the
-/// packet goes out whole with a TSO request (unless it carries URG, see the module docs);
+/// packet goes out whole with a TSO request (unless it carries URG or SYN, see the module docs);
 /// otherwise it is cut in software: sequence numbers advance, IPv4 IDs increase by one per
 /// segment, flags and the urgent pointer are set per piece as the module docs say, and every
 /// checksum is correct (or left to the NIC when checksum offload was granted). On error nothing
@@ -91,13 +98,13 @@ pub fn split_tcp<B: PacketBuf>(
     software(pkt, &hdr, mss, offloads.checksum, pool, out)
 }
 
-/// Whether the packet carries flags a NIC would copy into every segment (URG with its
-/// pointer): those are split in software, as Linux does (see the module docs).
+/// Whether the packet carries flags a NIC would copy into every segment (URG with its pointer,
+/// SYN): those are split in software, as Linux does (see the module docs).
 fn needs_software<B: PacketBuf>(pkt: &B, hdr: &Headers) -> bool {
     let l4 = usize::from(hdr.l2_len) + usize::from(hdr.l3_len);
     // `classify` validated the TCP header: the flags byte is there.
     let flags = wire::TcpPacket::new_unchecked(&pkt.head()[l4..hdr.hdr_len()]).flags();
-    flags & tcp_flags::URG != 0
+    flags & (tcp_flags::URG | tcp_flags::SYN) != 0
 }
 
 /// Asks the NIC to segment: IPv4 checksum zeroed, TCP checksum seeded with the pseudo-header
@@ -160,6 +167,8 @@ fn software<B: PacketBuf>(
     let (seq, flags, orig_csum) = (tcp.seq_number(), tcp.flags(), tcp.checksum());
     // The urgent point in sequence space (meaningful only with URG).
     let urgent_at = seq.wrapping_add(u32::from(tcp.urgent_ptr()));
+    // A SYN takes one sequence number before the data (RFC 9293 §3.4).
+    let data_seq = seq.wrapping_add(u32::from(flags & tcp_flags::SYN != 0));
     let tcp_hdr_sum = Sum::of(&head[l2 + l3..hdr_len]).sub(Sum(u32::from(orig_csum)));
     let mut whole = Sum::default();
     let mut offset = 0usize;
@@ -194,10 +203,14 @@ fn software<B: PacketBuf>(
         if !last {
             seg_flags &= !(tcp_flags::PSH | tcp_flags::FIN | tcp_flags::RST);
         }
-        let seg_seq = seq.wrapping_add(offset as u32);
+        let seg_seq = if index == 0 {
+            seq
+        } else {
+            data_seq.wrapping_add(offset as u32)
+        };
         let mut urgent_ptr = None;
         if index > 0 {
-            seg_flags &= !tcp_flags::CWR;
+            seg_flags &= !(tcp_flags::CWR | tcp_flags::SYN);
             if flags & tcp_flags::URG != 0 {
                 // Offsets stay below 64 KiB, so a rebased pointer fits in 16 bits.
                 let ahead = urgent_at.wrapping_sub(seg_seq);

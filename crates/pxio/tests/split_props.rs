@@ -268,3 +268,51 @@ proptest! {
         prop_assert_eq!(pool.in_use(), 0);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A SYN carrying data (TCP Fast Open) larger than the path MTU becomes one SYN followed by
+    /// plain data segments, never several SYNs (each would open the connection anew); PSH/FIN
+    /// stay on the last piece. The TSO path gives the same pieces.
+    #[test]
+    fn a_split_syn_stays_one_syn(
+        v6 in any::<bool>(),
+        len in 1usize..9000,
+        mtu in 576u16..=1500,
+        fin in any::<bool>(),
+        checksum_offload in any::<bool>(),
+    ) {
+        let f = flow(v6, true);
+        let payload: Vec<u8> = (0..len).map(|i| (i * 3 % 241) as u8).collect();
+        let flags = SegFlags { syn: true, psh: true, fin, ..SegFlags::default() };
+        let frame = tcp_frame(&f, f.isn, 1000, 5, flags, &payload);
+        let header_bytes = frame.len() - len;
+        let pool = HeapPool::new(256);
+        let mut by_path = Vec::new();
+        for tso in [false, true] {
+            let mut out = Vec::new();
+            let offloads = SplitOffloads { tso, checksum: checksum_offload };
+            split_tcp(pool.packet(&frame), mtu, offloads, &pool, &mut out)
+                .map_err(|(e, _)| e)
+                .unwrap();
+            let headers: Vec<_> = out.iter().map(tcp_header).collect();
+            let syns = headers.iter().filter(|h| h.syn).count();
+            prop_assert_eq!(syns, 1, "{} pieces, {} of them SYNs", out.len(), syns);
+            prop_assert!(headers[0].syn, "the first piece is the SYN");
+            let last = headers.len() - 1;
+            // The SYN takes one sequence number before the data (RFC 9293 §3.4).
+            let mut next_seq = f.isn.wrapping_add(1);
+            for (i, (h, seg)) in headers.iter().zip(&out).enumerate() {
+                prop_assert_eq!(h.fin, fin && i == last, "FIN on the last piece only");
+                prop_assert_eq!(h.psh, i == last, "PSH on the last piece only");
+                let data_seq = h.sequence_number.wrapping_add(u32::from(h.syn));
+                prop_assert_eq!(data_seq, next_seq, "piece {} continues the stream", i);
+                next_seq = next_seq.wrapping_add((seg.len() - header_bytes) as u32);
+            }
+            prop_assert_eq!(next_seq, f.isn.wrapping_add(1 + len as u32), "every byte once");
+            by_path.push(out.iter().map(PacketBuf::to_vec).collect::<Vec<_>>());
+        }
+        prop_assert_eq!(&by_path[0], &by_path[1], "software split and TSO path agree");
+    }
+}
