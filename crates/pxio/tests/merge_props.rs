@@ -278,3 +278,57 @@ fn ipv6_extension_header_segments_keep_their_place() {
         "the first three segments (held, merged) leave before the fourth"
     );
 }
+
+/// Held `a[0,1000)` and `c[2000,3000)`; then `X[1000,2400)` and `Y[2400,3400)` arrive, both
+/// overlapping `c` with other bytes. X starts where `a` ends, but must not be appended to it: it
+/// overlaps `c`, so the flow is flushed and X passes through unmerged (and so does Y), and the
+/// receiver sees every copy of bytes 2000..3000 in arrival order, `c`'s first.
+#[test]
+fn a_segment_overlapping_a_later_held_item_is_not_appended() {
+    let flow = FlowSpec {
+        v6: false,
+        id: 1,
+        sport: 1000,
+        dport: 80,
+        isn: 77,
+        ack: 1,
+        df: true,
+        ttl: 64,
+        ..FlowSpec::default()
+    };
+    let stream: Vec<u8> = (0..3400).map(|i| (i % 239) as u8).collect();
+    let changed = |range: std::ops::Range<usize>, x: u8| -> Vec<u8> {
+        stream[range].iter().map(|b| b ^ x).collect()
+    };
+    let x_bytes = [&stream[1000..2000], &changed(2000..2400, 0xa5)[..]].concat();
+    let y_bytes = [&changed(2400..3000, 0x5a)[..], &stream[3000..3400]].concat();
+    let hdr = || SegHdr::of(&flow, 1);
+    let seg = |offset, bytes: &[u8], id| {
+        Input::data(&flow, 0, offset, bytes, id, hdr(), SegFlags::default())
+    };
+    let inputs = vec![
+        seg(0, &stream[..1000], 1),
+        seg(2000, &stream[2000..3000], 2),
+        seg(1000, &x_bytes, 3),
+        seg(2400, &y_bytes, 4),
+    ];
+    let case = Case {
+        flows: vec![flow],
+        streams: vec![stream],
+        inputs,
+        bursts: vec![(4, 0)],
+    };
+    let pool = HeapPool::new(256);
+    let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+    let frames = run(&case, &mut merger, |f| pool.packet(f));
+    let emitted = check_outputs(&case, &frames, 9000);
+    let ranges: Vec<(u32, usize)> = emitted
+        .iter()
+        .map(|e| (e.seq.wrapping_sub(77), e.payload.len()))
+        .collect();
+    assert_eq!(
+        ranges,
+        [(0, 1000), (2000, 1000), (1000, 1400), (2400, 1000)],
+        "a and c leave first, then X and Y unmerged"
+    );
+}

@@ -34,10 +34,11 @@
 //! kept sorted by sequence number and always leave as a prefix of that list, and a segment that
 //! passes through unmerged first flushes its flow. So a byte may leave before one that arrived
 //! earlier only if it lies below it in sequence space (merging can repair reordering, never
-//! create it), and the copies of any one sequence number leave in arrival order. Known
-//! exception, open for a later issue: a segment appended to an item is checked for overlap
-//! only against the items up to that one, not those after it. A packet whose ports cannot be
-//! read at all (a later fragment, a header cut short) cannot be tied to a flow and passes as is.
+//! create it), and the copies of any one sequence number leave in arrival order: a segment is
+//! checked for overlap against every held item of its flow (the items before the place it
+//! would join, and the one after it), wherever it starts or ends. The one exception: a packet
+//! whose ports cannot be read at all (a later fragment, a header cut short) cannot be tied to a
+//! flow and passes as is.
 //!
 //! # What real traffic gets
 //! Checked by the property tests (`tests/merge_props.rs`, `tests/on_mbufs.rs`):
@@ -50,7 +51,7 @@
 //! - **Timestamp-option changes**: TCP options must be byte-identical, so never merged across.
 //! - **Partial overlaps and retransmissions**, even carrying different bytes: never merged. The
 //!   flow's held items leave, then the segment passes through, so the receiver sees every copy
-//!   of every byte in the order it would without the engine (see the overlap exception above).
+//!   of every byte in the order it would without the engine.
 //! - **Chained (LRO-style) inputs**: merged like single buffers, their buffers linked, not
 //!   copied, as long as the headers sit in the first buffer; every buffer counts toward
 //!   [`MergeConfig::max_segs`].

@@ -42,6 +42,14 @@ impl<B: PacketBuf> Merger<B> {
                 return self.pass(pkt, out);
             }
             if s_start == i_end && !it.closed() && self.compatible(cur, &pkt, &seg, true) {
+                // Items are sorted and disjoint: only the next one can overlap the segment's
+                // tail (held a[0,1000) and c[2000,3000), X[1000,2400) continues a but overlaps
+                // c).
+                let next = it.next;
+                if next != NIL && seq_lt(self.items[next as usize].seq, s_end) {
+                    self.flush_flow(flow, now, out);
+                    return self.pass(pkt, out);
+                }
                 return self.append(flow, cur, pkt, seg, now, out);
             }
             if s_end == i_start
