@@ -342,3 +342,48 @@ fn a_segment_overlapping_a_later_held_item_is_not_appended() {
         "a and c leave first, then X and Y unmerged"
     );
 }
+
+/// IPv6 segments whose flow labels differ are not merged, as in Linux GRO (`ipv6_gro_receive`
+/// compares version and flow label): a new label (Linux picks one on a retransmission timeout,
+/// to move the flow to another path) starts a new packet, and each packet carries its own.
+#[test]
+fn ipv6_segments_with_different_flow_labels_are_not_merged() {
+    let flow = FlowSpec {
+        v6: true,
+        id: 1,
+        sport: 1000,
+        dport: 80,
+        isn: 1,
+        ack: 1,
+        df: true,
+        ttl: 64,
+        ..FlowSpec::default()
+    };
+    let stream: Vec<u8> = (0..6 * 1000).map(|i| (i % 241) as u8).collect();
+    let inputs: Vec<Input> = stream
+        .chunks(1000)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let hdr = SegHdr {
+                flow_label: if i < 3 { 5 } else { 0x9_0009 },
+                ..SegHdr::of(&flow, 1)
+            };
+            Input::data(&flow, 0, i * 1000, chunk, 0, hdr, SegFlags::default())
+        })
+        .collect();
+    let case = Case {
+        flows: vec![flow],
+        streams: vec![stream],
+        bursts: vec![(inputs.len(), 0)],
+        inputs,
+    };
+    let pool = HeapPool::new(256);
+    let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+    let frames = run(&case, &mut merger, |f| pool.packet(f));
+    let emitted = check_outputs(&case, &frames, 9000);
+    let got: Vec<(u32, usize, u32)> = emitted
+        .iter()
+        .map(|e| (e.seq, e.payload.len(), e.hdr.flow_label))
+        .collect();
+    assert_eq!(got, [(1, 3000, 5), (3001, 3000, 0x9_0009)]);
+}

@@ -116,6 +116,8 @@ impl Layout {
 #[repr(C)]
 pub(super) struct MergeSig {
     ack: u32,
+    /// IPv6 flow label (0 for IPv4).
+    flow_label: u32,
     /// IPv4 TTL or IPv6 hop limit.
     ttl: u8,
     /// IPv4 TOS byte (DSCP and ECN) or IPv6 traffic class.
@@ -139,6 +141,7 @@ const MAX_TCP_OPTIONS: usize = 40;
 impl MergeSig {
     const EMPTY: MergeSig = MergeSig {
         ack: 0,
+        flow_label: 0,
         ttl: 0,
         tos: 0,
         df: false,
@@ -154,6 +157,7 @@ impl MergeSig {
         let (l2, options) = seg.sig_bytes(frame);
         let mut sig = MergeSig {
             ack: seg.ack,
+            flow_label: seg.flow_label,
             ttl: seg.ttl,
             tos: seg.tos,
             df: seg.df,
@@ -172,6 +176,7 @@ impl MergeSig {
     #[inline]
     pub(super) fn matches(&self, seg: &Segment, frame: &[u8]) -> bool {
         if self.ack != seg.ack
+            || self.flow_label != seg.flow_label
             || self.ttl != seg.ttl
             || self.tos != seg.tos
             || self.df != seg.df

@@ -18,7 +18,7 @@
 //!
 //! # Merge rules (at least as strict as Linux `tcp_gro_receive` / `inet_gro_receive`)
 //! Segments join only with identical Ethernet header, ACK number, TCP options, TTL and TOS (IPv6:
-//! hop limit and traffic class), DF bit, and TCP flags other than PSH/FIN. With DF=0 the IP IDs
+//! hop limit, traffic class and flow label), DF bit, and TCP flags other than PSH/FIN. With DF=0 the IP IDs
 //! must increase by one. SYN, RST, URG and CWR segments are never merged. PSH or FIN ends an item
 //! and stays on its last byte.
 //!
@@ -27,6 +27,11 @@
 //! - With DF=1 the IP ID is not checked (Linux accepts incrementing or fixed IDs there); the merged
 //!   packet carries the first segment's ID.
 //! - A retransmitted or overlapping segment flushes its flow and passes through unmerged.
+//! - IPv6 flow label: segments with different labels are not merged, as in Linux GRO
+//!   (`ipv6_gro_receive` compares version and flow label). A sender changes its label to move
+//!   the flow to another path (Linux does on a retransmission timeout); each packet keeps the
+//!   label its segments carried, so what the receiver (or a load balancer after us) sees is
+//!   unchanged.
 //! - TCP window: the merged packet carries the first segment's window, like GRO.
 //!
 //! # Order
@@ -46,6 +51,7 @@
 //!   starts a new item.
 //! - **Window changes**: merged; the packet carries the window of the segment holding its first
 //!   byte, like GRO.
+//! - **IPv6 flow-label changes**: never merged across; each label starts a new item.
 //! - **TOS/ECN changes** (a CE mark on one segment, a DSCP change): never merged across; a
 //!   CE-marked segment leaves in its own packet, so the mark reaches the receiver unchanged.
 //! - **Timestamp-option changes**: TCP options must be byte-identical, so never merged across.

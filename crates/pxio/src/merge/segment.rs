@@ -1,5 +1,6 @@
 //! What is read from one input segment (SIGCOMM'26 §4.1): once `classify` found a TCP data
-//! segment, the fields merging needs (sequence and ACK numbers, flags, IP ID, TTL/TOS, DF), and
+//! segment, the fields merging needs (sequence and ACK numbers, flags, IP ID, TTL/TOS, IPv6
+//! flow label, DF), and
 //! its checksums verified: the IPv4 header checksum always (20 bytes), the TCP checksum by the
 //! NIC's verdict where the buffer carries one, else by reading the payload. A verified
 //! segment's payload sum then follows from its own checksum field. A segment that must never
@@ -39,6 +40,8 @@ pub(super) struct Segment {
     pub(super) flags: u8,
     pub(super) ttl: u8,
     pub(super) tos: u8,
+    /// IPv6 flow label (0 for IPv4).
+    pub(super) flow_label: u32,
     pub(super) df: bool,
     pub(super) ip_id: u16,
     /// Payload sum derived from the segment's own checksum (software checksum mode).
@@ -81,9 +84,9 @@ impl<B: PacketBuf> Merger<B> {
         // `classify` validated every header length: the views below cannot run off the end.
         let bytes = &pkt.head()[..layout.hdr_len()];
         let l3 = &bytes[layout.l4_offset() - usize::from(layout.l3_len)..layout.l4_offset()];
-        let (ip_id, df, ttl, tos) = if hdr.v6 {
+        let (ip_id, df, ttl, tos, flow_label) = if hdr.v6 {
             let ip = wire::Ipv6Packet::new_unchecked(l3);
-            (0, true, ip.hop_limit(), ip.traffic_class())
+            (0, true, ip.hop_limit(), ip.traffic_class(), ip.flow_label())
         } else {
             let ip = wire::Ipv4Packet::new_unchecked(l3);
             if !ip.verify_checksum() {
@@ -97,6 +100,7 @@ impl<B: PacketBuf> Merger<B> {
                 ip.dont_frag(),
                 ip.ttl(),
                 ip.dscp() << 2 | ip.ecn(),
+                0,
             )
         };
         let tcp_bytes = &bytes[layout.l4_offset()..];
@@ -140,6 +144,7 @@ impl<B: PacketBuf> Merger<B> {
             flags,
             ttl,
             tos,
+            flow_label,
             df,
             ip_id,
             payload_sum,

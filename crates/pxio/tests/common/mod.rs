@@ -10,7 +10,8 @@ use std::collections::HashMap;
 
 use etherparse::{
     InternetSlice, IpDscp, IpEcn, IpHeaders, IpNumber, Ipv4Extensions, Ipv4Header, Ipv6Extensions,
-    Ipv6Header, Ipv6RawExtHeader, PacketBuilder, SlicedPacket, TransportSlice, VlanId,
+    Ipv6FlowLabel, Ipv6Header, Ipv6RawExtHeader, PacketBuilder, SlicedPacket, TransportSlice,
+    VlanId,
 };
 use proptest::prelude::*;
 use pxio::merge::{DelayConfig, MergeConfig, Merger};
@@ -98,6 +99,8 @@ pub struct SegHdr {
     pub window: u16,
     /// IPv4 TOS byte or IPv6 traffic class.
     pub tos: u8,
+    /// IPv6 flow label (always 0 for IPv4).
+    pub flow_label: u32,
     pub tsval: u32,
     pub vlan: Vec<u16>,
     /// IPv4: the header carries a Router Alert option (IHL 6). IPv6: the segment carries a
@@ -112,16 +115,23 @@ impl SegHdr {
             ack: flow.ack,
             window: 65000,
             tos: flow.tos,
+            flow_label: if flow.v6 {
+                0x1_0000 | u32::from(flow.id)
+            } else {
+                0
+            },
             tsval,
             vlan: flow.vlan.clone(),
             ip_opts: false,
         }
     }
     /// Whether segments with headers `self` and `other` may be merged (the window may differ:
-    /// the merged packet carries the first one's, like GRO).
+    /// the merged packet carries the first one's, like GRO; IPv6 flow labels may not, as in
+    /// Linux GRO).
     pub fn mergeable_with(&self, other: &SegHdr) -> bool {
         self.ack == other.ack
             && self.tos == other.tos
+            && self.flow_label == other.flow_label
             && self.tsval == other.tsval
             && self.vlan == other.vlan
             && !self.ip_opts
@@ -154,6 +164,7 @@ pub fn build_frame(
     let ip = if flow.v6 {
         let h = Ipv6Header {
             traffic_class: hdr.tos,
+            flow_label: Ipv6FlowLabel::try_new(hdr.flow_label).unwrap(),
             next_header: IpNumber::TCP,
             hop_limit: flow.ttl,
             source: flow.src_v6(),
@@ -426,6 +437,10 @@ pub fn build_case(flows: Vec<FlowSpec>, streams: Vec<Vec<u8>>, seed: u64, k: &Kn
                 }
                 if rng.chance(5) && !hdr.vlan.is_empty() {
                     hdr.vlan[0] ^= 1; // re-tagged on the way
+                }
+                if rng.chance(15) && flow.v6 {
+                    // A new flow label (Linux picks one on a retransmission timeout).
+                    hdr.flow_label = rng.next() as u32 & 0xf_ffff;
                 }
             }
             // One-off changes: a CE mark, IPv4 options.
@@ -803,7 +818,7 @@ fn check_merge_decision(case: &Case, fi: usize, flow: &FlowSpec, e: &Emitted, pi
 /// Parses a frame of one of the case's flows, verifying IP and TCP checksums.
 fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
     let p = SlicedPacket::from_ethernet(frame).ok()?;
-    let (ip_len, flow, tos, ip_id, ip_opts, v6_ext) =
+    let (ip_len, flow, tos, flow_label, ip_id, ip_opts, v6_ext) =
         match p.net.clone()? {
             etherparse::NetSlice::Ipv4(ip) => {
                 let h = ip.header();
@@ -819,6 +834,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
                     h.total_len() as usize,
                     fi,
                     tos,
+                    0,
                     h.identification(),
                     h.ihl() > 5,
                     false,
@@ -834,6 +850,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
                     40 + h.payload_length() as usize,
                     fi,
                     h.traffic_class(),
+                    h.flow_label().value(),
                     0,
                     ext && !case.flows[fi].v6_ext,
                     ext,
@@ -879,6 +896,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
             ack: header.acknowledgment_number,
             window: header.window_size,
             tos,
+            flow_label,
             tsval,
             vlan,
             ip_opts,
