@@ -387,3 +387,49 @@ fn ipv6_segments_with_different_flow_labels_are_not_merged() {
         .collect();
     assert_eq!(got, [(1, 3000, 5), (3001, 3000, 0x9_0009)]);
 }
+
+/// A merged packet carries the window of the segment holding its last byte: the most recent
+/// advertisement, which is what the receiver's send window would be after taking the segments
+/// one by one (RFC 9293 §3.10.7.4: under one ACK, the segment with the highest sequence number
+/// updates it last). Also when the segments arrived out of order and were prepended.
+#[test]
+fn a_merged_packet_carries_its_last_segments_window() {
+    let flow = FlowSpec {
+        v6: false,
+        id: 1,
+        sport: 1000,
+        dport: 80,
+        isn: 1,
+        ack: 1,
+        df: true,
+        ttl: 64,
+        ..FlowSpec::default()
+    };
+    let stream: Vec<u8> = (0..3 * 1000).map(|i| (i % 241) as u8).collect();
+    let seg = |i: usize| {
+        let hdr = SegHdr {
+            window: 1000 * (i as u16 + 1),
+            ..SegHdr::of(&flow, 1)
+        };
+        let chunk = &stream[i * 1000..(i + 1) * 1000];
+        Input::data(&flow, 0, i * 1000, chunk, 0, hdr, SegFlags::default())
+    };
+    for order in [[0, 1, 2], [1, 2, 0], [2, 0, 1]] {
+        let inputs: Vec<Input> = order.iter().map(|&i| seg(i)).collect();
+        let case = Case {
+            flows: vec![flow.clone()],
+            streams: vec![stream.clone()],
+            bursts: vec![(3, 0)],
+            inputs,
+        };
+        let pool = HeapPool::new(256);
+        let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+        let frames = run(&case, &mut merger, |f| pool.packet(f));
+        let emitted = check_outputs(&case, &frames, 9000);
+        let got: Vec<(u32, usize, u16)> = emitted
+            .iter()
+            .map(|e| (e.seq, e.payload.len(), e.hdr.window))
+            .collect();
+        assert_eq!(got, [(1, 3000, 3000)], "arrival order {order:?}");
+    }
+}

@@ -39,6 +39,8 @@ pub(super) struct Item<B: PacketBuf> {
     pub(super) tail_flags: u8,
     /// Headers must be rewritten before the packet leaves.
     pub(super) modified: bool,
+    /// TCP window of the segment holding the last byte: the merged packet carries it.
+    pub(super) last_window: u16,
     pub(super) sig: MergeSig,
 }
 
@@ -57,6 +59,7 @@ impl<B: PacketBuf> Item<B> {
             nb_segs: 0,
             tail_flags: 0,
             modified: false,
+            last_window: 0,
             payload_sum: Sum::default(),
             arrival_sum: 0,
             oldest: 0,

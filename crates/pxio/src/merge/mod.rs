@@ -32,7 +32,13 @@
 //!   the flow to another path (Linux does on a retransmission timeout); each packet keeps the
 //!   label its segments carried, so what the receiver (or a load balancer after us) sees is
 //!   unchanged.
-//! - TCP window: the merged packet carries the first segment's window, like GRO.
+//! - TCP window: the merged packet carries the window of the segment holding its last byte,
+//!   where Linux GRO keeps the first segment's (`tcp_gro_receive` only ORs PSH/FIN into the held
+//!   header). All merged segments carry one ACK number, so a receiver taking them one by one
+//!   updates its send window from each in turn and ends with the last one's (RFC 9293
+//!   §3.10.7.4: the segment with the highest sequence number wins); the first one's would be
+//!   stale, holding back a window that opened meanwhile (or, when it shrank, offering more
+//!   than the peer now accepts).
 //!
 //! # Order
 //! Every packet of a flow keeps its order relative to that flow's held data: held items are
@@ -49,8 +55,8 @@
 //! Checked by the property tests (`tests/merge_props.rs`, `tests/on_mbufs.rs`):
 //! - **ACK changes** (data and ACKs flowing both ways): never merged across; each ACK value
 //!   starts a new item.
-//! - **Window changes**: merged; the packet carries the window of the segment holding its first
-//!   byte, like GRO.
+//! - **Window changes**: merged; the packet carries the window of the segment holding its last
+//!   byte (the most recent advertisement).
 //! - **IPv6 flow-label changes**: never merged across; each label starts a new item.
 //! - **TOS/ECN changes** (a CE mark on one segment, a DSCP change): never merged across; a
 //!   CE-marked segment leaves in its own packet, so the mark reaches the receiver unchanged.

@@ -202,6 +202,7 @@ impl<B: PacketBuf> Merger<B> {
         it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
         it.payload_len += seg_len;
         it.last_id = seg.ip_id;
+        it.last_window = seg.window;
         it.segs += 1;
         it.tail_flags = tail_flags & (tcp_flags::PSH | tcp_flags::FIN);
         it.modified = true;
@@ -270,10 +271,11 @@ impl<B: PacketBuf> Merger<B> {
             unreachable_chain();
         }
         let b = &self.items[next as usize];
-        let (b_len, b_sum, b_last, b_segs, b_nb, b_flags, b_arr, b_oldest, b_next) = (
+        let (b_len, b_sum, b_last, b_window, b_segs, b_nb, b_flags, b_arr, b_oldest, b_next) = (
             b.payload_len,
             b.payload_sum,
             b.last_id,
+            b.last_window,
             b.segs,
             b.nb_segs,
             b.tail_flags,
@@ -285,6 +287,7 @@ impl<B: PacketBuf> Merger<B> {
         a.payload_sum = concat_sum(a.payload_sum, a.payload_len, b_sum);
         a.payload_len += b_len;
         a.last_id = b_last;
+        a.last_window = b_window;
         a.segs += b_segs;
         a.nb_segs += b_nb;
         a.tail_flags = b_flags;
@@ -348,6 +351,7 @@ impl<B: PacketBuf> Merger<B> {
             nb_segs,
             tail_flags: seg.flags & (tcp_flags::PSH | tcp_flags::FIN),
             modified,
+            last_window: seg.window,
             payload_sum: seg.payload_sum,
             arrival_sum: now,
             oldest: now,

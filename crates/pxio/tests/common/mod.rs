@@ -126,8 +126,7 @@ impl SegHdr {
         }
     }
     /// Whether segments with headers `self` and `other` may be merged (the window may differ:
-    /// the merged packet carries the first one's, like GRO; IPv6 flow labels may not, as in
-    /// Linux GRO).
+    /// the merged packet carries the last one's; IPv6 flow labels may not, as in Linux GRO).
     pub fn mergeable_with(&self, other: &SegHdr) -> bool {
         self.ack == other.ack
             && self.tos == other.tos
@@ -638,9 +637,10 @@ type Pieces = Vec<(usize, usize, usize)>;
 /// - Order: every packet of a flow keeps its order relative to that flow's held data: a byte
 ///   may leave before a byte that arrived earlier only if it lies below it in sequence space
 ///   (the engine sorts held items by sequence number, never the other way round).
-/// - Merge decisions: a packet's headers are those of the input holding its first byte (window
-///   and IP ID included); every input merged into it has the same ACK, TOS/ECN, timestamps and
-///   VLAN tags; none with IPv4 options or IPv6 extension headers is merged; with DF=0, merged
+/// - Merge decisions: a packet's headers are those of the input holding its first byte (IP ID
+///   included), but its window is that of the input holding its last byte (the most recent
+///   advertisement); every input merged into it has the same ACK, TOS/ECN, IPv6 flow label,
+///   timestamps and VLAN tags; none with IPv4 options or IPv6 extension headers is merged; with DF=0, merged
 ///   inputs have consecutive IP IDs. PSH/FIN sit on the last byte; SYN/RST leave alone.
 pub fn check_outputs(case: &Case, outputs: &[Vec<u8>], imtu: usize) -> Vec<Emitted> {
     let junk_in: Vec<&Vec<u8>> = case
@@ -776,11 +776,20 @@ fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted]) {
 }
 
 /// The headers of emitted packet `e` (made of `pieces`) are those of the input holding its
-/// first byte, and only inputs that may be merged were.
+/// first byte, its window that of the input holding its last byte, and only inputs that may be
+/// merged were.
 fn check_merge_decision(case: &Case, fi: usize, flow: &FlowSpec, e: &Emitted, pieces: &Pieces) {
     let first = &case.inputs[pieces[0].0];
+    let last = &case.inputs[pieces[pieces.len() - 1].0];
     let what = |field: &str| format!("flow {fi}: the {field} of a packet is its first input's");
-    assert_eq!(e.hdr, first.hdr, "{}", what("header"));
+    let expected = SegHdr {
+        window: last.hdr.window,
+        ..first.hdr.clone()
+    };
+    assert_eq!(
+        e.hdr, expected,
+        "flow {fi}: a packet has its first input's headers and its last input's window"
+    );
     assert_eq!(
         e.v6_ext,
         flow.v6_ext || (flow.v6 && first.hdr.ip_opts),
