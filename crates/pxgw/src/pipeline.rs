@@ -183,6 +183,8 @@ impl<B: PacketBuf> Pipeline<B> {
         r.merge.held_items = s.held_items;
         r.delay_ns = Some(s.delay_ns.clone());
         r.merge.bad_checksum = s.bad_checksum;
+        r.merge.bad_ip_checksum = s.bad_ip_checksum;
+        r.drops.merge_no_buffer = s.dropped_no_buffer;
         r.connections = self.conns.len() as u64;
         r.mss.half_open = self.conns.half_open() as u64;
         r.mss.half_open_evicted = self.conns.evicted();

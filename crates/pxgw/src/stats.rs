@@ -47,6 +47,9 @@ pub struct Drops {
     /// Inbound packets larger than the internal MTU that could not be fragmented (DF set, IPv6,
     /// not IP): dropped, and answered with ICMP as a router would ([`InboundOversize`]).
     pub oversize_inbound: u64,
+    /// Merged packets the merge engine dropped because no buffer was left to rewrite their
+    /// shared headers.
+    pub merge_no_buffer: u64,
 }
 
 impl Drops {
@@ -57,6 +60,7 @@ impl Drops {
         self.caravan_malformed += o.caravan_malformed;
         self.pool_exhausted += o.pool_exhausted;
         self.oversize_inbound += o.oversize_inbound;
+        self.merge_no_buffer += o.merge_no_buffer;
     }
 
     /// All drops.
@@ -67,6 +71,7 @@ impl Drops {
             + self.caravan_malformed
             + self.pool_exhausted
             + self.oversize_inbound
+            + self.merge_no_buffer
     }
 }
 
@@ -120,10 +125,11 @@ pub struct MergeSummary {
     pub cuts: u64,
     /// Items held right now.
     pub held_items: u64,
-    /// Segments that failed checksum verification at a cut. They are passed through unmerged
-    /// (the receiver drops them), so this is not a drop; the merge engine also counts here the
-    /// rare merged packet whose headers it could not rewrite for lack of a buffer.
+    /// TCP segments whose checksum did not verify (the NIC's verdict, or software). They are
+    /// passed through unmerged, for the receiver to drop, so this is not a drop.
     pub bad_checksum: u64,
+    /// IPv4 segments whose header checksum did not verify: passed through unmerged, likewise.
+    pub bad_ip_checksum: u64,
 }
 
 /// UDP caravans.
@@ -236,6 +242,7 @@ impl Report {
         self.merge.cuts += o.merge.cuts;
         self.merge.held_items += o.merge.held_items;
         self.merge.bad_checksum += o.merge.bad_checksum;
+        self.merge.bad_ip_checksum += o.merge.bad_ip_checksum;
         match (&mut self.delay_ns, &o.delay_ns) {
             (Some(a), Some(b)) => {
                 let _ = a.add(b);

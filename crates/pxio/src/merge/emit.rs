@@ -71,7 +71,7 @@ impl<B: PacketBuf> Merger<B> {
         if it.modified && !finalize(&mut pkt, it, self.cfg.checksum_offload, &self.pool) {
             // Headers could not be rewritten (no buffer for a private copy): the packet would be
             // wrong on the wire, so it is dropped and counted.
-            self.stats.bad_checksum += 1;
+            self.stats.dropped_no_buffer += 1;
             drop(pkt);
         } else {
             self.stats.packets_out += 1;

@@ -24,9 +24,11 @@ pub struct MergeStats {
     /// Malformed packets (passed through untouched, never merged).
     pub malformed: u64,
     /// TCP segments whose checksum did not verify (by the NIC's verdict, or in software): passed
-    /// through untouched, never merged, for the receiver to drop. Also merged packets dropped
-    /// because no buffer was left to rewrite their shared headers.
+    /// through untouched, never merged, for the receiver to drop.
     pub bad_checksum: u64,
+    /// Merged packets dropped because no buffer was left to rewrite their shared headers (the
+    /// engine's only drop: the packet would be wrong on the wire).
+    pub dropped_no_buffer: u64,
     /// IPv4 TCP packets whose header checksum did not verify: passed through untouched, never
     /// merged, for the receiver to drop.
     pub bad_ip_checksum: u64,
@@ -54,6 +56,7 @@ impl MergeStats {
             passthrough: 0,
             malformed: 0,
             bad_checksum: 0,
+            dropped_no_buffer: 0,
             bad_ip_checksum: 0,
             evictions: 0,
             delayed_items: 0,
