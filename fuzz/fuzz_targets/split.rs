@@ -40,11 +40,38 @@ struct Case {
     bad_checksum: bool,
     /// Where the packet is cut into chained buffers (modulo its length).
     cuts: Vec<u16>,
-    /// Split these bytes instead, as a frame.
-    raw: Option<Vec<u8>>,
 }
 
-fuzz_target!(|c: Case| {
+/// A built packet, or a frame as it is (the seeds: large TCP frames captured in the lab).
+#[derive(Arbitrary, Debug)]
+enum Input {
+    Built(Case),
+    Raw { mtu: u16, offload: u8, frame: Vec<u8> },
+}
+
+fuzz_target!(|input: Input| {
+    let (c, raw) = match input {
+        Input::Built(c) => (c, None),
+        Input::Raw { mtu, offload, frame } => (
+            Case {
+                v6: false,
+                vlan: None,
+                seq: 0,
+                ack: 0,
+                flags: 0,
+                window: 0,
+                urgent: 0,
+                timestamps: false,
+                len: 0,
+                mtu,
+                offload,
+                dest_opts: false,
+                bad_checksum: false,
+                cuts: Vec::new(),
+            },
+            Some(frame),
+        ),
+    };
     let pool = HeapPool::new(256);
     let mtu = 576 + c.mtu % 8425;
     let offloads = match c.offload % 3 {
@@ -54,8 +81,8 @@ fuzz_target!(|c: Case| {
     };
     let payload: Vec<u8> = (0..usize::from(c.len % 9000)).map(|i| (i * 13 + i / 256) as u8).collect();
     let ts = [1, 1, 8, 10, 0, 0, 0, 9, 0, 0, 0, 7];
-    let frame = match &c.raw {
-        Some(raw) => raw.clone(),
+    let frame = match raw {
+        Some(raw) => raw,
         None => {
             let mut f = Segment {
                 v6: c.v6,

@@ -249,12 +249,20 @@ mod tests {
         assert!(check(&[flow()], &sent, &dup, 9000)
             .unwrap_err()
             .contains("more often"));
-        // A retransmission of bytes 10..30 with other bytes, sent last, leaving first.
-        let sent = [seg(0, &[1; 20]), seg(20, &[2; 20]), seg(10, &[3; 20])];
+        // A retransmission of bytes 10..30, sent last, leaving first: with the same bytes it is
+        // a reordering, with other bytes the receiver would keep the wrong copy.
+        let mut retx = [1u8; 20];
+        retx[10..].fill(2);
+        let sent = [seg(0, &[1; 20]), seg(20, &[2; 20]), seg(10, &retx)];
         let out = vec![sent[2].frame.clone(), sent[0].frame.clone(), sent[1].frame.clone()];
         assert!(check(&[flow()], &sent, &out, 9000)
             .unwrap_err()
             .contains("reordered"));
+        let sent = [seg(0, &[1; 20]), seg(20, &[2; 20]), seg(10, &[3; 20])];
+        let out = vec![sent[2].frame.clone(), sent[0].frame.clone(), sent[1].frame.clone()];
+        assert!(check(&[flow()], &sent, &out, 9000)
+            .unwrap_err()
+            .contains("but arrival 0"));
     }
 
     #[test]

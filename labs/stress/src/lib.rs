@@ -9,7 +9,8 @@
 //! - [`cases`]: those, a SIGINT and restart of pxgw mid-transfer, and a packet pool sized to
 //!   run out; after each case pxgw must still run and the transfers be intact, and at the end
 //!   no mbuf may be leaked;
-//! - [`bulk`]: the transfers and the capture measuring their yield (SIGCOMM'26 §7).
+//! - [`bulk`]: the transfers and the capture measuring their yield (SIGCOMM'26 §7);
+//! - [`seeds`]: the fuzz targets' seed corpora, cut from captures of real traffic through pxgw.
 
 #![forbid(unsafe_code)]
 
@@ -17,4 +18,5 @@ pub mod bulk;
 pub mod cases;
 pub mod crafted;
 pub mod flood;
+pub mod seeds;
 pub mod wire;

@@ -42,6 +42,12 @@ enum What {
         #[arg(long)]
         only: Option<String>,
     },
+    /// Capture real traffic through pxgw and write the fuzz targets' seeds (fuzz/seeds).
+    Seeds {
+        /// Where the per-target seed directories go.
+        #[arg(long, default_value = "fuzz/seeds")]
+        out: PathBuf,
+    },
 }
 
 fn main() {
@@ -57,6 +63,13 @@ fn main() {
 }
 
 fn run(what: What) -> Result<bool> {
+    if let What::Seeds { out } = &what {
+        let written = stress_lab::seeds::make(&cases::pxgw_binary()?, out)?;
+        for (target, n) in written {
+            println!("{target}: {n} seeds in {}", out.join(&target).display());
+        }
+        return Ok(true);
+    }
     let (plan, json) = match what {
         What::Run { json, flood, only } => (
             Plan {
@@ -67,6 +80,7 @@ fn run(what: What) -> Result<bool> {
             json,
         ),
         What::Test { json, only } => (Plan { only, ..Plan::short() }, json),
+        What::Seeds { .. } => unreachable!("handled above"),
     };
     for tool in ["nft", "ping", "ethtool"] {
         if !gateway_lab::have(tool) {
