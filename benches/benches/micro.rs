@@ -52,34 +52,71 @@ fn parsing(c: &mut Criterion) {
     g.finish();
 }
 
+/// The one's-complement sum the engine verifies every segment with when no NIC verdict is
+/// there (`merge::Merger`, "Checksums"), in GB/s on data already in cache: a 64 B header, a
+/// 1448 B segment, a 9000 B packet and a 64 KB TSO burst.
+fn checksum(c: &mut Criterion) {
+    let mut g = c.benchmark_group("checksum");
+    for len in [64usize, 1448, 9000, 65535] {
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        g.throughput(Throughput::Bytes(len as u64));
+        g.bench_function(format!("Sum::of {len} B"), |b| {
+            b.iter(|| Sum::of(black_box(&data)))
+        });
+    }
+    g.finish();
+}
+
 fn merging(c: &mut Criterion) {
     // One 64 KB TSO burst (45 segments) of one flow, in order, merged and emitted.
     let frames: Vec<Vec<u8>> = (0..45u32).map(|i| frame(1 + i * 1448)).collect();
     let pool = HeapPool::new(256);
     let mut g = c.benchmark_group("merge");
     g.throughput(Throughput::Elements(frames.len() as u64));
-    g.bench_function("45-segment burst, heap buffers", |b| {
-        let cfg = MergeConfig {
-            flow_capacity: 64,
-            max_items: 256,
-            ..MergeConfig::default()
-        };
-        let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
-        let mut out = Vec::with_capacity(64);
-        let mut now = 0;
-        b.iter_batched(
-            || frames.iter().map(|f| pool.packet(f)).collect::<Vec<_>>(),
-            |pkts| {
-                now += 1_000_000;
-                merger.rx_burst(pkts, now, &mut out);
-                merger.flush_all(now, &mut out);
-                out.clear();
-            },
-            BatchSize::SmallInput,
-        )
-    });
+    // Without a NIC verdict the engine reads every payload to verify its checksum; with the
+    // NIC's "good" it does not.
+    for (name, verdict) in [
+        (
+            "45-segment burst, heap buffers, software checksum check",
+            None,
+        ),
+        (
+            "45-segment burst, heap buffers, NIC checksum verdict",
+            Some(true),
+        ),
+    ] {
+        g.bench_function(name, |b| {
+            let cfg = MergeConfig {
+                flow_capacity: 64,
+                max_items: 256,
+                ..MergeConfig::default()
+            };
+            let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
+            let mut out = Vec::with_capacity(64);
+            let mut now = 0;
+            b.iter_batched(
+                || {
+                    frames
+                        .iter()
+                        .map(|f| {
+                            let mut p = pool.packet(f);
+                            p.set_l4_csum_verdict(verdict);
+                            p
+                        })
+                        .collect::<Vec<_>>()
+                },
+                |pkts| {
+                    now += 1_000_000;
+                    merger.rx_burst(pkts, now, &mut out);
+                    merger.flush_all(now, &mut out);
+                    out.clear();
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
     g.finish();
 }
 
-criterion_group!(benches, parsing, merging);
+criterion_group!(benches, parsing, checksum, merging);
 criterion_main!(benches);

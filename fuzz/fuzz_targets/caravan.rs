@@ -1,8 +1,12 @@
 //! PX-caravans (SIGCOMM'26 §6, `docs/caravan.md`), two ways:
 //! - unpacking arbitrary bytes behind a caravan-marked IPv4 or IPv6 UDP header (with or without
-//!   an 802.1Q tag), as a buggy or hostile inside host could send them: no panic; a refused
-//!   caravan comes back unchanged with nothing delivered; an accepted one gives well-formed UDP
-//!   datagrams that fit in it;
+//!   an 802.1Q tag), as a buggy or hostile inside host could send them, either as they are
+//!   (mostly ordinary datagrams that wear the mark, which must be refused) or behind the caravan
+//!   header a packer would write for them (magic, version, the count of inner headers their
+//!   length fields lead to, the check), so the fuzzer reaches the walk without guessing the
+//!   check: no panic; only a caravan header makes a caravan; a refused caravan comes back
+//!   unchanged with nothing delivered; an accepted one gives well-formed UDP datagrams that fit
+//!   in it;
 //! - packing arbitrary datagrams of one flow with `CaravanBuilder` and unpacking the caravan:
 //!   the same datagrams come back, byte for byte, in order.
 //!
@@ -12,7 +16,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use pxio::caravan::{self, CaravanBuilder, CaravanConfig};
+use pxio::caravan::{self, format, CaravanBuilder, CaravanConfig, CaravanError};
 use pxio::wire::repr::{udp_frame, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr};
 use pxio::wire::{classify, Class};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
@@ -20,10 +24,11 @@ use pxio_fuzz::segment::{v4_addr, v6_addr, DST_MAC, SRC_MAC};
 
 #[derive(Arbitrary, Debug)]
 enum Case {
-    /// Arbitrary caravan payload behind a marked header.
+    /// Arbitrary caravan payload behind a marked header, sealed with a caravan header or not.
     Unpack {
         v6: bool,
         vlan: Option<u16>,
+        sealed: bool,
         body: Vec<u8>,
     },
     /// Datagrams of these payload sizes (modulo 1472) packed, then unpacked.
@@ -57,6 +62,19 @@ fn headers(v6: bool, vlan: Option<u16>, dscp: u8, dont_frag: bool) -> (EthernetR
     (eth, ip)
 }
 
+/// `body` behind a caravan header counting the inner headers its length fields lead to.
+fn sealed(body: &[u8]) -> Vec<u8> {
+    let (mut at, mut count) = (0usize, 0u8);
+    while let Some(h) = body.get(at..).and_then(|r| r.first_chunk::<8>()) {
+        count = count.wrapping_add(1);
+        at += usize::from(u16::from_be_bytes([h[4], h[5]])).max(8);
+        if count == u8::MAX {
+            break;
+        }
+    }
+    [&format::encode_header(count)[..], body].concat()
+}
+
 const PORTS: UdpRepr = UdpRepr {
     src_port: 5000,
     dst_port: 7000,
@@ -66,15 +84,26 @@ fuzz_target!(|case: Case| {
     let pool = HeapPool::new(256);
     let cfg = CaravanConfig::default();
     match case {
-        Case::Unpack { v6, vlan, body } => {
+        Case::Unpack {
+            v6,
+            vlan,
+            sealed: seal,
+            body,
+        } => {
+            let body = &body[..body.len().min(9000)];
+            let payload = if seal { sealed(body) } else { body.to_vec() };
             let (eth, ip) = headers(v6, vlan, cfg.dscp, true);
-            let Ok(frame) = udp_frame(eth, ip, PORTS, &body[..body.len().min(9000)]) else {
+            let Ok(frame) = udp_frame(eth, ip, PORTS, &payload) else {
                 return;
             };
             let mut out = Vec::new();
             match caravan::unpack(pool.packet(&frame), &cfg, &pool, &mut out) {
                 Ok(n) => {
                     assert_eq!(n, out.len());
+                    assert!(
+                        payload.starts_with(&caravan::MAGIC),
+                        "only a caravan header makes a caravan"
+                    );
                     let mut inner = 0;
                     for d in &out {
                         let bytes = d.to_vec();
@@ -83,11 +112,17 @@ fuzz_target!(|case: Case| {
                         };
                         inner += usize::from(h.ip_len - h.l3_len);
                     }
-                    assert!(inner <= body.len(), "datagrams larger than the caravan");
+                    assert!(inner <= payload.len(), "datagrams larger than the caravan");
                 }
-                Err((_, back)) => {
+                Err((e, back)) => {
                     assert!(out.is_empty(), "nothing delivered from a refused caravan");
                     assert_eq!(back.to_vec(), frame, "a refused caravan comes back unchanged");
+                    if !payload.starts_with(&caravan::MAGIC) {
+                        assert!(
+                            matches!(e, CaravanError::NotCaravan | CaravanError::NotUdp),
+                            "without the magic: {e}"
+                        );
+                    }
                 }
             }
         }

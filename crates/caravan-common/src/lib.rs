@@ -18,6 +18,9 @@ pub use format::DEFAULT_DSCP;
 /// The most datagrams one caravan may carry: the receiver's hard bound.
 pub use format::MAX_DATAGRAMS;
 
+/// The caravan format version this code writes and reads.
+pub use format::VERSION;
+
 /// Name of the per-CPU counter array (`PerCpuArray<u64>`, [`Counter::COUNT`] slots).
 pub const STATS_MAP: &str = "CARAVAN_STATS";
 
@@ -59,11 +62,16 @@ pub enum Counter {
     /// Caravans whose decapsulation failed inside a kernel helper (e.g. no memory) after it had
     /// started: the datagrams before the failure were delivered intact, the rest dropped.
     HelperErrors = 4,
+    /// UDP packets wearing the caravan mark without a caravan header: ordinary datagrams,
+    /// passed untouched.
+    MarkedPlain = 5,
+    /// Caravan headers of a version this program does not understand: passed untouched.
+    UnknownVersion = 6,
 }
 
 impl Counter {
     /// Number of counter slots.
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 7;
 
     /// Every counter, in slot order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
@@ -72,6 +80,8 @@ impl Counter {
         Counter::Malformed,
         Counter::PassedThrough,
         Counter::HelperErrors,
+        Counter::MarkedPlain,
+        Counter::UnknownVersion,
     ];
 
     /// The counter's name as `caravan stats` prints it.
@@ -82,6 +92,8 @@ impl Counter {
             Counter::Malformed => "malformed",
             Counter::PassedThrough => "passed_through",
             Counter::HelperErrors => "helper_errors",
+            Counter::MarkedPlain => "marked_not_caravan",
+            Counter::UnknownVersion => "unknown_version",
         }
     }
 }

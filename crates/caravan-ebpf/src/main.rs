@@ -3,9 +3,12 @@
 //! The paper patches the kernel's UDP stack so that endpoints inside the b-network receive
 //! caravans. This program does the same job without a kernel rebuild. It recognises a caravan
 //! (`docs/caravan.md`): unfragmented UDP over IPv4 without options or over IPv6 without
-//! extension headers, DSCP = the mark, untagged or behind one 802.1Q tag. It validates the whole
-//! caravan first, and a malformed one is dropped and counted, so nothing of it is delivered.
-//! Then it hands every inner datagram to the stack as an ordinary UDP packet.
+//! extension headers, DSCP = the mark, untagged or behind one 802.1Q tag, whose payload starts
+//! with the caravan header (magic `PXCV`, version 1). A marked packet without that header is an
+//! ordinary datagram, and one with another version is not understood: both pass untouched,
+//! counted. It validates the whole caravan first, and a malformed one is dropped and counted, so
+//! nothing of it is delivered. Then it hands every inner datagram to the stack as an ordinary
+//! UDP packet.
 //!
 //! # VLAN tags
 //! At clsact ingress the kernel has already moved a frame's first VLAN tag out of the data into
@@ -17,8 +20,8 @@
 //! second tag: double-tagged frames pass untouched (the gateway never packs them).
 //!
 //! # How the datagrams are cut out (in one pass, in order)
-//! 1. `bpf_skb_adjust_room(-8, NET)` removes the outer UDP header. Datagram 0's UDP header now
-//!    follows the IP header.
+//! 1. `bpf_skb_adjust_room(-16, NET)` removes the outer UDP header and the caravan header.
+//!    Datagram 0's UDP header now follows the IP header.
 //! 2. For datagram *i*, the IP header is rewritten: DSCP 0 (ECN kept) and its own length (IPv4:
 //!    total length 20 + its UDP length, identification = the caravan's + *i*, a recomputed
 //!    header checksum; IPv6: payload length = its UDP length). Then
@@ -62,7 +65,9 @@ use aya_ebpf::helpers::{bpf_skb_vlan_pop, bpf_skb_vlan_push};
 use aya_ebpf::macros::{classifier, map};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
 use aya_ebpf::programs::TcContext;
-use caravan_common::format::{self, Walk, DEFAULT_DSCP, MAX_DATAGRAMS, UDP_HEADER_LEN};
+use caravan_common::format::{
+    self, Refused, Walk, DEFAULT_DSCP, HEADER_LEN, MAX_DATAGRAMS, UDP_HEADER_LEN,
+};
 use caravan_common::{
     Counter, CONFIG_DSCP, CONFIG_LEN, CONFIG_MAX_DATAGRAMS, PASSTHROUGH_MAX_PORTS,
 };
@@ -79,6 +84,8 @@ const IP_HLEN: usize = 20;
 const IP6_HLEN: usize = 40;
 /// UDP header bytes (the caravan format's, outer and inner).
 const UDP_HLEN: usize = UDP_HEADER_LEN;
+/// Caravan header bytes, behind the outer UDP header.
+const CARAVAN_HLEN: usize = HEADER_LEN;
 /// Offset of the IP header while datagrams are cut out (any tag is in the metadata by then).
 const L3: usize = ETH_HLEN;
 /// EtherType of IPv4.
@@ -134,6 +141,14 @@ static CARAVAN_PASSTHROUGH: HashMap<u16, u8> = HashMap::with_max_entries(PASSTHR
 pub fn caravan_decap(ctx: TcContext) -> i32 {
     match classify(&ctx) {
         Verdict::Pass => TC_ACT_OK as i32,
+        Verdict::MarkedPlain => {
+            count(Counter::MarkedPlain, 1);
+            TC_ACT_OK as i32
+        }
+        Verdict::UnknownVersion => {
+            count(Counter::UnknownVersion, 1);
+            TC_ACT_OK as i32
+        }
         Verdict::Malformed => {
             count(Counter::Malformed, 1);
             TC_ACT_SHOT as i32
@@ -187,6 +202,10 @@ struct Caravan {
 enum Verdict {
     /// Not a caravan: hand it on untouched.
     Pass,
+    /// Marked, but without a caravan header: an ordinary datagram, handed on untouched.
+    MarkedPlain,
+    /// A caravan header of a version this program does not understand: handed on untouched.
+    UnknownVersion,
     /// A caravan that breaks a rule of `docs/caravan.md`: drop it whole.
     Malformed,
     /// A well-formed caravan.
@@ -260,12 +279,16 @@ fn classify_v4(ctx: &TcContext, l3: usize, tag: u32) -> Verdict {
     {
         return Verdict::Pass;
     }
-    // From here on it is a caravan: every failure is "malformed".
     let tot_len = be16(&ip, ip::TOT_LEN) as usize;
-    if tot_len < IP_HLEN + UDP_HLEN || l3 + tot_len > ctx.len() as usize {
+    let header = match recognise(ctx, l3 + IP_HLEN, tot_len.saturating_sub(IP_HLEN)) {
+        Ok(header) => header,
+        Err(verdict) => return verdict,
+    };
+    // From here on it is a caravan: every failure is "malformed".
+    if l3 + tot_len > ctx.len() as usize {
         return Verdict::Malformed; // truncated
     }
-    match walk(ctx, l3 + IP_HLEN, tot_len - IP_HLEN) {
+    match walk(ctx, l3 + IP_HLEN, tot_len - IP_HLEN, &header) {
         Some((count, dport)) => Verdict::Caravan(Caravan {
             v6: false,
             ip,
@@ -291,12 +314,18 @@ fn classify_v6(ctx: &TcContext, l3: usize, tag: u32) -> Verdict {
         return Verdict::Pass;
     }
     let payload_len = be16(&hdr, ip6::PAYLOAD_LEN) as usize;
-    if payload_len < UDP_HLEN || l3 + IP6_HLEN + payload_len > ctx.len() as usize {
-        return Verdict::Malformed; // truncated (or a jumbogram's zero length)
+    // A jumbogram's zero length holds no caravan header: not a caravan.
+    let header = match recognise(ctx, l3 + IP6_HLEN, payload_len) {
+        Ok(header) => header,
+        Err(verdict) => return verdict,
+    };
+    // From here on it is a caravan: every failure is "malformed".
+    if l3 + IP6_HLEN + payload_len > ctx.len() as usize {
+        return Verdict::Malformed; // truncated
     }
     let mut ip = [0u8; IP_HLEN];
     ip.copy_from_slice(&hdr[..IP_HLEN]);
-    match walk(ctx, l3 + IP6_HLEN, payload_len) {
+    match walk(ctx, l3 + IP6_HLEN, payload_len, &header) {
         Some((count, dport)) => Verdict::Caravan(Caravan {
             v6: true,
             ip,
@@ -308,29 +337,51 @@ fn classify_v6(ctx: &TcContext, l3: usize, tag: u32) -> Verdict {
     }
 }
 
+/// Reads the caravan header behind the UDP header at `l4` of a marked packet whose IP layer
+/// gives `udp_len` UDP bytes. Without one (the IP length leaves no room for it, or the magic is
+/// not there) the packet is an ordinary datagram; with another version it is not understood.
+fn recognise(ctx: &TcContext, l4: usize, udp_len: usize) -> Result<format::CaravanHeader, Verdict> {
+    if udp_len < UDP_HLEN + CARAVAN_HLEN {
+        return Err(Verdict::MarkedPlain);
+    }
+    let Ok(bytes) = ctx.load::<[u8; CARAVAN_HLEN]>(l4 + UDP_HLEN) else {
+        return Err(Verdict::MarkedPlain);
+    };
+    format::recognise(&bytes).map_err(|e| match e {
+        Refused::UnknownVersion(_) => Verdict::UnknownVersion,
+        Refused::NotCaravan | Refused::Malformed(_) => Verdict::MarkedPlain,
+    })
+}
+
 /// Checks the outer UDP header at `l4` (its length must be `udp_len`, the IP layer's) and every
-/// inner header behind it; returns the datagram count and the destination port, or `None` when
-/// the caravan is malformed.
-fn walk(ctx: &TcContext, l4: usize, udp_len: usize) -> Option<(u32, u16)> {
+/// inner header behind the caravan header `header`; returns the datagram count and the
+/// destination port, or `None` when the caravan is malformed.
+fn walk(
+    ctx: &TcContext,
+    l4: usize,
+    udp_len: usize,
+    header: &format::CaravanHeader,
+) -> Option<(u32, u16)> {
     let outer = ctx.load::<[u8; UDP_HLEN]>(l4).ok()?;
     if be16(&outer, udp::LENGTH) as usize != udp_len {
         return None; // IP and UDP lengths disagree
     }
     let (sport, dport) = (be16(&outer, udp::SRC_PORT), be16(&outer, udp::DST_PORT));
     let max = config(CONFIG_MAX_DATAGRAMS, MAX_DATAGRAMS).min(MAX_DATAGRAMS);
-    let inner_at = l4 + UDP_HLEN;
+    let payload_at = l4 + UDP_HLEN;
     // The rules of docs/caravan.md, one inner header per step, in their one copy
     // (`caravan_common::format::Walk`, also behind pxio and caravan::Reader). The walk reads no
-    // memory: each header is loaded here with `bpf_skb_load_bytes`. The loop bound is one more
-    // than the most datagrams, so the walk itself always reaches its verdict (None or TooMany).
-    let mut walk = Walk::new(udp_len - UDP_HLEN, sport, dport, max);
+    // memory: each header is loaded here with `bpf_skb_load_bytes`. Its offsets are into the
+    // outer UDP payload, caravan header included. The loop bound is one more than the most
+    // datagrams, so the walk itself always reaches its verdict (None or TooMany).
+    let mut walk = Walk::new(header, udp_len - UDP_HLEN, sport, dport, max);
     for _ in 0..=MAX_DATAGRAMS {
         let off = match walk.next_header() {
             Ok(Some(off)) => off,
             Ok(None) => break,
             Err(_) => return None,
         };
-        let inner = ctx.load::<[u8; UDP_HLEN]>(inner_at + off).ok()?;
+        let inner = ctx.load::<[u8; UDP_HLEN]>(payload_at + off).ok()?;
         walk.accept(&inner).ok()?;
     }
     walk.finish().ok().map(|n| (n, dport))
@@ -389,9 +440,9 @@ fn ifindex(ctx: &TcContext) -> u32 {
     unsafe { (*ctx.skb.skb).ifindex }
 }
 
-/// Removes the outer UDP header (step 1).
+/// Removes the outer UDP header and the caravan header (step 1).
 fn drop_outer_udp(ctx: &TcContext) -> bool {
-    ctx.adjust_room(-(UDP_HLEN as i32), BPF_ADJ_ROOM_NET, 0)
+    ctx.adjust_room(-((UDP_HLEN + CARAVAN_HLEN) as i32), BPF_ADJ_ROOM_NET, 0)
         .is_ok()
 }
 

@@ -88,6 +88,10 @@ pub struct Stats {
     pub passed_through: u64,
     /// Caravans cut short by a failing kernel helper.
     pub helper_errors: u64,
+    /// Packets wearing the caravan mark without a caravan header, passed untouched.
+    pub marked_plain: u64,
+    /// Caravan headers of an unknown version, passed untouched.
+    pub unknown_version: u64,
 }
 
 impl Stats {
@@ -98,6 +102,8 @@ impl Stats {
             Counter::Malformed => self.malformed = value,
             Counter::PassedThrough => self.passed_through = value,
             Counter::HelperErrors => self.helper_errors = value,
+            Counter::MarkedPlain => self.marked_plain = value,
+            Counter::UnknownVersion => self.unknown_version = value,
         }
     }
 
@@ -110,6 +116,8 @@ impl Stats {
                 Counter::Malformed => self.malformed,
                 Counter::PassedThrough => self.passed_through,
                 Counter::HelperErrors => self.helper_errors,
+                Counter::MarkedPlain => self.marked_plain,
+                Counter::UnknownVersion => self.unknown_version,
             };
             (c.name(), v)
         })

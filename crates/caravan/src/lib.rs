@@ -16,8 +16,8 @@
 mod decap;
 mod reader;
 
-pub use caravan_common::{Counter, DEFAULT_DSCP, MAX_DATAGRAMS};
+pub use caravan_common::{Counter, DEFAULT_DSCP, MAX_DATAGRAMS, VERSION};
 pub use decap::{
     detach_pinned, pinned_passthrough, pinned_stats, Decap, DecapConfig, Error, Stats, PIN_ROOT,
 };
-pub use reader::{Datagram, Malformed, Reader};
+pub use reader::{Datagram, Malformed, Reader, Refused};

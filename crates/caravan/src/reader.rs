@@ -1,11 +1,15 @@
 //! `caravan::Reader`: the inner datagrams of a caravan delivered whole (opt-in pass-through).
 
-use caravan_common::format::{self, InnerHeader, UDP_HEADER_LEN};
+use caravan_common::format::{self, InnerHeader, HEADER_LEN, UDP_HEADER_LEN};
 use caravan_common::MAX_DATAGRAMS;
 
-/// Why a buffer is not a well-formed caravan payload: the rules of `docs/caravan.md`, in their
-/// one copy in `caravan_common::format` (shared with the eBPF program and `pxio::caravan`).
+/// Why a caravan is malformed: the rules of `docs/caravan.md`, in their one copy in
+/// `caravan_common::format` (shared with the eBPF program and `pxio::caravan`).
 pub use caravan_common::format::Malformed;
+
+/// Why a payload is not read as a caravan: no caravan header (an ordinary datagram), a version
+/// this reader does not understand, or a malformed caravan.
+pub use caravan_common::format::Refused;
 
 /// One inner datagram of a caravan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,9 +31,10 @@ pub struct Datagram<'a> {
 /// so iteration never fails half way. Iteration allocates nothing.
 ///
 /// A pass-through port receives plain datagrams too, and a socket cannot see the DSCP mark
-/// without `IP_RECVTOS`. Pass the flow's ports to [`Reader::with_ports`] when they are known:
-/// a plain datagram then counts as a caravan only if its payload is a chain of UDP headers with
-/// those very ports whose lengths add up exactly.
+/// without `IP_RECVTOS`. The caravan header tells them apart: a plain datagram is
+/// [`Refused::NotCaravan`] unless its payload starts with the caravan magic and version and
+/// passes every rule, check included (`docs/caravan.md`, "False positives"). Pass the flow's
+/// ports to [`Reader::with_ports`] when they are known, to check them too.
 #[derive(Clone, Debug)]
 pub struct Reader<'a> {
     rest: &'a [u8],
@@ -37,10 +42,14 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    /// Validates `payload` (the outer UDP payload) as a caravan whose inner headers all carry
-    /// the ports of the first one.
-    pub fn new(payload: &'a [u8]) -> Result<Self, Malformed> {
-        let Some(first) = payload.first_chunk::<UDP_HEADER_LEN>() else {
+    /// Validates `payload` (the outer UDP payload, caravan header first) as a caravan whose
+    /// inner headers all carry the ports of the first one.
+    pub fn new(payload: &'a [u8]) -> Result<Self, Refused> {
+        format::recognise_payload(payload)?;
+        let Some(first) = payload
+            .get(HEADER_LEN..)
+            .and_then(|rest| rest.first_chunk::<UDP_HEADER_LEN>())
+        else {
             // The walk refuses it: no datagram at all, or a truncated first header.
             return Self::with_ports(payload, 0, 0);
         };
@@ -50,10 +59,11 @@ impl<'a> Reader<'a> {
 
     /// Validates `payload` as a caravan of the flow `src_port` → `dst_port`, with at most
     /// [`MAX_DATAGRAMS`] datagrams.
-    pub fn with_ports(payload: &'a [u8], src_port: u16, dst_port: u16) -> Result<Self, Malformed> {
+    pub fn with_ports(payload: &'a [u8], src_port: u16, dst_port: u16) -> Result<Self, Refused> {
         let count = format::validate(payload, src_port, dst_port, MAX_DATAGRAMS)?;
         Ok(Self {
-            rest: payload,
+            // Validated: the caravan header is there.
+            rest: &payload[HEADER_LEN..],
             // At most MAX_DATAGRAMS (64): lossless.
             count: count as usize,
         })
@@ -104,34 +114,88 @@ mod tests {
         v
     }
 
+    /// `body` (inner datagrams back to back) behind the caravan header a packer writes.
+    fn caravan(body: &[u8]) -> Vec<u8> {
+        let (mut at, mut count) = (0, 0u8);
+        while at + 8 <= body.len() {
+            count = count.wrapping_add(1);
+            at += usize::from(u16::from_be_bytes([body[at + 4], body[at + 5]])).max(8);
+        }
+        [&format::encode_header(count)[..], body].concat()
+    }
+
     #[test]
     fn splits_in_order_with_boundaries() {
         let payloads: [&[u8]; 4] = [b"a", b"", b"hello world", &[7u8; 1400]];
-        let buf: Vec<u8> = payloads.iter().flat_map(|p| dgram(5, 6, p)).collect();
+        let body: Vec<u8> = payloads.iter().flat_map(|p| dgram(5, 6, p)).collect();
+        let buf = caravan(&body);
         let reader = Reader::with_ports(&buf, 5, 6).unwrap();
         assert_eq!(reader.len(), 4);
         let got: Vec<&[u8]> = reader.map(|d| d.payload).collect();
         assert_eq!(got, payloads);
+        assert_eq!(Reader::new(&buf).unwrap().count(), 4);
     }
 
     #[test]
     fn refuses_malformed() {
         let good = dgram(5, 6, b"xyz");
-        assert_eq!(Reader::new(&[]).unwrap_err(), Malformed::LengthMismatch);
-        assert_eq!(Reader::new(&good[..5]).unwrap_err(), Malformed::Truncated);
+        let m = |m| Refused::Malformed(m);
+        assert_eq!(
+            Reader::new(&caravan(&[])).unwrap_err(),
+            m(Malformed::LengthMismatch)
+        );
+        assert_eq!(
+            Reader::new(&caravan(&good)[..HEADER_LEN + 5]).unwrap_err(),
+            m(Malformed::Truncated)
+        );
         let mut zero = good.clone();
         zero[4..6].copy_from_slice(&4u16.to_be_bytes());
-        assert_eq!(Reader::new(&zero).unwrap_err(), Malformed::ZeroLength);
+        assert_eq!(
+            Reader::new(&caravan(&zero)).unwrap_err(),
+            m(Malformed::ZeroLength)
+        );
         let mut long = good.clone();
         long[4..6].copy_from_slice(&100u16.to_be_bytes());
-        assert_eq!(Reader::new(&long).unwrap_err(), Malformed::LengthMismatch);
         assert_eq!(
-            Reader::with_ports(&good, 5, 7).unwrap_err(),
-            Malformed::PortMismatch
+            Reader::new(&caravan(&long)).unwrap_err(),
+            m(Malformed::LengthMismatch)
+        );
+        assert_eq!(
+            Reader::with_ports(&caravan(&good), 5, 7).unwrap_err(),
+            m(Malformed::PortMismatch)
         );
         let many: Vec<u8> = (0..65).flat_map(|_| dgram(5, 6, b"")).collect();
-        assert_eq!(Reader::new(&many).unwrap_err(), Malformed::TooMany);
+        assert_eq!(
+            Reader::new(&caravan(&many)).unwrap_err(),
+            m(Malformed::TooMany)
+        );
         let max: Vec<u8> = (0..64).flat_map(|_| dgram(5, 6, b"")).collect();
-        assert_eq!(Reader::new(&max).unwrap().count(), 64);
+        assert_eq!(Reader::new(&caravan(&max)).unwrap().count(), 64);
+        let count = [&format::encode_header(2)[..], &good].concat();
+        assert_eq!(
+            Reader::new(&count).unwrap_err(),
+            m(Malformed::CountMismatch)
+        );
+        // A header whose check fails is no caravan header.
+        let mut bad_check = caravan(&good);
+        bad_check[format::header::CHECK] ^= 1;
+        assert_eq!(Reader::new(&bad_check).unwrap_err(), Refused::NotCaravan);
+        let mut version = caravan(&good);
+        version[format::header::VERSION] = 9;
+        assert_eq!(
+            Reader::new(&version).unwrap_err(),
+            Refused::UnknownVersion(9)
+        );
+    }
+
+    #[test]
+    fn a_chain_of_udp_headers_without_the_caravan_header_is_not_a_caravan() {
+        let body: Vec<u8> = [dgram(5, 6, b"hello"), dgram(5, 6, b"world")].concat();
+        assert_eq!(Reader::new(&body).unwrap_err(), Refused::NotCaravan);
+        assert_eq!(
+            Reader::with_ports(&body, 5, 6).unwrap_err(),
+            Refused::NotCaravan
+        );
+        assert_eq!(Reader::new(b"").unwrap_err(), Refused::NotCaravan);
     }
 }

@@ -63,9 +63,10 @@ impl Case {
         }
     }
 
-    /// Largest inner payload that fits one caravan at the iMTU: IP, outer UDP, inner UDP.
+    /// Largest inner payload that fits one caravan at the iMTU: IP, outer UDP, caravan header,
+    /// inner UDP.
     fn edge(self) -> usize {
-        IMTU - self.ip_hdr() - 16
+        IMTU - self.ip_hdr() - 8 - 8 - 8
     }
 
     /// Offset of the IP header in the case's frames.
@@ -288,7 +289,8 @@ fn caravans_decapsulated(case: Case) {
             frames.push(case.datagram_frame(macs, PLAIN_SPORT, PLAIN_PORT, &plain[i]));
             if i == 3 {
                 let mut bad = case.caravan_frame(macs, DECAP_PORT, &[vec![1; 10], vec![2; 10]]);
-                let at = case.payload_at() + 18 + 4;
+                // The second inner header: behind the caravan header and the first datagram.
+                let at = case.payload_at() + 8 + 18 + 4;
                 bad[at..at + 2].copy_from_slice(&100u16.to_be_bytes());
                 frames.push(bad);
             }
@@ -307,10 +309,14 @@ fn send_sockets(case: Case, tx: &Netns, sent: &[Vec<Vec<u8>>], plain: &[Vec<u8>]
     tx.enter(|| {
         let sock = UdpSocket::bind(SocketAddr::new(tx_ip, SPORT)).unwrap();
         let plain_sock = UdpSocket::bind(SocketAddr::new(tx_ip, PLAIN_SPORT)).unwrap();
-        if case.v6 {
-            setsockopt(&sock, sockopt::Ipv6TClass, &(7 << 2)).unwrap();
-        } else {
-            setsockopt(&sock, sockopt::Ipv4Tos, &(7 << 2)).unwrap();
+        // The plain datagrams wear the mark too: without a caravan header they are ordinary
+        // datagrams, and must reach their socket untouched.
+        for s in [&sock, &plain_sock] {
+            if case.v6 {
+                setsockopt(s, sockopt::Ipv6TClass, &(7 << 2)).unwrap();
+            } else {
+                setsockopt(s, sockopt::Ipv4Tos, &(7 << 2)).unwrap();
+            }
         }
         for (i, payloads) in sent.iter().enumerate() {
             let c = case.caravan_payload(DECAP_PORT, payloads);
@@ -322,7 +328,8 @@ fn send_sockets(case: Case, tx: &Netns, sent: &[Vec<Vec<u8>>], plain: &[Vec<u8>]
             if i == 3 {
                 // A malformed caravan: its second inner length overruns the payload.
                 let mut bad = case.caravan_payload(DECAP_PORT, &[vec![1; 10], vec![2; 10]]);
-                bad[18 + 4..18 + 6].copy_from_slice(&100u16.to_be_bytes());
+                // Behind the caravan header (8 B) and the first datagram (18 B).
+                bad[8 + 18 + 4..8 + 18 + 6].copy_from_slice(&100u16.to_be_bytes());
                 sock.send_to(&bad, SocketAddr::new(rx_ip, DECAP_PORT))
                     .unwrap();
             }
@@ -383,6 +390,8 @@ fn receive_and_check(
     assert_eq!(stats.passed_through, sent.len() as u64, "{case:?}");
     assert_eq!(stats.datagrams, expected.len() as u64, "{case:?}");
     assert_eq!(stats.helper_errors, 0, "{case:?}");
+    let marked_plain = if case.vlan { 0 } else { plain.len() as u64 };
+    assert_eq!(stats.marked_plain, marked_plain, "{case:?}");
 }
 
 #[test]

@@ -1,9 +1,11 @@
 //! BPF_PROG_TEST_RUN unit tests of the caravan-ebpf classifier (needs root and the object from
 //! `cargo xtask build-ebpf`), for IPv4 and IPv6, untagged and behind one 802.1Q tag: non-caravan
-//! packets pass unchanged, malformed caravans are dropped and counted, valid ones are cut into
-//! their datagrams, and nothing else is counted.
+//! packets pass unchanged (marked ones without a caravan header, and caravans of an unknown
+//! version, counted), malformed caravans are dropped and counted, valid ones are cut into their
+//! datagrams, and nothing else is counted.
 
 use caravan::{Decap, DecapConfig, Stats};
+use caravan_common::format;
 use netlab::Netns;
 use pxio::wire;
 
@@ -139,6 +141,17 @@ fn good(payload: &[u8]) -> Vec<u8> {
     inner(SPORT, DPORT, (payload.len() + 8) as u16, payload)
 }
 
+/// `body` (inner datagrams back to back, well formed or not) behind the caravan header a packer
+/// would write for it: it counts the headers found by walking the length fields.
+fn caravan(body: &[u8]) -> Vec<u8> {
+    let (mut at, mut count) = (0, 0u8);
+    while at + 8 <= body.len() {
+        count = count.wrapping_add(1);
+        at += usize::from(u16::from_be_bytes([body[at + 4], body[at + 5]])).max(8);
+    }
+    [&format::encode_header(count)[..], body].concat()
+}
+
 fn decap() -> Decap {
     Decap::load(DecapConfig::default()).expect("load caravan-ebpf (root, `cargo xtask build-ebpf`)")
 }
@@ -153,10 +166,10 @@ fn run(decap: &mut Decap, frame: &[u8]) -> (i32, Vec<u8>) {
 #[test]
 fn non_caravan_passes_unchanged() {
     let mut decap = decap();
-    let payload: Vec<u8> = [good(b"hello"), good(b"world")].concat();
+    let payload: Vec<u8> = caravan(&[good(b"hello"), good(b"world")].concat());
     for shape in SHAPES {
         let mut cases = vec![
-            // Plain UDP (DSCP 0) whose payload even looks like a caravan.
+            // Plain UDP (DSCP 0) whose payload is even a whole caravan.
             shape.frame(0, &payload, None),
             // Another DSCP.
             shape.frame(46, &payload, None),
@@ -195,7 +208,7 @@ fn non_caravan_passes_unchanged() {
 #[test]
 fn malformed_caravans_are_dropped_and_counted() {
     let mut decap = decap();
-    let two = [good(b"hello"), good(b"world!")].concat();
+    let two = caravan(&[good(b"hello"), good(b"world!")].concat());
     let mut n = 0;
     for shape in SHAPES {
         let mut cases: Vec<(&str, Vec<u8>)> = vec![
@@ -204,7 +217,7 @@ fn malformed_caravans_are_dropped_and_counted() {
                 "inner length runs past the end",
                 shape.frame(
                     7,
-                    &[good(b"abc"), inner(SPORT, DPORT, 200, b"xyz")].concat(),
+                    &caravan(&[good(b"abc"), inner(SPORT, DPORT, 200, b"xyz")].concat()),
                     None,
                 ),
             ),
@@ -215,17 +228,21 @@ fn malformed_caravans_are_dropped_and_counted() {
             ),
             (
                 "zero-length segment",
-                shape.frame(7, &inner(SPORT, DPORT, 0, b""), None),
+                shape.frame(7, &caravan(&inner(SPORT, DPORT, 0, b"")), None),
             ),
             (
                 "length below 8",
-                shape.frame(7, &inner(SPORT, DPORT, 7, b""), None),
+                shape.frame(7, &caravan(&inner(SPORT, DPORT, 7, b"")), None),
             ),
             (
                 "port mismatch",
-                shape.frame(7, &[good(b"a"), inner(SPORT, 9, 9, b"b")].concat(), None),
+                shape.frame(
+                    7,
+                    &caravan(&[good(b"a"), inner(SPORT, 9, 9, b"b")].concat()),
+                    None,
+                ),
             ),
-            ("empty caravan", shape.frame(7, &[], None)),
+            ("empty caravan", shape.frame(7, &caravan(&[]), None)),
             (
                 "IP and UDP lengths disagree",
                 shape.frame(7, &two, Some((8 + two.len() - 1) as u16)),
@@ -234,7 +251,15 @@ fn malformed_caravans_are_dropped_and_counted() {
                 "more datagrams than the bound",
                 shape.frame(
                     7,
-                    &(0..65).flat_map(|_| good(b"")).collect::<Vec<u8>>(),
+                    &caravan(&(0..65).flat_map(|_| good(b"")).collect::<Vec<u8>>()),
+                    None,
+                ),
+            ),
+            (
+                "the header's count differs",
+                shape.frame(
+                    7,
+                    &[&format::encode_header(3)[..], &two[format::HEADER_LEN..]].concat(),
                     None,
                 ),
             ),
@@ -275,7 +300,7 @@ fn valid_caravans_are_cut_into_their_datagrams() {
                 vec![good(b"one"), good(b""), good(&[7; 1000])],
                 (0..64).map(|i| good(&vec![i as u8; i])).collect(),
             ] {
-                let f = shape.frame(7, &payloads.concat(), None);
+                let f = shape.frame(7, &caravan(&payloads.concat()), None);
                 let (verdict, _) = run(&mut decap, &f);
                 assert_eq!(verdict, TC_ACT_SHOT, "{shape:?}: the caravan is consumed");
                 want.caravans += 1;
@@ -297,7 +322,7 @@ fn caravan_to_passthrough_port_is_delivered_whole() {
     let mut decap = decap();
     decap.add_passthrough_port(DPORT).unwrap();
     for (i, shape) in SHAPES.into_iter().enumerate() {
-        let f = shape.frame(7, &[good(b"one"), good(b"two")].concat(), None);
+        let f = shape.frame(7, &caravan(&[good(b"one"), good(b"two")].concat()), None);
         let (verdict, out) = run(&mut decap, &f);
         assert_eq!(verdict, TC_ACT_OK, "{shape:?}");
         assert_eq!(out, f, "{shape:?}");
@@ -309,4 +334,91 @@ fn caravan_to_passthrough_port_is_delivered_whole() {
             "{shape:?}"
         );
     }
+}
+
+/// An ordinary UDP datagram that merely wears the caravan's DSCP (issue 11, bug 8) is not a
+/// caravan: it passes byte for byte, never dropped.
+#[test]
+fn an_ordinary_marked_datagram_passes_untouched() {
+    let mut decap = decap();
+    for shape in SHAPES {
+        for payload in [
+            &b"an ordinary datagram that happens to wear DSCP 7"[..],
+            b"",
+            &[0u8; 3],
+        ] {
+            let f = shape.frame(7, payload, None);
+            let (verdict, out) = run(&mut decap, &f);
+            assert_eq!(verdict, TC_ACT_OK, "{shape:?}: must pass, not be dropped");
+            assert_eq!(out, f, "{shape:?}: byte for byte");
+        }
+    }
+    let stats = decap.stats().unwrap();
+    assert_eq!((stats.malformed, stats.caravans), (0, 0));
+    assert_eq!(
+        stats.marked_plain,
+        3 * SHAPES.len() as u64,
+        "counted as what they are"
+    );
+}
+
+/// A marked datagram whose payload happens to be a chain of UDP headers with the flow's ports
+/// (what a caravan body looks like) but carries no caravan header is not rewritten.
+#[test]
+fn a_caravan_looking_payload_without_the_header_passes_untouched() {
+    let mut decap = decap();
+    for shape in SHAPES {
+        let body = [good(b"hello"), good(b"world")].concat();
+        let sealed = caravan(&body);
+        for payload in [
+            body.clone(),
+            // The magic and the version, but a check that does not verify: not a caravan header.
+            with(&sealed, |c| c[format::header::CHECK] ^= 1),
+            with(&sealed, |c| c[format::header::COUNT] = 3),
+        ] {
+            let f = shape.frame(7, &payload, None);
+            let (verdict, out) = run(&mut decap, &f);
+            assert_eq!(verdict, TC_ACT_OK, "{shape:?}: must pass, not be cut up");
+            assert_eq!(out, f, "{shape:?}: byte for byte");
+        }
+    }
+    let stats = decap.stats().unwrap();
+    assert_eq!(
+        (stats.caravans, stats.datagrams, stats.malformed),
+        (0, 0, 0)
+    );
+    assert_eq!(stats.marked_plain, 3 * SHAPES.len() as u64);
+}
+
+/// A caravan header of a version the program does not know (a newer packer's) is not unpacked
+/// and not refused as malformed: the packet passes untouched, counted (`docs/caravan.md`,
+/// "Versions").
+#[test]
+fn an_unknown_version_passes_untouched_and_counted() {
+    let mut decap = decap();
+    let body = caravan(&[good(b"hello"), good(b"world")].concat());
+    for shape in SHAPES {
+        for version in [0u8, 2, 0xff] {
+            let f = shape.frame(
+                7,
+                &with(&body, |c| c[format::header::VERSION] = version),
+                None,
+            );
+            let (verdict, out) = run(&mut decap, &f);
+            assert_eq!(verdict, TC_ACT_OK, "{shape:?}, version {version}");
+            assert_eq!(out, f, "{shape:?}, version {version}: byte for byte");
+        }
+    }
+    let stats = decap.stats().unwrap();
+    assert_eq!(stats.unknown_version, 3 * SHAPES.len() as u64);
+    assert_eq!(
+        (stats.malformed, stats.caravans, stats.datagrams),
+        (0, 0, 0)
+    );
+}
+
+fn with(bytes: &[u8], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    f(&mut v);
+    v
 }

@@ -418,6 +418,21 @@ impl Mbuf {
         self.head().ol_flags & mask == u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD)
     }
 
+    /// The NIC's verdict on the L4 checksum on receive: `Some(true)` when it found it good
+    /// (`RTE_MBUF_F_RX_L4_CKSUM_GOOD`), `Some(false)` when it found it wrong
+    /// (`RTE_MBUF_F_RX_L4_CKSUM_BAD`), `None` when it did not check (`UNKNOWN`) or when the
+    /// checksum field was never filled in (`NONE`: the data is intact but the field holds a
+    /// partial sum, as from a virtual port) — then only the bytes themselves can tell.
+    #[inline]
+    pub fn rx_l4_checksum_verdict(&self) -> Option<bool> {
+        let mask = u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK);
+        match self.head().ol_flags & mask {
+            f if f == u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD) => Some(true),
+            f if f == u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_BAD) => Some(false),
+            _ => None,
+        }
+    }
+
     /// Marks the packet as if the NIC had verified its L4 checksum on receive
     /// (`RTE_MBUF_F_RX_L4_CKSUM_GOOD`): for traces and vdevs that stand in for such a NIC.
     pub fn mark_rx_l4_checksum_good(&mut self) {

@@ -2,13 +2,38 @@
 //! table are forwarded untranslated (no merging; outbound packets are still cut to the eMTU if
 //! they must be).
 //!
+//! **Half-open connections are kept apart** (issue 11, bug 5). A SYN costs its sender nothing
+//! and its source may be spoofed, so a SYN alone only makes a half-open entry, in a bounded
+//! table that evicts its oldest entries when full ([`Slots`]: two-way set-associative, keyed by a
+//! per-process random hash, so an attacker cannot aim at one connection's slot). A connection
+//! reaches the established table, the one merging depends on, only when a segment proves that
+//! both ends took part: one from outside that acknowledges the inside host's SYN or SYN-ACK
+//! (its sequence number is only seen on the path toward the outside, so a spoofer cannot know
+//! it), or a plain ACK from the inside host acknowledging the outside's SYN (an inside host
+//! answers a SYN it did not ask for with a SYN-ACK, and never acknowledges a SYN-ACK it did not
+//! solicit). A flood of spoofed SYNs therefore only churns the half-open table, and a real
+//! handshake completes in it within one round trip, as a SYN cache does (RFC 4987 §3.3).
+//!
+//! **Connections whose handshake was not seen are learned from their data** (issue 11, bug 9:
+//! after a restart, surviving connections were never merged again). A connection from outside
+//! is learned when [`LEARN_SEGMENTS`] segments in a row arrive in order (each starting where the
+//! last ended), all of one size of at least [`LEARN_MIN_IP_LEN`] bytes (MSS-sized: a bulk
+//! sender's), with an ACK number that never goes back (a consistent stream), **and** the inside
+//! host acknowledged data of that stream (a spoofer's segments are never acknowledged: the
+//! inside host answers them with a RST). The observed IP length becomes the path MTU hint, since
+//! the path carried it. A shorter in-order segment (a write boundary) neither counts nor breaks
+//! the run; anything else starts it over. Learning entries live in a bounded table of their own
+//! ([`Slots`]), so spoofed data cannot fill anything merging depends on. The window is not
+//! used: it is the outside's receive window and says nothing about the stream being merged.
+//!
 //! Each connection also remembers how far the inside host's data that the gateway split has
 //! gone, so that a segment sent again, and again, is seen: that is the IPv6 black-hole signal
 //! (docs/fpmtud.md, "IPv6: Packet Too Big and black holes").
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 
-use pxio::wire::FlowKey;
+use pxio::wire::{tcp_flags, FlowKey};
 
 /// A connection's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,12 +109,216 @@ fn before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
-/// A bounded table; it never grows past its capacity (new connections are then left
-/// untranslated and counted).
+/// What the gateway saw of a connection whose handshake has not completed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct HalfOpen {
+    /// Path MTU hint from the outside's SYN or SYN-ACK; 0 until one was seen.
+    pmtu: u16,
+    /// The outside's initial sequence number, once its SYN or SYN-ACK was seen.
+    outside_isn: Option<u32>,
+    /// The inside's initial sequence number, once its SYN or SYN-ACK was seen.
+    inside_isn: Option<u32>,
+    /// The end of the inside's sequence space seen so far (its SYN counts one).
+    inside_snd_max: u32,
+}
+
+/// Segments in a row that teach the gateway a connection whose handshake it did not see.
+pub const LEARN_SEGMENTS: u8 = 8;
+
+/// The smallest IP length of a segment that counts toward learning: the IPv6 minimum MTU, so
+/// the path MTU hint learned is one every path carries, and flows of small segments (which
+/// merging gains little from) are not learned.
+pub const LEARN_MIN_IP_LEN: u16 = 1280;
+
+/// What the gateway saw of a connection it is learning from its data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Learning {
+    /// The lowest sequence number seen from outside.
+    base: u32,
+    /// The end of the highest segment seen from outside.
+    high: u32,
+    /// Where the next in-order segment from outside starts.
+    next: u32,
+    /// The latest ACK number from outside.
+    ack: u32,
+    /// Payload bytes of the run's segments.
+    seg_len: u32,
+    /// Their IP length: the path MTU hint.
+    ip_len: u16,
+    /// In-order segments of that size in a row.
+    run: u8,
+    /// The inside host acknowledged data between `base` and `high`.
+    acked: bool,
+}
+
+/// A bounded map from flows to `V` that never allocates after construction and evicts the
+/// least recently seen entry of a full set: two-way set-associative, indexed by a keyed hash
+/// (`std`'s SipHash with per-table random keys), so crafted 5-tuples cannot all land in the set
+/// of one chosen connection.
+#[derive(Debug)]
+pub struct Slots<V> {
+    slots: Vec<Option<(FlowKey, u64, V)>>,
+    sets: usize,
+    hasher: RandomState,
+    len: usize,
+}
+
+/// Entries per set of a [`Slots`] table.
+const WAYS: usize = 2;
+
+impl<V> Slots<V> {
+    /// A table of at least `capacity` entries (rounded up to a power of two, at least 2).
+    pub fn new(capacity: usize) -> Self {
+        let sets = (capacity.max(WAYS) / WAYS).next_power_of_two();
+        let mut slots = Vec::with_capacity(sets * WAYS);
+        slots.resize_with(sets * WAYS, || None);
+        Self {
+            slots,
+            sets,
+            hasher: RandomState::new(),
+            len: 0,
+        }
+    }
+
+    fn set(&self, key: &FlowKey) -> usize {
+        // The low bits of SipHash select the set (`sets` is a power of two).
+        (self.hasher.hash_one(key) as usize & (self.sets - 1)) * WAYS
+    }
+
+    fn find(&self, key: &FlowKey) -> Option<usize> {
+        let set = self.set(key);
+        (set..set + WAYS).find(|&i| matches!(&self.slots[i], Some((k, _, _)) if k == key))
+    }
+
+    /// The entry of `key`, marked as seen at `now`.
+    pub fn get_mut(&mut self, key: &FlowKey, now: u64) -> Option<&mut V> {
+        let i = self.find(key)?;
+        let (_, seen, v) = self.slots[i].as_mut()?;
+        *seen = now;
+        Some(v)
+    }
+
+    /// Inserts or replaces the entry of `key`; true when another flow's entry was evicted to
+    /// make room.
+    pub fn insert(&mut self, key: FlowKey, value: V, now: u64) -> bool {
+        let set = self.set(&key);
+        let ways = set..set + WAYS;
+        let slot = ways
+            .clone()
+            .find(|&i| matches!(&self.slots[i], Some((k, _, _)) if *k == key))
+            .or_else(|| ways.clone().find(|&i| self.slots[i].is_none()));
+        let (slot, evicted) = match slot {
+            Some(i) => (i, false),
+            None => {
+                let oldest = ways
+                    .min_by_key(|&i| self.slots[i].as_ref().map_or(0, |(_, seen, _)| *seen))
+                    .unwrap_or(set);
+                (oldest, true)
+            }
+        };
+        if self.slots[slot].is_none() {
+            self.len += 1;
+        }
+        self.slots[slot] = Some((key, now, value));
+        evicted
+    }
+
+    /// Removes and returns the entry of `key`.
+    pub fn remove(&mut self, key: &FlowKey) -> Option<V> {
+        let i = self.find(key)?;
+        self.len -= 1;
+        self.slots[i].take().map(|(_, _, v)| v)
+    }
+
+    /// Forgets entries not seen since `cutoff` ns; returns how many.
+    pub fn expire(&mut self, cutoff: u64) -> usize {
+        let mut n = 0;
+        for slot in &mut self.slots {
+            if slot.as_ref().is_some_and(|(_, seen, _)| *seen < cutoff) {
+                *slot = None;
+                n += 1;
+            }
+        }
+        self.len -= n;
+        n
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// What a TCP segment says that the connection table needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number, when the ACK flag is set.
+    pub ack: Option<u32>,
+    /// The SYN flag.
+    pub syn: bool,
+    /// The RST flag.
+    pub rst: bool,
+    /// The FIN flag.
+    pub fin: bool,
+    /// Sequence space it occupies: payload, plus one for SYN and for FIN.
+    pub len: u32,
+    /// Payload bytes.
+    pub payload: u32,
+    /// The IP packet's length.
+    pub ip_len: u16,
+}
+
+impl Segment {
+    /// Reads the TCP header of `frame` (classified as `h`); `None` when it is not readable.
+    pub fn parse(frame: &[u8], h: &pxio::wire::Headers) -> Option<Self> {
+        let tcp =
+            pxio::wire::TcpPacket::new_checked(frame.get(h.l4_offset()..h.hdr_len())?).ok()?;
+        let flags = tcp.flags();
+        let syn = flags & tcp_flags::SYN != 0;
+        let fin = flags & tcp_flags::FIN != 0;
+        Some(Self {
+            seq: tcp.seq_number(),
+            ack: (flags & tcp_flags::ACK != 0).then(|| tcp.ack_number()),
+            syn,
+            rst: flags & tcp_flags::RST != 0,
+            fin,
+            len: u32::from(h.payload_len) + u32::from(syn) + u32::from(fin),
+            payload: u32::from(h.payload_len),
+            ip_len: h.ip_len,
+        })
+    }
+}
+
+/// What the table made of a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The connection is established (it was, or this segment completed it).
+    Established,
+    /// It completed the handshake, but the established table is full: left untranslated.
+    TableFull,
+    /// Still half-open (or unknown).
+    Pending,
+}
+
+/// The connection table: established connections (bounded; when full, new ones are left
+/// untranslated and counted) and half-open ones (bounded, oldest evicted), kept apart.
 #[derive(Debug)]
 pub struct ConnTable {
     map: HashMap<FlowKey, Conn>,
     capacity: usize,
+    half_open: Slots<HalfOpen>,
+    learning: Slots<Learning>,
+    /// Half-open entries evicted to make room for newer ones.
+    evicted: u64,
+    /// Connections learned from their data.
+    learned: u64,
 }
 
 /// The key of a connection, oriented outside → inside whichever way the packet goes.
@@ -109,15 +338,20 @@ pub fn reverse(key: &FlowKey) -> FlowKey {
 }
 
 impl ConnTable {
-    /// A table for up to `capacity` connections, allocated up front.
-    pub fn new(capacity: usize) -> Self {
+    /// A table for up to `capacity` established, `half_open` half-open connections and
+    /// `learning` connections being learned from their data, allocated up front.
+    pub fn new(capacity: usize, half_open: usize, learning: usize) -> Self {
         Self {
             map: HashMap::with_capacity(capacity),
             capacity,
+            half_open: Slots::new(half_open),
+            learning: Slots::new(learning),
+            evicted: 0,
+            learned: 0,
         }
     }
 
-    /// Records or refreshes a connection; false when the table is full.
+    /// Records or refreshes an established connection; false when the table is full.
     pub fn upsert(&mut self, key: FlowKey, pmtu: u16, now: u64) -> bool {
         if let Some(c) = self.map.get_mut(&key) {
             c.pmtu = pmtu;
@@ -138,34 +372,467 @@ impl ConnTable {
         true
     }
 
-    /// The connection, refreshed.
+    /// A SYN or SYN-ACK of the connection `key` (inbound-oriented) from outside (`inbound`) or
+    /// from inside, with the outside's path MTU hint when it came from outside. A SYN-ACK from
+    /// outside that acknowledges the inside's SYN completes the connection; anything else is
+    /// remembered as half-open.
+    pub fn on_handshake(
+        &mut self,
+        key: FlowKey,
+        seg: &Segment,
+        inbound: bool,
+        pmtu: Option<u16>,
+        now: u64,
+    ) -> Outcome {
+        if let Some(c) = self.map.get_mut(&key) {
+            if let Some(p) = pmtu {
+                c.pmtu = p;
+            }
+            c.last_seen = now;
+            return Outcome::Established;
+        }
+        let mut entry = self
+            .half_open
+            .get_mut(&key, now)
+            .copied()
+            .unwrap_or_default();
+        if let Some(p) = pmtu {
+            entry.pmtu = p;
+        }
+        if inbound {
+            entry.outside_isn = Some(seg.seq);
+            if let (Some(isn), Some(ack)) = (entry.inside_isn, seg.ack) {
+                if acknowledges(ack, isn, entry.inside_snd_max) {
+                    return self.promote(key, entry, now);
+                }
+            }
+        } else {
+            entry.inside_isn = Some(seg.seq);
+            entry.inside_snd_max = seg.seq.wrapping_add(seg.len.max(1));
+        }
+        if self.half_open.insert(key, entry, now) {
+            self.evicted += 1;
+        }
+        Outcome::Pending
+    }
+
+    /// A segment without SYN of a connection not (yet) established, from outside (`inbound`) or
+    /// from inside. It completes a half-open connection when it acknowledges the other side's
+    /// SYN: from outside, within what the inside has sent; from inside, a plain ACK of the
+    /// outside's SYN. Otherwise it teaches the table the connection from its data (see the
+    /// module documentation, "learned").
+    pub fn on_segment(&mut self, key: &FlowKey, seg: &Segment, inbound: bool, now: u64) -> Outcome {
+        if self.map.contains_key(key) {
+            return Outcome::Established;
+        }
+        if seg.syn || seg.rst {
+            return Outcome::Pending;
+        }
+        match self.half_open_segment(key, seg, inbound, now) {
+            Outcome::Pending => self.learn(key, seg, inbound, now),
+            done => done,
+        }
+    }
+
+    /// [`on_segment`](Self::on_segment) for a half-open connection.
+    fn half_open_segment(
+        &mut self,
+        key: &FlowKey,
+        seg: &Segment,
+        inbound: bool,
+        now: u64,
+    ) -> Outcome {
+        let Some(entry) = self.half_open.get_mut(key, now) else {
+            return Outcome::Pending;
+        };
+        let proven = match (inbound, seg.ack) {
+            (true, Some(ack)) => entry
+                .inside_isn
+                .is_some_and(|isn| acknowledges(ack, isn, entry.inside_snd_max)),
+            (false, Some(ack)) => entry
+                .outside_isn
+                .is_some_and(|isn| acknowledges(ack, isn, isn.wrapping_add(1 << 30))),
+            (_, None) => false,
+        };
+        if !inbound {
+            let end = seg.seq.wrapping_add(seg.len);
+            if entry.inside_isn.is_some() && before(entry.inside_snd_max, end) {
+                entry.inside_snd_max = end;
+            }
+        }
+        if !proven {
+            return Outcome::Pending;
+        }
+        let entry = *entry;
+        self.promote(*key, entry, now)
+    }
+
+    /// [`on_segment`](Self::on_segment) for a connection neither established nor half-open:
+    /// learns it from its data.
+    fn learn(&mut self, key: &FlowKey, seg: &Segment, inbound: bool, now: u64) -> Outcome {
+        let Some(ack) = seg.ack else {
+            return Outcome::Pending;
+        };
+        if !inbound {
+            // The inside host acknowledging data the outside sent: the connection is real.
+            let Some(e) = self.learning.get_mut(key, now) else {
+                return Outcome::Pending;
+            };
+            if before(e.base, ack) && !before(e.high, ack) {
+                e.acked = true;
+            }
+        } else if let Some(e) = self.learning.get_mut(key, now) {
+            let ack_ok = !before(ack, e.ack) && ack.wrapping_sub(e.ack) < 1 << 30;
+            let sized = seg.ip_len >= LEARN_MIN_IP_LEN;
+            if seg.seq == e.next
+                && ack_ok
+                && !seg.fin
+                && seg.payload > 0
+                && seg.payload <= e.seg_len
+            {
+                // In order: a segment of the run's size counts, a shorter one (a write
+                // boundary) neither counts nor breaks the run.
+                if seg.payload == e.seg_len && sized {
+                    e.run = e.run.saturating_add(1);
+                }
+                e.next = e.next.wrapping_add(seg.payload);
+                e.ack = ack;
+            } else {
+                // Out of order, a retransmission, a larger segment, an ACK that went back: the
+                // run starts over at this segment (what the inside acknowledged still counts).
+                e.next = seg.seq.wrapping_add(seg.payload);
+                e.ack = ack;
+                e.seg_len = seg.payload;
+                e.ip_len = seg.ip_len;
+                e.run = u8::from(sized && seg.payload > 0 && !seg.fin);
+                if before(seg.seq, e.base) {
+                    e.base = seg.seq;
+                }
+            }
+            if before(e.high, e.next) {
+                e.high = e.next;
+            }
+        } else {
+            if seg.payload == 0 {
+                return Outcome::Pending;
+            }
+            let end = seg.seq.wrapping_add(seg.payload);
+            let entry = Learning {
+                base: seg.seq,
+                high: end,
+                next: end,
+                ack,
+                seg_len: seg.payload,
+                ip_len: seg.ip_len,
+                run: u8::from(seg.ip_len >= LEARN_MIN_IP_LEN && !seg.fin),
+                acked: false,
+            };
+            self.learning.insert(*key, entry, now);
+            return Outcome::Pending;
+        }
+        let Some(e) = self.learning.get_mut(key, now).copied() else {
+            return Outcome::Pending;
+        };
+        if e.run < LEARN_SEGMENTS || !e.acked {
+            return Outcome::Pending;
+        }
+        self.learning.remove(key);
+        if self.upsert(*key, e.ip_len, now) {
+            self.learned += 1;
+            Outcome::Established
+        } else {
+            Outcome::TableFull
+        }
+    }
+
+    /// Moves a half-open connection whose handshake completed to the established table.
+    fn promote(&mut self, key: FlowKey, entry: HalfOpen, now: u64) -> Outcome {
+        self.half_open.remove(&key);
+        if self.upsert(key, entry.pmtu, now) {
+            Outcome::Established
+        } else {
+            Outcome::TableFull
+        }
+    }
+
+    /// The path MTU hint of a connection, established or half-open (0 when no SYN from outside
+    /// told it yet), refreshing it.
+    pub fn pmtu_hint(&mut self, key: &FlowKey, now: u64) -> Option<u16> {
+        if let Some(c) = self.touch(key, now) {
+            return Some(c.pmtu);
+        }
+        self.half_open
+            .get_mut(key, now)
+            .map(|e| e.pmtu)
+            .filter(|&p| p > 0)
+    }
+
+    /// The established connection, refreshed.
     pub fn touch(&mut self, key: &FlowKey, now: u64) -> Option<Conn> {
         let c = self.map.get_mut(key)?;
         c.last_seen = now;
         Some(*c)
     }
 
-    /// The connection, refreshed, to update.
+    /// The established connection, refreshed, to update.
     pub fn touch_mut(&mut self, key: &FlowKey, now: u64) -> Option<&mut Conn> {
         let c = self.map.get_mut(key)?;
         c.last_seen = now;
         Some(c)
     }
 
-    /// Forgets connections idle since before `cutoff` ns.
+    /// Forgets connections idle since before `cutoff` ns, half-open and learning ones too;
+    /// returns how many established ones went.
     pub fn expire(&mut self, cutoff: u64) -> usize {
         let before = self.map.len();
         self.map.retain(|_, c| c.last_seen >= cutoff);
+        self.half_open.expire(cutoff);
+        self.learning.expire(cutoff);
         before - self.map.len()
     }
 
-    /// Connections held.
+    /// Established connections held.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
-    /// Whether none is held.
+    /// Whether no established connection is held.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// Half-open connections held.
+    pub fn half_open(&self) -> usize {
+        self.half_open.len()
+    }
+
+    /// Half-open entries evicted so far to make room for newer ones.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Connections learned from their data so far.
+    pub fn learned(&self) -> u64 {
+        self.learned
+    }
+}
+
+/// Whether `ack` acknowledges the SYN sent with `isn` and nothing beyond `snd_max` (sequence
+/// space, RFC 9293 §3.4).
+fn acknowledges(ack: u32, isn: u32, snd_max: u32) -> bool {
+    before(isn, ack) && !before(snd_max, ack)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u32) -> FlowKey {
+        let mut src = [0u8; 16];
+        src[..4].copy_from_slice(&i.to_be_bytes());
+        FlowKey {
+            src,
+            dst: [9; 16],
+            sport: 1,
+            dport: 80,
+            proto: 6,
+            v6: false,
+        }
+    }
+
+    fn seg(seq: u32, ack: Option<u32>, syn: bool) -> Segment {
+        Segment {
+            seq,
+            ack,
+            syn,
+            rst: false,
+            fin: false,
+            len: u32::from(syn),
+            payload: 0,
+            ip_len: 40,
+        }
+    }
+
+    fn data(seq: u32, ack: u32, payload: u32) -> Segment {
+        Segment {
+            seq,
+            ack: Some(ack),
+            syn: false,
+            rst: false,
+            fin: false,
+            len: payload,
+            payload,
+            ip_len: payload as u16 + 40,
+        }
+    }
+
+    #[test]
+    fn a_run_acknowledged_by_the_inside_host_is_learned() {
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(7);
+        let mut seq = u32::MAX - 5000; // across the wrap
+        let feed = |t: &mut ConnTable, seq: &mut u32, payload: u32| {
+            let o = t.on_segment(&k, &data(*seq, 77, payload), true, 0);
+            *seq = seq.wrapping_add(payload);
+            o
+        };
+        for _ in 0..20 {
+            let o = feed(&mut t, &mut seq, 1448);
+            assert_eq!(o, Outcome::Pending, "not acknowledged yet");
+        }
+        // An ACK beyond what was sent proves nothing; one within it does.
+        let lie = data(77, seq.wrapping_add(10), 0);
+        assert_eq!(t.on_segment(&k, &lie, false, 0), Outcome::Pending);
+        assert_eq!(feed(&mut t, &mut seq, 1448), Outcome::Pending);
+        let ack = data(77, seq.wrapping_sub(1448), 0);
+        assert_eq!(t.on_segment(&k, &ack, false, 0), Outcome::Established);
+        assert_eq!(
+            t.touch(&k, 0).map(|c| c.pmtu),
+            Some(1488),
+            "the observed size"
+        );
+        assert_eq!(t.learned(), 1);
+    }
+
+    #[test]
+    fn a_broken_run_starts_over_and_small_segments_never_count() {
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(8);
+        let ack_all = |t: &mut ConnTable, upto: u32| t.on_segment(&k, &data(1, upto, 0), false, 0);
+        let mut seq = 1000;
+        for i in 0..7 {
+            t.on_segment(&k, &data(seq, 5, 1448), true, 0);
+            seq += 1448;
+            if i == 3 {
+                // A write boundary: shorter, in order; neither counts nor breaks.
+                t.on_segment(&k, &data(seq, 5, 100), true, 0);
+                seq += 100;
+            }
+        }
+        assert_eq!(
+            ack_all(&mut t, seq),
+            Outcome::Pending,
+            "7 in a row: not yet"
+        );
+        // A gap (a lost segment): the run starts over.
+        seq += 1448;
+        for _ in 0..7 {
+            assert_eq!(
+                t.on_segment(&k, &data(seq, 5, 1448), true, 0),
+                Outcome::Pending
+            );
+            seq += 1448;
+        }
+        assert_eq!(
+            t.on_segment(&k, &data(seq, 5, 1448), true, 0),
+            Outcome::Established
+        );
+        // Small segments are never learned.
+        let k2 = key(9);
+        let mut seq = 0;
+        for _ in 0..50 {
+            t.on_segment(&k2, &data(seq, 5, 200), true, 0);
+            seq += 200;
+        }
+        assert_eq!(
+            t.on_segment(&k2, &data(1, seq, 0), false, 0),
+            Outcome::Pending
+        );
+        assert_eq!(
+            t.on_segment(&k2, &data(seq, 5, 200), true, 0),
+            Outcome::Pending
+        );
+    }
+
+    #[test]
+    fn slots_evict_the_oldest_of_a_full_set_and_stay_bounded() {
+        let mut t = Slots::new(8);
+        for i in 0..1000 {
+            t.insert(key(i), i, u64::from(i));
+            assert!(t.len() <= 8);
+        }
+        // The newest entry is always there.
+        assert_eq!(t.get_mut(&key(999), 1000), Some(&mut 999));
+        t.expire(995);
+        assert!(t.slots.iter().flatten().all(|(_, seen, _)| *seen >= 995));
+        assert_eq!(t.len(), t.slots.iter().flatten().count());
+        assert_eq!(t.remove(&key(999)), Some(999));
+    }
+
+    #[test]
+    fn an_outside_syn_completes_only_with_the_inside_isn() {
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(1);
+        assert_eq!(
+            t.on_handshake(k, &seg(100, None, true), true, Some(1400), 0),
+            Outcome::Pending
+        );
+        assert_eq!(
+            t.pmtu_hint(&k, 1),
+            Some(1400),
+            "for the SYN-ACK's MSS clamp"
+        );
+        assert_eq!(
+            t.on_handshake(k, &seg(5000, Some(101), true), false, None, 2),
+            Outcome::Pending,
+            "the inside's SYN-ACK proves nothing about the outside"
+        );
+        // A spoofer guesses the ACK.
+        assert_eq!(
+            t.on_segment(&k, &seg(101, Some(4242), false), true, 3),
+            Outcome::Pending
+        );
+        assert_eq!(
+            t.on_segment(&k, &seg(101, Some(5002), false), true, 3),
+            Outcome::Pending
+        );
+        assert!(t.is_empty());
+        assert_eq!(
+            t.on_segment(&k, &seg(101, Some(5001), false), true, 4),
+            Outcome::Established
+        );
+        assert_eq!(t.touch(&k, 5).map(|c| c.pmtu), Some(1400));
+        assert_eq!(t.half_open(), 0);
+    }
+
+    #[test]
+    fn an_inside_syn_completes_with_the_outside_syn_ack_or_the_inside_ack() {
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(2);
+        assert_eq!(
+            t.on_handshake(k, &seg(7, None, true), false, None, 0),
+            Outcome::Pending
+        );
+        assert_eq!(
+            t.on_handshake(k, &seg(900, Some(8), true), true, Some(1300), 1),
+            Outcome::Established
+        );
+        assert_eq!(t.touch(&k, 2).map(|c| c.pmtu), Some(1300));
+        // The inside's SYN was not seen: its ACK of the outside's SYN-ACK completes it.
+        let k = key(3);
+        assert_eq!(
+            t.on_handshake(k, &seg(900, Some(8), true), true, Some(1300), 1),
+            Outcome::Pending
+        );
+        assert_eq!(
+            t.on_segment(&k, &seg(8, Some(901), false), false, 2),
+            Outcome::Established
+        );
+    }
+
+    #[test]
+    fn a_full_established_table_is_reported() {
+        let mut t = ConnTable::new(1, 16, 16);
+        for i in 0..2 {
+            let k = key(10 + i);
+            t.on_handshake(k, &seg(1, None, true), true, Some(1500), 0);
+            t.on_handshake(k, &seg(50, Some(2), true), false, None, 0);
+            let want = if i == 0 {
+                Outcome::Established
+            } else {
+                Outcome::TableFull
+            };
+            assert_eq!(t.on_segment(&k, &seg(2, Some(51), false), true, 1), want);
+        }
     }
 }

@@ -319,13 +319,15 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     let run_cfg = tuned(cfg, &plans);
     let cfg = &run_cfg;
     let queues = cfg.workers.count;
-    // Split with TSO only where the external port does TSO, checksums and chains.
+    // Split with TSO only where the external port does TSO, checksums and chains. Not on
+    // net_tap: its "TSO" is DPDK's software GSO, which here counts most split segments as
+    // oerrors and stalls a TCP transfer (pxgw-lab), and is no faster than pxgw's own split.
     let tso = ext.tx_offloads().contains(
         TxOffloads::TCP_TSO
             | TxOffloads::IPV4_CKSUM
             | TxOffloads::TCP_CKSUM
             | TxOffloads::MULTI_SEGS,
-    );
+    ) && plans[0].driver != "net_tap";
     let offloads = SplitOffloads { tso, checksum: tso };
     let flatten = (
         (!plans[0].multi_segs).then(|| pool.clone()),
@@ -436,7 +438,9 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         100.0 * fin.merge.conversion_yield, fin.caravan.caravans_built, fin.caravan.datagrams_packed,
     );
     if let Some(path) = &args.stats_json {
-        let json = serde_json::to_string_pretty(&fin.to_json(seconds, leaked, &fin_ports))?;
+        let mut json = fin.to_json(seconds, leaked, &fin_ports);
+        json["workers"] = Report::workers_json(&each(&reports));
+        let json = serde_json::to_string_pretty(&json)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(leaked)
@@ -459,6 +463,14 @@ fn sample_ports(cfg: &Config, ext: &Port, int: &Port) -> PortCounters {
         external: one(&cfg.ports.external, ext),
         internal: one(&cfg.ports.internal, int),
     }
+}
+
+/// Each worker's latest report, in worker order.
+fn each(reports: &[Arc<Mutex<Report>>]) -> Vec<Report> {
+    reports
+        .iter()
+        .map(|r| r.lock().map(|r| r.clone()).unwrap_or_default())
+        .collect()
 }
 
 fn total(reports: &[Arc<Mutex<Report>>]) -> Report {

@@ -2,16 +2,23 @@
 //! (SIGCOMM'26 §3, DESIGN.md's data flow):
 //!
 //! - **inbound** (outside → inside): SYN/SYN-ACK have their MSS raised and the peer's MSS kept
-//!   as the flow's PMTU hint; TCP of a flow whose handshake the gateway saw is merged to the
-//!   iMTU; UDP is packed into caravans (except excluded ports, families not configured,
+//!   as the flow's PMTU hint; TCP of a connection whose handshake completed through the gateway
+//!   is merged to the iMTU (a SYN alone only makes a half-open entry, which a SYN flood can churn
+//!   but never turn into a connection), or that was learned from its data after a restart (a run
+//!   of in-order MSS-sized segments the inside host acknowledges: [`crate::conn`]); UDP is packed into caravans (except excluded ports, families not configured,
 //!   double-tagged frames and datagrams whose TTL or hop limit is at most `pass_ttl`: those pass
-//!   unpacked, counted); everything else passes untouched.
+//!   unpacked, counted), and a datagram that nothing joins goes as it came, never as a caravan of
+//!   one; everything else passes untouched.
 //! - **outbound** (inside → outside): SYN/SYN-ACK have their MSS clamped to the eMTU; TCP larger
-//!   than the flow's PMTU is split; caravans are unpacked; other packets larger than the eMTU are
+//!   than the flow's PMTU is split; caravans (the DSCP mark and a caravan header) are unpacked,
+//!   while a datagram that only wears the mark passes untouched; other packets larger than the eMTU are
 //!   handled as a router would (issue 10 §2): IPv4 with DF clear is fragmented
 //!   ([`crate::fragment`]), IPv4 with DF set and IPv6 are dropped, counted, and answered with
 //!   "fragmentation needed" or Packet Too Big ([`crate::icmp`], rate-limited); everything else
 //!   passes untouched.
+//! - **inbound above the iMTU** (issue 11, bug 6): handled as a router would, as the outbound
+//!   path handles the eMTU: IPv4 with DF clear is fragmented to the iMTU, the rest dropped,
+//!   counted and answered toward the outside sender (frag needed, Packet Too Big).
 //! - **ICMP from outside** (inbound): an error answering one of the gateway's own F-PMTUD probes
 //!   is consumed; a Packet Too Big (or "fragmentation needed") quoting a connection the gateway
 //!   splits caps that destination's split size, and still goes to the inside host. IPv6
@@ -36,17 +43,26 @@ use crate::mss;
 use crate::pmtud::PathMtu;
 use crate::stats::Report;
 
+/// An untagged Ethernet header.
+const ETH_HLEN: usize = 14;
+/// An Ethernet header with one VLAN tag: what a frame may add to its link's MTU.
+const VLAN_ETH_HLEN: usize = 18;
 /// Open caravans at once, per worker.
 const MAX_OPEN_CARAVANS: usize = 1024;
 /// Connections remembered, per worker.
 const MAX_CONNECTIONS: usize = 65536;
+/// Half-open connections remembered, per worker (oldest evicted: `crate::conn`).
+const MAX_HALF_OPEN: usize = 65536;
+/// Connections being learned from their data, per worker (oldest evicted: `crate::conn`).
+const MAX_LEARNING: usize = 16384;
 
 /// The per-worker processing state.
 pub struct Pipeline<B: PacketBuf> {
     cfg: Settings,
     merger: Merger<B>,
     conns: ConnTable,
-    caravans: HashMap<FlowKey, (CaravanBuilder<B>, u64)>,
+    /// Per UDP flow: what it holds for the inside, and since when.
+    caravans: HashMap<FlowKey, (Open<B>, u64)>,
     expired: Vec<FlowKey>,
     pool: B::Pool,
     report: Report,
@@ -57,6 +73,15 @@ pub struct Pipeline<B: PacketBuf> {
     inside_replies: Vec<Vec<u8>>,
     /// The ICMP error rate limits.
     limiter: RateLimiter,
+}
+
+/// What an inbound UDP flow holds: one datagram, kept as it came until a second one joins it (a
+/// caravan of one is never built: `docs/caravan.md`, "Single datagrams"), or an open caravan.
+enum Open<B: PacketBuf> {
+    /// A lone datagram and its headers.
+    Lone(B, Headers),
+    /// A caravan of at least two.
+    Caravan(CaravanBuilder<B>),
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -135,7 +160,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 blackhole_mtu: cfg.pmtu.blackhole_mtu,
             },
             merger: Merger::new(merge_cfg, merge_pool)?,
-            conns: ConnTable::new(MAX_CONNECTIONS),
+            conns: ConnTable::new(MAX_CONNECTIONS, MAX_HALF_OPEN, MAX_LEARNING),
             caravans: HashMap::with_capacity(MAX_OPEN_CARAVANS),
             expired: Vec::with_capacity(MAX_OPEN_CARAVANS),
             pool,
@@ -158,8 +183,14 @@ impl<B: PacketBuf> Pipeline<B> {
         r.merge.held_items = s.held_items;
         r.delay_ns = Some(s.delay_ns.clone());
         r.merge.bad_checksum = s.bad_checksum;
+        r.merge.bad_ip_checksum = s.bad_ip_checksum;
+        r.drops.merge_no_buffer = s.dropped_no_buffer;
         r.connections = self.conns.len() as u64;
+        r.mss.half_open = self.conns.half_open() as u64;
+        r.mss.half_open_evicted = self.conns.evicted();
+        r.mss.learned = self.conns.learned();
         r.pmtud = self.pmtu.summary();
+        r.pmtud_paths = self.pmtu.paths().to_vec();
         r.finish();
         r
     }
@@ -251,12 +282,35 @@ impl<B: PacketBuf> Pipeline<B> {
     pub fn inbound(&mut self, mut pkt: B, now: u64, out: &mut Vec<B>) {
         self.report.inbound.packets_in += 1;
         self.report.inbound.bytes_in += pkt.len() as u64;
+        // Only a frame longer than an untagged iMTU frame can hold an IP packet above the iMTU:
+        // the common case costs one comparison.
+        let imtu = usize::from(self.cfg.imtu);
+        if pkt.len() > imtu + ETH_HLEN {
+            match ip_layout(pkt.head()) {
+                Some(ip) if ip.len > imtu => return self.inbound_oversize(pkt, ip, now, out),
+                None if pkt.len() > imtu + VLAN_ETH_HLEN => {
+                    self.report.drops.oversize_inbound += 1;
+                    return;
+                }
+                _ => {}
+            }
+        }
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
-                if mss::is_syn(pkt.head(), &h) {
-                    self.inbound_syn(&mut pkt, &h, now);
+                let key = conn::inbound_key(&h.key);
+                let seg = conn::Segment::parse(pkt.head(), &h);
+                if let Some(seg) = seg.filter(|s| s.syn) {
+                    self.inbound_syn(&mut pkt, &h, &seg, now);
                 }
-                let known = self.conns.touch(&conn::inbound_key(&h.key), now).is_some();
+                let known = match seg {
+                    _ if self.conns.touch(&key, now).is_some() => true,
+                    // A segment that completes a half-open connection makes it known.
+                    Some(seg) if !seg.syn => {
+                        let outcome = self.conns.on_segment(&key, &seg, true, now);
+                        self.count_outcome(outcome)
+                    }
+                    _ => false,
+                };
                 if self.cfg.merge && known {
                     self.merger.rx(pkt, now, out);
                 } else {
@@ -293,6 +347,51 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             Class::Malformed(_) => self.inbound_unmergeable(pkt, now, out),
             Class::NonIp => out.push(pkt),
+        }
+    }
+
+    /// An inbound IP packet larger than the iMTU (issue 11, bug 6), handled as a router in front
+    /// of the b-network would: IPv4 with DF clear is fragmented to the iMTU (the fragments go the
+    /// way every fragment goes, after whatever their flow holds); IPv4 with DF set and IPv6 are
+    /// dropped, counted, and answered toward the outside sender with "fragmentation needed" or
+    /// Packet Too Big carrying the iMTU, rate-limited as the outbound errors are.
+    fn inbound_oversize(&mut self, pkt: B, ip: IpLayout, now: u64, out: &mut Vec<B>) {
+        let imtu = self.cfg.imtu;
+        if !ip.v6 && !ip.dont_frag {
+            let mut frags = Vec::new();
+            match fragment_ipv4(&pkt, ip.l2_len, imtu, &self.pool, &mut frags) {
+                Ok(n) => {
+                    drop(pkt);
+                    self.report.inbound_oversize.fragmented += 1;
+                    self.report.inbound_oversize.fragments_out += n as u64;
+                    for frag in frags {
+                        self.inbound_unmergeable(frag, now, out);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "oversize inbound IPv4 packet not fragmented");
+                    self.report.drops.oversize_inbound += 1;
+                }
+            }
+            return;
+        }
+        self.report.drops.oversize_inbound += 1;
+        let counts = &mut self.report.inbound_oversize;
+        if !self.cfg.icmp.enabled {
+            counts.icmp_suppressed += 1;
+            return;
+        }
+        match icmp_err::too_big(&pkt, imtu, &self.cfg.icmp) {
+            Ok(frame) if self.limiter.allow(ip.src, now) => {
+                if ip.v6 {
+                    counts.ptb_sent += 1;
+                } else {
+                    counts.frag_needed_sent += 1;
+                }
+                self.replies.push(frame);
+            }
+            Ok(_) => counts.icmp_rate_limited += 1,
+            Err(_) => counts.icmp_suppressed += 1,
         }
     }
 
@@ -343,7 +442,19 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
-    fn inbound_syn(&mut self, pkt: &mut B, h: &Headers, now: u64) {
+    /// Counts a connection the established table could not take; true when it is established.
+    fn count_outcome(&mut self, outcome: conn::Outcome) -> bool {
+        match outcome {
+            conn::Outcome::Established => true,
+            conn::Outcome::TableFull => {
+                self.report.mss.table_full += 1;
+                false
+            }
+            conn::Outcome::Pending => false,
+        }
+    }
+
+    fn inbound_syn(&mut self, pkt: &mut B, h: &Headers, seg: &conn::Segment, now: u64) {
         self.report.mss.handshakes += 1;
         let target = self
             .cfg
@@ -366,9 +477,12 @@ impl<B: PacketBuf> Pipeline<B> {
             },
             _ => self.fallback_pmtu_for(self.cfg.policy),
         };
-        if !self.conns.upsert(conn::inbound_key(&h.key), pmtu, now) {
-            self.report.mss.table_full += 1;
-        }
+        // A SYN from outside only makes a half-open connection; a SYN-ACK that acknowledges
+        // the inside host's SYN completes one (`crate::conn`).
+        let outcome =
+            self.conns
+                .on_handshake(conn::inbound_key(&h.key), seg, true, Some(pmtu), now);
+        self.count_outcome(outcome);
     }
 
     fn fallback_pmtu(&self) -> u16 {
@@ -407,7 +521,7 @@ impl<B: PacketBuf> Pipeline<B> {
             return self.pass_udp(pkt, h, ccfg.dscp, out);
         }
         let pkt = match self.caravans.get_mut(&h.key) {
-            Some((builder, _)) => match builder.push(pkt) {
+            Some((Open::Caravan(builder), _)) => match builder.push(pkt) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 1;
                     return;
@@ -424,21 +538,58 @@ impl<B: PacketBuf> Pipeline<B> {
                     return self.pass_udp(pkt, h, ccfg.dscp, out);
                 }
             },
+            Some((Open::Lone(first, _), _)) => match caravan::can_pair(first, &pkt, &ccfg) {
+                Ok(()) => return self.pair(pkt, h, &ccfg, out),
+                // Nothing joins the held datagram: it leaves as it came, first.
+                Err(_) => {
+                    self.close_caravan(&h.key, out);
+                    pkt
+                }
+            },
             None => pkt,
         };
         if self.caravans.len() >= MAX_OPEN_CARAVANS {
             return self.pass_udp(pkt, h, ccfg.dscp, out);
         }
-        match CaravanBuilder::start(pkt, ccfg, &self.pool) {
-            Ok(b) => {
-                self.report.caravan.datagrams_packed += 1;
-                self.caravans.insert(h.key, (b, now));
+        // Held as it came until a second datagram joins it; one that could never open a caravan
+        // passes at once.
+        match caravan::packable(&pkt, &ccfg) {
+            Ok(()) => {
+                self.caravans.insert(h.key, (Open::Lone(pkt, *h), now));
             }
-            Err((CaravanError::PoolExhausted, pkt)) => {
-                self.report.drops.pool_exhausted += 1;
-                drop(pkt);
+            Err(_) => self.pass_udp(pkt, h, ccfg.dscp, out),
+        }
+    }
+
+    /// A second datagram for the flow's held one, which [`caravan::can_pair`] said it joins: the
+    /// two open a caravan, which keeps the held one's start time.
+    fn pair(&mut self, second: B, h: &Headers, ccfg: &CaravanConfig, out: &mut Vec<B>) {
+        let Some((Open::Lone(first, first_hdr), since)) = self.caravans.remove(&h.key) else {
+            return self.pass_udp(second, h, ccfg.dscp, out);
+        };
+        match CaravanBuilder::start(first, *ccfg, &self.pool) {
+            Ok(mut b) => match b.push(second) {
+                Ok(()) => {
+                    self.report.caravan.datagrams_packed += 2;
+                    self.caravans.insert(h.key, (Open::Caravan(b), since));
+                }
+                // can_pair checked everything push does; should it still refuse, the caravan of
+                // one leaves (a valid caravan) and the second passes behind it.
+                Err((_, second)) => {
+                    self.report.caravan.datagrams_packed += 1;
+                    self.report.caravan.caravans_built += 1;
+                    out.push(b.finish());
+                    self.pass_udp(second, h, ccfg.dscp, out);
+                }
+            },
+            // No buffer for the caravan's header: both leave as they came, in order (nothing
+            // is lost for want of a header buffer).
+            Err((_, first)) => {
+                self.report.caravan.unwrapped_single += 1;
+                self.pass_udp(first, &first_hdr, ccfg.dscp, out);
+                self.report.caravan.unwrapped_single += 1;
+                self.pass_udp(second, h, ccfg.dscp, out);
             }
-            Err((_, pkt)) => self.pass_udp(pkt, h, ccfg.dscp, out),
         }
     }
 
@@ -477,9 +628,18 @@ impl<B: PacketBuf> Pipeline<B> {
     }
 
     fn close_caravan(&mut self, key: &FlowKey, out: &mut Vec<B>) {
-        if let Some((b, _)) = self.caravans.remove(key) {
-            self.report.caravan.caravans_built += 1;
-            out.push(b.finish());
+        match self.caravans.remove(key) {
+            Some((Open::Caravan(b), _)) => {
+                self.report.caravan.caravans_built += 1;
+                out.push(b.finish());
+            }
+            // Nothing joined it: it goes as it came (re-marked, if it wore the mark).
+            Some((Open::Lone(pkt, h), _)) => {
+                self.report.caravan.unwrapped_single += 1;
+                let mark = self.cfg.caravan.map_or(0, |c| c.dscp);
+                self.pass_udp(pkt, &h, mark, out);
+            }
+            None => {}
         }
     }
 
@@ -534,14 +694,20 @@ impl<B: PacketBuf> Pipeline<B> {
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
                 let key = conn::reverse(&h.key);
-                if mss::is_syn(pkt.head(), &h) {
+                let seg = conn::Segment::parse(pkt.head(), &h);
+                if let Some(seg) = seg.filter(|s| !s.syn) {
+                    // The inside host's segments may complete a half-open connection.
+                    if self.conns.touch(&key, now).is_none() {
+                        let outcome = self.conns.on_segment(&key, &seg, false, now);
+                        self.count_outcome(outcome);
+                    }
+                }
+                if let Some(seg) = seg.filter(|s| s.syn) {
                     self.pmtu
                         .on_outbound_syn(pkt.head(), &h, now, &mut self.replies);
                     self.report.mss.handshakes += 1;
-                    let pmtu = self
-                        .conns
-                        .touch(&key, now)
-                        .map_or(self.cfg.emtu, |c| c.pmtu);
+                    let pmtu = self.conns.pmtu_hint(&key, now).unwrap_or(self.cfg.emtu);
+                    self.conns.on_handshake(key, &seg, false, None, now);
                     let target = self
                         .cfg
                         .mss_rewrite
@@ -552,8 +718,10 @@ impl<B: PacketBuf> Pipeline<B> {
                         self.report.mss.without_mss += u64::from(hs.mss.is_none());
                     }
                 }
-                let hint = match self.conns.touch(&key, now) {
-                    Some(c) => c.pmtu,
+                // A half-open connection's hint counts too (data may follow a SYN-ACK at once,
+                // as with TCP Fast Open); it only ever concerns that connection's packets.
+                let hint = match self.conns.pmtu_hint(&key, now) {
+                    Some(pmtu) => pmtu,
                     None => self.fallback_pmtu_for(match self.cfg.policy {
                         PmtuPolicy::Mss => self.cfg.fallback,
                         p => p,
@@ -657,6 +825,17 @@ impl<B: PacketBuf> Pipeline<B> {
                     }
                 }
             }
+            // Marked, but no caravan header: an ordinary datagram that wears the DSCP, passed
+            // as it came.
+            Err((CaravanError::NotCaravan, pkt)) => {
+                self.report.caravan.marked_plain += 1;
+                self.outbound_fit(pkt, now, out);
+            }
+            // A caravan header the gateway does not understand: not its to rewrite.
+            Err((CaravanError::UnknownVersion(_), pkt)) => {
+                self.report.caravan.unknown_version += 1;
+                self.outbound_fit(pkt, now, out);
+            }
             Err((CaravanError::PoolExhausted, pkt)) => {
                 self.report.drops.pool_exhausted += 1;
                 drop(pkt);
@@ -669,8 +848,7 @@ impl<B: PacketBuf> Pipeline<B> {
     }
 
     fn max_frame(&self) -> usize {
-        // Ethernet header and one VLAN tag.
-        usize::from(self.cfg.emtu) + 18
+        usize::from(self.cfg.emtu) + VLAN_ETH_HLEN
     }
 
     /// A packet the gateway does not split: forwarded when it fits the external link, else

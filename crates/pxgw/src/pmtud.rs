@@ -60,7 +60,23 @@ pub struct PmtudSummary {
     pub cached: u64,
     /// Probes from outside answered by the gateway.
     pub answered: u64,
+    /// IPv4 fragments received from outside (each shown to the responder, and forwarded). A
+    /// probe fragmented on its way counts every fragment: this is how a port that reassembles
+    /// fragments before pxgw (DPDK's `net_af_packet`) shows, as 0.
+    pub fragments_in: u64,
 }
+
+/// A path MTU the gateway's own probing discovered.
+#[derive(Clone, Copy, Debug, serde::Serialize, PartialEq, Eq)]
+pub struct DiscoveredPath {
+    /// The outside destination probed.
+    pub destination: IpAddr,
+    /// Its path MTU: the largest fragment its responder saw (on the 8-byte grid).
+    pub pmtu: u16,
+}
+
+/// Discoveries listed in the statistics, per worker (the most recent).
+const MAX_LISTED_PATHS: usize = 64;
 
 struct Probe {
     prober: Prober,
@@ -88,6 +104,8 @@ pub struct PathMtu {
     port: u16,
     ident: u16,
     summary: PmtudSummary,
+    /// The most recent discoveries, for the statistics.
+    paths: Vec<DiscoveredPath>,
 }
 
 impl PathMtu {
@@ -115,6 +133,7 @@ impl PathMtu {
             port,
             ident: 1,
             summary: PmtudSummary::default(),
+            paths: Vec::new(),
         })
     }
 
@@ -129,6 +148,11 @@ impl PathMtu {
             cached: self.cache.len() as u64,
             ..self.summary
         }
+    }
+
+    /// The most recent path MTUs discovered by probing (at most 64), oldest first.
+    pub fn paths(&self) -> &[DiscoveredPath] {
+        &self.paths
     }
 
     /// The path MTU toward `dst`: a discovered value, or the eMTU.
@@ -234,6 +258,11 @@ impl PathMtu {
             return false;
         }
         let ip = &frame[ETH..];
+        let flags_offset = u16::from_be_bytes([ip[6], ip[7]]);
+        if flags_offset & 0x3fff != 0 {
+            // More fragments, or a non-zero offset.
+            self.summary.fragments_in += 1;
+        }
         // A report for one of our probes: UDP from the probe port to ours.
         if let wire::Class::Udp(h) = wire::classify(frame, frame.len()) {
             let src = IpAddr::V4(Ipv4Addr::from(four(&h.key.src)));
@@ -339,6 +368,13 @@ impl PathMtu {
             if est.source == PmtuSource::Probe {
                 self.summary.discovered += 1;
                 let _ = self.cache.insert(dst, est.mtu, 0);
+                if self.paths.len() >= MAX_LISTED_PATHS {
+                    self.paths.remove(0);
+                }
+                self.paths.push(DiscoveredPath {
+                    destination: dst,
+                    pmtu: est.mtu,
+                });
             } else {
                 self.summary.fallbacks += 1;
             }
@@ -354,7 +390,7 @@ impl PathMtu {
 
 /// The UDP source port for probes triggered by the connection `h` (an inside host's SYN) toward
 /// the responder's `port`: the first from [`PROBE_SOURCE_PORT`] up whose 4-tuple hash shares the
-/// connection's redirection-table index ([`RETA_INDEX_MASK`]), so the NIC delivers the connection
+/// connection's redirection-table index (its low 9 bits), so the NIC delivers the connection
 /// and the probe's report (hashed symmetrically) to the same queue, this worker's.
 /// [`PROBE_SOURCE_PORT`] when none is found.
 pub fn probe_source_port(toeplitz: &Toeplitz, h: &Headers, port: u16) -> u16 {

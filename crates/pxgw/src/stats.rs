@@ -44,6 +44,12 @@ pub struct Drops {
     pub caravan_malformed: u64,
     /// No buffer to build a caravan or a header.
     pub pool_exhausted: u64,
+    /// Inbound packets larger than the internal MTU that could not be fragmented (DF set, IPv6,
+    /// not IP): dropped, and answered with ICMP as a router would ([`InboundOversize`]).
+    pub oversize_inbound: u64,
+    /// Merged packets the merge engine dropped because no buffer was left to rewrite their
+    /// shared headers.
+    pub merge_no_buffer: u64,
 }
 
 impl Drops {
@@ -53,6 +59,8 @@ impl Drops {
         self.split_failed += o.split_failed;
         self.caravan_malformed += o.caravan_malformed;
         self.pool_exhausted += o.pool_exhausted;
+        self.oversize_inbound += o.oversize_inbound;
+        self.merge_no_buffer += o.merge_no_buffer;
     }
 
     /// All drops.
@@ -62,6 +70,39 @@ impl Drops {
             + self.split_failed
             + self.caravan_malformed
             + self.pool_exhausted
+            + self.oversize_inbound
+            + self.merge_no_buffer
+    }
+}
+
+/// Inbound packets larger than the internal MTU (issue 11, bug 6), handled as a router in front
+/// of the b-network would: IPv4 without DF fragmented to the iMTU, the rest dropped (counted in
+/// [`Drops::oversize_inbound`]) and answered toward the outside sender.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct InboundOversize {
+    /// IPv4 packets with DF clear, fragmented to the iMTU.
+    pub fragmented: u64,
+    /// Fragments those became.
+    pub fragments_out: u64,
+    /// ICMPv4 "fragmentation needed" (next-hop MTU = the iMTU) sent to outside senders.
+    pub frag_needed_sent: u64,
+    /// ICMPv6 Packet Too Big (MTU = the iMTU) sent to outside senders.
+    pub ptb_sent: u64,
+    /// Errors held back by the rate limits (the packet was still dropped).
+    pub icmp_rate_limited: u64,
+    /// Errors the rules forbid (an ICMP error, a non-initial fragment, multicast or broadcast,
+    /// not IP) or that are turned off.
+    pub icmp_suppressed: u64,
+}
+
+impl InboundOversize {
+    fn add(&mut self, o: &InboundOversize) {
+        self.fragmented += o.fragmented;
+        self.fragments_out += o.fragments_out;
+        self.frag_needed_sent += o.frag_needed_sent;
+        self.ptb_sent += o.ptb_sent;
+        self.icmp_rate_limited += o.icmp_rate_limited;
+        self.icmp_suppressed += o.icmp_suppressed;
     }
 }
 
@@ -84,10 +125,11 @@ pub struct MergeSummary {
     pub cuts: u64,
     /// Items held right now.
     pub held_items: u64,
-    /// Segments that failed checksum verification at a cut. They are passed through unmerged
-    /// (the receiver drops them), so this is not a drop; the merge engine also counts here the
-    /// rare merged packet whose headers it could not rewrite for lack of a buffer.
+    /// TCP segments whose checksum did not verify (the NIC's verdict, or software). They are
+    /// passed through unmerged, for the receiver to drop, so this is not a drop.
     pub bad_checksum: u64,
+    /// IPv4 segments whose header checksum did not verify: passed through unmerged, likewise.
+    pub bad_ip_checksum: u64,
 }
 
 /// UDP caravans.
@@ -107,6 +149,14 @@ pub struct CaravanSummary {
     pub unpacked_vlan: u64,
     /// Inbound UDP passed unpacked: TTL or hop limit at most `[caravan] pass_ttl`.
     pub unpacked_low_ttl: u64,
+    /// Outbound UDP wearing the caravan mark without a caravan header: ordinary datagrams,
+    /// passed untouched (`docs/caravan.md`).
+    pub marked_plain: u64,
+    /// Outbound caravans of a version the gateway does not understand, passed untouched.
+    pub unknown_version: u64,
+    /// Inbound datagrams that nothing joined before their caravan would have left: sent inside
+    /// as they came, since a caravan of one only adds 16 bytes (`docs/caravan.md`).
+    pub unwrapped_single: u64,
 }
 
 /// Outbound TCP packets split to the path MTU in software (one packet in, `segments` out; a
@@ -140,6 +190,12 @@ pub struct MssSummary {
     pub without_mss: u64,
     /// Connections the table could not take (left untranslated).
     pub table_full: u64,
+    /// Half-open connections held now (a SYN seen, the handshake not completed).
+    pub half_open: u64,
+    /// Half-open connections evicted to make room for newer ones (a SYN flood shows here).
+    pub half_open_evicted: u64,
+    /// Connections learned from their data, their handshake unseen (after a restart).
+    pub learned: u64,
 }
 
 /// One worker's counters (and, summed, the gateway's).
@@ -167,8 +223,12 @@ pub struct Report {
     pub connections: u64,
     /// F-PMTUD.
     pub pmtud: crate::pmtud::PmtudSummary,
+    /// Path MTUs F-PMTUD discovered (the most recent, per worker).
+    pub pmtud_paths: Vec<crate::pmtud::DiscoveredPath>,
     /// Router behaviour: ICMP errors, fragments, path MTUs learned.
     pub router: crate::icmp::RouterSummary,
+    /// Inbound packets above the internal MTU.
+    pub inbound_oversize: InboundOversize,
 }
 
 impl Report {
@@ -182,6 +242,7 @@ impl Report {
         self.merge.cuts += o.merge.cuts;
         self.merge.held_items += o.merge.held_items;
         self.merge.bad_checksum += o.merge.bad_checksum;
+        self.merge.bad_ip_checksum += o.merge.bad_ip_checksum;
         match (&mut self.delay_ns, &o.delay_ns) {
             (Some(a), Some(b)) => {
                 let _ = a.add(b);
@@ -196,6 +257,9 @@ impl Report {
         self.caravan.unpacked_family += o.caravan.unpacked_family;
         self.caravan.unpacked_vlan += o.caravan.unpacked_vlan;
         self.caravan.unpacked_low_ttl += o.caravan.unpacked_low_ttl;
+        self.caravan.marked_plain += o.caravan.marked_plain;
+        self.caravan.unknown_version += o.caravan.unknown_version;
+        self.caravan.unwrapped_single += o.caravan.unwrapped_single;
         self.mss.handshakes += o.mss.handshakes;
         self.mss.rewritten += o.mss.rewritten;
         self.mss.without_mss += o.mss.without_mss;
@@ -204,6 +268,9 @@ impl Report {
         self.split.segments += o.split.segments;
         self.gateway_frames.sent += o.gateway_frames.sent;
         self.gateway_frames.received += o.gateway_frames.received;
+        self.mss.half_open += o.mss.half_open;
+        self.mss.half_open_evicted += o.mss.half_open_evicted;
+        self.mss.learned += o.mss.learned;
         self.drops.add(&o.drops);
         self.connections += o.connections;
         let (a, b) = (&mut self.pmtud, &o.pmtud);
@@ -213,7 +280,10 @@ impl Report {
         a.fallbacks += b.fallbacks;
         a.cached += b.cached;
         a.answered += b.answered;
+        a.fragments_in += b.fragments_in;
+        self.pmtud_paths.extend_from_slice(&o.pmtud_paths);
         self.router.add(&o.router);
+        self.inbound_oversize.add(&o.inbound_oversize);
         self.finish();
     }
 
@@ -250,11 +320,39 @@ impl Report {
             "gateway_frames": self.gateway_frames,
             "drops": self.drops,
             "connections": self.connections,
-            "pmtud": self.pmtud,
+            "pmtud": self.pmtud_json(),
             "router": self.router,
+            "inbound_oversize": self.inbound_oversize,
             "ports": ports,
             "leaked_mbufs": leaked_mbufs,
         })
+    }
+
+    /// `pmtud`'s JSON: the counters, and `paths`, the discovered path MTUs.
+    fn pmtud_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!(self.pmtud);
+        v["paths"] = serde_json::json!(self.pmtud_paths);
+        v
+    }
+
+    /// The `workers` array of `--stats-json`: each worker's own packet counts, in worker order,
+    /// so one can see that every worker carries traffic.
+    pub fn workers_json(workers: &[Report]) -> serde_json::Value {
+        workers
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                serde_json::json!({
+                    "worker": i,
+                    "packets_in": r.inbound.packets_in + r.outbound.packets_in,
+                    "packets_out": r.inbound.packets_out + r.outbound.packets_out,
+                    "inbound": r.inbound,
+                    "outbound": r.outbound,
+                    "connections": r.connections,
+                    "pmtud": r.pmtud,
+                })
+            })
+            .collect()
     }
 
     /// The one-line summary of the change from `prev` over `dt` seconds; `ports` and
@@ -411,6 +509,7 @@ fn drops_line(d: &Drops) -> String {
         ("split_failed", d.split_failed),
         ("caravan_malformed", d.caravan_malformed),
         ("pool_exhausted", d.pool_exhausted),
+        ("oversize_inbound", d.oversize_inbound),
     ] {
         if v > 0 {
             parts.push(format!("{name}={v}"));

@@ -106,26 +106,31 @@ fn low_ttl_datagrams_pass_unpacked_after_what_their_flow_holds() {
         let mut px = pipeline("");
         let frames = [
             udp(at(64), b"a"),
+            udp(at(64), b"a2"),
             udp(at(9), b"b"),
+            udp(at(9), b"b2"),
             // At the bound: a traceroute probe that may expire inside.
             udp(at(8), b"probe"),
             udp(at(1), b"probe1"),
             udp(at(64), b"c"),
+            udp(at(64), b"c2"),
         ];
         let out = inbound(&mut px, &frames);
         // a and b (another TTL: another caravan) are held; b's caravan leaves before the probes,
-        // which pass as they came; c travels alone.
+        // which pass as they came; c travels in a third.
         assert_eq!(out.len(), 5, "v6 {v6}: {out:?}");
         assert!(is_caravan(&out[0]) && is_caravan(&out[1]), "v6 {v6}");
-        assert_eq!(out[2], frames[2], "v6 {v6}: the probe passes byte for byte");
-        assert_eq!(out[3], frames[3], "v6 {v6}: the probe passes byte for byte");
+        assert_eq!(out[2], frames[4], "v6 {v6}: the probe passes byte for byte");
+        assert_eq!(out[3], frames[5], "v6 {v6}: the probe passes byte for byte");
         assert!(is_caravan(&out[4]), "v6 {v6}");
         let c = px.report().caravan;
-        assert_eq!((c.datagrams_packed, c.unpacked_low_ttl), (3, 2), "v6 {v6}");
+        assert_eq!((c.datagrams_packed, c.unpacked_low_ttl), (6, 2), "v6 {v6}");
     }
     // A bound of 0 packs everything.
     let mut px = pipeline("[caravan]\npass_ttl = 0\n");
-    let out = inbound(&mut px, &[udp(Framing { ttl: 1, ..V4 }, b"x")]);
+    let low = Framing { ttl: 1, ..V4 };
+    let out = inbound(&mut px, &[udp(low, b"x"), udp(low, b"y")]);
+    assert_eq!(out.len(), 1);
     assert!(is_caravan(&out[0]));
 }
 
@@ -133,19 +138,19 @@ fn low_ttl_datagrams_pass_unpacked_after_what_their_flow_holds() {
 fn only_configured_families_are_packed() {
     let mut px = pipeline("[caravan]\nfamilies = [\"ipv4\"]\n");
     let v6 = Framing { v6: true, ..V4 };
-    let frames = [udp(v6, b"six"), udp(V4, b"four")];
+    let frames = [udp(v6, b"six"), udp(V4, b"four"), udp(V4, b"4")];
     let out = inbound(&mut px, &frames);
     assert_eq!(out.len(), 2);
     assert_eq!(out[0], frames[0], "IPv6 passes untouched");
     assert!(is_caravan(&out[1]), "IPv4 is packed");
     let c = px.report().caravan;
-    assert_eq!((c.datagrams_packed, c.unpacked_family), (1, 1));
+    assert_eq!((c.datagrams_packed, c.unpacked_family), (2, 1));
 
     // The default packs both.
     let mut px = pipeline("");
-    assert!(inbound(&mut px, &[udp(v6, b"six")])
-        .iter()
-        .all(|f| is_caravan(f)));
+    let out = inbound(&mut px, &[udp(v6, b"six"), udp(v6, b"6")]);
+    assert_eq!(out.len(), 1);
+    assert!(is_caravan(&out[0]));
 }
 
 #[test]
@@ -163,17 +168,22 @@ fn one_8021q_tag_is_packed_two_tags_are_not() {
         tags: &[0x88a8],
         ..V4
     };
-    let frames = [udp(one, b"one"), udp(two, b"two"), udp(s_tag, b"s")];
+    let frames = [
+        udp(one, b"one"),
+        udp(one, b"1"),
+        udp(two, b"two"),
+        udp(s_tag, b"s"),
+    ];
     let out = inbound(&mut px, &frames);
     // One flow: the double-tagged datagram lets the held caravan go first.
     assert_eq!(out.len(), 3, "{out:?}");
-    assert_eq!(out[1], frames[1], "double-tagged passes untouched");
-    assert_eq!(out[2], frames[2], "802.1ad-tagged passes untouched");
+    assert_eq!(out[1], frames[2], "double-tagged passes untouched");
+    assert_eq!(out[2], frames[3], "802.1ad-tagged passes untouched");
     let caravan = &out[0];
     assert!(is_caravan(caravan), "single 802.1Q tag: packed");
     assert_eq!(caravan[12..14], [0x81, 0x00], "the caravan keeps the tag");
     let c = px.report().caravan;
-    assert_eq!((c.datagrams_packed, c.unpacked_vlan), (1, 2));
+    assert_eq!((c.datagrams_packed, c.unpacked_vlan), (2, 2));
 }
 
 #[test]

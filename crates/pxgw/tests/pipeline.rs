@@ -160,12 +160,16 @@ fn merging_needs_a_seen_handshake() {
     px.end_of_burst(1, &mut out);
     assert_eq!(ip_lens(&out), vec![1500; 6]);
     out.clear();
-    // After the handshake: merged.
+    // After the handshake: merged. The SYN from outside, the inside host's SYN-ACK (ISN 0), and
+    // data from outside acknowledging it (ack 1) complete it.
     px.inbound(
         pool.packet(&tcp(true, 999, true, Some(1460), &[])),
         2,
         &mut out,
     );
+    let mut to_ext = Vec::new();
+    px.outbound(pool.packet(&syn_ack(0, 1000)), 2, &mut to_ext);
+    assert_eq!(to_ext.len(), 1);
     for i in 0..6 {
         px.inbound(data(i), 2, &mut out);
     }
@@ -175,6 +179,27 @@ fn merging_needs_a_seen_handshake() {
         vec![48, 52 + 6 * 1448],
         "SYN, then one merged packet"
     );
+}
+
+/// The inside host's SYN-ACK with sequence number `seq`, acknowledging `ack`.
+fn syn_ack(seq: u32, ack: u32) -> Vec<u8> {
+    let mut h = Ipv4Header::new(0, 64, IpNumber::TCP, INSIDE, OUTSIDE).unwrap();
+    h.dont_fragment = true;
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])
+        .ip(IpHeaders::Ipv4(h, Default::default()))
+        .tcp(50000, 443, seq, 65000)
+        .syn()
+        .ack(ack)
+        .options(&[
+            TcpOptionElement::MaximumSegmentSize(8960),
+            TcpOptionElement::Noop,
+            TcpOptionElement::Noop,
+        ])
+        .unwrap()
+        .write(&mut v, &[])
+        .unwrap();
+    v
 }
 
 fn udp(dport: u16, dscp: u8, payload: &[u8]) -> Vec<u8> {
@@ -214,7 +239,9 @@ fn udp_becomes_caravans_inbound_and_datagrams_outbound() {
     px.poll(10 + 50_000, &mut to_int);
     assert_eq!(to_int.len(), 2, "the caravan leaves after its timeout");
     let caravan = to_int.pop().unwrap();
-    assert_eq!(caravan.to_vec()[15] >> 2, 7);
+    let caravan_bytes = caravan.to_vec();
+    assert_eq!(caravan_bytes[15] >> 2, 7);
+    assert_eq!(&caravan_bytes[42..46], b"PXCV", "the caravan header");
     assert_eq!(px.report().caravan.datagrams_packed, 5);
     // Back outside: unpacked into the five datagrams, byte for byte past the IP header.
     let mut to_ext = Vec::new();
@@ -225,9 +252,10 @@ fn udp_becomes_caravans_inbound_and_datagrams_outbound() {
         assert_eq!(v.len(), 14 + 28 + n);
         assert!(v[42..].iter().all(|&b| b == i as u8));
     }
-    // A malformed caravan and an oversized plain datagram are dropped and counted.
-    let mut bad = udp(7000, 7, &[0u8; 40]);
-    bad[42 + 4..42 + 6].copy_from_slice(&3u16.to_be_bytes());
+    // A malformed caravan (its first inner length below 8) and an oversized plain datagram are
+    // dropped and counted.
+    let mut bad = caravan_bytes.clone();
+    bad[50 + 4..50 + 6].copy_from_slice(&3u16.to_be_bytes());
     px.outbound(pool.packet(&bad), 30, &mut to_ext);
     let mut big = udp(7000, 0, &[0u8; 3000]);
     big[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);

@@ -109,6 +109,13 @@ fn a_new_destination_is_probed_and_the_report_caps_the_split_size() {
     );
     let s = px.report().pmtud;
     assert_eq!((s.probed, s.discovered, s.cached), (1, 1, 1));
+    // The statistics name the destination and its path MTU (`pmtud.paths` in --stats-json).
+    let paths = px.report().pmtud_paths;
+    assert_eq!(paths.len(), 1);
+    assert_eq!(
+        (paths[0].destination, paths[0].pmtu),
+        (std::net::IpAddr::from(OUTSIDE), 1400)
+    );
 
     // Data toward that destination is now cut to 1400 B.
     px.outbound(
@@ -176,4 +183,87 @@ fn a_probe_from_outside_is_answered_and_still_forwarded() {
     let report = fpmtud::wire::Report::parse(&payload).unwrap();
     assert_eq!((report.nonce, report.sizes.clone()), (0xfeed, vec![1500]));
     assert_eq!(px.report().pmtud.answered, 1);
+}
+
+/// The fragments of an IPv4/UDP datagram from outside to the responder, as a router with a
+/// 1400 B link cuts them: 1396 B, then the rest (offsets on the 8-byte grid).
+fn fragmented_probe_from_outside(probe: &fpmtud::wire::Probe) -> Vec<Vec<u8>> {
+    let mut payload = vec![0u8; usize::from(probe.size) - 28];
+    probe.emit(&mut payload).unwrap();
+    let mut datagram = Vec::new();
+    etherparse::UdpHeader::with_ipv4_checksum(
+        40000,
+        fpmtud::DEFAULT_PORT,
+        &ip(0, 0, false, 0),
+        &payload,
+    )
+    .unwrap()
+    .write(&mut datagram)
+    .unwrap();
+    datagram.extend_from_slice(&payload);
+    datagram
+        .chunks(1376)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let more = (i + 1) * 1376 < datagram.len();
+            let mut v = Vec::new();
+            etherparse::Ethernet2Header {
+                source: [2, 0, 0, 0, 0, 1],
+                destination: [2, 0, 0, 0, 0, 2],
+                ether_type: etherparse::EtherType::IPV4,
+            }
+            .write(&mut v)
+            .unwrap();
+            ip(chunk.len() as u16, (i * 1376 / 8) as u16, more, 77)
+                .write(&mut v)
+                .unwrap();
+            v.extend_from_slice(chunk);
+            v
+        })
+        .collect()
+}
+
+/// An IPv4 header from outside to inside, UDP, DF clear.
+fn ip(payload_len: u16, offset_units: u16, more: bool, id: u16) -> etherparse::Ipv4Header {
+    let mut h =
+        etherparse::Ipv4Header::new(payload_len, 60, etherparse::IpNumber::UDP, OUTSIDE, INSIDE)
+            .unwrap();
+    h.dont_fragment = false;
+    h.more_fragments = more;
+    h.fragment_offset = etherparse::IpFragOffset::try_new(offset_units).unwrap();
+    h.identification = id;
+    h
+}
+
+#[test]
+fn a_probe_fragmented_on_the_way_is_answered_with_its_fragment_sizes() {
+    let pool = HeapPool::new(4096);
+    let mut px = pipeline();
+    let probe = fpmtud::wire::Probe {
+        probe_id: 3,
+        nonce: 0xbeef,
+        size: 1500,
+    };
+    let frames = fragmented_probe_from_outside(&probe);
+    let ip_sizes: Vec<usize> = frames.iter().map(|f| f.len() - 14).collect();
+    assert_eq!(ip_sizes, vec![1396, 124], "the router's cut");
+    let mut to_int = Vec::new();
+    for f in &frames {
+        px.inbound(pool.packet(f), 1, &mut to_int);
+    }
+    px.end_of_burst(1, &mut to_int);
+    let forwarded: Vec<Vec<u8>> = to_int.iter().map(|p| p.to_vec()).collect();
+    assert_eq!(
+        forwarded, frames,
+        "both fragments forwarded inside, untouched"
+    );
+    let mut replies = Vec::new();
+    px.take_replies(&mut replies);
+    assert_eq!(replies.len(), 1, "one report");
+    let (sport, dport, payload, _, df) = udp_of(&replies[0].to_vec());
+    assert_eq!((sport, dport, df), (fpmtud::DEFAULT_PORT, 40000, true));
+    let report = fpmtud::wire::Report::parse(&payload).unwrap();
+    assert_eq!((report.nonce, report.sizes), (0xbeef, vec![1396, 124]));
+    let s = px.report().pmtud;
+    assert_eq!((s.answered, s.fragments_in), (1, 2));
 }

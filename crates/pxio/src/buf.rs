@@ -54,8 +54,9 @@ pub trait PacketBuf: Sized {
     fn alloc_with(pool: &Self::Pool, bytes: &[u8]) -> Option<Self>;
     /// The NIC's RSS hash, when it computed one.
     fn rss_hash(&self) -> Option<u32>;
-    /// Whether the NIC already verified the L4 checksum.
-    fn l4_checksum_verified(&self) -> bool;
+    /// The NIC's verdict on the L4 (TCP/UDP) checksum on receive: `Some(true)` good,
+    /// `Some(false)` bad, `None` when the buffer carries none (then only the bytes can tell).
+    fn l4_csum_verdict(&self) -> Option<bool>;
     /// Asks the NIC to finish this packet on transmit: TSO to `tso_segsz` (0: none), and the IP
     /// and L4 checksums. Only called when the port granted those offloads.
     fn request_tx_offload(&mut self, offload: TxOffload);
@@ -150,8 +151,8 @@ impl PacketBuf for dpdk::Mbuf {
     fn rss_hash(&self) -> Option<u32> {
         dpdk::Mbuf::rss_hash(self)
     }
-    fn l4_checksum_verified(&self) -> bool {
-        self.rx_l4_checksum_good()
+    fn l4_csum_verdict(&self) -> Option<bool> {
+        self.rx_l4_checksum_verdict()
     }
     fn request_tx_offload(&mut self, o: TxOffload) {
         use dpdk::tx_flags as f;
@@ -229,6 +230,7 @@ impl HeapPool {
     pub fn packet(&self, bytes: &[u8]) -> HeapBuf {
         HeapBuf {
             segs: vec![Seg::new(Arc::new(SegData::new(bytes.to_vec(), &self.live)))],
+            l4_verdict: None,
         }
     }
 }
@@ -286,6 +288,8 @@ impl Seg {
 #[derive(Debug)]
 pub struct HeapBuf {
     segs: Vec<Seg>,
+    /// What a NIC would have said of the L4 checksum on receive (tests; `None` by default).
+    l4_verdict: Option<bool>,
 }
 
 impl HeapBuf {
@@ -296,7 +300,14 @@ impl HeapBuf {
                 .iter()
                 .map(|p| Seg::new(Arc::new(SegData::new(p.to_vec(), &pool.live))))
                 .collect(),
+            l4_verdict: None,
         }
+    }
+
+    /// Attaches a NIC's verdict on the L4 checksum, as a receiving port would
+    /// ([`PacketBuf::l4_csum_verdict`]): for tests of the paths that trust it.
+    pub fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
+        self.l4_verdict = verdict;
     }
 }
 
@@ -382,7 +393,10 @@ impl PacketBuf for HeapBuf {
             skip = 0;
             left -= take;
         }
-        Some(HeapBuf { segs })
+        Some(HeapBuf {
+            segs,
+            l4_verdict: None,
+        })
     }
     fn alloc_with(pool: &HeapPool, bytes: &[u8]) -> Option<Self> {
         (bytes.len() <= pool.seg_capacity).then(|| pool.packet(bytes))
@@ -390,8 +404,8 @@ impl PacketBuf for HeapBuf {
     fn rss_hash(&self) -> Option<u32> {
         None
     }
-    fn l4_checksum_verified(&self) -> bool {
-        false
+    fn l4_csum_verdict(&self) -> Option<bool> {
+        self.l4_verdict
     }
     fn request_tx_offload(&mut self, _offload: TxOffload) {}
 }

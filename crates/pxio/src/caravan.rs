@@ -4,8 +4,11 @@
 //! The wire format is specified in `docs/caravan.md`. In short:
 //!
 //! ```text
-//! | Ethernet | IPv4/IPv6 (DSCP = mark) | UDP (flow ports, total length) | UDP hdr | payload | UDP hdr | payload | ...
+//! | Ethernet | IPv4/IPv6 (DSCP = mark) | UDP (flow ports, total length) | caravan header | UDP hdr | payload | UDP hdr | payload | ...
 //! ```
+//!
+//! The 8-byte caravan header (magic `PXCV`, version, datagram count, header check) is what
+//! tells a caravan from an ordinary datagram that wears the mark.
 //!
 //! Packing is zero-copy: the caravan is a fresh outer header chained to the original datagrams'
 //! UDP parts. Unpacking is zero-copy too: each datagram becomes a fresh L2/L3 header chained to
@@ -14,11 +17,17 @@
 use crate::buf::PacketBuf;
 use crate::checksum::{self, Sum};
 use crate::wire::{self, Class, Headers};
-use caravan_common::format::{self, Walk};
+use caravan_common::format::{Refused, Walk};
+
+/// The wire format's constants and rules, in their one copy (`caravan_common::format`).
+pub use caravan_common::format;
 
 /// The DSCP codepoint that marks a caravan by default: 7 (`000111`), from the pool RFC 2474 §6
 /// reserves for experimental or local use (codepoints `xxxx11`).
 pub use caravan_common::format::DEFAULT_DSCP;
+
+/// The caravan header's magic (`PXCV`) and the format version pxio writes and reads.
+pub use caravan_common::format::{MAGIC, VERSION};
 
 /// Most datagrams one caravan may carry, by default (receivers reject more).
 // caravan_common's bound is 64: the cast is lossless.
@@ -26,6 +35,17 @@ pub const DEFAULT_MAX_DATAGRAMS: u16 = format::MAX_DATAGRAMS as u16;
 
 /// UDP header bytes.
 const UDP_HDR: usize = format::UDP_HEADER_LEN;
+
+/// Caravan header bytes, behind the outer UDP header.
+const CARAVAN_HDR: usize = format::HEADER_LEN;
+
+/// What a caravan adds to its datagrams' UDP bytes: the outer UDP header and the caravan header
+/// (the outer IP header replaces the datagrams' own).
+pub const OVERHEAD: usize = UDP_HDR + CARAVAN_HDR;
+
+/// Room for a caravan's outer headers (Ethernet with tags, IP, UDP, caravan header), copied on
+/// the stack before the header buffer is allocated.
+const MAX_OUTER: usize = 128;
 
 /// Caravan settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +90,13 @@ pub enum CaravanError {
     /// No buffer for a header.
     #[error("buffer pool exhausted")]
     PoolExhausted,
-    /// Not marked as a caravan.
-    #[error("not a caravan (DSCP mark absent)")]
+    /// Not a caravan: no DSCP mark, or no caravan header behind the UDP header (an ordinary
+    /// datagram, which a receiver passes on untouched).
+    #[error("not a caravan (no DSCP mark or no caravan header)")]
     NotCaravan,
+    /// A caravan header of a version this code does not understand (passed on untouched).
+    #[error("caravan version {0} is not understood")]
+    UnknownVersion(u8),
     /// Marked as a caravan but malformed.
     #[error("malformed caravan: {0}")]
     Malformed(Malformed),
@@ -150,25 +174,96 @@ fn read_sum<B: PacketBuf>(pkt: &B, offset: usize, len: usize) -> Sum {
     sum
 }
 
+/// What [`CaravanBuilder::start`] checks of a caravan's first datagram: unfragmented UDP, DSCP 0
+/// or the mark, no IPv4 options, room in the iMTU; returns its headers.
+fn opening(frame: &[u8], frame_len: usize, cfg: &CaravanConfig) -> Result<Headers, CaravanError> {
+    let hdr = match wire::classify(frame, frame_len) {
+        Class::Udp(h) => h,
+        _ => return Err(CaravanError::NotUdp),
+    };
+    let dscp = dscp_of(frame, &hdr);
+    if dscp != 0 && dscp != cfg.dscp {
+        return Err(CaravanError::Dscp(dscp));
+    }
+    if ip_signature(frame, &hdr).is_none() || hdr.hdr_len() + CARAVAN_HDR > MAX_OUTER {
+        return Err(CaravanError::Mismatch);
+    }
+    if usize::from(hdr.ip_len) + OVERHEAD > usize::from(cfg.imtu) {
+        return Err(CaravanError::Full);
+    }
+    Ok(hdr)
+}
+
+/// What [`CaravanBuilder::push`] checks of a datagram against the caravan's first (`first`,
+/// classified as `first_hdr`): the same flow, L2 header and IP signature (ECN, TTL, DF), and
+/// DSCP 0 or the mark; returns its headers.
+fn joining(
+    first: &[u8],
+    first_hdr: &Headers,
+    frame: &[u8],
+    frame_len: usize,
+    cfg: &CaravanConfig,
+) -> Result<Headers, CaravanError> {
+    let hdr = match wire::classify(frame, frame_len) {
+        Class::Udp(h) => h,
+        _ => return Err(CaravanError::NotUdp),
+    };
+    if hdr.key != first_hdr.key
+        || hdr.l2_len != first_hdr.l2_len
+        || hdr.l3_len != first_hdr.l3_len
+        || frame[..usize::from(hdr.l2_len)] != first[..usize::from(hdr.l2_len)]
+        || ip_signature(frame, &hdr) != ip_signature(first, first_hdr)
+    {
+        return Err(CaravanError::Mismatch);
+    }
+    let dscp = dscp_of(frame, &hdr);
+    if dscp != 0 && dscp != cfg.dscp {
+        return Err(CaravanError::Dscp(dscp));
+    }
+    Ok(hdr)
+}
+
+/// Whether `first` could open a caravan ([`CaravanBuilder::start`] would take it, pool
+/// permitting), without taking it: a packer may hold it until a second datagram comes.
+pub fn packable<B: PacketBuf>(first: &B, cfg: &CaravanConfig) -> Result<(), CaravanError> {
+    opening(first.head(), first.len(), cfg).map(|_| ())
+}
+
+/// Whether `first` and `second` could travel in one caravan: [`CaravanBuilder::start`] with
+/// `first`, then [`CaravanBuilder::push`] of `second`, would both succeed (pool permitting).
+/// A packer that holds a lone datagram asks this before it builds anything, so that a datagram
+/// nothing joins can still leave as it came (`docs/caravan.md`, "Single datagrams").
+pub fn can_pair<B: PacketBuf>(
+    first: &B,
+    second: &B,
+    cfg: &CaravanConfig,
+) -> Result<(), CaravanError> {
+    let a = opening(first.head(), first.len(), cfg)?;
+    let b = joining(first.head(), &a, second.head(), second.len(), cfg)?;
+    // One outer IP header, the caravan's headers, and both datagrams' UDP bytes.
+    let ip_len = usize::from(a.ip_len) + OVERHEAD + usize::from(b.ip_len) - usize::from(a.l3_len);
+    if cfg.max_datagrams < 2
+        || ip_len > usize::from(cfg.imtu)
+        || 1 + first.num_segs() + second.num_segs() > B::MAX_SEGS
+    {
+        return Err(CaravanError::Full);
+    }
+    Ok(())
+}
+
 impl<B: PacketBuf> CaravanBuilder<B> {
     /// Opens a caravan with its first datagram.
     pub fn start(first: B, cfg: CaravanConfig, pool: &B::Pool) -> Result<Self, (CaravanError, B)> {
-        let hdr = match wire::classify(first.head(), first.len()) {
-            Class::Udp(h) => h,
-            _ => return Err((CaravanError::NotUdp, first)),
+        let hdr = match opening(first.head(), first.len(), &cfg) {
+            Ok(h) => h,
+            Err(e) => return Err((e, first)),
         };
-        let dscp = dscp_of(first.head(), &hdr);
-        if dscp != 0 && dscp != cfg.dscp {
-            return Err((CaravanError::Dscp(dscp), first));
-        }
-        if ip_signature(first.head(), &hdr).is_none() {
-            return Err((CaravanError::Mismatch, first));
-        }
-        if usize::from(hdr.ip_len) + UDP_HDR > usize::from(cfg.imtu) {
-            return Err((CaravanError::Full, first));
-        }
-        // The outer header: the first datagram's L2/L3/UDP headers, rewritten in finish().
-        let Some(outer) = B::alloc_with(pool, &first.head()[..hdr.hdr_len()]) else {
+        // The outer header: the first datagram's L2/L3/UDP headers and room for the caravan
+        // header, rewritten in finish().
+        let outer_len = hdr.hdr_len() + CARAVAN_HDR;
+        let mut outer = [0u8; MAX_OUTER];
+        outer[..hdr.hdr_len()].copy_from_slice(&first.head()[..hdr.hdr_len()]);
+        let Some(outer) = B::alloc_with(pool, &outer[..outer_len]) else {
             return Err((CaravanError::PoolExhausted, first));
         };
         let mut builder = Self {
@@ -192,7 +287,7 @@ impl<B: PacketBuf> CaravanBuilder<B> {
 
     /// IP bytes the caravan would have now.
     pub fn ip_len(&self) -> usize {
-        usize::from(self.hdr.l3_len) + UDP_HDR + self.inner_len
+        usize::from(self.hdr.l3_len) + OVERHEAD + self.inner_len
     }
 
     /// Whether `next` (a datagram of `len` IP bytes) would fit.
@@ -203,22 +298,17 @@ impl<B: PacketBuf> CaravanBuilder<B> {
 
     /// Appends a datagram of the same flow; gives it back when it does not belong or fit.
     pub fn push(&mut self, mut dgram: B) -> Result<(), (CaravanError, B)> {
-        let hdr = match wire::classify(dgram.head(), dgram.len()) {
-            Class::Udp(h) => h,
-            _ => return Err((CaravanError::NotUdp, dgram)),
+        let joined = joining(
+            self.pkt.head(),
+            &self.hdr,
+            dgram.head(),
+            dgram.len(),
+            &self.cfg,
+        );
+        let hdr = match joined {
+            Ok(h) => h,
+            Err(e) => return Err((e, dgram)),
         };
-        if hdr.key != self.hdr.key
-            || hdr.l2_len != self.hdr.l2_len
-            || hdr.l3_len != self.hdr.l3_len
-            || dgram.head()[..usize::from(hdr.l2_len)] != self.pkt.head()[..usize::from(hdr.l2_len)]
-            || ip_signature(dgram.head(), &hdr) != ip_signature(self.pkt.head(), &self.hdr)
-        {
-            return Err((CaravanError::Mismatch, dgram));
-        }
-        let dscp = dscp_of(dgram.head(), &hdr);
-        if dscp != 0 && dscp != self.cfg.dscp {
-            return Err((CaravanError::Dscp(dscp), dgram));
-        }
         if !self.fits(usize::from(hdr.ip_len))
             || self.pkt.num_segs() + dgram.num_segs() > B::MAX_SEGS
         {
@@ -244,12 +334,15 @@ impl<B: PacketBuf> CaravanBuilder<B> {
         Ok(())
     }
 
-    /// Closes the caravan: outer lengths, the DSCP mark, the IPv4 header checksum and the outer
-    /// UDP checksum (derived from the inner checksums, without reading payload).
+    /// Closes the caravan: outer lengths, the DSCP mark, the IPv4 header checksum, the caravan
+    /// header and the outer UDP checksum (derived from the inner checksums, without reading
+    /// payload).
     pub fn finish(mut self) -> B {
         let hdr = self.hdr;
         let (l2, l3) = (usize::from(hdr.l2_len), usize::from(hdr.l3_len));
-        let udp_len = (UDP_HDR + self.inner_len) as u16;
+        let udp_len = (OVERHEAD + self.inner_len) as u16;
+        // At most `max_datagrams` (a u16 the configuration bounds to 64): lossless.
+        let caravan_hdr = format::encode_header(self.count as u8);
         let ip_len = hdr.l3_len + udp_len;
         let dscp = self.cfg.dscp;
         let bytes = self
@@ -266,30 +359,59 @@ impl<B: PacketBuf> CaravanBuilder<B> {
             ip.set_dscp(dscp);
             ip.fill_checksum();
         }
+        let l4 = l2 + l3;
+        bytes[l4 + UDP_HDR..l4 + OVERHEAD].copy_from_slice(&caravan_hdr);
         let pseudo = crate::split::pseudo_header(bytes, &hdr, u32::from(udp_len));
-        let mut udp = wire::UdpPacket::new_unchecked(&mut bytes[l2 + l3..l2 + l3 + UDP_HDR]);
+        let mut udp = wire::UdpPacket::new_unchecked(&mut bytes[l4..l4 + UDP_HDR]);
         udp.set_len(udp_len);
         udp.set_checksum(0);
         let sum = pseudo
-            .add(Sum::of(&bytes[l2 + l3..l2 + l3 + UDP_HDR]))
+            .add(Sum::of(&bytes[l4..l4 + OVERHEAD]))
             .add(self.inner_sum);
         let mut value = sum.checksum();
         if value == 0 {
             value = 0xffff; // 0 means "no checksum" in UDP
         }
-        wire::UdpPacket::new_unchecked(&mut bytes[l2 + l3..l2 + l3 + UDP_HDR]).set_checksum(value);
+        wire::UdpPacket::new_unchecked(&mut bytes[l4..l4 + UDP_HDR]).set_checksum(value);
         self.pkt
     }
 }
 
-/// Whether `frame` carries the caravan mark (a UDP packet with DSCP `dscp`).
+/// Whether `frame` looks like a caravan from the outside: a UDP packet with DSCP `dscp` whose
+/// payload starts with a caravan header of this version (its datagrams are not checked).
 pub fn is_caravan(head: &[u8], frame_len: usize, dscp: u8) -> bool {
-    matches!(wire::classify(head, frame_len), Class::Udp(h) if dscp_of(head, &h) == dscp)
+    let Class::Udp(h) = wire::classify(head, frame_len) else {
+        return false;
+    };
+    let ip_payload = usize::from(h.ip_len - h.l3_len);
+    dscp_of(head, &h) == dscp
+        && ip_payload >= OVERHEAD
+        && head
+            .get(h.hdr_len()..)
+            .is_some_and(|rest| format::recognise_payload(rest).is_ok())
 }
 
-/// Validates a caravan: the mark, then every inner header (length at least 8, the outer ports,
-/// inside the caravan), the lengths adding up to the outer payload exactly, and the datagram
-/// bound. Returns the outer headers and the datagram count.
+/// Reads the caravan header of the UDP packet `hdr` in `pkt`.
+fn caravan_header<B: PacketBuf>(
+    pkt: &B,
+    hdr: &Headers,
+) -> Result<format::CaravanHeader, CaravanError> {
+    let mut bytes = [0u8; CARAVAN_HDR];
+    if usize::from(hdr.ip_len - hdr.l3_len) < OVERHEAD || !read_into(pkt, hdr.hdr_len(), &mut bytes)
+    {
+        return Err(CaravanError::NotCaravan);
+    }
+    format::recognise(&bytes).map_err(|e| match e {
+        Refused::UnknownVersion(v) => CaravanError::UnknownVersion(v),
+        Refused::Malformed(m) => CaravanError::Malformed(m),
+        Refused::NotCaravan => CaravanError::NotCaravan,
+    })
+}
+
+/// Validates a caravan: the mark and the caravan header (magic, version, check), then every
+/// inner header (length at least 8, the outer ports, inside the caravan), the lengths adding up
+/// to the outer payload exactly, the datagram bound and the header's count. Returns the outer
+/// headers and the datagram count.
 pub fn parse<B: PacketBuf>(pkt: &B, cfg: &CaravanConfig) -> Result<(Headers, u16), CaravanError> {
     let hdr = match wire::classify(pkt.head(), pkt.len()) {
         Class::Udp(h) => h,
@@ -298,8 +420,10 @@ pub fn parse<B: PacketBuf>(pkt: &B, cfg: &CaravanConfig) -> Result<(Headers, u16
     if dscp_of(pkt.head(), &hdr) != cfg.dscp {
         return Err(CaravanError::NotCaravan);
     }
+    let header = caravan_header(pkt, &hdr)?;
     let payload_len = usize::from(hdr.ip_len - hdr.l3_len) - UDP_HDR;
     let mut walk = Walk::new(
+        &header,
         payload_len,
         hdr.key.sport,
         hdr.key.dport,
@@ -353,7 +477,7 @@ pub fn unpack<B: PacketBuf>(
     } else {
         wire::Ipv4Packet::new_unchecked(&pkt.head()[l2..]).ident()
     };
-    let mut offset = hdr.hdr_len();
+    let mut offset = hdr.hdr_len() + CARAVAN_HDR;
     for i in 0..count {
         let mut h = [0u8; UDP_HDR];
         let read = read_into(&pkt, offset, &mut h);

@@ -1,6 +1,30 @@
 //! Splitting outbound TCP packets to the path MTU (SIGCOMM'26 §3, §4.1): TSO when the port
 //! granted it, software GSO otherwise. The payload is never copied: each segment is a fresh
 //! header chained to a refcounted view of the original's bytes.
+//!
+//! # Flags and the urgent pointer
+//! Each piece carries what the sender's own TCP would have put in an MSS-sized segment of the
+//! same bytes (Linux `tcp_transmit_skb`, `tcp_gso_segment`):
+//! - PSH, FIN and RST on the last piece only; CWR on the first only.
+//! - **URG**: the urgent pointer marks one point of the sequence space (`seq + pointer`, the
+//!   byte after the urgent data, RFC 6093). The first piece keeps the original pointer; every
+//!   later piece that starts before that point carries URG and the pointer rebased to its own
+//!   sequence number (it may point past the piece's end: the urgent data is ahead); a piece
+//!   that starts at or after it carries neither URG nor a pointer.
+//! - **SYN** (a SYN carrying data, e.g. TCP Fast Open): only the first piece carries SYN; the
+//!   others are plain data segments that follow it in sequence space (the SYN itself takes one
+//!   sequence number before the data). A receiver still in
+//!   SYN-RECEIVED drops those without ACK (RFC 9293 §3.10.7.4) and the sender retransmits what
+//!   the SYN-ACK did not acknowledge (RFC 7413 §4.2.2), as for a SYN cut short by any router;
+//!   the SYN's options (MSS, window scale, SACK-permitted) on them are ignored, as RFC 9293
+//!   requires of options that belong in a SYN.
+//!
+//! # TSO
+//! A NIC segmenting with TSO copies the TCP flags it is not told about into every segment, and
+//! the urgent pointer unchanged (Intel's TSO flag masks, for instance, only clear FIN/PSH and
+//! CWR); Linux never hands such packets to TSO (`tcp_send_mss` turns large segments off for
+//! `MSG_OOB`, and SYNs are never GSO). So packets with URG or SYN are split in software even
+//! when the port granted TSO: both paths give the same pieces.
 
 use crate::buf::{PacketBuf, TxOffload};
 use crate::checksum::{self, Sum};
@@ -38,10 +62,11 @@ pub struct SplitOffloads {
 /// Splits `pkt` so that no IP packet exceeds `mtu`, pushing the result to `out`.
 ///
 /// Packets that already fit, and everything that is not TCP, go to `out` unchanged. With TSO the
-/// packet goes out whole with a TSO request; otherwise it is cut in software: sequence numbers
-/// advance, IPv4 IDs increase by one per segment, PSH/FIN/RST go on the last segment only, CWR on
-/// the first only, and every checksum is correct (or left to the NIC when checksum offload was
-/// granted). On error nothing was pushed and the packet is returned with the reason.
+/// packet goes out whole with a TSO request (unless it carries URG or SYN, see the module docs);
+/// otherwise it is cut in software: sequence numbers advance, IPv4 IDs increase by one per
+/// segment, flags and the urgent pointer are set per piece as the module docs say, and every
+/// checksum is correct (or left to the NIC when checksum offload was granted). On error nothing
+/// was pushed and the packet is returned with the reason.
 pub fn split_tcp<B: PacketBuf>(
     pkt: B,
     mtu: u16,
@@ -61,7 +86,7 @@ pub fn split_tcp<B: PacketBuf>(
         return Err((SplitError::MtuTooSmall { mtu, headers }, pkt));
     }
     let mss = mtu - headers;
-    if offloads.tso {
+    if offloads.tso && !needs_software(&pkt, &hdr) {
         let mut pkt = pkt;
         if prepare_for_nic(&mut pkt, &hdr, mss) {
             out.push(pkt);
@@ -71,6 +96,15 @@ pub fn split_tcp<B: PacketBuf>(
         return software(pkt, &hdr, mss, offloads.checksum, pool, out);
     }
     software(pkt, &hdr, mss, offloads.checksum, pool, out)
+}
+
+/// Whether the packet carries flags a NIC would copy into every segment (URG with its pointer,
+/// SYN): those are split in software, as Linux does (see the module docs).
+fn needs_software<B: PacketBuf>(pkt: &B, hdr: &Headers) -> bool {
+    let l4 = usize::from(hdr.l2_len) + usize::from(hdr.l3_len);
+    // `classify` validated the TCP header: the flags byte is there.
+    let flags = wire::TcpPacket::new_unchecked(&pkt.head()[l4..hdr.hdr_len()]).flags();
+    flags & (tcp_flags::URG | tcp_flags::SYN) != 0
 }
 
 /// Asks the NIC to segment: IPv4 checksum zeroed, TCP checksum seeded with the pseudo-header
@@ -131,6 +165,10 @@ fn software<B: PacketBuf>(
         return Ok(1);
     };
     let (seq, flags, orig_csum) = (tcp.seq_number(), tcp.flags(), tcp.checksum());
+    // The urgent point in sequence space (meaningful only with URG).
+    let urgent_at = seq.wrapping_add(u32::from(tcp.urgent_ptr()));
+    // A SYN takes one sequence number before the data (RFC 9293 §3.4).
+    let data_seq = seq.wrapping_add(u32::from(flags & tcp_flags::SYN != 0));
     let tcp_hdr_sum = Sum::of(&head[l2 + l3..hdr_len]).sub(Sum(u32::from(orig_csum)));
     let mut whole = Sum::default();
     let mut offset = 0usize;
@@ -165,14 +203,31 @@ fn software<B: PacketBuf>(
         if !last {
             seg_flags &= !(tcp_flags::PSH | tcp_flags::FIN | tcp_flags::RST);
         }
+        let seg_seq = if index == 0 {
+            seq
+        } else {
+            data_seq.wrapping_add(offset as u32)
+        };
+        let mut urgent_ptr = None;
         if index > 0 {
-            seg_flags &= !tcp_flags::CWR;
+            seg_flags &= !(tcp_flags::CWR | tcp_flags::SYN);
+            if flags & tcp_flags::URG != 0 {
+                // Offsets stay below 64 KiB, so a rebased pointer fits in 16 bits.
+                let ahead = urgent_at.wrapping_sub(seg_seq);
+                if (ahead as i32) > 0 {
+                    urgent_ptr = Some(ahead as u16);
+                } else {
+                    seg_flags &= !tcp_flags::URG;
+                    urgent_ptr = Some(0);
+                }
+            }
         }
         let fields = SegmentFields {
             ip_len,
             ip_id: ip_id.wrapping_add(index),
-            seq: seq.wrapping_add(offset as u32),
+            seq: seg_seq,
             flags: seg_flags,
+            urgent_ptr,
         };
         if !rewrite(&mut seg, hdr, fields, payload_sum, checksum_offload)
             || seg.chain(view).is_err()
@@ -206,6 +261,8 @@ struct SegmentFields {
     ip_id: u16,
     seq: u32,
     flags: u8,
+    /// A new urgent pointer (`None`: the header's stays).
+    urgent_ptr: Option<u16>,
 }
 
 /// Writes one segment's header fields and checksums (or NIC seeds).
@@ -247,6 +304,9 @@ fn rewrite<B: PacketBuf>(
     };
     tcp.set_seq_number(f.seq);
     tcp.set_flags(f.flags);
+    if let Some(ptr) = f.urgent_ptr {
+        tcp.set_urgent_ptr(ptr);
+    }
     tcp.set_checksum(0);
     let value = if checksum_offload {
         pseudo.fold()

@@ -105,7 +105,7 @@ proptest! {
             .iter()
             .enumerate()
             .map(|(i, &n)| {
-                let n = n.min(usize::from(imtu) - hdr - 8); // each datagram fits a caravan alone
+                let n = n.min(usize::from(imtu) - hdr - caravan::OVERHEAD); // each fits a caravan alone
                 let payload: Vec<u8> = (0..n).map(|k| seed.wrapping_add((k * 31 + i) as u8)).collect();
                 datagram(v6, &payload, i as u16)
             })
@@ -124,6 +124,9 @@ proptest! {
         }
         for c in &caravans {
             prop_assert!(c.len() - 14 <= usize::from(imtu), "caravan within the iMTU");
+            let l4 = if v6 { 14 + 40 } else { 14 + 20 };
+            prop_assert_eq!(&c[l4 + 8..l4 + 12], &caravan::MAGIC, "the caravan header's magic");
+            prop_assert_eq!(c[l4 + 12], caravan::VERSION, "its version");
             // Each caravan is a valid UDP packet: DSCP mark, outer checksum verifies.
             let p = SlicedPacket::from_ethernet(c).unwrap();
             let Some(TransportSlice::Udp(udp)) = &p.transport else { panic!("not UDP") };
@@ -169,7 +172,8 @@ fn malformed_caravans_are_refused_whole() {
         .collect();
     let (caravans, _) = round_trip(&frames, cfg, &pool);
     let good = caravans[0].clone();
-    let inner0 = 14 + 20 + 8; // first inner UDP header
+    let header = 14 + 20 + 8; // the caravan header
+    let inner0 = header + 8; // first inner UDP header
     let cases: Vec<(Vec<u8>, CaravanError)> = vec![
         // An inner length that overruns the caravan.
         (
@@ -202,8 +206,27 @@ fn malformed_caravans_are_refused_whole() {
             truncated(&good, 300 + 8 + 5),
             CaravanError::Malformed(Malformed::Truncated),
         ),
+        // The count the caravan header declares differs.
+        (
+            with(&good, |f| {
+                f[header..header + 8].copy_from_slice(&caravan::format::encode_header(2))
+            }),
+            CaravanError::Malformed(Malformed::CountMismatch),
+        ),
+        // The caravan header's check fails: no caravan header, an ordinary datagram.
+        (
+            with(&good, |f| f[header + 7] ^= 1),
+            CaravanError::NotCaravan,
+        ),
         // Not marked.
         (with(&good, |f| f[15] = 0), CaravanError::NotCaravan),
+        // Marked, but no caravan header (the magic is gone): an ordinary datagram.
+        (with(&good, |f| f[header] = b'Q'), CaravanError::NotCaravan),
+        // A caravan header of another version: not understood.
+        (
+            with(&good, |f| f[header + 4] = 2),
+            CaravanError::UnknownVersion(2),
+        ),
     ];
     for (frame, expected) in cases {
         let mut out = Vec::new();
@@ -275,4 +298,82 @@ fn truncated(frame: &[u8], n: usize) -> Vec<u8> {
     v[16..18].copy_from_slice(&ip_len.to_be_bytes());
     v[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
     v
+}
+
+/// A marked datagram whose payload is a chain of UDP headers with the flow's ports (what a
+/// caravan body looks like) without a caravan header: not a caravan, left alone.
+#[test]
+fn a_caravan_body_without_its_header_is_not_a_caravan() {
+    let pool = HeapPool::new(256);
+    let mut body = Vec::new();
+    for p in [&b"hello"[..], b"world"] {
+        body.extend_from_slice(&5000u16.to_be_bytes());
+        body.extend_from_slice(&6000u16.to_be_bytes());
+        body.extend_from_slice(&((p.len() + 8) as u16).to_be_bytes());
+        body.extend_from_slice(&[0, 0]);
+        body.extend_from_slice(p);
+    }
+    let mut frame = datagram(false, &body, 0);
+    frame[15] = caravan::DEFAULT_DSCP << 2;
+    assert!(!caravan::is_caravan(
+        &frame,
+        frame.len(),
+        caravan::DEFAULT_DSCP
+    ));
+    let mut out = Vec::new();
+    let got = caravan::unpack(
+        pool.packet(&frame),
+        &CaravanConfig::default(),
+        &pool,
+        &mut out,
+    )
+    .map_err(|(e, _)| e);
+    assert_eq!(got, Err(CaravanError::NotCaravan));
+    assert!(out.is_empty());
+}
+
+/// `can_pair` answers what `start` then `push` would do, without taking either datagram.
+#[test]
+fn can_pair_agrees_with_start_then_push() {
+    let pool = HeapPool::new(256);
+    let cfg = CaravanConfig {
+        imtu: 1500,
+        ..CaravanConfig::default()
+    };
+    let a = datagram(false, b"first", 1);
+    let other_flow = {
+        let mut f = datagram(false, b"b", 2);
+        f[36..38].copy_from_slice(&6001u16.to_be_bytes());
+        f
+    };
+    let other_ttl = {
+        let mut f = datagram(false, b"b", 2);
+        f[22] = 9;
+        f
+    };
+    let dscp46 = {
+        let mut f = datagram(false, b"b", 2);
+        f[15] = 46 << 2;
+        f
+    };
+    let cases = [
+        (datagram(false, b"second", 2), true),
+        (datagram(false, &[0; 1400], 2), true),
+        // 20 + (8 + 5) + 16 + (8 + 1444) = 1501: one byte over the iMTU.
+        (datagram(false, &[0; 1444], 2), false),
+        (other_flow, false),
+        (other_ttl, false),
+        (dscp46, false),
+    ];
+    for (second, fits) in cases {
+        let (first, second) = (pool.packet(&a), pool.packet(&second));
+        let verdict = caravan::can_pair(&first, &second, &cfg);
+        assert_eq!(verdict.is_ok(), fits, "{verdict:?}");
+        let built = CaravanBuilder::start(first, cfg, &pool)
+            .map_err(|(e, _)| e)
+            .and_then(|mut b| b.push(second).map_err(|(e, _)| e));
+        assert_eq!(built.is_ok(), fits, "{built:?}");
+        assert_eq!(verdict.err(), built.err());
+    }
+    assert_eq!(pool.in_use(), 0);
 }

@@ -27,14 +27,25 @@ proptest! {
     #[test]
     fn merging_never_corrupts_a_stream(
         case in case_strategy(Knobs::default()),
-        // Inputs are at most 1520 B (IPv6, 1448 B payload); the iMTU is at least that.
-        imtu in prop_oneof![Just(9000u16), 1520u16..=9000],
+        // Inputs are at most 1528 B (IPv6 with an 8 B extension header, 1448 B payload); the
+        // iMTU is at least that (the engine passes larger inputs through as they are: refusing
+        // them is the gateway's inbound iMTU check).
+        imtu in prop_oneof![Just(9000u16), 1528u16..=9000],
         delay in any::<bool>(),
+        // Whole frames carry a NIC's checksum verdict (then trusted), or none (then the engine
+        // verifies every segment itself).
+        nic_verdicts in any::<bool>(),
     ) {
         let pool = HeapPool::new(256);
         {
             let mut merger = Merger::<HeapBuf>::new(config(imtu, delay), HeapPool::new(256)).unwrap();
-            let frames = run(&case, &mut merger, |f| pool.packet(f));
+            let frames = run(&case, &mut merger, |f| {
+                let mut b = pool.packet(f);
+                if nic_verdicts {
+                    b.set_l4_csum_verdict(common::tcp_verdict(f).map(|v| v.2));
+                }
+                b
+            });
             check_outputs(&case, &frames, usize::from(imtu));
             let s = merger.stats();
             prop_assert_eq!(s.packets_in as usize, case.inputs.len());
@@ -165,7 +176,8 @@ proptest! {
 }
 
 /// One in-order flow of full segments whose 7th segment — the one cut at the first 9000 B
-/// boundary — is corrupted in flight: both halves must fail verification at the receiver.
+/// boundary — is corrupted in flight: no part of it may reach a packet that verifies (it is
+/// refused whole on arrival, never cut into halves).
 #[test]
 fn a_corrupt_segment_is_not_cut_into_valid_halves() {
     for corrupt_at in [0usize, 100, 259, 260, 1000, 1447] {
@@ -228,7 +240,7 @@ fn a_corrupt_segment_is_not_cut_into_valid_halves() {
         assert_eq!(
             merger.stats().bad_checksum,
             1,
-            "the corrupt segment was refused for cutting"
+            "the corrupt segment was refused (and so never cut into halves)"
         );
     }
 }
@@ -277,4 +289,149 @@ fn ipv6_extension_header_segments_keep_their_place() {
         [1, 3001],
         "the first three segments (held, merged) leave before the fourth"
     );
+}
+
+/// Held `a[0,1000)` and `c[2000,3000)`; then `X[1000,2400)` and `Y[2400,3400)` arrive, both
+/// overlapping `c` with other bytes. X starts where `a` ends, but must not be appended to it: it
+/// overlaps `c`, so the flow is flushed and X passes through unmerged (and so does Y), and the
+/// receiver sees every copy of bytes 2000..3000 in arrival order, `c`'s first.
+#[test]
+fn a_segment_overlapping_a_later_held_item_is_not_appended() {
+    let flow = FlowSpec {
+        v6: false,
+        id: 1,
+        sport: 1000,
+        dport: 80,
+        isn: 77,
+        ack: 1,
+        df: true,
+        ttl: 64,
+        ..FlowSpec::default()
+    };
+    let stream: Vec<u8> = (0..3400).map(|i| (i % 239) as u8).collect();
+    let changed = |range: std::ops::Range<usize>, x: u8| -> Vec<u8> {
+        stream[range].iter().map(|b| b ^ x).collect()
+    };
+    let x_bytes = [&stream[1000..2000], &changed(2000..2400, 0xa5)[..]].concat();
+    let y_bytes = [&changed(2400..3000, 0x5a)[..], &stream[3000..3400]].concat();
+    let hdr = || SegHdr::of(&flow, 1);
+    let seg = |offset, bytes: &[u8], id| {
+        Input::data(&flow, 0, offset, bytes, id, hdr(), SegFlags::default())
+    };
+    let inputs = vec![
+        seg(0, &stream[..1000], 1),
+        seg(2000, &stream[2000..3000], 2),
+        seg(1000, &x_bytes, 3),
+        seg(2400, &y_bytes, 4),
+    ];
+    let case = Case {
+        flows: vec![flow],
+        streams: vec![stream],
+        inputs,
+        bursts: vec![(4, 0)],
+    };
+    let pool = HeapPool::new(256);
+    let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+    let frames = run(&case, &mut merger, |f| pool.packet(f));
+    let emitted = check_outputs(&case, &frames, 9000);
+    let ranges: Vec<(u32, usize)> = emitted
+        .iter()
+        .map(|e| (e.seq.wrapping_sub(77), e.payload.len()))
+        .collect();
+    assert_eq!(
+        ranges,
+        [(0, 1000), (2000, 1000), (1000, 1400), (2400, 1000)],
+        "a and c leave first, then X and Y unmerged"
+    );
+}
+
+/// IPv6 segments whose flow labels differ are not merged, as in Linux GRO (`ipv6_gro_receive`
+/// compares version and flow label): a new label (Linux picks one on a retransmission timeout,
+/// to move the flow to another path) starts a new packet, and each packet carries its own.
+#[test]
+fn ipv6_segments_with_different_flow_labels_are_not_merged() {
+    let flow = FlowSpec {
+        v6: true,
+        id: 1,
+        sport: 1000,
+        dport: 80,
+        isn: 1,
+        ack: 1,
+        df: true,
+        ttl: 64,
+        ..FlowSpec::default()
+    };
+    let stream: Vec<u8> = (0..6 * 1000).map(|i| (i % 241) as u8).collect();
+    let inputs: Vec<Input> = stream
+        .chunks(1000)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let hdr = SegHdr {
+                flow_label: if i < 3 { 5 } else { 0x9_0009 },
+                ..SegHdr::of(&flow, 1)
+            };
+            Input::data(&flow, 0, i * 1000, chunk, 0, hdr, SegFlags::default())
+        })
+        .collect();
+    let case = Case {
+        flows: vec![flow],
+        streams: vec![stream],
+        bursts: vec![(inputs.len(), 0)],
+        inputs,
+    };
+    let pool = HeapPool::new(256);
+    let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+    let frames = run(&case, &mut merger, |f| pool.packet(f));
+    let emitted = check_outputs(&case, &frames, 9000);
+    let got: Vec<(u32, usize, u32)> = emitted
+        .iter()
+        .map(|e| (e.seq, e.payload.len(), e.hdr.flow_label))
+        .collect();
+    assert_eq!(got, [(1, 3000, 5), (3001, 3000, 0x9_0009)]);
+}
+
+/// A merged packet carries the window of the segment holding its last byte: the most recent
+/// advertisement, which is what the receiver's send window would be after taking the segments
+/// one by one (RFC 9293 §3.10.7.4: under one ACK, the segment with the highest sequence number
+/// updates it last). Also when the segments arrived out of order and were prepended.
+#[test]
+fn a_merged_packet_carries_its_last_segments_window() {
+    let flow = FlowSpec {
+        v6: false,
+        id: 1,
+        sport: 1000,
+        dport: 80,
+        isn: 1,
+        ack: 1,
+        df: true,
+        ttl: 64,
+        ..FlowSpec::default()
+    };
+    let stream: Vec<u8> = (0..3 * 1000).map(|i| (i % 241) as u8).collect();
+    let seg = |i: usize| {
+        let hdr = SegHdr {
+            window: 1000 * (i as u16 + 1),
+            ..SegHdr::of(&flow, 1)
+        };
+        let chunk = &stream[i * 1000..(i + 1) * 1000];
+        Input::data(&flow, 0, i * 1000, chunk, 0, hdr, SegFlags::default())
+    };
+    for order in [[0, 1, 2], [1, 2, 0], [2, 0, 1]] {
+        let inputs: Vec<Input> = order.iter().map(|&i| seg(i)).collect();
+        let case = Case {
+            flows: vec![flow.clone()],
+            streams: vec![stream.clone()],
+            bursts: vec![(3, 0)],
+            inputs,
+        };
+        let pool = HeapPool::new(256);
+        let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+        let frames = run(&case, &mut merger, |f| pool.packet(f));
+        let emitted = check_outputs(&case, &frames, 9000);
+        let got: Vec<(u32, usize, u16)> = emitted
+            .iter()
+            .map(|e| (e.seq, e.payload.len(), e.hdr.window))
+            .collect();
+        assert_eq!(got, [(1, 3000, 3000)], "arrival order {order:?}");
+    }
 }

@@ -29,12 +29,21 @@ proptest! {
     fn merging_on_mbufs_never_corrupts_and_never_leaks(
         case in case_strategy(Knobs { max_flows: 3, max_stream: 12_000, ..Knobs::default() }),
         delay in any::<bool>(),
+        // Whole frames with a valid checksum carry the NIC's GOOD mark (trusted, the payload is
+        // not read), or no mark (the engine verifies them itself).
+        nic_marks in any::<bool>(),
     ) {
         let rx = pool(4096, 2048 + 128);
         let headers = pool(1024, 256);
         {
             let mut merger = Merger::<Mbuf>::new(config(9000, delay), headers.clone()).unwrap();
-            let frames = run(&case, &mut merger, |f| mbuf(&rx, f));
+            let frames = run(&case, &mut merger, |f| {
+                let mut m = mbuf(&rx, f);
+                if nic_marks && common::tcp_verdict(f).is_some_and(|v| v.2) {
+                    m.mark_rx_l4_checksum_good();
+                }
+                m
+            });
             check_outputs(&case, &frames, 9000);
         }
         assert_no_leaks(&rx);
@@ -143,4 +152,15 @@ fn split_and_caravans_on_mbufs() {
     drop(out);
     assert_no_leaks(&rx);
     assert_no_leaks(&small);
+}
+
+#[test]
+fn an_mbufs_checksum_verdict_is_the_nics() {
+    let rx = pool(16, 2048 + 128);
+    let mut m = mbuf(&rx, &[0u8; 60]);
+    assert_eq!(m.l4_csum_verdict(), None, "no RX flags: no verdict");
+    m.mark_rx_l4_checksum_good();
+    assert_eq!(m.l4_csum_verdict(), Some(true));
+    drop(m);
+    assert_no_leaks(&rx);
 }

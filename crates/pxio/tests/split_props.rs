@@ -198,3 +198,121 @@ fn tiny_mtu_and_non_tcp_are_handled() {
     .unwrap();
     assert_eq!(out[0].to_vec(), [1, 2, 3]);
 }
+
+/// The TCP header of one split piece.
+fn tcp_header(seg: &HeapBuf) -> etherparse::TcpHeader {
+    let bytes = seg.to_vec();
+    let p = SlicedPacket::from_ethernet(&bytes).unwrap();
+    let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
+        panic!("not TCP")
+    };
+    tcp.to_header()
+}
+
+/// `a < b` in TCP sequence space.
+fn seq_before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// An inside application sends data with `MSG_OOB` (URG, urgent pointer `ptr` relative to
+    /// the packet's sequence number): every piece must point at the same urgent byte, relative to
+    /// its own sequence number, and a piece that starts at or after the urgent pointer carries
+    /// neither URG nor a pointer — what the sender's TCP puts in its own MSS-sized segments
+    /// (Linux `tcp_transmit_skb`). The TSO path must give exactly the same pieces.
+    #[test]
+    fn split_rebases_the_urgent_pointer(
+        v6 in any::<bool>(),
+        len in 1usize..20_000,
+        mtu in 576u16..=9000,
+        ptr in prop_oneof![0u16..=20_000, any::<u16>()],
+        checksum_offload in any::<bool>(),
+        cuts in prop::collection::vec(any::<usize>(), 0..3),
+    ) {
+        let f = flow(v6, true);
+        let payload: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let flags = SegFlags { urg: Some(ptr), psh: true, ..SegFlags::default() };
+        let frame = tcp_frame(&f, f.isn, 1000, 5, flags, &payload);
+        let headers = 14 + if v6 { 72 } else { 52 };
+        let pool = HeapPool::new(256);
+        let urgent_at = f.isn.wrapping_add(u32::from(ptr));
+        let mut by_path = Vec::new();
+        for tso in [false, true] {
+            let pkt = chained(&pool, &frame, headers, &cuts);
+            let mut out = Vec::new();
+            let offloads = SplitOffloads { tso, checksum: checksum_offload };
+            split_tcp(pkt, mtu, offloads, &pool, &mut out).map_err(|(e, _)| e).unwrap();
+            for (i, seg) in out.iter().enumerate() {
+                let h = tcp_header(seg);
+                let seq = h.sequence_number;
+                if i == 0 {
+                    prop_assert!(h.urg, "the first piece keeps URG");
+                    prop_assert_eq!(h.urgent_pointer, ptr, "the first piece keeps the pointer");
+                } else if seq_before(seq, urgent_at) {
+                    prop_assert!(h.urg, "piece {} (seq {}) precedes the urgent pointer", i, seq);
+                    prop_assert_eq!(
+                        seq.wrapping_add(u32::from(h.urgent_pointer)),
+                        urgent_at,
+                        "piece {} points at the original urgent byte", i
+                    );
+                } else {
+                    prop_assert!(!h.urg, "piece {} starts past the urgent byte: no URG", i);
+                    prop_assert_eq!(h.urgent_pointer, 0, "piece {} carries no pointer", i);
+                }
+            }
+            by_path.push(out.iter().map(PacketBuf::to_vec).collect::<Vec<_>>());
+        }
+        prop_assert_eq!(&by_path[0], &by_path[1], "software split and TSO path agree");
+        prop_assert_eq!(pool.in_use(), 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A SYN carrying data (TCP Fast Open) larger than the path MTU becomes one SYN followed by
+    /// plain data segments, never several SYNs (each would open the connection anew); PSH/FIN
+    /// stay on the last piece. The TSO path gives the same pieces.
+    #[test]
+    fn a_split_syn_stays_one_syn(
+        v6 in any::<bool>(),
+        len in 1usize..9000,
+        mtu in 576u16..=1500,
+        fin in any::<bool>(),
+        checksum_offload in any::<bool>(),
+    ) {
+        let f = flow(v6, true);
+        let payload: Vec<u8> = (0..len).map(|i| (i * 3 % 241) as u8).collect();
+        let flags = SegFlags { syn: true, psh: true, fin, ..SegFlags::default() };
+        let frame = tcp_frame(&f, f.isn, 1000, 5, flags, &payload);
+        let header_bytes = frame.len() - len;
+        let pool = HeapPool::new(256);
+        let mut by_path = Vec::new();
+        for tso in [false, true] {
+            let mut out = Vec::new();
+            let offloads = SplitOffloads { tso, checksum: checksum_offload };
+            split_tcp(pool.packet(&frame), mtu, offloads, &pool, &mut out)
+                .map_err(|(e, _)| e)
+                .unwrap();
+            let headers: Vec<_> = out.iter().map(tcp_header).collect();
+            let syns = headers.iter().filter(|h| h.syn).count();
+            prop_assert_eq!(syns, 1, "{} pieces, {} of them SYNs", out.len(), syns);
+            prop_assert!(headers[0].syn, "the first piece is the SYN");
+            let last = headers.len() - 1;
+            // The SYN takes one sequence number before the data (RFC 9293 §3.4).
+            let mut next_seq = f.isn.wrapping_add(1);
+            for (i, (h, seg)) in headers.iter().zip(&out).enumerate() {
+                prop_assert_eq!(h.fin, fin && i == last, "FIN on the last piece only");
+                prop_assert_eq!(h.psh, i == last, "PSH on the last piece only");
+                let data_seq = h.sequence_number.wrapping_add(u32::from(h.syn));
+                prop_assert_eq!(data_seq, next_seq, "piece {} continues the stream", i);
+                next_seq = next_seq.wrapping_add((seg.len() - header_bytes) as u32);
+            }
+            prop_assert_eq!(next_seq, f.isn.wrapping_add(1 + len as u32), "every byte once");
+            by_path.push(out.iter().map(PacketBuf::to_vec).collect::<Vec<_>>());
+        }
+        prop_assert_eq!(&by_path[0], &by_path[1], "software split and TSO path agree");
+    }
+}

@@ -101,6 +101,9 @@ struct Ends {
     gw_int: IfCounters,
     /// The inside host's end.
     peer_int: IfCounters,
+    /// The TAP pxgw's outside port opens, when it is `net_tap` (bridged to `gw_ext`): frames
+    /// the kernel could not queue to pxgw are in its `tx_dropped`.
+    gw_tap: IfCounters,
 }
 
 impl Ends {
@@ -111,6 +114,10 @@ impl Ends {
             gw_ext: IfCounters::read(None, l.gw_ext_iface())?,
             gw_int: IfCounters::read(None, l.gw_int_iface())?,
             peer_int: IfCounters::read(Some(&l.int), l.int_iface())?,
+            gw_tap: match l.gw_ext_tap() {
+                Some(tap) => IfCounters::read(None, tap)?,
+                None => IfCounters::default(),
+            },
         })
     }
 
@@ -120,6 +127,7 @@ impl Ends {
             gw_ext: self.gw_ext.since(&e.gw_ext),
             gw_int: self.gw_int.since(&e.gw_int),
             peer_int: self.peer_int.since(&e.peer_int),
+            gw_tap: self.gw_tap.since(&e.gw_tap),
         }
     }
 }
@@ -262,23 +270,32 @@ pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
     // The wire around each port, in both directions. A veth's two ends count the same frames
     // (one end's tx is the other's rx), and a frame the receiving side's backlog refused is in
     // the sender's tx_dropped (and the receiver's rx_dropped): nothing else drops on a veth.
-    for (side, peer, gwk, name) in [
-        ("external", k.peer_ext, k.gw_ext, "outside"),
-        ("internal", k.peer_int, k.gw_int, "inside"),
+    // With a TAP outside port, the frames the kernel could not queue to pxgw's TAP (its ring
+    // full) are the TAP's tx_dropped, not the port's imissed.
+    for (side, peer, gwk, tap_dropped, name) in [
+        (
+            "external",
+            k.peer_ext,
+            k.gw_ext,
+            k.gw_tap.tx_dropped,
+            "outside",
+        ),
+        ("internal", k.peer_int, k.gw_int, 0, "inside"),
     ] {
         let rx_accounted = port(side, "ipackets")
             + port(side, "imissed")
             + port(side, "ierrors")
-            + port(side, "rx_nombuf");
+            + port(side, "rx_nombuf")
+            + tap_dropped;
         lines.push(format!(
-            "{name} host's veth sent {} frames (and could not hand over {}); pxgw's {side} port: kernel rx {} = ipackets {} + imissed {} + ierrors {} + rx_nombuf {}",
+            "{name} host's veth sent {} frames (and could not hand over {}); pxgw's {side} port: kernel rx {} = ipackets {} + imissed {} + ierrors {} + rx_nombuf {} + TAP tx_dropped {tap_dropped}",
             peer.tx_packets, peer.tx_dropped, gwk.rx_packets,
             port(side, "ipackets"), port(side, "imissed"), port(side, "ierrors"), port(side, "rx_nombuf"),
         ));
         checks.push(equal(
             &format!("accounting: every frame the {name} host sent reached pxgw's {side} port or its counters"),
             ("sent", peer.tx_packets),
-            ("ipackets + imissed + ierrors + rx_nombuf", rx_accounted),
+            ("ipackets + imissed + ierrors + rx_nombuf + TAP tx_dropped", rx_accounted),
         ));
         checks.push(equal(
             &format!("accounting: frames the {name} host's veth could not hand to pxgw's are in both ends' drop counters"),
@@ -333,7 +350,13 @@ pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
         // ICMP errors to inside hosts are created.
         + n(&stats, "router.fragments_out").saturating_sub(n(&stats, "router.fragmented"))
         + n(&stats, "router.frag_needed_sent")
-        + n(&stats, "router.ptb_sent");
+        + n(&stats, "router.ptb_sent")
+        // The same for inbound packets above the iMTU (issue 11, bug 6): fragments toward the
+        // inside, ICMP errors toward outside senders.
+        + n(&stats, "inbound_oversize.fragments_out")
+            .saturating_sub(n(&stats, "inbound_oversize.fragmented"))
+        + n(&stats, "inbound_oversize.frag_needed_sent")
+        + n(&stats, "inbound_oversize.ptb_sent");
     let sent = n(&stats, "inbound.packets_out") + n(&stats, "outbound.packets_out");
     let absorbed = n(&stats, "merge.merges")
         + n(&stats, "caravan.datagrams_packed")

@@ -1,7 +1,16 @@
 //! The gateway lab (`cargo xtask demo`, and the `pxgw-lab test` integration suite): network
 //! namespaces with real Linux TCP/UDP stacks, an "Internet" host (`px-ext`) and a b-network host
-//! (`px-int`), with pxgw between them on `net_af_packet` ports over veth pairs. Everything it
-//! creates is removed on drop, also when interrupted.
+//! (`px-int`), with pxgw between them on DPDK ports over veth pairs. Everything it creates is
+//! removed on drop, also when interrupted.
+//!
+//! **Port types.** pxgw's inside port is `net_af_packet` on its veth (it carries the 9000 B
+//! iMTU). Its outside port is `net_tap` on a TAP bridged to the outside veth
+//! ([`netlab::TapWire`]) whenever the eMTU is at most 1500: DPDK 22.11's `net_af_packet` opens its
+//! socket with `PACKET_FANOUT_FLAG_DEFRAG`, so the kernel would reassemble IPv4 fragments before
+//! pxgw sees them, and F-PMTUD (which measures fragments) would read the reassembled size
+//! (issue 10 §3). A TAP delivers frames as they are on the wire, with up to 16 queues, but takes
+//! no frame above 1522 B; above an eMTU of 1500 the outside port stays on `net_af_packet`. The
+//! README's "DPDK notes for this machine" has the full table of port types.
 //!
 //! The shape is a [`Topology`]; its default is the demo's: the outside host on pxgw's outside
 //! port at MTU 1500, the inside host on its inside port at MTU 9000. A [`RouterConfig`] puts a
@@ -23,6 +32,7 @@
 
 pub mod accounting;
 pub mod router_checks;
+pub mod wire_checks;
 
 use std::fmt;
 use std::fs;
@@ -79,6 +89,9 @@ const BLACKHOLE_TABLE: &str = "pxlab_blackhole";
 const TCP_TIMESTAMPS: usize = 12;
 /// Largest frame the lab's `net_af_packet` ports are configured for (`framesz=10240`).
 const MAX_MTU: u16 = 9000;
+/// Largest MTU DPDK 22.11's `net_tap` takes (a 1522 B frame); up to it, pxgw's outside port is
+/// a TAP, so fragments reach pxgw as fragments.
+pub const TAP_MAX_MTU: u16 = 1500;
 /// The smallest MTU IPv6 allows (RFC 8200 §5); every link of the lab carries IPv6.
 const MIN_MTU: u16 = 1280;
 
@@ -268,6 +281,9 @@ pub struct Lab {
     ext_link: Veth,
     /// pxgw's inside port (`a`) to the inside host (`b`).
     int_link: Veth,
+    /// The TAP that pxgw's outside port opens (`net_tap`), bridged to `ext_link.a`; `None` when
+    /// the eMTU is above [`TAP_MAX_MTU`] (the port is then `net_af_packet` on `ext_link.a`).
+    ext_tap: Option<netlab::TapWire>,
     /// The router's link to the outside host: (in the router, in the outside host).
     outer_link: Option<(String, String)>,
     /// Scratch files.
@@ -378,6 +394,16 @@ impl Lab {
         offloads_off(Some(&int), int_link.b())?;
         offloads_off(None, ext_link.a())?;
         offloads_off(None, int_link.a())?;
+        // Fragments from outside reach pxgw as fragments (module docs).
+        let ext_tap = if topology.emtu <= TAP_MAX_MTU {
+            Some(netlab::TapWire::new(
+                "pxt",
+                ext_link.a(),
+                topology.emtu.into(),
+            )?)
+        } else {
+            None
+        };
         let outer_link = match (&router, topology.router) {
             (Some(r), Some(cfg)) => {
                 sysctls(
@@ -410,6 +436,7 @@ impl Lab {
             topology,
             ext_link,
             int_link,
+            ext_tap,
             outer_link,
             dir,
         };
@@ -464,9 +491,15 @@ impl Lab {
             .map(|(r, _)| (self.ext_link.b(), r.as_str()))
     }
 
-    /// The interface of pxgw's outside port (root namespace).
+    /// The veth end of pxgw's outside port (root namespace): the port itself when it is
+    /// `net_af_packet`, else bridged to the port's TAP ([`Self::gw_ext_tap`]).
     pub fn gw_ext_iface(&self) -> &str {
         self.ext_link.a()
+    }
+
+    /// The TAP that pxgw's outside port opens (`net_tap`), when the eMTU allows one.
+    pub fn gw_ext_tap(&self) -> Option<&str> {
+        self.ext_tap.as_ref().map(|t| t.tap())
     }
 
     /// The interface of pxgw's inside port (root namespace).
@@ -521,13 +554,17 @@ impl Lab {
             .sum())
     }
 
-    /// The pxgw configuration for this lab, `workers` workers (and queue pairs per port).
+    /// The pxgw configuration for this lab, `workers` workers (and queue pairs per port). The
+    /// outside port is `net_tap` on the lab's TAP when there is one (module docs).
     pub fn pxgw_config(&self, workers: u16) -> String {
         // Rings that hold a 32-flow iperf3 burst (as crates/pxgw/pxgw.toml's): the outside port
         // gets many small frames, the inside one fewer merged ones.
         let port = |iface: &str, n: u32| {
             let framecnt = if n == 0 { 4096 } else { 2048 };
-            format!("net_af_packet{n},iface={iface},framesz=10240,blocksz=40960,framecnt={framecnt},qpairs={workers}")
+            match &self.ext_tap {
+                Some(t) if n == 0 => format!("net_tap0,iface={}", t.tap()),
+                _ => format!("net_af_packet{n},iface={iface},framesz=10240,blocksz=40960,framecnt={framecnt},qpairs={workers}"),
+            }
         };
         format!(
             "# Written by the lab. Flows through veths and net_af_packet carry far less than a NIC,\n\
@@ -622,7 +659,14 @@ impl Lab {
     pub fn bridge(&self) -> Result<Bridge> {
         let name = netlab::unique_name("pxbr");
         sh("ip", &["link", "add", &name, "type", "bridge"])?;
-        let br = Bridge { name };
+        // The outside veth leaves the TAP's bridge for the baseline, and returns on drop.
+        let br = Bridge {
+            name,
+            restore: self
+                .ext_tap
+                .as_ref()
+                .map(|t| (self.ext_link.a().to_owned(), t.bridge().to_owned())),
+        };
         for a in [self.ext_link.a(), self.int_link.a()] {
             sh("ip", &["link", "set", a, "master", &br.name])?;
         }
@@ -855,14 +899,9 @@ impl Lab {
                 };
                 let body = &frame[h.hdr_len()..h.frame_len()];
                 if *is_caravan {
-                    let mut at = 0;
-                    while at + 8 <= body.len() {
-                        let len = usize::from(u16::from_be_bytes([body[at + 4], body[at + 5]]));
-                        if len < 8 || at + len > body.len() {
-                            break;
-                        }
-                        received.push(body[at + 8..at + len].to_vec());
-                        at += len;
+                    // The decapsulator's rules, caravan header included (`docs/caravan.md`).
+                    if let Ok(reader) = caravan::Reader::new(body) {
+                        received.extend(reader.map(|d| d.payload.to_vec()));
                     }
                 } else {
                     received.push(body.to_vec());
@@ -1202,11 +1241,16 @@ impl Drop for Gateway {
 /// A Linux bridge, deleted on drop.
 pub struct Bridge {
     name: String,
+    /// An interface to put back under its former bridge: (interface, bridge).
+    restore: Option<(String, String)>,
 }
 
 impl Drop for Bridge {
     fn drop(&mut self) {
         let _ = netlab::run("ip", &["link", "del", &self.name]);
+        if let Some((iface, bridge)) = &self.restore {
+            let _ = netlab::run("ip", &["link", "set", iface, "master", bridge]);
+        }
     }
 }
 

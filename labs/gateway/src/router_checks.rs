@@ -159,6 +159,13 @@ fn small_emtu(pxgw: &Path) -> Result<(serde_json::Value, Vec<Check>)> {
     let udp4 = udp_app(&ns, UDP_DEST[0]);
     let udp6 = udp_app(&ns, UDP_DEST[1]);
     let (_, route4) = run_in(&ns, "ip", &["-4", "route", "get", UDP_DEST[0]]);
+    // The inside host opens a connection: pxgw probes the outside host on its behalf. No F-PMTUD
+    // responder runs there, so its kernel answers the probe with a port unreachable addressed to
+    // the inside host, which pxgw must consume (issue 10 §7).
+    let unreach_before = icmp_dest_unreachables(&ns);
+    let (tcp_ok, _) = l.file_transfer(Family::V4, false, 256 * 1024)?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let unreach_after = icmp_dest_unreachables(&ns);
     let (code, stats) = gw.stop()?;
     let leaked = stats["leaked_mbufs"].as_u64().unwrap_or(u64::MAX);
     let frag_needed_line = format!("Frag needed and DF set (mtu = {EMTU})");
@@ -202,9 +209,38 @@ fn small_emtu(pxgw: &Path) -> Result<(serde_json::Value, Vec<Check>)> {
             ),
             counter(&stats, "frag_needed_sent") >= 2 && counter(&stats, "ptb_sent") >= 2,
         ),
+        (
+            format!(
+                "{t}: a connection the inside host opens to a host without an F-PMTUD responder: \
+                 transfer {}, pxgw consumed {} port unreachable(s) for its probe, the inside \
+                 host received {} destination unreachable(s)",
+                if tcp_ok { "intact" } else { "FAILED" },
+                counter(&stats, "probe_errors_consumed"),
+                unreach_after.saturating_sub(unreach_before)
+            ),
+            tcp_ok
+                && counter(&stats, "probe_errors_consumed") >= 1
+                && unreach_after == unreach_before,
+        ),
         (format!("{t}: pxgw exits cleanly, no leaked mbufs"), code == 0 && leaked == 0),
     ];
     Ok((report, checks))
+}
+
+/// ICMP destination-unreachable messages the kernel of namespace `ns` has received
+/// (`Icmp: InDestUnreachs` in its /proc/net/snmp).
+fn icmp_dest_unreachables(ns: &str) -> u64 {
+    let (_, snmp) = run_in(ns, "cat", &["/proc/net/snmp"]);
+    let mut icmp = snmp.lines().filter(|l| l.starts_with("Icmp: "));
+    let (Some(names), Some(values)) = (icmp.next(), icmp.next()) else {
+        return u64::MAX;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "InDestUnreachs")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(u64::MAX)
 }
 
 /// eMTU 1500, a router with a 1400 B link behind pxgw, with or without an ICMP black hole: an

@@ -12,6 +12,9 @@
 
 use crate::{output, run, unique_name, Result};
 
+/// Frames each TAP queue holds for its reader.
+const TAP_QUEUE_LEN: &str = "4096";
+
 /// A TAP device bridged to a veth end; both removed on drop.
 #[derive(Debug)]
 pub struct TapWire {
@@ -65,6 +68,12 @@ impl TapWire {
             );
         }
         run("ip", &["link", "set", &wire.tap, "mtu", &mtu])?;
+        // The TAP's queue toward its reader (one ring per queue, `txqueuelen` frames) holds a
+        // 32-flow burst, as the lab's af_packet rings do; what overflows is its tx_dropped.
+        run(
+            "ip",
+            &["link", "set", &wire.tap, "txqueuelen", TAP_QUEUE_LEN],
+        )?;
         run("ip", &["link", "set", &wire.tap, "master", &wire.bridge])?;
         run("ip", &["link", "set", veth_end, "master", &wire.bridge])?;
         for iface in [&wire.tap, &wire.bridge] {

@@ -49,8 +49,9 @@ pub struct MergeConfig {
     pub max_items: usize,
     /// Most segments a merged packet may have (NICs limit gather TX; DPDK allows 65535).
     pub max_segs: u16,
-    /// The port granted IPv4 and TCP checksum offload on transmit, and verifies L4 checksums on
-    /// receive: let the NIC do checksums.
+    /// The port granted IPv4 and TCP checksum offload on transmit: merged packets' checksums are
+    /// left to the NIC. Input segments are verified either way (the NIC's receive verdict where
+    /// the buffer carries one, else in software; see the merge module's "Checksums").
     pub checksum_offload: bool,
     /// Adaptive delayed merging.
     pub delay: DelayConfig,

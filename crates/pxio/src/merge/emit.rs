@@ -71,7 +71,7 @@ impl<B: PacketBuf> Merger<B> {
         if it.modified && !finalize(&mut pkt, it, self.cfg.checksum_offload, &self.pool) {
             // Headers could not be rewritten (no buffer for a private copy): the packet would be
             // wrong on the wire, so it is dropped and counted.
-            self.stats.bad_checksum += 1;
+            self.stats.dropped_no_buffer += 1;
             drop(pkt);
         } else {
             self.stats.packets_out += 1;
@@ -95,8 +95,8 @@ impl<B: PacketBuf> Merger<B> {
     }
 }
 
-/// Rewrites the headers of a merged packet: lengths, flags, IP ID stays the first segment's, and
-/// checksums (or the pseudo-header seed for NIC offload).
+/// Rewrites the headers of a merged packet: lengths, flags, the last segment's window (IP ID
+/// stays the first segment's), and checksums (or the pseudo-header seed for NIC offload).
 fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Pool) -> bool {
     let layout = it.layout;
     if pkt.head_mut().is_none() && !privatize_head(pkt, layout.hdr_len(), pool) {
@@ -132,6 +132,8 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
     };
     let flags = tcp.flags() & !(tcp_flags::PSH | tcp_flags::FIN) | it.tail_flags;
     tcp.set_flags(flags);
+    // The most recent window advertisement (see the module docs, "Merge rules").
+    tcp.set_window(it.last_window);
     if offload {
         tcp.set_checksum(pseudo.fold());
     } else {

@@ -39,6 +39,8 @@ pub(super) struct Item<B: PacketBuf> {
     pub(super) tail_flags: u8,
     /// Headers must be rewritten before the packet leaves.
     pub(super) modified: bool,
+    /// TCP window of the segment holding the last byte: the merged packet carries it.
+    pub(super) last_window: u16,
     pub(super) sig: MergeSig,
 }
 
@@ -57,6 +59,7 @@ impl<B: PacketBuf> Item<B> {
             nb_segs: 0,
             tail_flags: 0,
             modified: false,
+            last_window: 0,
             payload_sum: Sum::default(),
             arrival_sum: 0,
             oldest: 0,
@@ -116,6 +119,8 @@ impl Layout {
 #[repr(C)]
 pub(super) struct MergeSig {
     ack: u32,
+    /// IPv6 flow label (0 for IPv4).
+    flow_label: u32,
     /// IPv4 TTL or IPv6 hop limit.
     ttl: u8,
     /// IPv4 TOS byte (DSCP and ECN) or IPv6 traffic class.
@@ -139,6 +144,7 @@ const MAX_TCP_OPTIONS: usize = 40;
 impl MergeSig {
     const EMPTY: MergeSig = MergeSig {
         ack: 0,
+        flow_label: 0,
         ttl: 0,
         tos: 0,
         df: false,
@@ -154,6 +160,7 @@ impl MergeSig {
         let (l2, options) = seg.sig_bytes(frame);
         let mut sig = MergeSig {
             ack: seg.ack,
+            flow_label: seg.flow_label,
             ttl: seg.ttl,
             tos: seg.tos,
             df: seg.df,
@@ -172,6 +179,7 @@ impl MergeSig {
     #[inline]
     pub(super) fn matches(&self, seg: &Segment, frame: &[u8]) -> bool {
         if self.ack != seg.ack
+            || self.flow_label != seg.flow_label
             || self.ttl != seg.ttl
             || self.tos != seg.tos
             || self.df != seg.df

@@ -6,7 +6,7 @@
 
 use super::flow_table::NIL;
 use super::item::{Item, MergeSig};
-use super::segment::Segment;
+use super::segment::{range_sum, Segment};
 use super::Merger;
 use crate::buf::{PacketBuf, PacketChain};
 use crate::checksum::Sum;
@@ -42,6 +42,14 @@ impl<B: PacketBuf> Merger<B> {
                 return self.pass(pkt, out);
             }
             if s_start == i_end && !it.closed() && self.compatible(cur, &pkt, &seg, true) {
+                // Items are sorted and disjoint: only the next one can overlap the segment's
+                // tail (held a[0,1000) and c[2000,3000), X[1000,2400) continues a but overlaps
+                // c).
+                let next = it.next;
+                if next != NIL && seq_lt(self.items[next as usize].seq, s_end) {
+                    self.flush_flow(flow, now, out);
+                    return self.pass(pkt, out);
+                }
                 return self.append(flow, cur, pkt, seg, now, out);
             }
             if s_end == i_start
@@ -109,11 +117,7 @@ impl<B: PacketBuf> Merger<B> {
             return self.merge(flow, pkt, seg, now, out);
         }
         // Cut: `room` bytes complete this item, the rest is held by a view.
-        let Some((head_sum, rest_sum)) = self.cut_sums(&pkt, &seg, room) else {
-            self.stats.bad_checksum += 1;
-            self.emit_through(flow, idx, now, out);
-            return self.pass(pkt, out);
-        };
+        let (head_sum, rest_sum) = self.cut_sums(&pkt, &seg, room);
         let Some(rest) = self.remainder(&pkt, &seg, room) else {
             // No buffer for the rest's header: no cut; the item goes, the segment starts anew.
             self.emit_through(flow, idx, now, out);
@@ -135,44 +139,25 @@ impl<B: PacketBuf> Merger<B> {
         self.insert_item(flow, prev, rest, rest_seg, now, out, true);
     }
 
-    /// Payload sums of the first `room` bytes and of the rest, after verifying the segment's
-    /// checksum by reading its payload. `None` when it does not verify.
-    fn cut_sums(&self, pkt: &B, seg: &Segment, room: u32) -> Option<(Sum, Sum)> {
+    /// Payload sums of the first `room` bytes and of the rest, each aligned to its own first
+    /// byte. The segment was verified on arrival, so its payload sum is known: only the shorter
+    /// part is read, the other follows by subtraction.
+    fn cut_sums(&self, pkt: &B, seg: &Segment, room: u32) -> (Sum, Sum) {
         if self.cfg.checksum_offload {
-            return Some((Sum::default(), Sum::default()));
+            return (Sum::default(), Sum::default());
         }
         let start = seg.hdr_len();
-        let end = start + usize::from(seg.payload_len);
-        let cut = start + room as usize;
-        let (mut first, mut whole) = (Sum::default(), Sum::default());
-        let mut pos = 0usize;
-        pkt.for_each_segment(|s| {
-            let (s_start, s_end) = (pos, pos + s.len());
-            pos = s_end;
-            for (lo, hi, acc_first) in [(start, cut, true), (cut, end, false)] {
-                let (a, b) = (lo.max(s_start), hi.min(s_end));
-                if a < b {
-                    // Parity of where these bytes sit in the payload decides their alignment.
-                    let part = Sum::of(&s[a - s_start..b - s_start]);
-                    let part = if (a - start) % 2 == 1 {
-                        part.swapped()
-                    } else {
-                        part
-                    };
-                    whole = whole.add(part);
-                    if acc_first {
-                        first = first.add(part);
-                    }
-                }
-            }
-        });
-        if !sums_equal(whole, seg.payload_sum) {
-            return None;
+        let (len, cut) = (u32::from(seg.payload_len), start + room as usize);
+        let end = start + len as usize;
+        // The rest sits at offset `room` of the payload: swapped there when `room` is odd.
+        let at_room = |s: Sum| if room % 2 == 1 { s.swapped() } else { s };
+        if room <= len - room {
+            let first = range_sum(pkt, start, cut);
+            (first, at_room(seg.payload_sum.sub(first)))
+        } else {
+            let rest = range_sum(pkt, cut, end);
+            (seg.payload_sum.sub(at_room(rest)), rest)
         }
-        // The rest's own sum, aligned to its first byte.
-        let rest = whole.sub(first);
-        let rest = if room % 2 == 1 { rest.swapped() } else { rest };
-        Some((first, rest))
     }
 
     /// A new packet for the bytes of `pkt` past the first `room` payload bytes: a copy of its
@@ -217,6 +202,7 @@ impl<B: PacketBuf> Merger<B> {
         it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
         it.payload_len += seg_len;
         it.last_id = seg.ip_id;
+        it.last_window = seg.window;
         it.segs += 1;
         it.tail_flags = tail_flags & (tcp_flags::PSH | tcp_flags::FIN);
         it.modified = true;
@@ -285,10 +271,11 @@ impl<B: PacketBuf> Merger<B> {
             unreachable_chain();
         }
         let b = &self.items[next as usize];
-        let (b_len, b_sum, b_last, b_segs, b_nb, b_flags, b_arr, b_oldest, b_next) = (
+        let (b_len, b_sum, b_last, b_window, b_segs, b_nb, b_flags, b_arr, b_oldest, b_next) = (
             b.payload_len,
             b.payload_sum,
             b.last_id,
+            b.last_window,
             b.segs,
             b.nb_segs,
             b.tail_flags,
@@ -300,6 +287,7 @@ impl<B: PacketBuf> Merger<B> {
         a.payload_sum = concat_sum(a.payload_sum, a.payload_len, b_sum);
         a.payload_len += b_len;
         a.last_id = b_last;
+        a.last_window = b_window;
         a.segs += b_segs;
         a.nb_segs += b_nb;
         a.tail_flags = b_flags;
@@ -363,6 +351,7 @@ impl<B: PacketBuf> Merger<B> {
             nb_segs,
             tail_flags: seg.flags & (tcp_flags::PSH | tcp_flags::FIN),
             modified,
+            last_window: seg.window,
             payload_sum: seg.payload_sum,
             arrival_sum: now,
             oldest: now,
@@ -395,16 +384,6 @@ fn seq_lt(a: u32, b: u32) -> bool {
 #[inline]
 fn concat_sum(a: Sum, a_len: u32, b: Sum) -> Sum {
     a.add(if a_len % 2 == 1 { b.swapped() } else { b })
-}
-
-/// One's-complement sums are equal when they fold to the same value (0 and 0xffff both mean
-/// zero).
-fn sums_equal(a: Sum, b: Sum) -> bool {
-    let norm = |s: Sum| match s.fold() {
-        0xffff => 0,
-        v => v,
-    };
-    norm(a) == norm(b)
 }
 
 /// Chaining fails only past the segment limit, which every merge checks first.

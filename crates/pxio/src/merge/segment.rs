@@ -1,7 +1,10 @@
 //! What is read from one input segment (SIGCOMM'26 §4.1): once `classify` found a TCP data
-//! segment, the fields merging needs (sequence and ACK numbers, flags, IP ID, TTL/TOS, DF) and,
-//! in software checksum mode, its payload sum derived from its own checksum without reading the
-//! payload. A segment that must never be merged is refused here.
+//! segment, the fields merging needs (sequence and ACK numbers, flags, IP ID, TTL/TOS, IPv6
+//! flow label, DF), and
+//! its checksums verified: the IPv4 header checksum always (20 bytes), the TCP checksum by the
+//! NIC's verdict where the buffer carries one, else by reading the payload. A verified
+//! segment's payload sum then follows from its own checksum field. A segment that must never
+//! be merged, or whose checksums fail, is refused here.
 
 use super::item::{Layout, MAX_L2};
 use super::Merger;
@@ -13,6 +16,17 @@ use crate::wire::{self, tcp_flags, Headers};
 /// The TCP header without options.
 pub(super) const TCP_HEADER_LEN: usize = wire::tcp::field::HEADER_LEN;
 
+/// Why a TCP segment is not merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// Not a mergeable data segment (flags, no payload, IPv4 options, header layout).
+    Unmergeable,
+    /// The IPv4 header checksum does not verify: the receiver's IP layer drops it.
+    BadIpChecksum,
+    /// The TCP checksum does not verify (or the NIC said so): the receiver drops it.
+    BadTcpChecksum,
+}
+
 /// What the engine needs of a TCP segment beyond its flow: where its headers lie and the fields
 /// merging reads (the bytes of the signature stay in the packet until an item needs a copy).
 #[derive(Clone, Copy, Debug)]
@@ -23,9 +37,12 @@ pub(super) struct Segment {
     pub(super) payload_len: u16,
     pub(super) seq: u32,
     pub(super) ack: u32,
+    pub(super) window: u16,
     pub(super) flags: u8,
     pub(super) ttl: u8,
     pub(super) tos: u8,
+    /// IPv6 flow label (0 for IPv4).
+    pub(super) flow_label: u32,
     pub(super) df: bool,
     pub(super) ip_id: u16,
     /// Payload sum derived from the segment's own checksum (software checksum mode).
@@ -58,28 +75,33 @@ impl Segment {
 }
 
 impl<B: PacketBuf> Merger<B> {
-    /// Reads what merging needs, or `None` when the segment must not be merged.
-    pub(super) fn segment(&self, pkt: &B, hdr: &Headers) -> Option<Segment> {
-        let layout = Layout::of(hdr)?;
+    /// Reads what merging needs and verifies the checksums, or says why the segment must not be
+    /// merged.
+    pub(super) fn segment(&self, pkt: &B, hdr: &Headers) -> Result<Segment, Refusal> {
+        let layout = Layout::of(hdr).ok_or(Refusal::Unmergeable)?;
         if usize::from(layout.l2_len) > MAX_L2 {
-            return None;
+            return Err(Refusal::Unmergeable);
         }
         // `classify` validated every header length: the views below cannot run off the end.
         let bytes = &pkt.head()[..layout.hdr_len()];
         let l3 = &bytes[layout.l4_offset() - usize::from(layout.l3_len)..layout.l4_offset()];
-        let (ip_id, df, ttl, tos) = if hdr.v6 {
+        let (ip_id, df, ttl, tos, flow_label) = if hdr.v6 {
             let ip = wire::Ipv6Packet::new_unchecked(l3);
-            (0, true, ip.hop_limit(), ip.traffic_class())
+            (0, true, ip.hop_limit(), ip.traffic_class(), ip.flow_label())
         } else {
             let ip = wire::Ipv4Packet::new_unchecked(l3);
+            if !ip.verify_checksum() {
+                return Err(Refusal::BadIpChecksum);
+            }
             if ip.header_len() != wire::ipv4::field::HEADER_LEN {
-                return None; // IPv4 options: never merged, like Linux
+                return Err(Refusal::Unmergeable); // IPv4 options: never merged, like Linux
             }
             (
                 ip.ident(),
                 ip.dont_frag(),
                 ip.ttl(),
                 ip.dscp() << 2 | ip.ecn(),
+                0,
             )
         };
         let tcp_bytes = &bytes[layout.l4_offset()..];
@@ -87,34 +109,79 @@ impl<B: PacketBuf> Merger<B> {
         let flags = tcp.flags();
         let never = tcp_flags::SYN | tcp_flags::RST | tcp_flags::URG | tcp_flags::CWR;
         if flags & never != 0 || hdr.payload_len == 0 {
-            return None;
+            return Err(Refusal::Unmergeable);
         }
-        let payload_sum = if self.cfg.checksum_offload {
-            if !pkt.l4_checksum_verified() {
-                return None;
-            }
-            Sum::default()
-        } else {
+        // The payload sum the checksum field claims: ~checksum covers the pseudo header, the
+        // TCP header (checksum field as 0) and the payload.
+        let claimed = || {
             let tcp_len = hdr.l4_len + hdr.payload_len;
             let pseudo = pseudo_header(bytes, hdr, u32::from(tcp_len));
-            // ~checksum covers pseudo header + TCP header (checksum field as 0) + payload.
             let header = Sum::of(tcp_bytes).sub(Sum(u32::from(tcp.checksum())));
             checksum::covered_sum(tcp.checksum())
                 .sub(pseudo)
                 .sub(header)
         };
-        Some(Segment {
+        let payload_sum = match pkt.l4_csum_verdict() {
+            Some(false) => return Err(Refusal::BadTcpChecksum),
+            // The NIC verified it: the claim is the truth, and with TX offload not even that
+            // is needed.
+            Some(true) if self.cfg.checksum_offload => Sum::default(),
+            Some(true) => claimed(),
+            None => {
+                let start = layout.hdr_len();
+                let actual = range_sum(pkt, start, start + usize::from(hdr.payload_len));
+                if !sums_equal(actual, claimed()) {
+                    return Err(Refusal::BadTcpChecksum);
+                }
+                actual
+            }
+        };
+        Ok(Segment {
             layout,
             ip_len: hdr.ip_len,
             payload_len: hdr.payload_len,
             seq: tcp.seq_number(),
             ack: tcp.ack_number(),
+            window: tcp.window(),
             flags,
             ttl,
             tos,
+            flow_label,
             df,
             ip_id,
             payload_sum,
         })
     }
+}
+
+/// The sum of bytes `[start, end)` of `pkt`, aligned to `start` (as if they began a checksummed
+/// area): each buffer's part is summed where it lies, and swapped when it starts at an odd
+/// distance from `start`.
+pub(super) fn range_sum<B: PacketBuf>(pkt: &B, start: usize, end: usize) -> Sum {
+    let mut sum = Sum::default();
+    let mut pos = 0usize;
+    pkt.for_each_segment(|s| {
+        let (s_start, s_end) = (pos, pos + s.len());
+        pos = s_end;
+        let (a, b) = (start.max(s_start), end.min(s_end));
+        if a < b {
+            let part = Sum::of(&s[a - s_start..b - s_start]);
+            sum = sum.add(if (a - start) % 2 == 1 {
+                part.swapped()
+            } else {
+                part
+            });
+        }
+    });
+    sum
+}
+
+/// One's-complement sums are equal when they fold to the same value (0 and 0xffff both mean
+/// zero).
+fn sums_equal(a: Sum, b: Sum) -> bool {
+    let norm = |s: Sum| match s.fold() {
+        0xffff => 0,
+        v => v,
+    };
+    norm(a) == norm(b)
 }

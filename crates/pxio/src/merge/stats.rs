@@ -23,9 +23,15 @@ pub struct MergeStats {
     pub passthrough: u64,
     /// Malformed packets (passed through untouched, never merged).
     pub malformed: u64,
-    /// Segments that failed checksum verification at a cut (passed through for the receiver to
-    /// drop).
+    /// TCP segments whose checksum did not verify (by the NIC's verdict, or in software): passed
+    /// through untouched, never merged, for the receiver to drop.
     pub bad_checksum: u64,
+    /// Merged packets dropped because no buffer was left to rewrite their shared headers (the
+    /// engine's only drop: the packet would be wrong on the wire).
+    pub dropped_no_buffer: u64,
+    /// IPv4 TCP packets whose header checksum did not verify: passed through untouched, never
+    /// merged, for the receiver to drop.
+    pub bad_ip_checksum: u64,
     /// Flows evicted from a full bucket (their items were flushed).
     pub evictions: u64,
     /// Items that waited for an ETM window.
@@ -50,6 +56,8 @@ impl MergeStats {
             passthrough: 0,
             malformed: 0,
             bad_checksum: 0,
+            dropped_no_buffer: 0,
+            bad_ip_checksum: 0,
             evictions: 0,
             delayed_items: 0,
             held_items: 0,

@@ -10,7 +10,8 @@ use std::collections::HashMap;
 
 use etherparse::{
     InternetSlice, IpDscp, IpEcn, IpHeaders, IpNumber, Ipv4Extensions, Ipv4Header, Ipv6Extensions,
-    Ipv6Header, Ipv6RawExtHeader, PacketBuilder, SlicedPacket, TransportSlice, VlanId,
+    Ipv6FlowLabel, Ipv6Header, Ipv6RawExtHeader, PacketBuilder, SlicedPacket, TransportSlice,
+    VlanId,
 };
 use proptest::prelude::*;
 use pxio::merge::{DelayConfig, MergeConfig, Merger};
@@ -87,6 +88,8 @@ pub struct SegFlags {
     pub fin: bool,
     pub syn: bool,
     pub rst: bool,
+    /// URG with this urgent pointer.
+    pub urg: Option<u16>,
 }
 
 /// The header fields that may change inside a flow.
@@ -96,6 +99,8 @@ pub struct SegHdr {
     pub window: u16,
     /// IPv4 TOS byte or IPv6 traffic class.
     pub tos: u8,
+    /// IPv6 flow label (always 0 for IPv4).
+    pub flow_label: u32,
     pub tsval: u32,
     pub vlan: Vec<u16>,
     /// IPv4: the header carries a Router Alert option (IHL 6). IPv6: the segment carries a
@@ -110,16 +115,22 @@ impl SegHdr {
             ack: flow.ack,
             window: 65000,
             tos: flow.tos,
+            flow_label: if flow.v6 {
+                0x1_0000 | u32::from(flow.id)
+            } else {
+                0
+            },
             tsval,
             vlan: flow.vlan.clone(),
             ip_opts: false,
         }
     }
     /// Whether segments with headers `self` and `other` may be merged (the window may differ:
-    /// the merged packet carries the first one's, like GRO).
+    /// the merged packet carries the last one's; IPv6 flow labels may not, as in Linux GRO).
     pub fn mergeable_with(&self, other: &SegHdr) -> bool {
         self.ack == other.ack
             && self.tos == other.tos
+            && self.flow_label == other.flow_label
             && self.tsval == other.tsval
             && self.vlan == other.vlan
             && !self.ip_opts
@@ -152,6 +163,7 @@ pub fn build_frame(
     let ip = if flow.v6 {
         let h = Ipv6Header {
             traffic_class: hdr.tos,
+            flow_label: Ipv6FlowLabel::try_new(hdr.flow_label).unwrap(),
             next_header: IpNumber::TCP,
             hop_limit: flow.ttl,
             source: flow.src_v6(),
@@ -200,6 +212,9 @@ pub fn build_frame(
     if f.rst {
         tcp = tcp.rst();
     }
+    if let Some(ptr) = f.urg {
+        tcp = tcp.urg(ptr);
+    }
     let mut out = Vec::with_capacity(tcp.size(payload.len()));
     tcp.write(&mut out, payload).unwrap();
     out
@@ -231,9 +246,6 @@ pub struct Input {
     /// Offsets at which the frame is cut into a chain of buffers (an LRO-style input); the
     /// headers always stay in the first one.
     pub chain: Vec<usize>,
-    /// Never swapped with a neighbour by the perturbation (a retransmission stays after the
-    /// data it overlaps).
-    pub pinned: bool,
 }
 
 impl Input {
@@ -425,6 +437,10 @@ pub fn build_case(flows: Vec<FlowSpec>, streams: Vec<Vec<u8>>, seed: u64, k: &Kn
                 if rng.chance(5) && !hdr.vlan.is_empty() {
                     hdr.vlan[0] ^= 1; // re-tagged on the way
                 }
+                if rng.chance(15) && flow.v6 {
+                    // A new flow label (Linux picks one on a retransmission timeout).
+                    hdr.flow_label = rng.next() as u32 & 0xf_ffff;
+                }
             }
             // One-off changes: a CE mark, IPv4 options.
             let mut seg_hdr = hdr.clone();
@@ -443,8 +459,10 @@ pub fn build_case(flows: Vec<FlowSpec>, streams: Vec<Vec<u8>>, seed: u64, k: &Kn
             ip_id = ip_id.wrapping_add(1);
             off += len;
         }
-        if k.retransmissions && rng.chance(350) {
-            retransmit(&mut rng, flow, fi, &mut list, k.max_seg);
+        for _ in 0..2 {
+            if k.retransmissions && rng.chance(350) {
+                retransmit(&mut rng, flow, fi, &mut list, k.max_seg);
+            }
         }
         // A RST or SYN now and then, never merged (zero payload, so it carries no stream bytes).
         if rng.chance(200) {
@@ -475,7 +493,7 @@ pub fn build_case(flows: Vec<FlowSpec>, streams: Vec<Vec<u8>>, seed: u64, k: &Kn
     // Perturb: adjacent swaps, duplicates, drops, junk.
     let mut i = 0;
     while i + 1 < inputs.len() {
-        if rng.chance(30) && !inputs[i].pinned && !inputs[i + 1].pinned {
+        if rng.chance(30) {
             inputs.swap(i, i + 1);
         }
         i += 1;
@@ -511,48 +529,29 @@ pub fn build_case(flows: Vec<FlowSpec>, streams: Vec<Vec<u8>>, seed: u64, k: &Kn
 
 /// Adds one retransmission to a flow's segment `list`: a range `[x, y)` of the stream cut
 /// differently from the original segments (TCP may repacketize), carrying DIFFERENT bytes with
-/// a valid checksum, placed after the last original segment it overlaps and pinned there.
+/// a valid checksum, placed anywhere in the flow: before, among or after the data it overlaps,
+/// starting and ending anywhere (on segment boundaries or not).
 ///
 /// What is expected: the engine never merges overlapping data, so the receiver sees, for every
 /// stream offset, the same copies in the same order as it would without the engine.
-///
-/// The range starts where no segment ends, and arrives after every segment it overlaps: a
-/// segment starting at a held item's end is appended without being checked against the
-/// items after it (a known engine bug, left to a later issue), and a retransmission that
-/// starts on a segment boundary, or is overtaken by the data it overlaps, would hit it.
 fn retransmit(rng: &mut Rng, flow: &FlowSpec, fi: usize, list: &mut Vec<Input>, max_seg: usize) {
-    let total = list.last().map_or(0, |l| l.offset + l.len);
-    let ends: Vec<usize> = list.iter().map(|i| i.offset + i.len).collect();
-    let starts: Vec<usize> = list.iter().map(|i| i.offset).collect();
-    let Some(x) = (0..8)
-        .map(|_| 1 + rng.below(total as u64) as usize)
-        .find(|x| *x < total && !ends.contains(x) && !starts.contains(x))
-    else {
-        return;
-    };
-    let y = (x + 1 + rng.below(max_seg as u64) as usize).min(total);
-    let Some(after) = list
-        .iter()
-        .rposition(|i| i.offset < y && i.offset + i.len > x)
-    else {
-        return;
-    };
-    let payload: Vec<u8> = list
-        .iter()
-        .flat_map(|i| {
-            i.payload
-                .iter()
-                .enumerate()
-                .map(move |(k, b)| (i.offset + k, *b))
-        })
-        .filter(|(o, _)| (x..y).contains(o))
-        .map(|(_, b)| b ^ 0xa5)
-        .collect();
-    if payload.len() != y - x {
+    let total = list.iter().map(|i| i.offset + i.len).max().unwrap_or(0);
+    if total == 0 {
         return;
     }
-    let hdr = list[after].hdr.clone();
-    let mut inp = Input::data(
+    let x = rng.below(total as u64) as usize;
+    let y = (x + 1 + rng.below(max_seg as u64) as usize).min(total);
+    let payload: Vec<u8> = (x..y)
+        .map(|o| {
+            let original = list
+                .iter()
+                .find(|i| (i.offset..i.offset + i.len).contains(&o))
+                .map_or(0, |i| i.payload[o - i.offset]);
+            original ^ 0xa5
+        })
+        .collect();
+    let hdr = list[rng.below(list.len() as u64) as usize].hdr.clone();
+    let inp = Input::data(
         flow,
         fi,
         x,
@@ -561,9 +560,8 @@ fn retransmit(rng: &mut Rng, flow: &FlowSpec, fi: usize, list: &mut Vec<Input>, 
         hdr,
         SegFlags::default(),
     );
-    inp.pinned = true;
-    list[after].pinned = true;
-    list.insert(after + 1, inp);
+    let at = rng.below(list.len() as u64 + 1) as usize;
+    list.insert(at, inp);
 }
 
 /// Malformed or non-TCP frames that must pass through byte for byte.
@@ -639,9 +637,10 @@ type Pieces = Vec<(usize, usize, usize)>;
 /// - Order: every packet of a flow keeps its order relative to that flow's held data: a byte
 ///   may leave before a byte that arrived earlier only if it lies below it in sequence space
 ///   (the engine sorts held items by sequence number, never the other way round).
-/// - Merge decisions: a packet's headers are those of the input holding its first byte (window
-///   and IP ID included); every input merged into it has the same ACK, TOS/ECN, timestamps and
-///   VLAN tags; none with IPv4 options or IPv6 extension headers is merged; with DF=0, merged
+/// - Merge decisions: a packet's headers are those of the input holding its first byte (IP ID
+///   included), but its window is that of the input holding its last byte (the most recent
+///   advertisement); every input merged into it has the same ACK, TOS/ECN, IPv6 flow label,
+///   timestamps and VLAN tags; none with IPv4 options or IPv6 extension headers is merged; with DF=0, merged
 ///   inputs have consecutive IP IDs. PSH/FIN sit on the last byte; SYN/RST leave alone.
 pub fn check_outputs(case: &Case, outputs: &[Vec<u8>], imtu: usize) -> Vec<Emitted> {
     let junk_in: Vec<&Vec<u8>> = case
@@ -777,11 +776,20 @@ fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted]) {
 }
 
 /// The headers of emitted packet `e` (made of `pieces`) are those of the input holding its
-/// first byte, and only inputs that may be merged were.
+/// first byte, its window that of the input holding its last byte, and only inputs that may be
+/// merged were.
 fn check_merge_decision(case: &Case, fi: usize, flow: &FlowSpec, e: &Emitted, pieces: &Pieces) {
     let first = &case.inputs[pieces[0].0];
+    let last = &case.inputs[pieces[pieces.len() - 1].0];
     let what = |field: &str| format!("flow {fi}: the {field} of a packet is its first input's");
-    assert_eq!(e.hdr, first.hdr, "{}", what("header"));
+    let expected = SegHdr {
+        window: last.hdr.window,
+        ..first.hdr.clone()
+    };
+    assert_eq!(
+        e.hdr, expected,
+        "flow {fi}: a packet has its first input's headers and its last input's window"
+    );
     assert_eq!(
         e.v6_ext,
         flow.v6_ext || (flow.v6 && first.hdr.ip_opts),
@@ -819,7 +827,7 @@ fn check_merge_decision(case: &Case, fi: usize, flow: &FlowSpec, e: &Emitted, pi
 /// Parses a frame of one of the case's flows, verifying IP and TCP checksums.
 fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
     let p = SlicedPacket::from_ethernet(frame).ok()?;
-    let (ip_len, flow, tos, ip_id, ip_opts, v6_ext) =
+    let (ip_len, flow, tos, flow_label, ip_id, ip_opts, v6_ext) =
         match p.net.clone()? {
             etherparse::NetSlice::Ipv4(ip) => {
                 let h = ip.header();
@@ -835,6 +843,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
                     h.total_len() as usize,
                     fi,
                     tos,
+                    0,
                     h.identification(),
                     h.ihl() > 5,
                     false,
@@ -850,6 +859,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
                     40 + h.payload_length() as usize,
                     fi,
                     h.traffic_class(),
+                    h.flow_label().value(),
                     0,
                     ext && !case.flows[fi].v6_ext,
                     ext,
@@ -895,6 +905,7 @@ fn parse_ours(case: &Case, frame: &[u8]) -> Option<Emitted> {
             ack: header.acknowledgment_number,
             window: header.window_size,
             tos,
+            flow_label,
             tsval,
             vlan,
             ip_opts,

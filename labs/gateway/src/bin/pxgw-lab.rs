@@ -2,7 +2,8 @@
 //! integration suite in `cargo xtask test`): real Linux TCP/UDP stacks in network namespaces,
 //! pxgw between them, IPv4 and IPv6 side by side, then the same transfers through a plain Linux
 //! bridge for comparison. `test` also runs a second topology: a Linux router between pxgw and
-//! the outside host, eMTU 1400, iMTU 4000.
+//! the outside host, eMTU 1400, iMTU 4000; then two workers, and fragments with F-PMTUD through
+//! a 1400 B router (`gateway_lab::wire_checks`).
 
 #![forbid(unsafe_code)]
 
@@ -282,6 +283,20 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
         }
         report["accounting"] = accounting.report;
         report["port_checks"] = port_checks.report;
+        // Issue 10 §6 and §3: two workers; fragments and F-PMTUD through a 1400 B router.
+        let fpmtud = std::env::current_exe()?.with_file_name("fpmtud");
+        if !fpmtud.exists() {
+            bail!(
+                "{} is not built: `cargo build -p fpmtud` first",
+                fpmtud.display()
+            );
+        }
+        let (r, c) = lab::wire_checks::two_workers(&pxgw, &fpmtud, sizes.file_bytes, &stop)?;
+        report["two_workers"] = r;
+        checks.extend(c);
+        let (r, c) = lab::wire_checks::fragment_checks(&pxgw, &fpmtud, &stop)?;
+        report["fragments"] = r;
+        checks.extend(c);
     }
     if let Some(p) = &json_path {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;

@@ -1,0 +1,160 @@
+//! A caravan of one is never built (issue 11, divergence "under a UDP flood every caravan
+//! carries a single datagram"; `docs/caravan.md`, "Single datagrams"): a datagram that nothing
+//! joined before its flow's caravan would leave goes inside as it came, not behind 16 bytes of
+//! caravan headers.
+
+use pxgw::config::Config;
+use pxgw::pipeline::Pipeline;
+use pxio::split::SplitOffloads;
+use pxio::{wire, HeapBuf, HeapPool, PacketBuf};
+
+/// The pipeline's caravan timeout in ns (default 50 µs).
+const TIMEOUT_NS: u64 = 50_000;
+
+fn pipeline() -> Pipeline<HeapBuf> {
+    let cfg = Config::parse(
+        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
+    )
+    .unwrap();
+    Pipeline::new(
+        &cfg,
+        HeapPool::new(256),
+        HeapPool::new(256),
+        SplitOffloads::default(),
+    )
+    .unwrap()
+}
+
+/// A datagram from outside, flow `sport` → 7000, with `payload`, TTL `ttl` and DSCP `dscp`.
+fn udp(v6: bool, sport: u16, ttl: u8, dscp: u8, payload: &[u8]) -> Vec<u8> {
+    let ethernet = wire::EthernetRepr {
+        dst: [2, 0, 0, 0, 0, 2],
+        src: [2, 0, 0, 0, 0, 1],
+        vlan_tci: None,
+        ethertype: if v6 {
+            wire::ethernet::ethertype::IPV6
+        } else {
+            wire::ethernet::ethertype::IPV4
+        },
+    };
+    let ip = if v6 {
+        let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
+        src[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        dst[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        (src[15], dst[15]) = (1, 2);
+        wire::IpRepr::V6(wire::Ipv6Repr {
+            hop_limit: ttl,
+            dscp,
+            ..wire::Ipv6Repr::new(src, dst)
+        })
+    } else {
+        wire::IpRepr::V4(wire::Ipv4Repr {
+            ttl,
+            dscp,
+            ..wire::Ipv4Repr::new([198, 18, 0, 1], [198, 51, 100, 2])
+        })
+    };
+    let udp = wire::UdpRepr {
+        src_port: sport,
+        dst_port: 7000,
+    };
+    wire::udp_frame(ethernet, ip, udp, payload).unwrap()
+}
+
+fn is_caravan(frame: &[u8]) -> bool {
+    pxio::caravan::is_caravan(frame, frame.len(), pxio::caravan::DEFAULT_DSCP)
+}
+
+/// Feeds `frames` inbound at time 0, then lets every caravan time out.
+fn run(px: &mut Pipeline<HeapBuf>, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let pool = HeapPool::new(256);
+    let mut out = Vec::new();
+    for f in frames {
+        px.inbound(pool.packet(f), 0, &mut out);
+    }
+    px.end_of_burst(0, &mut out);
+    px.poll(TIMEOUT_NS, &mut out);
+    let bytes = out.iter().map(PacketBuf::to_vec).collect();
+    drop(out);
+    assert_eq!(pool.in_use(), 0, "nothing leaked");
+    bytes
+}
+
+/// A flood of 1000 flows, one datagram each: every datagram goes inside byte for byte as it came,
+/// no caravan is built, no byte of overhead is added.
+#[test]
+fn a_flood_of_single_datagrams_passes_unwrapped() {
+    for v6 in [false, true] {
+        let mut px = pipeline();
+        let frames: Vec<Vec<u8>> = (0..1000u16)
+            .map(|i| udp(v6, 10_000 + i, 64, 0, &i.to_be_bytes().repeat(50)))
+            .collect();
+        let out = run(&mut px, &frames);
+        assert_eq!(out.len(), frames.len(), "v6 {v6}");
+        let r = px.report();
+        assert_eq!(r.caravan.caravans_built, 0, "v6 {v6}");
+        let mut sorted = out.clone();
+        sorted.sort();
+        let mut sent = frames.clone();
+        sent.sort();
+        assert!(sorted == sent, "v6 {v6}: every datagram as it came");
+        assert_eq!(r.caravan.datagrams_packed, 0, "v6 {v6}");
+        assert_eq!(r.caravan.unwrapped_single, 1000, "v6 {v6}");
+        let bytes_in: usize = frames.iter().map(Vec::len).sum();
+        assert_eq!(r.inbound.bytes_in, bytes_in as u64, "v6 {v6}");
+    }
+}
+
+/// Two datagrams of a flow still travel as one caravan; a lone one that wore the caravan mark
+/// goes inside re-marked to DSCP 0, as every unpacked datagram does.
+#[test]
+fn two_datagrams_make_a_caravan_and_a_lone_marked_one_is_re_marked() {
+    let mut px = pipeline();
+    let frames = [
+        udp(false, 1, 64, 0, b"a"),
+        udp(false, 1, 64, 0, b"b"),
+        udp(false, 2, 64, 7, b"lone, marked"),
+    ];
+    let out = run(&mut px, &frames);
+    assert_eq!(out.len(), 2, "{out:?}");
+    let (caravan, lone) = if is_caravan(&out[0]) {
+        (&out[0], &out[1])
+    } else {
+        (&out[1], &out[0])
+    };
+    assert!(is_caravan(caravan));
+    assert!(!is_caravan(lone));
+    assert_eq!(lone[15] >> 2, 0, "re-marked");
+    let mut want = frames[2].clone();
+    want[15] = 0;
+    let mut ip = wire::Ipv4Packet::new_unchecked(&mut want[14..]);
+    ip.fill_checksum();
+    assert_eq!(*lone, want, "otherwise as it came");
+    let r = px.report();
+    assert_eq!(
+        (r.caravan.caravans_built, r.caravan.datagrams_packed),
+        (1, 2)
+    );
+    assert_eq!(r.caravan.unwrapped_single, 1);
+}
+
+/// A datagram that cannot join its flow's held one (another TTL) lets it go first, as it came;
+/// the flow keeps its order.
+#[test]
+fn a_held_datagram_that_nothing_joins_leaves_first_as_it_came() {
+    let mut px = pipeline();
+    let frames = [
+        udp(false, 1, 64, 0, b"first"),
+        udp(false, 1, 63, 0, b"second"),
+        udp(false, 1, 63, 0, b"third"),
+    ];
+    let out = run(&mut px, &frames);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(out[0], frames[0], "the held datagram, as it came, first");
+    assert!(is_caravan(&out[1]), "second and third travel together");
+    let r = px.report();
+    assert_eq!(
+        (r.caravan.caravans_built, r.caravan.unwrapped_single),
+        (1, 1)
+    );
+}
