@@ -189,6 +189,7 @@ fn write_seeds(frames: &[Captured], out: &Path) -> Result<BTreeMap<String, usize
             let mut seed = FIRST_VARIANT.to_vec();
             seed.push(u8::from(h.key.v6));
             seed.push(0); // no VLAN tag
+            seed.push(0); // as captured: the caravan header is already there
             seed.extend_from_slice(&c.frame[h.hdr_len()..h.frame_len()]);
             put("caravan", format!("{}-caravan-{i}", c.side), seed)?;
         }
