@@ -116,7 +116,11 @@ fuzz_target!(|case: Case| {
                 }
                 Err((e, back)) => {
                     assert!(out.is_empty(), "nothing delivered from a refused caravan");
-                    assert_eq!(back.to_vec(), frame, "a refused caravan comes back unchanged");
+                    assert_eq!(
+                        back.to_vec(),
+                        frame,
+                        "a refused caravan comes back unchanged"
+                    );
                     if !payload.starts_with(&caravan::MAGIC) {
                         assert!(
                             matches!(e, CaravanError::NotCaravan | CaravanError::NotUdp),
@@ -138,8 +142,9 @@ fuzz_target!(|case: Case| {
                 .take(80)
                 .enumerate()
                 .map(|(i, s)| {
-                    let payload: Vec<u8> =
-                        (0..usize::from(s % 1472)).map(|k| (i * 31 + k * 7) as u8).collect();
+                    let payload: Vec<u8> = (0..usize::from(s % 1472))
+                        .map(|k| (i * 31 + k * 7) as u8)
+                        .collect();
                     udp_frame(eth, ip, PORTS, &payload).expect("fits")
                 })
                 .collect();

@@ -32,7 +32,9 @@ fuzz_target!(|case: Case| match case {
     Case::Message(bytes) => {
         if let Ok(probe) = Probe::parse(&bytes) {
             let mut buf = vec![0u8; bytes.len()];
-            probe.emit(&mut buf).expect("a parsed probe fits its own bytes");
+            probe
+                .emit(&mut buf)
+                .expect("a parsed probe fits its own bytes");
             assert_eq!(Probe::parse(&buf), Ok(probe), "probe round trip");
         }
         if let Ok(report) = Report::parse(&bytes) {
@@ -59,7 +61,10 @@ fuzz_target!(|case: Case| match case {
             let Ok(Some(record)) = tracker.on_packet(ip, now) else {
                 continue;
             };
-            assert!(!record.fragments.is_empty(), "a completed probe has fragments");
+            assert!(
+                !record.fragments.is_empty(),
+                "a completed probe has fragments"
+            );
             if let Ok(report) = responder.on_record(&record, now) {
                 assert!(
                     report.len() <= record.payload_len,

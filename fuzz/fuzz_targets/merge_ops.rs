@@ -194,7 +194,8 @@ fuzz_target!(|sc: Scenario| {
                     _ => usize::from(seg.distance),
                 } % STREAM_LEN;
                 let len = len.min(STREAM_LEN - offset);
-                let mut payload: Vec<u8> = (offset..offset + len).map(|o| stream_byte(fi, o)).collect();
+                let mut payload: Vec<u8> =
+                    (offset..offset + len).map(|o| stream_byte(fi, o)).collect();
                 if seg.conflict != 0 {
                     payload.iter_mut().for_each(|b| *b ^= seg.conflict);
                 }
@@ -291,7 +292,11 @@ fuzz_target!(|sc: Scenario| {
                     ack: 7_000,
                     flags,
                     window: 500,
-                    urgent: if flags & tcp_flags::URG != 0 { len as u16 } else { 0 },
+                    urgent: if flags & tcp_flags::URG != 0 {
+                        len as u16
+                    } else {
+                        0
+                    },
                     tos: 0,
                     flow_label: 0,
                     ident: st.ident,

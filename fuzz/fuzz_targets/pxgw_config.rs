@@ -11,7 +11,11 @@ use pxgw::config::Config;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     if let Ok(cfg) = Config::parse(&text) {
-        assert_eq!(cfg.validate(), Ok(()), "an accepted configuration validates again");
+        assert_eq!(
+            cfg.validate(),
+            Ok(()),
+            "an accepted configuration validates again"
+        );
         assert!(cfg.emtu() <= cfg.imtu() && cfg.imtu() <= cfg.internal_mtu());
         assert!(cfg.workers.count >= 1);
     }

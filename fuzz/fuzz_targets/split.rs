@@ -46,13 +46,21 @@ struct Case {
 #[derive(Arbitrary, Debug)]
 enum Input {
     Built(Case),
-    Raw { mtu: u16, offload: u8, frame: Vec<u8> },
+    Raw {
+        mtu: u16,
+        offload: u8,
+        frame: Vec<u8>,
+    },
 }
 
 fuzz_target!(|input: Input| {
     let (c, raw) = match input {
         Input::Built(c) => (c, None),
-        Input::Raw { mtu, offload, frame } => (
+        Input::Raw {
+            mtu,
+            offload,
+            frame,
+        } => (
             Case {
                 v6: false,
                 vlan: None,
@@ -75,11 +83,22 @@ fuzz_target!(|input: Input| {
     let pool = HeapPool::new(256);
     let mtu = 576 + c.mtu % 8425;
     let offloads = match c.offload % 3 {
-        0 => SplitOffloads { tso: false, checksum: false },
-        1 => SplitOffloads { tso: false, checksum: true },
-        _ => SplitOffloads { tso: true, checksum: true },
+        0 => SplitOffloads {
+            tso: false,
+            checksum: false,
+        },
+        1 => SplitOffloads {
+            tso: false,
+            checksum: true,
+        },
+        _ => SplitOffloads {
+            tso: true,
+            checksum: true,
+        },
     };
-    let payload: Vec<u8> = (0..usize::from(c.len % 9000)).map(|i| (i * 13 + i / 256) as u8).collect();
+    let payload: Vec<u8> = (0..usize::from(c.len % 9000))
+        .map(|i| (i * 13 + i / 256) as u8)
+        .collect();
     let ts = [1, 1, 8, 10, 0, 0, 0, 9, 0, 0, 0, 7];
     let frame = match raw {
         Some(raw) => raw,
@@ -166,7 +185,10 @@ fn check(
     let splittable = matches!(classify(frame, frame.len()), Class::Tcp(h) if h.ip_len > mtu);
     if !splittable {
         assert_eq!(pieces.len(), 1, "one packet out");
-        assert_eq!(pieces[0], frame, "a packet that is not split leaves unchanged");
+        assert_eq!(
+            pieces[0], frame,
+            "a packet that is not split leaves unchanged"
+        );
         return;
     }
     if offloads.tso && pieces.len() == 1 {
@@ -188,7 +210,11 @@ fn check(
     let mut next_seq = o.seq;
     for (k, p) in parsed.iter().enumerate() {
         let at = format!("piece {k} of {}", parsed.len());
-        assert!(p.ip_len <= usize::from(mtu), "{at}: {} B > MTU {mtu}", p.ip_len);
+        assert!(
+            p.ip_len <= usize::from(mtu),
+            "{at}: {} B > MTU {mtu}",
+            p.ip_len
+        );
         if !offloads.checksum {
             assert!(p.ip_ok, "{at}: IPv4 header checksum");
             if o.tcp_ok {
@@ -199,7 +225,11 @@ fn check(
         next_seq = next_seq
             .wrapping_add(p.payload.len() as u32)
             .wrapping_add(u32::from(k == 0 && syn));
-        assert_eq!((p.ack, p.window), (o.ack, o.window), "{at}: ACK number and window");
+        assert_eq!(
+            (p.ack, p.window),
+            (o.ack, o.window),
+            "{at}: ACK number and window"
+        );
         if !o.v6 {
             assert_eq!(p.ident, o.ident.wrapping_add(k as u16), "{at}: IPv4 ID");
         }
@@ -216,21 +246,31 @@ fn check(
             let point = o.seq.wrapping_add(u32::from(o.urgent));
             let ahead = point.wrapping_sub(p.seq) as i32;
             if ahead > 0 {
-                assert!(p.flags & tcp_flags::URG != 0, "{at}: URG before the urgent point");
+                assert!(
+                    p.flags & tcp_flags::URG != 0,
+                    "{at}: URG before the urgent point"
+                );
                 assert_eq!(
                     u32::from(p.urgent),
                     ahead as u32,
                     "{at}: urgent pointer relative to the piece's own sequence number"
                 );
             } else {
-                assert_eq!(p.flags & tcp_flags::URG, 0, "{at}: no URG past the urgent point");
+                assert_eq!(
+                    p.flags & tcp_flags::URG,
+                    0,
+                    "{at}: no URG past the urgent point"
+                );
             }
         } else if k > 0 {
             assert_eq!(p.flags & tcp_flags::URG, 0, "{at}: no URG");
         }
         joined.extend_from_slice(p.payload);
     }
-    assert_eq!(joined, o.payload, "the pieces carry the payload, in order, once");
+    assert_eq!(
+        joined, o.payload,
+        "the pieces carry the payload, in order, once"
+    );
     if !o.tcp_ok && !offloads.checksum {
         assert!(
             parsed.iter().any(|p| !p.tcp_ok),

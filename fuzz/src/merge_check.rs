@@ -54,7 +54,12 @@ type Piece = (usize, usize, usize);
 
 /// Checks `outputs` (in emission order) against `sent` (in arrival order); the error says which
 /// invariant broke and where.
-pub fn check(flows: &[Flow], sent: &[Sent], outputs: &[Vec<u8>], imtu: usize) -> Result<(), String> {
+pub fn check(
+    flows: &[Flow],
+    sent: &[Sent],
+    outputs: &[Vec<u8>],
+    imtu: usize,
+) -> Result<(), String> {
     let mut junk_in: Vec<&[u8]> = sent
         .iter()
         .filter(|s| s.flow.is_none())
@@ -67,12 +72,14 @@ pub fn check(flows: &[Flow], sent: &[Sent], outputs: &[Vec<u8>], imtu: usize) ->
         .collect();
     let mut junk_out: Vec<&[u8]> = Vec::new();
     // Per flow and offset: the verified inputs carrying it, in arrival order.
-    let mut arrivals: Vec<Vec<Vec<usize>>> =
-        flows.iter().map(|f| vec![Vec::new(); f.stream_len]).collect();
+    let mut arrivals: Vec<Vec<Vec<usize>>> = flows
+        .iter()
+        .map(|f| vec![Vec::new(); f.stream_len])
+        .collect();
     for (idx, s) in sent.iter().enumerate() {
         if let (Some(fi), true) = (s.flow, s.verified) {
-            for o in s.offset..s.offset + s.payload.len() {
-                arrivals[fi][o].push(idx);
+            for a in &mut arrivals[fi][s.offset..s.offset + s.payload.len()] {
+                a.push(idx);
             }
         }
     }
@@ -94,7 +101,10 @@ pub fn check(flows: &[Flow], sent: &[Sent], outputs: &[Vec<u8>], imtu: usize) ->
             continue;
         };
         if p.ip_len > imtu {
-            return Err(format!("output #{n}: IP packet of {} B > iMTU {imtu}", p.ip_len));
+            return Err(format!(
+                "output #{n}: IP packet of {} B > iMTU {imtu}",
+                p.ip_len
+            ));
         }
         if !p.verifies() {
             let Some(at) = bad_in.iter().position(|b| *b == frame.as_slice()) else {
@@ -151,7 +161,11 @@ pub fn check(flows: &[Flow], sent: &[Sent], outputs: &[Vec<u8>], imtu: usize) ->
                         "output #{n} (flow {fi}): bytes {u_start}..{u_end} of input #{u_idx} left \
                          before bytes {v_start}..{v_end} of input #{v_idx}, which arrived {} and \
                          lie below them: the flow was reordered against its held data",
-                        if u_idx == v_idx { "with them" } else { "earlier" }
+                        if u_idx == v_idx {
+                            "with them"
+                        } else {
+                            "earlier"
+                        }
                     ));
                 }
             }
@@ -245,7 +259,11 @@ mod tests {
         assert!(check(&[flow()], &sent, &lost, 9000)
             .unwrap_err()
             .contains("delivered 0 times"));
-        let dup = vec![sent[0].frame.clone(), sent[0].frame.clone(), sent[1].frame.clone()];
+        let dup = vec![
+            sent[0].frame.clone(),
+            sent[0].frame.clone(),
+            sent[1].frame.clone(),
+        ];
         assert!(check(&[flow()], &sent, &dup, 9000)
             .unwrap_err()
             .contains("more often"));
@@ -254,12 +272,20 @@ mod tests {
         let mut retx = [1u8; 20];
         retx[10..].fill(2);
         let sent = [seg(0, &[1; 20]), seg(20, &[2; 20]), seg(10, &retx)];
-        let out = vec![sent[2].frame.clone(), sent[0].frame.clone(), sent[1].frame.clone()];
+        let out = vec![
+            sent[2].frame.clone(),
+            sent[0].frame.clone(),
+            sent[1].frame.clone(),
+        ];
         assert!(check(&[flow()], &sent, &out, 9000)
             .unwrap_err()
             .contains("reordered"));
         let sent = [seg(0, &[1; 20]), seg(20, &[2; 20]), seg(10, &[3; 20])];
-        let out = vec![sent[2].frame.clone(), sent[0].frame.clone(), sent[1].frame.clone()];
+        let out = vec![
+            sent[2].frame.clone(),
+            sent[0].frame.clone(),
+            sent[1].frame.clone(),
+        ];
         assert!(check(&[flow()], &sent, &out, 9000)
             .unwrap_err()
             .contains("but arrival 0"));

@@ -65,10 +65,7 @@ pub fn parse_tcp(frame: &[u8]) -> Option<Parsed<'_>> {
     let (v6, ip, l4_at, ip_ok, ident, ext_headers) = match eth.ethertype() {
         0x0800 => {
             let v4 = Ipv4Packet::new_checked(l3).ok()?;
-            if v4.version() != ipv4::VERSION
-                || v4.is_fragment()
-                || v4.protocol() != ip_proto::TCP
-            {
+            if v4.version() != ipv4::VERSION || v4.is_fragment() || v4.protocol() != ip_proto::TCP {
                 return None;
             }
             let ip = l3.get(..usize::from(v4.total_len()))?;

@@ -154,7 +154,9 @@ pub fn ensure_fuzzing() -> Result<()> {
 /// Installs the rustup toolchain `name` unless `rustup toolchain list` shows it.
 fn ensure_toolchain(name: &str) -> Result<usize> {
     if !on_path("rustup") {
-        bail!("deps: rustup is not on PATH; it is needed for the {name} toolchain (cargo xtask fuzz)");
+        bail!(
+            "deps: rustup is not on PATH; it is needed for the {name} toolchain (cargo xtask fuzz)"
+        );
     }
     let listed = run_output(Command::new("rustup").args(["toolchain", "list"]))?;
     // `nightly-x86_64-unknown-linux-gnu (default)`
@@ -167,7 +169,13 @@ fn ensure_toolchain(name: &str) -> Result<usize> {
         return Ok(0);
     }
     println!("deps: rustup toolchain install {name} --profile minimal");
-    run_status(Command::new("rustup").args(["toolchain", "install", name, "--profile", "minimal"]))?;
+    run_status(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        name,
+        "--profile",
+        "minimal",
+    ]))?;
     Ok(1)
 }
 

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{describe, deps};
+use crate::{deps, describe};
 
 /// The rustup toolchain cargo-fuzz runs on (it needs `-Z` flags).
 const TOOLCHAIN: &str = "nightly";
@@ -35,8 +35,12 @@ struct Outcome {
 /// The targets `fuzz/Cargo.toml` declares (its `[[bin]]` names), in order.
 fn all_targets() -> Result<Vec<String>> {
     let manifest = Path::new(FUZZ_DIR).join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest)
-        .with_context(|| format!("reading {} (run from the repository root)", manifest.display()))?;
+    let text = std::fs::read_to_string(&manifest).with_context(|| {
+        format!(
+            "reading {} (run from the repository root)",
+            manifest.display()
+        )
+    })?;
     let mut targets = Vec::new();
     let mut in_bin = false;
     for line in text.lines().map(str::trim) {
@@ -71,7 +75,10 @@ pub fn run(seconds: u64, targets: &[String]) -> Result<()> {
     } else {
         for t in targets {
             if !known.contains(t) {
-                bail!("unknown fuzz target {t}; the targets are: {}", known.join(", "));
+                bail!(
+                    "unknown fuzz target {t}; the targets are: {}",
+                    known.join(", ")
+                );
             }
         }
         targets.to_vec()
@@ -99,7 +106,11 @@ pub fn run(seconds: u64, targets: &[String]) -> Result<()> {
                 o.crash.as_deref().unwrap_or("?"),
             );
         }
-        bail!("xtask fuzz: {} of {} targets crashed", crashed.len(), outcomes.len());
+        bail!(
+            "xtask fuzz: {} of {} targets crashed",
+            crashed.len(),
+            outcomes.len()
+        );
     }
     Ok(())
 }
@@ -129,7 +140,8 @@ fn fuzz_one(target: &str, seconds: u64) -> Result<Outcome> {
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("cannot start {}", describe(&cmd)))?;
-    let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     let log_file = std::env::temp_dir().join(format!("xtask-fuzz-{target}.log"));
     std::fs::write(&log_file, &log)?;
     let execs = log
@@ -144,7 +156,10 @@ fn fuzz_one(target: &str, seconds: u64) -> Result<Outcome> {
         });
     let crash = log
         .lines()
-        .find_map(|l| l.split_once("Test unit written to ").map(|(_, p)| p.trim().to_owned()))
+        .find_map(|l| {
+            l.split_once("Test unit written to ")
+                .map(|(_, p)| p.trim().to_owned())
+        })
         .map(|p| {
             // cargo-fuzz gives libFuzzer an absolute artifact prefix; keep any other as it is.
             let p = PathBuf::from(p);
@@ -186,9 +201,9 @@ fn print_table(outcomes: &[Outcome]) {
     );
     for o in outcomes {
         let execs = o.execs.map_or("?".to_owned(), |e| e.to_string());
-        let rate = o
-            .execs
-            .map_or("?".to_owned(), |e| format!("{:.0}", e as f64 / o.seconds.max(1) as f64));
+        let rate = o.execs.map_or("?".to_owned(), |e| {
+            format!("{:.0}", e as f64 / o.seconds.max(1) as f64)
+        });
         println!(
             "{:<14} {:>8} {:>14} {:>10} {:>8}  {}",
             o.target,

@@ -192,8 +192,10 @@ impl Bulk {
                 sha_ok: false,
                 error: Some(format!(
                     "{}{}",
-                    s.err().map_or(String::new(), |e| format!("sender: {e:#}; ")),
-                    r.err().map_or(String::new(), |e| format!("receiver: {e:#}"))
+                    s.err()
+                        .map_or(String::new(), |e| format!("sender: {e:#}; ")),
+                    r.err()
+                        .map_or(String::new(), |e| format!("receiver: {e:#}"))
                 )),
             },
         }
@@ -245,10 +247,7 @@ impl YieldMeter {
         let iface = lab.int_iface().to_owned();
         let topo = lab.topology();
         let imtu = usize::from(topo.imtu);
-        let segment = [
-            topo.ext_segment(Family::V4),
-            topo.ext_segment(Family::V6),
-        ];
+        let segment = [topo.ext_segment(Family::V4), topo.ext_segment(Family::V6)];
         let ext = [lab.ext_addr(Family::V4), lab.ext_addr(Family::V6)];
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = spawn_in(&lab.int, "yield-meter", move || {

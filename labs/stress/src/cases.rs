@@ -225,7 +225,15 @@ impl Bench<'_> {
     }
 }
 
-fn row(case: &str, packets: u64, bytes_ok: bool, crashed: bool, y: Option<f64>, notes: String, ok: bool) -> Case {
+fn row(
+    case: &str,
+    packets: u64,
+    bytes_ok: bool,
+    crashed: bool,
+    y: Option<f64>,
+    notes: String,
+    ok: bool,
+) -> Case {
     Case {
         case: case.to_owned(),
         packets_sent: packets,
@@ -273,9 +281,16 @@ fn mempool(b: &mut Bench<'_>, lab: &Lab) -> Result<Case> {
     let plan = b.plan;
     let udp = Kind::Udp { flows: 1024 };
     let paced = |b: &Bench<'_>| {
-        flood::flood(lab, udp, Family::V4, plan.flood, plan.flood_limit, Some(MEMPOOL_PPS))
-            .map(|s| s.frames)
-            .map_err(|e| e.context(format!("flood against pxgw instance {}", b.instance)))
+        flood::flood(
+            lab,
+            udp,
+            Family::V4,
+            plan.flood,
+            plan.flood_limit,
+            Some(MEMPOOL_PPS),
+        )
+        .map(|s| s.frames)
+        .map_err(|e| e.context(format!("flood against pxgw instance {}", b.instance)))
     };
     b.start_pxgw(&exhaustible(&lab.pxgw_config(1), false))?;
     let control_sent = paced(b)?;
@@ -335,7 +350,10 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
     let lab = Lab::new()?;
     crafted::prepare(&lab)?;
     let scripts = crafted::scripts();
-    eprintln!("stress: {} crafted sequences through the bridge (the reference)", scripts.len());
+    eprintln!(
+        "stress: {} crafted sequences through the bridge (the reference)",
+        scripts.len()
+    );
     let mut references: Vec<Observed> = Vec::new();
     for (k, s) in scripts.iter().enumerate() {
         if !plan.wants(s.name) {
@@ -373,7 +391,15 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
     let (bytes_ok, clean, notes) = b.finish(t);
     let clean_yield = clean.unwrap_or(0.0);
     let crashed = !b.running();
-    b.push(row("clean", 0, bytes_ok, crashed, clean, notes, clean_yield > 0.0));
+    b.push(row(
+        "clean",
+        0,
+        bytes_ok,
+        crashed,
+        clean,
+        notes,
+        clean_yield > 0.0,
+    ));
 
     for (k, s) in scripts.iter().enumerate() {
         if !plan.wants(s.name) {
@@ -401,10 +427,22 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
                 (0, false)
             }
         };
-        b.push(row(s.name, packets, bulk_ok && same, crashed, y, notes, true));
+        b.push(row(
+            s.name,
+            packets,
+            bulk_ok && same,
+            crashed,
+            y,
+            notes,
+            true,
+        ));
     }
     for (i, family) in Family::BOTH.into_iter().enumerate() {
-        let name = if family == Family::V4 { "urgent-outbound" } else { "urgent-outbound-v6" };
+        let name = if family == Family::V4 {
+            "urgent-outbound"
+        } else {
+            "urgent-outbound-v6"
+        };
         if !plan.wants(name) {
             continue;
         }
@@ -414,7 +452,13 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
         let crashed = !b.running();
         let (same, notes) = match got {
             Ok(got) => match got.matches(&urgent_ref[i]) {
-                Ok(()) => (true, format!("app read {} (as through the bridge); {notes}", got.summary())),
+                Ok(()) => (
+                    true,
+                    format!(
+                        "app read {} (as through the bridge); {notes}",
+                        got.summary()
+                    ),
+                ),
                 Err(e) => (false, format!("{e}; {notes}")),
             },
             Err(e) => (false, format!("{e:#}; {notes}")),
@@ -449,7 +493,14 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
         b.start_pxgw(&lab.pxgw_config(1))?;
         let t = b.transfers(Family::V4)?;
         // Paced so that pxgw sees every SYN rather than its ring overflowing.
-        let sent = flood::flood(&lab, Kind::Syn, Family::V4, plan.flood, plan.flood_limit, Some(SYN_PPS))?;
+        let sent = flood::flood(
+            &lab,
+            Kind::Syn,
+            Family::V4,
+            plan.flood,
+            plan.flood_limit,
+            Some(SYN_PPS),
+        )?;
         let (bulk_ok, _, notes) = b.finish(t);
         // A new bulk transfer after the flood must reach its normal yield.
         let after = b.transfers(Family::V4)?;
@@ -474,7 +525,15 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
             100.0 * clean_yield,
             100.0 * YIELD_KEPT
         );
-        b.push(row("flood-syn", sent.frames, bulk_ok && after_ok, crashed, y, notes, kept && code == 0));
+        b.push(row(
+            "flood-syn",
+            sent.frames,
+            bulk_ok && after_ok,
+            crashed,
+            y,
+            notes,
+            kept && code == 0,
+        ));
         if !crashed {
             b.start_pxgw(&lab.pxgw_config(1))?;
         }
@@ -503,7 +562,15 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
             100.0 * y.unwrap_or(0.0),
             100.0 * clean_yield
         );
-        let mut case = row("sigint-restart", 0, bulk_ok, crashed, y, notes, kept && code == 0 && leaked == Some(0));
+        let mut case = row(
+            "sigint-restart",
+            0,
+            bulk_ok,
+            crashed,
+            y,
+            notes,
+            kept && code == 0 && leaked == Some(0),
+        );
         case.leaked_mbufs = leaked;
         b.push(case);
         // This row's leak is the stopped instance's, already recorded.
@@ -544,7 +611,10 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
 pub fn pxgw_binary() -> Result<PathBuf> {
     let pxgw = std::env::current_exe()?.with_file_name("pxgw");
     if !pxgw.exists() {
-        bail!("{} is not built: `cargo build --release -p pxgw` first", pxgw.display());
+        bail!(
+            "{} is not built: `cargo build --release -p pxgw` first",
+            pxgw.display()
+        );
     }
     Ok(pxgw)
 }

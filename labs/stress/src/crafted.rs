@@ -117,7 +117,8 @@ pub struct Script {
     pub isn: u32,
     /// Stream bytes carried by the SYN (TCP Fast Open, accepted without a cookie).
     pub syn_data: usize,
-    /// Segments, sent back to back within a phase, phases [`PHASE_GAP`] apart.
+    /// Segments, sent back to back within a phase, phases 40 ms apart (a retransmission timeout,
+    /// shortened).
     pub phases: Vec<Vec<Seg>>,
     /// A FIN at this offset, after the phases.
     pub fin: Option<usize>,
@@ -132,7 +133,7 @@ pub enum End {
     Eof,
     /// The connection was reset.
     Reset,
-    /// Nothing more within [`IDLE`].
+    /// Nothing more within 1.5 s.
     Idle,
     /// No connection was accepted.
     NoConnection,
@@ -161,7 +162,8 @@ impl Observed {
         format!(
             "{} B{}, {:?}",
             self.stream.len(),
-            self.oob.map_or(String::new(), |b| format!(" + OOB {b:#04x}")),
+            self.oob
+                .map_or(String::new(), |b| format!(" + OOB {b:#04x}")),
             self.end
         )
     }
@@ -267,7 +269,11 @@ pub fn run(lab: &Lab, script: &Script, k: u16) -> Result<Observed> {
         addr: lab.int_addr(script.family),
         iface: lab.int_iface().to_owned(),
     };
-    let (client, server) = if script.outbound { (int, ext) } else { (ext, int) };
+    let (client, server) = if script.outbound {
+        (int, ext)
+    } else {
+        (ext, int)
+    };
     let server_port = 6000 + k;
     let client_port = CLIENT_PORT_BASE + k;
     let peer_mac = mac_of(server.ns, &server.iface)?;
@@ -423,7 +429,11 @@ fn read_app(listener: TcpListener) -> Result<(Vec<u8>, Option<u8>, End)> {
 /// The urgent byte the kernel kept out of band, if any.
 fn oob_byte(sock: &TcpStream) -> Option<u8> {
     let mut b = [0u8; 1];
-    match recv(sock.as_raw_fd(), &mut b, MsgFlags::MSG_OOB | MsgFlags::MSG_DONTWAIT) {
+    match recv(
+        sock.as_raw_fd(),
+        &mut b,
+        MsgFlags::MSG_OOB | MsgFlags::MSG_DONTWAIT,
+    ) {
         Ok(1) => Some(b[0]),
         _ => None,
     }
@@ -607,12 +617,22 @@ impl Client {
         };
         let base = self.isn.wrapping_add(1);
         let taken = (acked.wrapping_sub(base) as usize).min(script.syn_data);
-        self.segment(base.wrapping_add(taken as u32), tcp_flags::ACK, &Seg::data(taken, 0), &[])?;
+        self.segment(
+            base.wrapping_add(taken as u32),
+            tcp_flags::ACK,
+            &Seg::data(taken, 0),
+            &[],
+        )?;
         // What the SYN carried and the listener did not take, as a Fast Open client resends it.
         let mut at = taken;
         while at < script.syn_data {
             let len = (script.syn_data - at).min(usize::from(CLIENT_MSS));
-            self.segment(base.wrapping_add(at as u32), tcp_flags::ACK, &Seg::data(at, len), &[])?;
+            self.segment(
+                base.wrapping_add(at as u32),
+                tcp_flags::ACK,
+                &Seg::data(at, len),
+                &[],
+            )?;
             at += len;
         }
         self.data(script, base)
@@ -632,7 +652,12 @@ impl Client {
         if let Some(fin) = script.fin {
             std::thread::sleep(PHASE_GAP);
             let seq = base.wrapping_add(fin as u32);
-            self.segment(seq, tcp_flags::ACK | tcp_flags::FIN, &Seg::data(fin, 0), &[])?;
+            self.segment(
+                seq,
+                tcp_flags::ACK | tcp_flags::FIN,
+                &Seg::data(fin, 0),
+                &[],
+            )?;
         }
         Ok(())
     }
@@ -698,13 +723,19 @@ pub fn scripts() -> Vec<Script> {
         fin: Some(fin),
         reference: Reference::Bridge,
     };
-    let run = |from: usize, n: usize| -> Vec<Seg> { (0..n).map(|i| Seg::data(from + i * MSS, MSS)).collect() };
+    let run = |from: usize, n: usize| -> Vec<Seg> {
+        (0..n).map(|i| Seg::data(from + i * MSS, MSS)).collect()
+    };
     let mut v = Vec::new();
     for family in [V4, V6] {
         // [bug 3] Held a[0,1000) and c[2000,3000); X[1000,2400) overlaps c with other bytes, Y
         // continues it: the example.
         v.push(plain(
-            if family == V4 { "overlap-next-item" } else { "overlap-next-item-v6" },
+            if family == V4 {
+                "overlap-next-item"
+            } else {
+                "overlap-next-item-v6"
+            },
             family,
             vec![vec![
                 Seg::data(0, 1000),
@@ -747,7 +778,9 @@ pub fn scripts() -> Vec<Script> {
         vec![
             vec![
                 Seg::data(0, MSS),
-                Seg::data(MSS, MSS).conflicting(0x44).corrupted(Corrupt::IpChecksum),
+                Seg::data(MSS, MSS)
+                    .conflicting(0x44)
+                    .corrupted(Corrupt::IpChecksum),
                 Seg::data(2 * MSS, MSS),
             ],
             vec![Seg::data(MSS, MSS)],
@@ -757,7 +790,11 @@ pub fn scripts() -> Vec<Script> {
     // [bug 2] One corrupted segment in a run, retransmitted right: it must cost only itself.
     for family in [V4, V6] {
         v.push(plain(
-            if family == V4 { "bad-tcp-checksum" } else { "bad-tcp-checksum-v6" },
+            if family == V4 {
+                "bad-tcp-checksum"
+            } else {
+                "bad-tcp-checksum-v6"
+            },
             family,
             vec![
                 {
@@ -815,7 +852,11 @@ pub fn scripts() -> Vec<Script> {
             fin: Some(4000 + MSS),
             reference: Reference::Stream(4000 + MSS),
             ..plain(
-                if family == V4 { "syn-data-outbound" } else { "syn-data-outbound-v6" },
+                if family == V4 {
+                    "syn-data-outbound"
+                } else {
+                    "syn-data-outbound-v6"
+                },
                 family,
                 Vec::new(),
                 0,

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use gateway_lab::{Family, Lab};
-use pxio::wire::repr::{EthernetRepr, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, L4Repr, TcpRepr, UdpRepr};
+use pxio::wire::repr::{
+    EthernetRepr, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, L4Repr, TcpRepr, UdpRepr,
+};
 use pxio::wire::tcp_flags;
 
 use crate::wire::{join, mac_of, spawn_in, PacketWire};
@@ -125,7 +127,12 @@ pub fn flood(
                     &payload[..32],
                 ),
             };
-            let len = FrameRepr { ethernet: eth, ip, l4 }.emit(&mut buf, body)?;
+            let len = FrameRepr {
+                ethernet: eth,
+                ip,
+                l4,
+            }
+            .emit(&mut buf, body)?;
             // A full socket buffer is a drop on the sender's side: try again.
             while wire.send(&buf[..len]).is_err() {
                 if started.elapsed() >= limit {
@@ -134,7 +141,7 @@ pub fn flood(
                 std::thread::yield_now();
             }
             frames += 1;
-            if let Some(pps) = pps.filter(|_| frames % 64 == 0) {
+            if let Some(pps) = pps.filter(|_| frames.is_multiple_of(64)) {
                 let due = Duration::from_secs_f64(frames as f64 / pps as f64);
                 if let Some(wait) = due.checked_sub(started.elapsed()) {
                     std::thread::sleep(wait);

@@ -43,7 +43,11 @@ fn read_pcap(path: &Path) -> Result<Vec<Vec<u8>>> {
     };
     let u32_at = |at: usize| -> Option<u32> {
         let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
-        Some(if le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) })
+        Some(if le {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        })
     };
     let mut frames = Vec::new();
     let mut at = 24;
@@ -61,7 +65,18 @@ fn read_pcap(path: &Path) -> Result<Vec<Vec<u8>>> {
 /// tcpdump writing every frame of `iface` in `ns` to `file`.
 fn tcpdump(ns: &netlab::Netns, iface: &str, file: &Path) -> Result<Child> {
     let child = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "tcpdump", "-i", iface, "-s", "0", "-U", "-w"])
+        .args([
+            "netns",
+            "exec",
+            ns.name(),
+            "tcpdump",
+            "-i",
+            iface,
+            "-s",
+            "0",
+            "-U",
+            "-w",
+        ])
         .arg(file)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -84,7 +99,10 @@ pub fn make(pxgw: &Path, out: &Path) -> Result<BTreeMap<String, usize>> {
     let _daemon = if fpmtud.exists() {
         Some(lab.start_fpmtud(&fpmtud)?)
     } else {
-        eprintln!("seeds: {} is not built: no F-PMTUD reports in the capture", fpmtud.display());
+        eprintln!(
+            "seeds: {} is not built: no F-PMTUD reports in the capture",
+            fpmtud.display()
+        );
         None
     };
     let gw = lab.start_pxgw(pxgw, 1, 600)?;
@@ -107,7 +125,11 @@ pub fn make(pxgw: &Path, out: &Path) -> Result<BTreeMap<String, usize>> {
     let _ = gw.stop()?;
     let mut frames = Vec::new();
     for (side, file) in [("ext", &ext_pcap), ("int", &int_pcap)] {
-        frames.extend(read_pcap(file)?.into_iter().map(|frame| Captured { side, frame }));
+        frames.extend(
+            read_pcap(file)?
+                .into_iter()
+                .map(|frame| Captured { side, frame }),
+        );
     }
     eprintln!("seeds: {} frames captured", frames.len());
     write_seeds(&frames, out)
@@ -119,7 +141,9 @@ fn kind(frame: &[u8]) -> String {
         Class::Tcp(h) if h.payload_len > 0 => "tcp-data".into(),
         Class::Tcp(_) => "tcp-control".into(),
         Class::Udp(h) if dscp(frame, &h) == pxio::caravan::DEFAULT_DSCP => "caravan".into(),
-        Class::Udp(h) if h.key.dport == FPMTUD_PORT || h.key.sport == FPMTUD_PORT => "fpmtud".into(),
+        Class::Udp(h) if h.key.dport == FPMTUD_PORT || h.key.sport == FPMTUD_PORT => {
+            "fpmtud".into()
+        }
         Class::Udp(_) => "udp".into(),
         Class::Fragment => "fragment".into(),
         Class::OtherIp => "other-ip".into(),
@@ -159,7 +183,10 @@ fn write_seeds(frames: &[Captured], out: &Path) -> Result<BTreeMap<String, usize
         let picks: Vec<&&Captured> = list
             .iter()
             .take(PER_KIND / 2)
-            .chain(list.iter().skip(n.saturating_sub(PER_KIND / 2).max(PER_KIND / 2)))
+            .chain(
+                list.iter()
+                    .skip(n.saturating_sub(PER_KIND / 2).max(PER_KIND / 2)),
+            )
             .collect();
         for (i, c) in picks.into_iter().enumerate() {
             put("classify", format!("{side}-{k}-{i}"), c.frame.clone())?;
@@ -183,7 +210,10 @@ fn write_seeds(frames: &[Captured], out: &Path) -> Result<BTreeMap<String, usize
         put("merge", format!("ext-tcp-run-{i}"), seed)?;
     }
     // caravan: caravan bodies behind the target's own marked header (variant Unpack).
-    let caravans: Vec<&Captured> = frames.iter().filter(|c| kind(&c.frame) == "caravan").collect();
+    let caravans: Vec<&Captured> = frames
+        .iter()
+        .filter(|c| kind(&c.frame) == "caravan")
+        .collect();
     for (i, c) in caravans.iter().take(PER_KIND).enumerate() {
         if let Class::Udp(h) = classify(&c.frame, c.frame.len()) {
             let mut seed = FIRST_VARIANT.to_vec();
@@ -199,7 +229,11 @@ fn write_seeds(frames: &[Captured], out: &Path) -> Result<BTreeMap<String, usize
         .iter()
         .filter(|c| c.side == "int" && c.frame.len() > 1600 && kind(&c.frame).starts_with("tcp"))
         .collect();
-    for (i, c) in large.iter().step_by(large.len().div_ceil(PER_KIND).max(1)).enumerate() {
+    for (i, c) in large
+        .iter()
+        .step_by(large.len().div_ceil(PER_KIND).max(1))
+        .enumerate()
+    {
         let mut seed = SECOND_OF_TWO.to_vec();
         seed.extend_from_slice(&[0x03, 0x03, 0]); // MTU 576 + 771, software split
         seed.extend_from_slice(&c.frame);

@@ -12,7 +12,10 @@ use clap::{Parser, Subcommand};
 use stress_lab::cases::{self, Plan};
 
 #[derive(Debug, Parser)]
-#[command(name = "pxgw-stress", about = "Hostile input against pxgw, in network namespaces")]
+#[command(
+    name = "pxgw-stress",
+    about = "Hostile input against pxgw, in network namespaces"
+)]
 struct Args {
     #[command(subcommand)]
     what: What,
@@ -79,7 +82,13 @@ fn run(what: What) -> Result<bool> {
             },
             json,
         ),
-        What::Test { json, only } => (Plan { only, ..Plan::short() }, json),
+        What::Test { json, only } => (
+            Plan {
+                only,
+                ..Plan::short()
+            },
+            json,
+        ),
         What::Seeds { .. } => unreachable!("handled above"),
     };
     for tool in ["nft", "ping", "ethtool"] {
