@@ -9,7 +9,12 @@ use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 fuzz_target!(|data: &[u8]| {
     let pool = HeapPool::new(256);
-    let cfg = MergeConfig { flow_capacity: 8, max_items_per_flow: 2, max_items: 64, ..MergeConfig::default() };
+    let cfg = MergeConfig {
+        flow_capacity: 8,
+        max_items_per_flow: 2,
+        max_items: 64,
+        ..MergeConfig::default()
+    };
     let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
     let mut out = Vec::new();
     let mut now = 0u64;

@@ -63,6 +63,19 @@ const BPF_LINKER: CargoInstall = CargoInstall {
     env: &[("LLVM_PREFIX", "/usr/lib/llvm-22")],
 };
 
+/// cargo-fuzz, for `cargo xtask fuzz` (and its step in `cargo xtask test`). Pinned and
+/// `--locked`, like bpf-linker; it builds with the stable toolchain and drives the nightly one.
+const CARGO_FUZZ: CargoInstall = CargoInstall {
+    binary: "cargo-fuzz",
+    krate: "cargo-fuzz",
+    args: &["--version", "=0.13.1", "--locked"],
+    env: &[],
+};
+
+/// The rustup toolchain cargo-fuzz runs the targets with (libFuzzer's instrumentation needs
+/// `-Z` flags).
+const FUZZ_TOOLCHAIN: &str = "nightly";
+
 /// A tool installed with `cargo install` unless `<binary> --version` already runs.
 struct CargoInstall {
     /// The executable `cargo install` puts on PATH.
@@ -93,6 +106,8 @@ enum Source {
     Rustup(&'static [&'static str]),
     /// A binary crate, installed with `cargo install` (after the Debian packages it builds on).
     CargoInstall(&'static CargoInstall),
+    /// A rustup toolchain, installed with `rustup toolchain install --profile minimal`.
+    Toolchain(&'static str),
 }
 
 /// Everything `deps` ensures, in order.
@@ -100,6 +115,8 @@ const SOURCES: &[Source] = &[
     Source::Apt(APT_PACKAGES),
     Source::Rustup(RUSTUP_COMPONENTS),
     Source::CargoInstall(&BPF_LINKER),
+    Source::Toolchain(FUZZ_TOOLCHAIN),
+    Source::CargoInstall(&CARGO_FUZZ),
 ];
 
 impl Source {
@@ -109,6 +126,7 @@ impl Source {
             Source::Apt(packages) => ensure_apt(packages),
             Source::Rustup(components) => ensure_rustup(components),
             Source::CargoInstall(tool) => ensure_cargo_install(tool),
+            Source::Toolchain(name) => ensure_toolchain(name),
         }
     }
 }
@@ -123,6 +141,42 @@ pub fn run() -> Result<()> {
         println!("deps: all present");
     }
     Ok(())
+}
+
+/// What `cargo xtask fuzz` needs: the nightly toolchain and cargo-fuzz (a subset of
+/// [`run`], for the fuzz command alone).
+pub fn ensure_fuzzing() -> Result<()> {
+    ensure_toolchain(FUZZ_TOOLCHAIN)?;
+    ensure_cargo_install(&CARGO_FUZZ)?;
+    Ok(())
+}
+
+/// Installs the rustup toolchain `name` unless `rustup toolchain list` shows it.
+fn ensure_toolchain(name: &str) -> Result<usize> {
+    if !on_path("rustup") {
+        bail!(
+            "deps: rustup is not on PATH; it is needed for the {name} toolchain (cargo xtask fuzz)"
+        );
+    }
+    let listed = run_output(Command::new("rustup").args(["toolchain", "list"]))?;
+    // `nightly-x86_64-unknown-linux-gnu (default)`
+    let present = listed.lines().any(|l| {
+        l.split_whitespace()
+            .next()
+            .is_some_and(|t| t == name || t.strip_prefix(name).is_some_and(|r| r.starts_with('-')))
+    });
+    if present {
+        return Ok(0);
+    }
+    println!("deps: rustup toolchain install {name} --profile minimal");
+    run_status(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        name,
+        "--profile",
+        "minimal",
+    ]))?;
+    Ok(1)
 }
 
 /// Whether dpkg reports `package` as fully installed.

@@ -4,6 +4,11 @@
 //! `pmtud`: F-PMTUD next to scamper's PMTUD and the kernel's ICMP-based PMTUD on a real path
 //! A —9000— R1 —4000— R2 —1400— B, with ICMP allowed and black-holed (SIGCOMM'26 §5.2, §7.4),
 //! via `fpmtud-lab run` (`labs/pmtud`).
+//!
+//! `stress`: hostile input against pxgw while sha256-checked transfers run both ways — crafted
+//! TCP sequences compared with a Linux receiver behind a bridge, floods of 1 M frames (new
+//! flows, spoofed SYNs, UDP), SIGINT and a restart mid-transfer, mempool exhaustion — via
+//! `pxgw-stress run` (`labs/stress`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -18,6 +23,8 @@ use crate::{cargo, deps, describe, run_status};
 pub enum LabKind {
     /// F-PMTUD, scamper and the kernel's PMTUD, with and without an ICMP black hole.
     Pmtud,
+    /// Hostile input against pxgw: crafted sequences, floods, a restart, mempool exhaustion.
+    Stress,
 }
 
 impl LabKind {
@@ -25,6 +32,7 @@ impl LabKind {
     fn packages(self) -> &'static [&'static str] {
         match self {
             LabKind::Pmtud => &["fpmtud", "pmtud-lab"],
+            LabKind::Stress => &["pxgw", "stress-lab"],
         }
     }
 
@@ -32,6 +40,7 @@ impl LabKind {
     fn binary(self) -> &'static str {
         match self {
             LabKind::Pmtud => "fpmtud-lab",
+            LabKind::Stress => "pxgw-stress",
         }
     }
 }
@@ -41,7 +50,7 @@ pub fn run(what: LabKind, json: Option<PathBuf>) -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
         bail!(
             "xtask lab: the lab creates network namespaces and nftables tables; run it as root \
-             (e.g. `sudo cargo xtask lab pmtud`)"
+             (e.g. `sudo cargo xtask lab stress`)"
         );
     }
     deps::run()?;

@@ -9,9 +9,12 @@
 //!   suites; its summary counts and names every test it skipped.
 //! * `cargo xtask bench merge|caravan|pmtu-cache [--json FILE]` runs a benchmark in release mode and prints
 //!   its table (and writes its JSON report).
-//! * `cargo xtask lab pmtud [--json FILE]` runs a namespace lab in release mode and prints its
-//!   table (and writes its JSON report): F-PMTUD, scamper and the kernel's PMTUD, with and
-//!   without an ICMP black hole.
+//! * `cargo xtask lab pmtud|stress [--json FILE]` runs a namespace lab in release mode and
+//!   prints its table (and writes its JSON report): F-PMTUD, scamper and the kernel's PMTUD,
+//!   with and without an ICMP black hole; hostile input against pxgw (crafted TCP sequences
+//!   compared with a Linux receiver, floods, a restart, mempool exhaustion).
+//! * `cargo xtask fuzz [--seconds N] [TARGET...]` runs the cargo-fuzz targets of `fuzz/` for N
+//!   seconds each and prints executions and crashes per target; a crash fails it.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +22,7 @@ mod bench;
 mod build_ebpf;
 mod demo;
 mod deps;
+mod fuzz;
 mod lab;
 mod test;
 
@@ -83,6 +87,16 @@ enum Task {
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
+    /// Run the cargo-fuzz targets of fuzz/ (all, or those named) for N seconds each, from their
+    /// committed seeds, and print executions and crashes per target (installs the nightly
+    /// toolchain and cargo-fuzz when missing).
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Targets to run (default: every target in fuzz/Cargo.toml).
+        targets: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -94,6 +108,7 @@ fn main() -> ExitCode {
         Task::Demo { json, extra } => demo::run(json, &extra),
         Task::Bench { what, json, extra } => bench::run(what, json, &extra),
         Task::Lab { what, json } => lab::run(what, json),
+        Task::Fuzz { seconds, targets } => fuzz::run(seconds, &targets),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

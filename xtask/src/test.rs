@@ -3,7 +3,8 @@
 //! Runs, in order and stopping at the first failure: deps, build-ebpf, `cargo fmt --check`, clippy
 //! with `-D warnings`, rustdoc with `-D warnings`, `cargo check` of `fuzz/` and of pxio without its
 //! default features, the workspace's tests, each of [`IGNORED_TESTS`] whose prerequisite this
-//! machine has, then each of [`INTEGRATION_SUITES`].
+//! machine has, each of [`INTEGRATION_SUITES`], then every fuzz target for
+//! [`FUZZ_SECONDS`] seconds (`cargo xtask fuzz`), after the fuzz crate's own tests.
 //!
 //! No test disappears silently: the summary counts and names every test that was `#[ignore]`d in
 //! the workspace run and did not pass in a later step, with the reason (a failed prerequisite
@@ -20,6 +21,9 @@ use crate::{build_ebpf, cargo, deps, describe, run_status};
 
 /// Parallel build jobs for cargo: the development machines have 2 cores.
 const JOBS: &str = "-j2";
+
+/// Seconds each fuzz target runs in `cargo xtask test`.
+const FUZZ_SECONDS: u64 = 30;
 
 /// An integration suite: a named command run after the unit tests, as root.
 struct Suite {
@@ -80,6 +84,31 @@ const INTEGRATION_SUITES: &[Suite] = &[
     Suite {
         name: "fpmtud-lab",
         program: "target/release/fpmtud-lab",
+        args: &["test"],
+    },
+    // The stress lab, short (floods of 100 k frames; `cargo xtask lab stress` runs 1 M): crafted
+    // TCP sequences (overlaps, bad and cancelling checksums, urgent data, data in SYNs, a RST
+    // behind IPv6 destination options, wrapping sequence numbers, 802.1Q, flow labels) each
+    // compared with what a Linux receiver behind a bridge reads, floods of new flows, spoofed
+    // SYNs and UDP, SIGINT and a restart mid-transfer, mempool exhaustion; sha256-checked
+    // transfers run both ways throughout, pxgw must not crash and must leak no mbuf.
+    Suite {
+        name: "stress-build",
+        program: "cargo",
+        args: &[
+            "build",
+            "--release",
+            "-j2",
+            "-p",
+            "pxgw",
+            "-p",
+            "stress-lab",
+            "--bins",
+        ],
+    },
+    Suite {
+        name: "stress-lab",
+        program: "target/release/pxgw-stress",
         args: &["test"],
     },
     // The merge benchmark from a clean build, small: both engines on real traces, every output
@@ -182,6 +211,8 @@ enum Action {
     Tests(Command),
     /// The ignored tests of one [`IGNORED_TESTS`] entry, if its prerequisite is found.
     Ignored(&'static IgnoredTests),
+    /// `cargo xtask fuzz --seconds N`, in process.
+    Fuzz(u64),
 }
 
 /// How a step ended, when it did not fail.
@@ -240,6 +271,7 @@ impl Step {
             Action::BuildEbpf => build_ebpf::run()?,
             Action::Command(cmd) => run_status(cmd)?,
             Action::Tests(cmd) => run_tests(cmd, log)?,
+            Action::Fuzz(seconds) => crate::fuzz::run(*seconds, &[])?,
             Action::Ignored(tests) => {
                 if let Err(missing) = tests.needs.probe() {
                     let why = format!("{}: {missing}", tests.needs.needs());
@@ -451,6 +483,17 @@ pub fn run() -> Result<()> {
     ];
     steps.extend(IGNORED_TESTS.iter().map(Step::ignored));
     steps.extend(INTEGRATION_SUITES.iter().map(Step::suite));
+    // The fuzz crate's own tests (its merge checker catches what it must), then every target.
+    let mut fuzz_tests = cargo();
+    fuzz_tests.args(["test", "--manifest-path", "fuzz/Cargo.toml", "--lib", JOBS]);
+    steps.push(Step {
+        name: "fuzz-lib-tests".to_owned(),
+        action: Action::Tests(fuzz_tests),
+    });
+    steps.push(Step {
+        name: "fuzz".to_owned(),
+        action: Action::Fuzz(FUZZ_SECONDS),
+    });
 
     let total = Instant::now();
     let mut log = TestLog::default();

@@ -1200,6 +1200,13 @@ impl Gateway {
             })
     }
 
+    /// Whether pxgw is still running: it has not exited, crashed or been stopped.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Stops it with SIGINT (it flushes and reports) and returns its exit code and statistics.
     pub fn stop(mut self) -> Result<(i32, serde_json::Value)> {
         let mut child = self.child.take().context("already stopped")?;

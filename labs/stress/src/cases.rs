@@ -1,0 +1,638 @@
+//! The cases of the stress lab and their report: each runs while sha256-checked transfers
+//! cross pxgw both ways, then pxgw must still be running and the transfers intact.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use gateway_lab::{Family, Gateway, Lab};
+use serde::Serialize;
+
+use crate::bulk::{Bulk, BulkResult, Counted, YieldMeter};
+use crate::crafted::{self, Observed, Reference};
+use crate::flood::{self, Kind};
+
+/// How big a run is.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Run only the cases whose name contains this (the clean case always runs).
+    pub only: Option<String>,
+    /// Frames of each flood (flows, SYNs, UDP datagrams).
+    pub flood: u64,
+    /// Longest any flood may send.
+    pub flood_limit: Duration,
+    /// Rate of each bulk transfer, Mb/s.
+    pub bulk_mbps: u32,
+    /// Seconds of the clean case and of each measuring phase.
+    pub measure: Duration,
+}
+
+impl Plan {
+    /// Whether the case `name` is to run.
+    pub fn wants(&self, name: &str) -> bool {
+        self.only.as_deref().is_none_or(|o| name.contains(o))
+    }
+
+    /// The full run (`cargo xtask lab stress`): floods of 1 M frames.
+    pub fn full() -> Self {
+        Self {
+            only: None,
+            flood: 1_000_000,
+            flood_limit: Duration::from_secs(60),
+            bulk_mbps: 200,
+            measure: Duration::from_secs(4),
+        }
+    }
+
+    /// The short run (`cargo xtask test`): floods of 100 k frames.
+    pub fn short() -> Self {
+        Self {
+            only: None,
+            flood: 100_000,
+            flood_limit: Duration::from_secs(20),
+            bulk_mbps: 200,
+            measure: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One row of the report (the JSON `cases` entries).
+#[derive(Clone, Debug, Serialize)]
+pub struct Case {
+    /// The case's name.
+    pub case: String,
+    /// Frames the case injected (crafted segments, flood frames).
+    pub packets_sent: u64,
+    /// The bulk transfers arrived intact (same size and sha256 at both ends) and, for a crafted
+    /// sequence, the application read exactly what it reads without pxgw.
+    pub bytes_ok: bool,
+    /// pxgw was no longer running after the case.
+    pub crashed: bool,
+    /// Mbufs the pxgw instance that ran the case had not returned when it stopped (`null`
+    /// when it was not stopped cleanly).
+    pub leaked_mbufs: Option<u64>,
+    /// Share of the inbound transfer's payload that reached the inside host in iMTU-bound
+    /// packets during the case (after the attack, for the SYN flood; after the restart, for
+    /// the restart).
+    pub yield_large_flows: Option<f64>,
+    /// What happened, what was compared, which issue-11 bug the case is a scenario of.
+    pub notes: String,
+    /// Every check of the case passed.
+    pub ok: bool,
+    /// Which pxgw instance ran it (leaks are known when that instance stops).
+    #[serde(skip)]
+    instance: usize,
+}
+
+/// The whole report.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The cases, in the order they ran.
+    pub cases: Vec<Case>,
+    /// The inbound transfer's yield with no attack, the reference for yields after attacks.
+    pub clean_yield: f64,
+    /// Frames per flood.
+    pub flood_frames: u64,
+}
+
+impl Report {
+    /// Whether every case passed.
+    pub fn ok(&self) -> bool {
+        self.cases.iter().all(|c| c.ok)
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "{:<26} {:>9} {:>8} {:>8} {:>7} {:>7}  {}\n",
+            "case", "packets", "bytes", "crashed", "leaked", "yield", "notes"
+        );
+        for c in &self.cases {
+            s += &format!(
+                "{:<26} {:>9} {:>8} {:>8} {:>7} {:>7}  {}{}\n",
+                c.case,
+                c.packets_sent,
+                if c.bytes_ok { "ok" } else { "BAD" },
+                if c.crashed { "CRASHED" } else { "no" },
+                c.leaked_mbufs.map_or("?".to_owned(), |l| l.to_string()),
+                c.yield_large_flows
+                    .map_or("-".to_owned(), |y| format!("{:.1}%", 100.0 * y)),
+                if c.ok { "" } else { "FAIL: " },
+                c.notes
+            );
+        }
+        let failed = self.cases.iter().filter(|c| !c.ok).count();
+        s += &format!("{} passed, {failed} failed\n", self.cases.len() - failed);
+        s
+    }
+}
+
+/// Rate of the mempool case's UDP flood: what pxgw takes in without loss here with its default
+/// pool, while 100 ms of it is more datagrams than the small pool has mbufs.
+const MEMPOOL_PPS: u64 = 60_000;
+
+/// Rate of the SYN flood: what pxgw takes in here, so every SYN reaches its connection table.
+const SYN_PPS: u64 = 60_000;
+
+/// A yield after an attack or a restart must be at least this share of the clean yield.
+const YIELD_KEPT: f64 = 0.5;
+
+/// The lab with pxgw running and the yield capture on its inside host.
+struct Bench<'a> {
+    lab: &'a Lab,
+    pxgw: &'a Path,
+    gw: Option<Gateway>,
+    meter: YieldMeter,
+    plan: &'a Plan,
+    cases: Vec<Case>,
+    instance: usize,
+    /// Instance → its leaked mbufs, once stopped.
+    leaks: Vec<Option<u64>>,
+    next_port: u16,
+}
+
+/// The transfers of one case, both ways.
+struct Transfers {
+    inbound: Bulk,
+    outbound: Bulk,
+    start: Counted,
+}
+
+impl Bench<'_> {
+    fn port(&mut self) -> u16 {
+        self.next_port += 1;
+        self.next_port
+    }
+
+    fn start_pxgw(&mut self, config: &str) -> Result<()> {
+        self.gw = Some(self.lab.start_pxgw_with(self.pxgw, config, 3600)?);
+        self.instance += 1;
+        self.leaks.push(None);
+        Ok(())
+    }
+
+    /// Stops pxgw with SIGINT; returns its exit code and statistics, and records its leaks.
+    fn stop_pxgw(&mut self) -> Result<(i32, serde_json::Value)> {
+        let gw = self.gw.take().context("pxgw is not running")?;
+        let (code, stats) = gw.stop()?;
+        self.leaks[self.instance - 1] = stats["leaked_mbufs"].as_u64();
+        Ok((code, stats))
+    }
+
+    fn running(&mut self) -> bool {
+        self.gw.as_mut().is_some_and(Gateway::is_running)
+    }
+
+    fn transfers(&mut self, family: Family) -> Result<Transfers> {
+        let (pin, pout) = (self.port(), self.port());
+        let inbound = Bulk::start(self.lab, family, true, pin, self.plan.bulk_mbps)?;
+        let outbound = Bulk::start(self.lab, family, false, pout, self.plan.bulk_mbps)?;
+        Ok(Transfers {
+            start: self.meter.get(pin),
+            inbound,
+            outbound,
+        })
+    }
+
+    /// Ends the transfers; returns (both intact, inbound yield since they started, notes).
+    fn finish(&self, t: Transfers) -> (bool, Option<f64>, String) {
+        let port = t.inbound.port;
+        let seen = self.meter.get(port).since(&t.start);
+        let results: [BulkResult; 2] = [t.inbound.finish(), t.outbound.finish()];
+        let ok = results.iter().all(|r| r.sha_ok);
+        let mut notes = format!(
+            "bulk {} MB in, {} MB out",
+            results[0].received >> 20,
+            results[1].received >> 20
+        );
+        for (dir, r) in ["in", "out"].iter().zip(&results) {
+            if let Some(e) = &r.error {
+                notes += &format!("; bulk {dir}: {e}");
+            }
+        }
+        (ok, (seen.payload > 0).then(|| seen.share()), notes)
+    }
+
+    fn push(&mut self, mut case: Case) {
+        case.instance = self.instance;
+        println!(
+            "stress: {:<26} {} {}",
+            case.case,
+            if case.ok { "ok  " } else { "FAIL" },
+            case.notes
+        );
+        self.cases.push(case);
+    }
+}
+
+fn row(
+    case: &str,
+    packets: u64,
+    bytes_ok: bool,
+    crashed: bool,
+    y: Option<f64>,
+    notes: String,
+    ok: bool,
+) -> Case {
+    Case {
+        case: case.to_owned(),
+        packets_sent: packets,
+        bytes_ok,
+        crashed,
+        leaked_mbufs: None,
+        yield_large_flows: y,
+        notes,
+        ok: ok && bytes_ok && !crashed,
+        instance: 0,
+    }
+}
+
+/// pxgw's configuration for the mempool case: caravans that may wait 100 ms, so a UDP flood
+/// over 1024 flows holds thousands of datagrams, and with `small` the smallest packet pool the
+/// configuration allows (rings of 64 descriptors: 4352 mbufs), which that cannot hold.
+///
+/// The outside port is `net_af_packet` on `ext_iface` even where the lab uses `net_tap`: DPDK
+/// 22.11's `net_tap` reads its TAP only after a SIGIO, and once a burst ended on a failed mbuf
+/// allocation while the TAP's queue was full, no SIGIO comes (the kernel drops at a full queue
+/// without signalling), so that port stops receiving for good (seen here about once in three
+/// runs: `rx_nombuf` frozen, `ipackets` +0 for a minute while the outside host retransmits).
+fn exhaustible(config: &str, small: bool, ext_iface: &str) -> String {
+    let mut config: String = config
+        .lines()
+        .map(|l| {
+            if l.starts_with("device = \"net_tap") {
+                format!(
+                    "device = \"net_af_packet0,iface={ext_iface},framesz=10240,blocksz=40960,framecnt=4096,qpairs=1\"\n"
+                )
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    config += "[caravan]\ntimeout_us = 100000\n";
+    if small {
+        let rings = "rx_descriptors = 64\ntx_descriptors = 64\n";
+        config = config
+            .replace("[ports.external]\n", &format!("[ports.external]\n{rings}"))
+            .replace("[ports.internal]\n", &format!("[ports.internal]\n{rings}"))
+            .replace("[workers]\n", "[workers]\npool_size = 4352\n");
+    }
+    config
+}
+
+/// Frames the pxgw that wrote `stats` lost for want of an mbuf or of room: the external port's
+/// ring overruns (`imissed`: DPDK 22.11's net_af_packet stops reading its ring when it cannot
+/// allocate, without counting `rx_nombuf`), `rx_nombuf` of both ports, and pxgw's own
+/// `drops.pool_exhausted`.
+fn lost(stats: &serde_json::Value) -> u64 {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    n(&stats["ports"]["external"]["imissed"])
+        + n(&stats["ports"]["external"]["rx_nombuf"])
+        + n(&stats["ports"]["internal"]["rx_nombuf"])
+        + n(&stats["drops"]["pool_exhausted"])
+}
+
+/// The mempool case: the same paced UDP flood against a pxgw with the default pool (the
+/// control: what it loses without exhaustion) and with the smallest pool; the small pool must
+/// lose visibly more, counted, and a later transfer must be intact.
+fn mempool(b: &mut Bench<'_>, lab: &Lab) -> Result<Case> {
+    let plan = b.plan;
+    let udp = Kind::Udp { flows: 1024 };
+    let paced = |b: &Bench<'_>| {
+        flood::flood(
+            lab,
+            udp,
+            Family::V4,
+            plan.flood,
+            plan.flood_limit,
+            Some(MEMPOOL_PPS),
+        )
+        .map(|s| s.frames)
+        .map_err(|e| e.context(format!("flood against pxgw instance {}", b.instance)))
+    };
+    b.start_pxgw(&exhaustible(&lab.pxgw_config(1), false, lab.gw_ext_iface()))?;
+    let control_sent = paced(b)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let (control_code, control) = b.stop_pxgw()?;
+    let control_leaked = b.leaks[b.instance - 1];
+
+    b.start_pxgw(&exhaustible(&lab.pxgw_config(1), true, lab.gw_ext_iface()))?;
+    let t = b.transfers(Family::V4)?;
+    let sent = paced(b)?;
+    // Losses while the pool is exhausted are the point; TCP recovers them.
+    let (_, _, during) = b.finish(t);
+    std::thread::sleep(Duration::from_millis(300));
+    let later = b.transfers(Family::V4)?;
+    std::thread::sleep(plan.measure);
+    let (later_ok, y, after) = b.finish(later);
+    let crashed = !b.running();
+    let (code, stats) = if crashed {
+        (-1, serde_json::Value::Null)
+    } else {
+        b.stop_pxgw()?
+    };
+    let (lost_small, lost_control) = (lost(&stats), lost(&control));
+    let counted = lost_small >= lost_control + sent / 50;
+    let notes = format!(
+        "{sent} UDP datagrams at {} kpps over 1024 flows, caravans held up to 100 ms: with a pool \
+         of 4352 mbufs {lost_small} frames lost and counted (imissed {}, rx_nombuf {}, \
+         drops.pool_exhausted {}), {} datagrams packed; with the default pool (control, \
+         {control_sent} datagrams) {lost_control} lost, {} packed, exit code {control_code}, \
+         leaked {}; exit code {code}; during: {during}; a later transfer: {after}",
+        MEMPOOL_PPS / 1000,
+        stats["ports"]["external"]["imissed"],
+        stats["ports"]["external"]["rx_nombuf"],
+        stats["drops"]["pool_exhausted"],
+        stats["caravan"]["datagrams_packed"],
+        control["caravan"]["datagrams_packed"],
+        control_leaked.map_or("?".into(), |l| l.to_string()),
+    );
+    Ok(row(
+        "mempool-exhaustion",
+        sent,
+        later_ok,
+        crashed,
+        y,
+        notes,
+        counted && code == 0 && control_code == 0 && control_leaked == Some(0),
+    ))
+}
+
+/// Runs every case; `pxgw` is the gateway binary.
+pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
+    let started = Instant::now();
+    eprintln!("stress: building the reference lab (a Linux bridge) and the pxgw lab");
+    let base = Lab::new()?;
+    crafted::prepare(&base)?;
+    let _bridge = base.bridge()?;
+    let lab = Lab::new()?;
+    crafted::prepare(&lab)?;
+    let scripts = crafted::scripts();
+    eprintln!(
+        "stress: {} crafted sequences through the bridge (the reference)",
+        scripts.len()
+    );
+    let mut references: Vec<Observed> = Vec::new();
+    for (k, s) in scripts.iter().enumerate() {
+        if !plan.wants(s.name) {
+            references.push(crafted::stream_reference(0));
+            continue;
+        }
+        references.push(match s.reference {
+            Reference::Bridge => crafted::run(&base, s, k as u16)
+                .with_context(|| format!("{} through the bridge", s.name))?,
+            Reference::Stream(n) => crafted::stream_reference(n),
+        });
+    }
+    let urgent_ref = [
+        crafted::urgent_outbound(&base, Family::V4, 200)?,
+        crafted::urgent_outbound(&base, Family::V6, 201)?,
+    ];
+
+    let meter = YieldMeter::start(&lab)?;
+    let mut b = Bench {
+        lab: &lab,
+        pxgw,
+        gw: None,
+        meter,
+        plan,
+        cases: Vec::new(),
+        instance: 0,
+        leaks: Vec::new(),
+        next_port: 20_000,
+    };
+    b.start_pxgw(&lab.pxgw_config(1))?;
+
+    // No attack: the yield every later one is held to.
+    let t = b.transfers(Family::V4)?;
+    std::thread::sleep(plan.measure);
+    let (bytes_ok, clean, notes) = b.finish(t);
+    let clean_yield = clean.unwrap_or(0.0);
+    let crashed = !b.running();
+    b.push(row(
+        "clean",
+        0,
+        bytes_ok,
+        crashed,
+        clean,
+        notes,
+        clean_yield > 0.0,
+    ));
+
+    for (k, s) in scripts.iter().enumerate() {
+        if !plan.wants(s.name) {
+            continue;
+        }
+        let t = b.transfers(s.family)?;
+        let got = crafted::run(&lab, s, 100 + k as u16);
+        let (bulk_ok, y, mut notes) = b.finish(t);
+        let crashed = !b.running();
+        let (packets, same) = match got {
+            Ok(got) => {
+                let what = match s.reference {
+                    Reference::Bridge => "as through the bridge",
+                    Reference::Stream(_) => "the stream sent",
+                };
+                let verdict = got.matches(&references[k]);
+                notes = match &verdict {
+                    Ok(()) => format!("app read {} ({what}); {notes}", got.summary()),
+                    Err(e) => format!("{e}; {notes}"),
+                };
+                (got.frames_sent, verdict.is_ok())
+            }
+            Err(e) => {
+                notes = format!("{e:#}; {notes}");
+                (0, false)
+            }
+        };
+        b.push(row(
+            s.name,
+            packets,
+            bulk_ok && same,
+            crashed,
+            y,
+            notes,
+            true,
+        ));
+    }
+    for (i, family) in Family::BOTH.into_iter().enumerate() {
+        let name = if family == Family::V4 {
+            "urgent-outbound"
+        } else {
+            "urgent-outbound-v6"
+        };
+        if !plan.wants(name) {
+            continue;
+        }
+        let t = b.transfers(family)?;
+        let got = crafted::urgent_outbound(&lab, family, 210 + i as u16);
+        let (bulk_ok, y, notes) = b.finish(t);
+        let crashed = !b.running();
+        let (same, notes) = match got {
+            Ok(got) => match got.matches(&urgent_ref[i]) {
+                Ok(()) => (
+                    true,
+                    format!(
+                        "app read {} (as through the bridge); {notes}",
+                        got.summary()
+                    ),
+                ),
+                Err(e) => (false, format!("{e}; {notes}")),
+            },
+            Err(e) => (false, format!("{e:#}; {notes}")),
+        };
+        b.push(row(name, 0, bulk_ok && same, crashed, y, notes, true));
+    }
+
+    // Floods.
+    for (name, kind) in [
+        ("flood-flows", Kind::Flows),
+        ("flood-udp", Kind::Udp { flows: 4096 }),
+    ] {
+        if !plan.wants(name) {
+            continue;
+        }
+        let t = b.transfers(Family::V4)?;
+        let sent = flood::flood(&lab, kind, Family::V4, plan.flood, plan.flood_limit, None)?;
+        std::thread::sleep(Duration::from_millis(500));
+        let (bulk_ok, y, notes) = b.finish(t);
+        let crashed = !b.running();
+        let notes = format!(
+            "{} frames in {:.1} s ({:.0} kpps); {notes}",
+            sent.frames,
+            sent.seconds,
+            sent.frames as f64 / sent.seconds.max(1e-9) / 1e3
+        );
+        b.push(row(name, sent.frames, bulk_ok, crashed, y, notes, true));
+    }
+    if plan.wants("flood-syn") {
+        // On a pxgw of its own, whose statistics show how full its connection table got.
+        b.stop_pxgw()?;
+        b.start_pxgw(&lab.pxgw_config(1))?;
+        let t = b.transfers(Family::V4)?;
+        // Paced so that pxgw sees every SYN rather than its ring overflowing.
+        let sent = flood::flood(
+            &lab,
+            Kind::Syn,
+            Family::V4,
+            plan.flood,
+            plan.flood_limit,
+            Some(SYN_PPS),
+        )?;
+        let (bulk_ok, _, notes) = b.finish(t);
+        // A new bulk transfer after the flood must reach its normal yield.
+        let after = b.transfers(Family::V4)?;
+        std::thread::sleep(plan.measure);
+        let (after_ok, y, after_notes) = b.finish(after);
+        let crashed = !b.running();
+        let (code, stats) = if crashed {
+            (-1, serde_json::Value::Null)
+        } else {
+            b.stop_pxgw()?
+        };
+        let kept = y.unwrap_or(0.0) >= YIELD_KEPT * clean_yield;
+        let notes = format!(
+            "{} spoofed SYNs in {:.1} s (pxgw: {} connections at the end, {} SYNs found the \
+             table full, exit code {code}); then a new transfer's yield {:.1}% (clean {:.1}%, \
+             must keep {:.0}% of it) [bug 5]; during: {notes}; after: {after_notes}",
+            sent.frames,
+            sent.seconds,
+            stats["connections"],
+            stats["mss"]["table_full"],
+            100.0 * y.unwrap_or(0.0),
+            100.0 * clean_yield,
+            100.0 * YIELD_KEPT
+        );
+        b.push(row(
+            "flood-syn",
+            sent.frames,
+            bulk_ok && after_ok,
+            crashed,
+            y,
+            notes,
+            kept && code == 0,
+        ));
+        if !crashed {
+            b.start_pxgw(&lab.pxgw_config(1))?;
+        }
+    }
+
+    // SIGINT and a restart while the transfers run: TCP retransmits across the gap.
+    if plan.wants("sigint-restart") {
+        let t = b.transfers(Family::V4)?;
+        std::thread::sleep(plan.measure);
+        let (code, _) = b.stop_pxgw()?;
+        let leaked = b.leaks[b.instance - 1];
+        let down = Instant::now();
+        b.start_pxgw(&lab.pxgw_config(1))?;
+        let gap = down.elapsed().as_secs_f64();
+        let at_restart = b.meter.get(t.inbound.port);
+        std::thread::sleep(plan.measure * 2);
+        let recovered = b.meter.get(t.inbound.port).since(&at_restart);
+        let (bulk_ok, _, notes) = b.finish(t);
+        let crashed = !b.running();
+        let y = (recovered.payload > 0).then(|| recovered.share());
+        let kept = y.unwrap_or(0.0) >= YIELD_KEPT * clean_yield;
+        let notes = format!(
+            "SIGINT: exit code {code}, leaked {}; down {gap:.1} s; the surviving transfer's yield \
+             after the restart {:.1}% (clean {:.1}%) [bug 9]; {notes}",
+            leaked.map_or("?".into(), |l| l.to_string()),
+            100.0 * y.unwrap_or(0.0),
+            100.0 * clean_yield
+        );
+        let mut case = row(
+            "sigint-restart",
+            0,
+            bulk_ok,
+            crashed,
+            y,
+            notes,
+            kept && code == 0 && leaked == Some(0),
+        );
+        case.leaked_mbufs = leaked;
+        b.push(case);
+        // This row's leak is the stopped instance's, already recorded.
+        if let Some(last) = b.cases.last_mut() {
+            last.instance = b.instance - 1;
+        }
+    }
+    let (code, _) = b.stop_pxgw()?;
+    if code != 0 {
+        eprintln!("stress: pxgw exited with code {code}");
+    }
+
+    // Mempool exhaustion: a pool sized to run out.
+    if plan.wants("mempool-exhaustion") {
+        let case = mempool(&mut b, &lab)?;
+        b.push(case);
+    }
+
+    let leaks = b.leaks.clone();
+    let mut cases = b.cases;
+    for c in &mut cases {
+        if c.leaked_mbufs.is_none() {
+            c.leaked_mbufs = leaks.get(c.instance.wrapping_sub(1)).copied().flatten();
+        }
+        if c.leaked_mbufs != Some(0) {
+            c.ok = false;
+        }
+    }
+    eprintln!("stress: done in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(Report {
+        cases,
+        clean_yield,
+        flood_frames: plan.flood,
+    })
+}
+
+/// The pxgw binary next to this one.
+pub fn pxgw_binary() -> Result<PathBuf> {
+    let pxgw = std::env::current_exe()?.with_file_name("pxgw");
+    if !pxgw.exists() {
+        bail!(
+            "{} is not built: `cargo build --release -p pxgw` first",
+            pxgw.display()
+        );
+    }
+    Ok(pxgw)
+}
