@@ -3,23 +3,13 @@
 //! header. An inside datagram that merely wears the DSCP mark, or whose payload merely looks
 //! like a caravan body, passes untouched and counted, never dropped or rewritten.
 
-use pxgw::config::Config;
+mod common;
+
 use pxgw::pipeline::Pipeline;
-use pxio::split::SplitOffloads;
 use pxio::{wire, HeapBuf, HeapPool, PacketBuf};
 
 fn pipeline() -> Pipeline<HeapBuf> {
-    let cfg = Config::parse(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
-    )
-    .unwrap();
-    Pipeline::new(
-        &cfg,
-        HeapPool::new(256),
-        HeapPool::new(256),
-        SplitOffloads::default(),
-    )
-    .unwrap()
+    common::pipeline_with("", "")
 }
 
 /// A datagram from inside (port 7000 → 5000) with DSCP `dscp` and `payload`.

@@ -3,26 +3,17 @@
 //! limit exceeds `[caravan] pass_ttl`; the rest passes at once, unpacked, counted, and after
 //! whatever its flow holds.
 
+mod common;
+
 use pxgw::config::{Config, ConfigError};
 use pxgw::pipeline::Pipeline;
-use pxio::split::SplitOffloads;
 use pxio::{wire, HeapBuf, HeapPool, PacketBuf};
 
 /// The pipeline's caravan timeout in ns (default 50 µs).
 const TIMEOUT_NS: u64 = 50_000;
 
 fn pipeline(extra: &str) -> Pipeline<HeapBuf> {
-    let cfg = Config::parse(&format!(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n{extra}"
-    ))
-    .unwrap();
-    Pipeline::new(
-        &cfg,
-        HeapPool::new(256),
-        HeapPool::new(256),
-        SplitOffloads::default(),
-    )
-    .unwrap()
+    common::pipeline_with("", extra)
 }
 
 /// How a test datagram is framed.

@@ -3,26 +3,16 @@
 //! joined before its flow's caravan would leave goes inside as it came, not behind 16 bytes of
 //! caravan headers.
 
-use pxgw::config::Config;
+mod common;
+
 use pxgw::pipeline::Pipeline;
-use pxio::split::SplitOffloads;
 use pxio::{wire, HeapBuf, HeapPool, PacketBuf};
 
 /// The pipeline's caravan timeout in ns (default 50 µs).
 const TIMEOUT_NS: u64 = 50_000;
 
 fn pipeline() -> Pipeline<HeapBuf> {
-    let cfg = Config::parse(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
-    )
-    .unwrap();
-    Pipeline::new(
-        &cfg,
-        HeapPool::new(256),
-        HeapPool::new(256),
-        SplitOffloads::default(),
-    )
-    .unwrap()
+    common::pipeline_with("", "")
 }
 
 /// A datagram from outside, flow `sport` → 7000, with `payload`, TTL `ttl` and DSCP `dscp`.

@@ -5,10 +5,10 @@
 //! answered with "fragmentation needed" (next-hop MTU = the iMTU), IPv6 with a Packet Too Big,
 //! toward the outside sender, rate-limited; every drop is counted.
 
+mod common;
+
 use etherparse::{Icmpv4Type, Icmpv6Type, Ipv4Header, NetSlice, SlicedPacket, TransportSlice};
-use pxgw::config::Config;
 use pxgw::pipeline::Pipeline;
-use pxio::split::SplitOffloads;
 use pxio::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr, UdpRepr};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
@@ -27,17 +27,7 @@ const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
 const BIG_PAYLOAD: usize = 10_174 - 14 - 20 - 8;
 
 fn pipeline() -> Pipeline<HeapBuf> {
-    let cfg = Config::parse(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
-    )
-    .unwrap();
-    Pipeline::new(
-        &cfg,
-        HeapPool::new(256),
-        HeapPool::new(256),
-        SplitOffloads::default(),
-    )
-    .unwrap()
+    common::pipeline_with("", "")
 }
 
 fn pattern(n: usize) -> Vec<u8> {

@@ -2,29 +2,19 @@
 //! above the iMTU), translation only after a seen handshake, splitting to the PMTU hint,
 //! caravans both ways, and counted drops.
 
+mod common;
+
 use etherparse::{
     IpHeaders, IpNumber, Ipv4Header, PacketBuilder, SlicedPacket, TcpOptionElement, TransportSlice,
 };
-use pxgw::config::Config;
 use pxgw::pipeline::Pipeline;
-use pxio::split::SplitOffloads;
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 const OUTSIDE: [u8; 4] = [192, 0, 2, 1];
 const INSIDE: [u8; 4] = [192, 0, 2, 2];
 
 fn pipeline(extra: &str) -> Pipeline<HeapBuf> {
-    let cfg = Config::parse(&format!(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n{extra}"
-    ))
-    .unwrap();
-    Pipeline::new(
-        &cfg,
-        HeapPool::new(256),
-        HeapPool::new(256),
-        SplitOffloads::default(),
-    )
-    .unwrap()
+    common::pipeline_with("", extra)
 }
 
 /// A TCP frame; `inbound` means outside → inside.

@@ -1,28 +1,18 @@
 //! F-PMTUD inside the gateway: an inside host's SYN makes pxgw probe the destination; the
 //! report that comes back caps the split size; probes from outside are answered.
 
+mod common;
+
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
-use pxgw::config::Config;
 use pxgw::pipeline::Pipeline;
 use pxgw::pmtud::PROBE_SOURCE_PORT;
-use pxio::split::SplitOffloads;
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 const OUTSIDE: [u8; 4] = [198, 18, 7, 1];
 const INSIDE: [u8; 4] = [198, 18, 8, 2];
 
 fn pipeline() -> Pipeline<HeapBuf> {
-    let cfg = Config::parse(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
-    )
-    .unwrap();
-    Pipeline::new(
-        &cfg,
-        HeapPool::new(256),
-        HeapPool::new(256),
-        SplitOffloads::default(),
-    )
-    .unwrap()
+    common::pipeline_with("", "")
 }
 
 fn tcp_from_inside(syn: bool, payload: &[u8]) -> Vec<u8> {

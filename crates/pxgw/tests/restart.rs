@@ -4,9 +4,9 @@
 //! host acknowledges, makes the connection known, with the observed segment size as its path MTU
 //! hint. The simulation measures the yield a restarted gateway recovers.
 
-use pxgw::config::Config;
+mod common;
+
 use pxgw::pipeline::Pipeline;
-use pxio::split::SplitOffloads;
 use pxio::wire::{self, tcp_flags, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
@@ -31,17 +31,7 @@ const IMTU: usize = 9000;
 const FULL: usize = IMTU - 52;
 
 fn pipeline(extra: &str) -> Pipeline<HeapBuf> {
-    let cfg = Config::parse(&format!(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n{extra}"
-    ))
-    .unwrap();
-    Pipeline::new(
-        &cfg,
-        HeapPool::new(256),
-        HeapPool::new(256),
-        SplitOffloads::default(),
-    )
-    .unwrap()
+    common::pipeline_with("", extra)
 }
 
 /// A connection from outside client `n` (port 40000 + n) to the inside server, port 80.

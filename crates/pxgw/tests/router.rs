@@ -4,14 +4,14 @@
 //! Big from outside caps the next split; repeated retransmissions of a split IPv6 segment fall
 //! back to 1280; an ICMP error for the gateway's own probe never reaches the inside host.
 
+mod common;
+
 use etherparse::{
     Icmpv4Type, Icmpv6Type, IpHeaders, IpNumber, Ipv4Header, Ipv4Options, NetSlice, PacketBuilder,
     SlicedPacket, TransportSlice,
 };
-use pxgw::config::Config;
 use pxgw::pipeline::Pipeline;
 use pxgw::pmtud::PROBE_SOURCE_PORT;
-use pxio::split::SplitOffloads;
 use pxio::wire::{
     self, tcp_flags, EthernetRepr, IcmpRepr, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr, UdpRepr,
 };
@@ -37,17 +37,7 @@ const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
 const EMTU: u16 = 1400;
 
 fn pipeline(extra: &str) -> Pipeline<HeapBuf> {
-    let cfg = Config::parse(&format!(
-        "[ports.external]\ndevice = \"net_null0\"\nmtu = {EMTU}\n[ports.internal]\ndevice = \"net_null1\"\n{extra}"
-    ))
-    .unwrap();
-    Pipeline::new(
-        &cfg,
-        HeapPool::new(256),
-        HeapPool::new(256),
-        SplitOffloads::default(),
-    )
-    .unwrap()
+    common::pipeline_with(&format!("mtu = {EMTU}\n"), extra)
 }
 
 fn pattern(n: usize) -> Vec<u8> {

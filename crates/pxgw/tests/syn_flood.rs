@@ -4,11 +4,11 @@
 //! now live in their own bounded table, cheap to evict, and only a handshake completed by a
 //! sender that saw the inside host's ISN reaches the established table (`pxgw::conn`).
 
+mod common;
+
 use std::time::Instant;
 
-use pxgw::config::Config;
 use pxgw::pipeline::Pipeline;
-use pxio::split::SplitOffloads;
 use pxio::wire::{self, tcp_flags, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
@@ -33,18 +33,7 @@ const SEGMENTS: u32 = 60;
 const MSS: usize = 1448;
 
 fn pipeline() -> Pipeline<HeapBuf> {
-    let cfg = Config::parse(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n\
-         [merge]\ndelay = false\n",
-    )
-    .unwrap();
-    Pipeline::new(
-        &cfg,
-        HeapPool::new(256),
-        HeapPool::new(256),
-        SplitOffloads::default(),
-    )
-    .unwrap()
+    common::pipeline_with("", "[merge]\ndelay = false\n")
 }
 
 /// A TCP segment `src:sport` → `dst:dport`.
