@@ -142,7 +142,9 @@ fn fuzz_one(target: &str, seconds: u64) -> Result<Outcome> {
         .with_context(|| format!("cannot start {}", describe(&cmd)))?;
     let log =
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    let log_file = std::env::temp_dir().join(format!("xtask-fuzz-{target}.log"));
+    // Per process: two runs at once (a CI run and a developer's) must not share a log.
+    let log_file =
+        std::env::temp_dir().join(format!("xtask-fuzz-{}-{target}.log", std::process::id()));
     std::fs::write(&log_file, &log)?;
     let execs = log
         .lines()

@@ -23,10 +23,12 @@ pub enum Kind {
     /// SYNs with an MSS option from spoofed sources, every one a new connection.
     Syn,
     /// 32 B UDP datagrams to the inside host's port 7000, round-robin over `flows` flows (the
-    /// outside host's real address, source ports varying).
+    /// outside host's real address, source ports varying), `burst` back to back per flow.
     Udp {
         /// Flows the datagrams are spread over.
         flows: u32,
+        /// Datagrams of one flow in a row.
+        burst: u32,
     },
 }
 
@@ -119,9 +121,10 @@ pub fn flood(
                     }),
                     &[],
                 ),
-                Kind::Udp { flows } => (
+                Kind::Udp { flows, burst } => (
                     L4Repr::Udp(UdpRepr {
-                        src_port: 10_000 + (i % u64::from(flows.max(1))) as u16,
+                        src_port: 10_000
+                            + ((i / u64::from(burst.max(1))) % u64::from(flows.max(1))) as u16,
                         dst_port: 7000,
                     }),
                     &payload[..32],
