@@ -244,17 +244,10 @@ impl Drop for Veth {
     }
 }
 
-/// Creates a veth pair directly between two namespaces, at `mtu`, with `a_addr` (CIDR, e.g.
-/// `198.18.7.1/24`) on the end in `a` and `b_addr` on the end in `b`, both up. Returns the
-/// interface names (in `a`, in `b`). The pair goes away with either namespace.
-pub fn veth_between(
-    a: &Netns,
-    a_addr: &str,
-    b: &Netns,
-    b_addr: &str,
-    prefix: &str,
-    mtu: u32,
-) -> Result<(String, String)> {
+/// Creates a veth pair directly between two namespaces at `mtu`, both ends up, without
+/// addresses. Returns the interface names (in `a`, in `b`). The pair goes away with either
+/// namespace.
+pub fn veth_pair(a: &Netns, b: &Netns, prefix: &str, mtu: u32) -> Result<(String, String)> {
     let (a_if, b_if) = (unique_name(prefix), unique_name(prefix));
     let mtu = mtu.to_string();
     a.ip(&[
@@ -273,10 +266,24 @@ pub fn veth_between(
         "mtu",
         &mtu,
     ])?;
-    a.ip(&["addr", "add", a_addr, "dev", &a_if])?;
-    b.ip(&["addr", "add", b_addr, "dev", &b_if])?;
     a.ip(&["link", "set", &a_if, "up"])?;
     b.ip(&["link", "set", &b_if, "up"])?;
+    Ok((a_if, b_if))
+}
+
+/// [`veth_pair`], with `a_addr` (CIDR, e.g. `198.18.7.1/24`) on the end in `a` and `b_addr` on
+/// the end in `b`.
+pub fn veth_between(
+    a: &Netns,
+    a_addr: &str,
+    b: &Netns,
+    b_addr: &str,
+    prefix: &str,
+    mtu: u32,
+) -> Result<(String, String)> {
+    let (a_if, b_if) = veth_pair(a, b, prefix, mtu)?;
+    a.ip(&["addr", "add", a_addr, "dev", &a_if])?;
+    b.ip(&["addr", "add", b_addr, "dev", &b_if])?;
     Ok((a_if, b_if))
 }
 
