@@ -81,18 +81,38 @@ pub fn run(program: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// Spawns of a command that fail with EFAULT before it runs are retried this often.
+const SPAWN_ATTEMPTS: u32 = 5;
+
+/// Runs `program args` to completion. Inside test processes that run a DPDK EAL, spawning now
+/// and then fails with EFAULT ("Bad address") before the child runs (seen about once in a few
+/// dozen test runs here, never twice in a row; the cause was not found). Nothing ran, so the
+/// spawn is retried a bounded number of times; any other error is returned at once.
+fn spawn_output(program: &str, args: &[&str]) -> std::io::Result<Output> {
+    let mut attempt = 1;
+    loop {
+        match Command::new(program).args(args).output() {
+            Err(e)
+                if e.raw_os_error() == Some(nix::errno::Errno::EFAULT as i32)
+                    && attempt < SPAWN_ATTEMPTS =>
+            {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
 fn output(program: &str, args: &[&str]) -> Result<Output> {
     let command = std::iter::once(program)
         .chain(args.iter().copied())
         .collect::<Vec<_>>()
         .join(" ");
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|source| Error::Spawn {
-            command: command.clone(),
-            source,
-        })?;
+    let output = spawn_output(program, args).map_err(|source| Error::Spawn {
+        command: command.clone(),
+        source,
+    })?;
     if output.status.success() {
         Ok(output)
     } else {
