@@ -413,7 +413,7 @@ impl Lab {
                         "net.ipv6.conf.all.forwarding=1".into(),
                     ],
                 )?;
-                let (r_if, e_if) = veth_pair(r, &ext, "pxo", cfg.link_mtu)?;
+                let (r_if, e_if) = netlab::veth_pair(r, &ext, "pxo", u32::from(cfg.link_mtu))?;
                 dual_stack(r, &r_if, OUTER_ROUTER)?;
                 dual_stack(&ext, &e_if, OUTER_HOST)?;
                 default_routes(&ext, OUTER_ROUTER)?;
@@ -997,31 +997,6 @@ impl Lab {
         })?;
         Ok((out, stats))
     }
-}
-
-/// Creates a veth pair between two namespaces at `mtu`, both ends up, without addresses.
-fn veth_pair(a: &Netns, b: &Netns, prefix: &str, mtu: u16) -> Result<(String, String)> {
-    let (a_if, b_if) = (netlab::unique_name(prefix), netlab::unique_name(prefix));
-    let mtu = mtu.to_string();
-    a.ip(&[
-        "link",
-        "add",
-        &a_if,
-        "mtu",
-        &mtu,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        &b_if,
-        "netns",
-        b.name(),
-        "mtu",
-        &mtu,
-    ])?;
-    a.ip(&["link", "set", &a_if, "up"])?;
-    b.ip(&["link", "set", &b_if, "up"])?;
-    Ok((a_if, b_if))
 }
 
 /// The DSCP of a classified UDP or TCP frame.

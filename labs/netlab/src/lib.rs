@@ -81,18 +81,38 @@ pub fn run(program: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// Spawns of a command that fail with EFAULT before it runs are retried this often.
+const SPAWN_ATTEMPTS: u32 = 5;
+
+/// Runs `program args` to completion. Inside test processes that run a DPDK EAL, spawning now
+/// and then fails with EFAULT ("Bad address") before the child runs (seen about once in a few
+/// dozen test runs here, never twice in a row; the cause was not found). Nothing ran, so the
+/// spawn is retried a bounded number of times; any other error is returned at once.
+fn spawn_output(program: &str, args: &[&str]) -> std::io::Result<Output> {
+    let mut attempt = 1;
+    loop {
+        match Command::new(program).args(args).output() {
+            Err(e)
+                if e.raw_os_error() == Some(nix::errno::Errno::EFAULT as i32)
+                    && attempt < SPAWN_ATTEMPTS =>
+            {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
 fn output(program: &str, args: &[&str]) -> Result<Output> {
     let command = std::iter::once(program)
         .chain(args.iter().copied())
         .collect::<Vec<_>>()
         .join(" ");
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|source| Error::Spawn {
-            command: command.clone(),
-            source,
-        })?;
+    let output = spawn_output(program, args).map_err(|source| Error::Spawn {
+        command: command.clone(),
+        source,
+    })?;
     if output.status.success() {
         Ok(output)
     } else {
@@ -244,17 +264,10 @@ impl Drop for Veth {
     }
 }
 
-/// Creates a veth pair directly between two namespaces, at `mtu`, with `a_addr` (CIDR, e.g.
-/// `198.18.7.1/24`) on the end in `a` and `b_addr` on the end in `b`, both up. Returns the
-/// interface names (in `a`, in `b`). The pair goes away with either namespace.
-pub fn veth_between(
-    a: &Netns,
-    a_addr: &str,
-    b: &Netns,
-    b_addr: &str,
-    prefix: &str,
-    mtu: u32,
-) -> Result<(String, String)> {
+/// Creates a veth pair directly between two namespaces at `mtu`, both ends up, without
+/// addresses. Returns the interface names (in `a`, in `b`). The pair goes away with either
+/// namespace.
+pub fn veth_pair(a: &Netns, b: &Netns, prefix: &str, mtu: u32) -> Result<(String, String)> {
     let (a_if, b_if) = (unique_name(prefix), unique_name(prefix));
     let mtu = mtu.to_string();
     a.ip(&[
@@ -273,10 +286,24 @@ pub fn veth_between(
         "mtu",
         &mtu,
     ])?;
-    a.ip(&["addr", "add", a_addr, "dev", &a_if])?;
-    b.ip(&["addr", "add", b_addr, "dev", &b_if])?;
     a.ip(&["link", "set", &a_if, "up"])?;
     b.ip(&["link", "set", &b_if, "up"])?;
+    Ok((a_if, b_if))
+}
+
+/// [`veth_pair`], with `a_addr` (CIDR, e.g. `198.18.7.1/24`) on the end in `a` and `b_addr` on
+/// the end in `b`.
+pub fn veth_between(
+    a: &Netns,
+    a_addr: &str,
+    b: &Netns,
+    b_addr: &str,
+    prefix: &str,
+    mtu: u32,
+) -> Result<(String, String)> {
+    let (a_if, b_if) = veth_pair(a, b, prefix, mtu)?;
+    a.ip(&["addr", "add", a_addr, "dev", &a_if])?;
+    b.ip(&["addr", "add", b_addr, "dev", &b_if])?;
     Ok((a_if, b_if))
 }
 

@@ -136,6 +136,10 @@ impl Report {
 /// pool, while 100 ms of it is more datagrams than the small pool has mbufs.
 const MEMPOOL_PPS: u64 = 60_000;
 
+/// Longest the restart case waits for the surviving transfer's data to flow again (TCP's
+/// retransmission back-off after the gap) before it measures the recovered yield.
+const RESUME_WAIT: Duration = Duration::from_secs(20);
+
 /// Datagrams per flow in a row in the mempool case's flood.
 const MEMPOOL_BURST: u32 = 8;
 
@@ -587,9 +591,19 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
         let down = Instant::now();
         b.start_pxgw(&lab.pxgw_config(1))?;
         let gap = down.elapsed().as_secs_f64();
+        // The sender backs off while pxgw is down (RTO doubling: after a 4 s gap its next
+        // retransmission may come seconds later), so the window that measures the recovered
+        // yield opens when the transfer's data flows again, not at the restart.
         let at_restart = b.meter.get(t.inbound.port);
+        let resume_deadline = Instant::now() + RESUME_WAIT;
+        while b.meter.get(t.inbound.port).since(&at_restart).payload == 0
+            && Instant::now() < resume_deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let at_resume = b.meter.get(t.inbound.port);
         std::thread::sleep(plan.measure * 2);
-        let recovered = b.meter.get(t.inbound.port).since(&at_restart);
+        let recovered = b.meter.get(t.inbound.port).since(&at_resume);
         let (bulk_ok, _, notes) = b.finish(t);
         let crashed = !b.running();
         let y = (recovered.payload > 0).then(|| recovered.share());
