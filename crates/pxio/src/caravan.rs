@@ -290,9 +290,12 @@ impl<B: PacketBuf> CaravanBuilder<B> {
         usize::from(self.hdr.l3_len) + OVERHEAD + self.inner_len
     }
 
-    /// Whether `next` (a datagram of `len` IP bytes) would fit.
+    /// Whether `next` (a datagram of `ip_len` IP bytes) would fit. A length shorter than the
+    /// caravan's IP header cannot be a datagram of this flow: it does not fit.
     pub fn fits(&self, ip_len: usize) -> bool {
-        let inner = ip_len - usize::from(self.hdr.l3_len);
+        let Some(inner) = ip_len.checked_sub(usize::from(self.hdr.l3_len)) else {
+            return false;
+        };
         self.count < self.cfg.max_datagrams && self.ip_len() + inner <= usize::from(self.cfg.imtu)
     }
 

@@ -1,33 +1,413 @@
-//! The API a network function embeds (SIGCOMM'26 §4.3 and §7: NFs ported with fewer than 50
-//! changed lines): a unified `rx` that returns merged packets, `poll` for items whose delay window
-//! expired, a `tx` that splits to the next hop's MTU, and counters.
+//! The API a network function embeds (SIGCOMM'26 §4.3 and §7.3: NFs ported with fewer than 50
+//! changed lines): a unified `rx` that returns merged packets (with their parsed headers, on
+//! request), `poll` for items whose delay window expired, a `tx` that splits to the next hop's
+//! MTU and keeps what the driver did not take, and counters.
+//!
+//! # Receive
+//! [`Pxio::rx`] merges a burst and appends the result to a `Vec`. [`Pxio::rx_meta`] does the same
+//! and hands each packet out with its [`PacketMeta`]: header offsets, 5-tuple, flow hash and the
+//! original segment size, so the NF need not parse again. The plain `rx` computes none of it.
+//!
+//! # Per-flow opt-in (§4.4, the hairpin policy as an API)
+//! [`MergeFilter`] says which flows are merged: all (the default), those with a port in a set,
+//! those with an address in a set of prefixes, or those a function picks. Packets of other flows
+//! pass through untouched and in order (a flow is never merged, so nothing of it is held).
+//!
+//! # Transmit
+//! [`Pxio::tx`] splits a packet to the configured next-hop MTU (or hands it to TSO) and queues
+//! the pieces; [`Pxio::flush_tx`] offers the queue to a [`TxSink`] (a DPDK TX queue, or a `Vec`)
+//! and keeps what the sink did not take for the next call, in order. The queue is bounded
+//! ([`PxioConfig::tx_queue_limit`]): a packet that finds it full is dropped and counted
+//! ([`TxStats::queue_drops`]). A packet that cannot be split is dropped, counted, and the
+//! [`SplitError`] returned.
+//!
+//! # Checksum offload
+//! [`PxioConfig::offloads`] is the one place that decides it: [`Pxio::new`] copies
+//! `offloads.checksum` into the merge engine's [`MergeConfig::checksum_offload`], so merged and
+//! split packets are always prepared the same way.
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
 
 use crate::buf::PacketBuf;
 use crate::clock::Clock;
 use crate::merge::{ConfigError, MergeConfig, MergeStats, Merger};
-use crate::split::{split_tcp, SplitOffloads};
+use crate::split::{split_tcp, SplitError, SplitOffloads};
+use crate::toeplitz::Toeplitz;
+use crate::wire::{self, Class, FlowKey, Headers};
 
 /// Counters of the transmit side.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TxStats {
-    /// Packets handed to [`Pxio::tx`].
+    /// Packets handed to [`Pxio::tx`], [`Pxio::tx_to`] or [`Pxio::enqueue`].
     pub packets_in: u64,
-    /// Packets it produced (segments count one each).
+    /// Packets queued for the sink (segments count one each).
     pub packets_out: u64,
     /// Packets that had to be split.
     pub split: u64,
     /// Packets dropped because they could not be split (pool exhausted, MTU too small, bad
     /// checksum).
     pub dropped: u64,
+    /// Packets (or segments) dropped because the TX queue was full: the sink did not keep up.
+    pub queue_drops: u64,
+    /// Packets a sink took.
+    pub sent: u64,
 }
 
-/// Settings of the stack.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Which flows are merged (SIGCOMM'26 §4.4: merge only the flows whose next hop benefits).
+/// Packets of other flows, and non-TCP packets, pass through untouched.
+///
+/// The choice must be a function of the flow (its 5-tuple): a flow that is merged now and not
+/// later would see its held data overtaken.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum MergeFilter {
+    /// Every TCP flow (no per-packet cost).
+    #[default]
+    All,
+    /// Flows with this source or destination port (a service).
+    Ports(Vec<u16>),
+    /// Flows whose source or destination address lies in one of these prefixes.
+    Prefixes(Vec<(IpAddr, u8)>),
+    /// Flows the function picks.
+    Custom(fn(&FlowKey) -> bool),
+}
+
+impl std::fmt::Debug for MergeFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::All => f.write_str("All"),
+            Self::Ports(p) => f.debug_tuple("Ports").field(p).finish(),
+            Self::Prefixes(p) => f.debug_tuple("Prefixes").field(p).finish(),
+            Self::Custom(_) => f.write_str("Custom(fn)"),
+        }
+    }
+}
+
+impl MergeFilter {
+    /// Whether packets of `key` are merged.
+    pub fn selects(&self, key: &FlowKey) -> bool {
+        match self {
+            Self::All => true,
+            Self::Ports(ports) => ports.contains(&key.sport) || ports.contains(&key.dport),
+            Self::Prefixes(prefixes) => prefixes.iter().any(|&(net, len)| {
+                in_prefix(key, &key.src, net, len) || in_prefix(key, &key.dst, net, len)
+            }),
+            Self::Custom(f) => f(key),
+        }
+    }
+}
+
+/// Whether `addr` (a [`FlowKey`] address field) lies in `net/len`.
+fn in_prefix(key: &FlowKey, addr: &[u8; 16], net: IpAddr, len: u8) -> bool {
+    let (net, width): ([u8; 16], u32) = match (net, key.v6) {
+        (IpAddr::V4(n), false) => {
+            let mut a = [0u8; 16];
+            a[..4].copy_from_slice(&n.octets());
+            (a, 32)
+        }
+        (IpAddr::V6(n), true) => (n.octets(), 128),
+        _ => return false,
+    };
+    let len = u32::from(len).min(width);
+    let a = u128::from_be_bytes(*addr);
+    let n = u128::from_be_bytes(net);
+    let mask = if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - len)
+    };
+    a & mask == n & mask
+}
+
+/// What the engine parsed of a packet it hands out ([`Pxio::rx_meta`]): small and `Copy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// Header offsets and lengths, protocol, IP and payload length, and the 5-tuple.
+    pub hdr: Headers,
+    /// The flow hash: the NIC's RSS hash when it gave one, else the Toeplitz hash a NIC with
+    /// the default key would give.
+    pub hash: u32,
+    /// The original segment size: the largest TCP payload of the segments this packet was
+    /// merged from (for a packet that was not merged, its own payload). Splitting to it
+    /// restores the sender's segmentation (§7.3); see [`PacketMeta::seg_mtu`].
+    pub seg_size: u16,
+}
+
+impl PacketMeta {
+    /// The 5-tuple.
+    pub fn key(&self) -> &FlowKey {
+        &self.hdr.key
+    }
+
+    /// The IP MTU that splits this packet back into its original segments.
+    pub fn seg_mtu(&self) -> u16 {
+        (self.hdr.l3_len + self.hdr.l4_len).saturating_add(self.seg_size.max(1))
+    }
+}
+
+/// A received packet and, for TCP and UDP, its parsed headers.
+#[derive(Debug)]
+pub struct RxPacket<B> {
+    /// The packet (merged or passed through).
+    pub pkt: B,
+    /// Its headers; `None` for anything but well-formed TCP and UDP.
+    pub meta: Option<PacketMeta>,
+}
+
+/// Settings of the stack. Build it with [`PxioBuilder`] (or [`PxioBuilder::for_ports`]);
+/// fields may be added, so it cannot be built with a struct literal.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct PxioConfig {
-    /// Merging.
+    /// Merging. Its `checksum_offload` is overwritten by `offloads.checksum`.
     pub merge: MergeConfig,
-    /// What the TX port can do.
+    /// What the TX port can do; the one place that decides checksum offload.
     pub offloads: SplitOffloads,
+    /// The next hop's IP MTU that [`Pxio::tx`] splits to (default 1500).
+    pub tx_mtu: u16,
+    /// Packets [`Pxio::flush_tx`] keeps when the sink does not take them (default 4096).
+    pub tx_queue_limit: usize,
+}
+
+impl Default for PxioConfig {
+    fn default() -> Self {
+        Self {
+            merge: MergeConfig::default(),
+            offloads: SplitOffloads::default(),
+            tx_mtu: 1500,
+            tx_queue_limit: 4096,
+        }
+    }
+}
+
+/// A configuration [`Pxio`] refuses.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PxioError {
+    /// A merge setting out of range.
+    #[error(transparent)]
+    Merge(#[from] ConfigError),
+    /// The TX MTU leaves no room for a TCP payload (IPv4 or IPv6 with bare headers).
+    #[error("tx_mtu {0} is invalid: 1280..=65535 (IPv6's minimum MTU)")]
+    TxMtu(u16),
+    /// A queue limit of 0 (nothing could ever be sent) or one larger than 2^24.
+    #[error("tx_queue_limit {0} is invalid: 1..=16777216")]
+    TxQueueLimit(usize),
+    /// The TX device cannot send chained mbufs, which merged packets and split segments are.
+    #[error("the TX device cannot transmit multi-segment mbufs (no MULTI_SEGS offload)")]
+    NoMultiSegs,
+    /// The device could not be queried.
+    #[error("device query failed: {0}")]
+    Device(String),
+}
+
+impl PxioConfig {
+    /// Checks every value (the merge settings with [`MergeConfig::validate`]).
+    pub fn validate(&self) -> Result<(), PxioError> {
+        self.merge.validate()?;
+        if self.tx_mtu < 1280 {
+            return Err(PxioError::TxMtu(self.tx_mtu));
+        }
+        if self.tx_queue_limit == 0 || self.tx_queue_limit > 1 << 24 {
+            return Err(PxioError::TxQueueLimit(self.tx_queue_limit));
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`Pxio`]: every setting has a default, so an NF names only what it changes.
+#[derive(Clone, Debug, Default)]
+pub struct PxioBuilder {
+    cfg: PxioConfig,
+    filter: MergeFilter,
+}
+
+impl PxioBuilder {
+    /// Every setting at its default (see [`PxioConfig`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The internal MTU: the largest packet a merge produces (default 9000).
+    pub fn imtu(mut self, imtu: u16) -> Self {
+        self.cfg.merge.imtu = imtu;
+        self
+    }
+
+    /// The next hop's IP MTU [`Pxio::tx`] splits to (default 1500).
+    pub fn tx_mtu(mut self, mtu: u16) -> Self {
+        self.cfg.tx_mtu = mtu;
+        self
+    }
+
+    /// What the TX port does: TSO, and IPv4/TCP checksum offload (for merging and splitting
+    /// alike).
+    pub fn offloads(mut self, offloads: SplitOffloads) -> Self {
+        self.cfg.offloads = offloads;
+        self
+    }
+
+    /// Every merge setting at once (its `checksum_offload` is ignored: see
+    /// [`PxioBuilder::offloads`]).
+    pub fn merge(mut self, merge: MergeConfig) -> Self {
+        self.cfg.merge = merge;
+        self
+    }
+
+    /// Adaptive delayed merging on or off (on by default).
+    pub fn delay(mut self, enabled: bool) -> Self {
+        self.cfg.merge.delay.enabled = enabled;
+        self
+    }
+
+    /// Flows held at once (the flow table's size).
+    pub fn flow_capacity(mut self, flows: usize) -> Self {
+        self.cfg.merge.flow_capacity = flows;
+        self
+    }
+
+    /// Packets kept for a sink that did not take them.
+    pub fn tx_queue_limit(mut self, limit: usize) -> Self {
+        self.cfg.tx_queue_limit = limit;
+        self
+    }
+
+    /// Merge only the flows `filter` selects.
+    pub fn merge_only(mut self, filter: MergeFilter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// The configuration as it stands.
+    pub fn config(&self) -> &PxioConfig {
+        &self.cfg
+    }
+
+    /// The stack, taking new headers from `pool` and time from `clock`; refuses a bad
+    /// configuration with a typed error.
+    pub fn build<B: PacketBuf, C: Clock>(
+        self,
+        pool: B::Pool,
+        clock: C,
+    ) -> Result<Pxio<B, C>, PxioError> {
+        let mut px = Pxio::new(self.cfg, pool, clock)?;
+        px.filter = self.filter;
+        Ok(px)
+    }
+}
+
+#[cfg(feature = "dpdk")]
+impl PxioBuilder {
+    /// Settings derived from the ports an NF receives on (`rx`) and transmits on (`tx`):
+    /// - the TX MTU is `tx`'s MTU;
+    /// - TSO and checksum offload as `tx` granted them (checksum offload needs both IPv4 and
+    ///   TCP checksums);
+    /// - a merged packet has at most as many segments as `tx` sends in one packet (when TSO
+    ///   hands it whole to the NIC), and at most 64;
+    /// - the iMTU is 9000, or less when `rx` receives less (a merged packet is never larger
+    ///   than what the NF's own ports could carry whole).
+    ///
+    /// Refuses a TX device without multi-segment transmit.
+    pub fn for_ports(rx: &dpdk::Port, tx: &dpdk::Port) -> Result<Self, PxioError> {
+        use dpdk::TxOffloads as T;
+        let dev = |e: dpdk::Error| PxioError::Device(e.to_string());
+        let tx_info = tx.device_info().map_err(dev)?;
+        let rx_info = rx.device_info().map_err(dev)?;
+        if !tx_info.multi_segs_tx() {
+            return Err(PxioError::NoMultiSegs);
+        }
+        let granted = tx.tx_offloads();
+        let offloads = SplitOffloads {
+            tso: granted.contains(T::TCP_TSO),
+            checksum: granted.contains(T::IPV4_CKSUM | T::TCP_CKSUM),
+        };
+        let mut b = PxioBuilder::new()
+            .tx_mtu(tx.mtu().map_err(dev)?)
+            .offloads(offloads)
+            .imtu(9000u16.min(rx_info.mtu_limit()).max(1280));
+        let seg_max = tx_info.tx_desc.nb_seg_max;
+        if seg_max >= 2 {
+            b.cfg.merge.max_segs = b.cfg.merge.max_segs.min(seg_max);
+        }
+        Ok(b)
+    }
+}
+
+/// Where [`Pxio::flush_tx`] sends: it takes packets from the front of `queue`, in order, and
+/// leaves what it did not take.
+pub trait TxSink<B> {
+    /// Takes as many packets from the front of `queue` as it can; returns how many.
+    fn send(&mut self, queue: &mut VecDeque<B>) -> usize;
+}
+
+/// A `Vec` takes everything (tests, and NFs that hand packets on in software).
+impl<B> TxSink<B> for Vec<B> {
+    fn send(&mut self, queue: &mut VecDeque<B>) -> usize {
+        let n = queue.len();
+        self.extend(queue.drain(..));
+        n
+    }
+}
+
+#[cfg(feature = "dpdk")]
+impl TxSink<dpdk::Mbuf> for dpdk::TxQueue {
+    /// Offers the queue in bursts of 32; the driver takes the first `n` of each
+    /// ([`dpdk::TxQueue::tx_burst`]), the rest go back to the front of the queue, in order.
+    fn send(&mut self, queue: &mut VecDeque<dpdk::Mbuf>) -> usize {
+        let mut burst = dpdk::Burst::<32>::new();
+        let mut sent = 0;
+        while !queue.is_empty() {
+            while !burst.is_full() {
+                let Some(m) = queue.pop_front() else { break };
+                if let Err(m) = burst.push(m) {
+                    queue.push_front(m);
+                    break;
+                }
+            }
+            let offered = burst.len();
+            let n = self.tx_burst(&mut burst);
+            sent += n;
+            if n < offered {
+                // What the driver left stays ours: back to the front, in order.
+                let rest: Vec<dpdk::Mbuf> = burst.drain().collect();
+                for m in rest.into_iter().rev() {
+                    queue.push_front(m);
+                }
+                break;
+            }
+        }
+        sent
+    }
+}
+
+/// Direct-mapped record of the largest segment payload seen per flow (for
+/// [`PacketMeta::seg_size`]): 4096 slots tagged with the flow hash; a collision only makes the
+/// reported size that of another flow's segments until the flow's next segment.
+struct SegSizes {
+    slots: Box<[(u32, u16)]>,
+}
+
+const SEG_SLOTS: usize = 4096;
+
+impl SegSizes {
+    fn new() -> Self {
+        Self {
+            slots: vec![(0, 0); SEG_SLOTS].into_boxed_slice(),
+        }
+    }
+    fn note(&mut self, hash: u32, size: u16) {
+        let s = &mut self.slots[hash as usize % SEG_SLOTS];
+        if s.0 != hash {
+            *s = (hash, size);
+        } else if size > s.1 {
+            s.1 = size;
+        }
+    }
+    fn get(&self, hash: u32) -> Option<u16> {
+        let s = self.slots[hash as usize % SEG_SLOTS];
+        (s.0 == hash && s.1 > 0).then_some(s.1)
+    }
 }
 
 /// PXIO for one worker: merge on receive, split on transmit.
@@ -35,16 +415,32 @@ pub struct Pxio<B: PacketBuf, C: Clock> {
     merger: Merger<B>,
     clock: C,
     offloads: SplitOffloads,
+    tx_mtu: u16,
+    tx_limit: usize,
+    filter: MergeFilter,
+    queue: VecDeque<B>,
+    scratch: Vec<B>,
+    seg_sizes: Option<SegSizes>,
+    toeplitz: Toeplitz,
     tx: TxStats,
 }
 
 impl<B: PacketBuf, C: Clock> Pxio<B, C> {
-    /// A stack with `cfg`; new headers come from `pool`, time from `clock`.
-    pub fn new(cfg: PxioConfig, pool: B::Pool, clock: C) -> Result<Self, ConfigError> {
+    /// A stack with `cfg` (merging every flow); new headers come from `pool`, time from `clock`.
+    pub fn new(mut cfg: PxioConfig, pool: B::Pool, clock: C) -> Result<Self, PxioError> {
+        cfg.merge.checksum_offload = cfg.offloads.checksum;
+        cfg.validate()?;
         Ok(Self {
             merger: Merger::new(cfg.merge, pool)?,
             clock,
             offloads: cfg.offloads,
+            tx_mtu: cfg.tx_mtu,
+            tx_limit: cfg.tx_queue_limit,
+            filter: MergeFilter::All,
+            queue: VecDeque::with_capacity(cfg.tx_queue_limit.min(8192)),
+            scratch: Vec::new(),
+            seg_sizes: None,
+            toeplitz: Toeplitz::default(),
             tx: TxStats::default(),
         })
     }
@@ -54,7 +450,88 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
     pub fn rx(&mut self, pkts: impl IntoIterator<Item = B>, out: &mut Vec<B>) {
         let now = self.clock.now_ns();
         self.merger.poll(now, out);
-        self.merger.rx_burst(pkts, now, out);
+        if matches!(self.filter, MergeFilter::All) && self.seg_sizes.is_none() {
+            self.merger.rx_burst(pkts, now, out);
+            return;
+        }
+        for pkt in pkts {
+            self.rx_one(pkt, now, out);
+        }
+        self.merger.settle(now, out);
+    }
+
+    /// One packet through the filter and the segment-size record (the slow path of `rx`).
+    fn rx_one(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
+        match wire::classify(pkt.head(), pkt.len()) {
+            Class::Tcp(h) => {
+                if let Some(sizes) = &mut self.seg_sizes {
+                    let hash = pkt
+                        .rss_hash()
+                        .unwrap_or_else(|| h.key.rss_hash(&self.toeplitz));
+                    sizes.note(hash, h.payload_len);
+                }
+                if self.filter.selects(&h.key) {
+                    self.merger.rx(pkt, now, out);
+                } else {
+                    out.push(pkt);
+                }
+            }
+            // Fragments and extension headers of a merged flow must follow its held data: the
+            // engine orders them. Everything else is never merged.
+            Class::Fragment | Class::OtherIp | Class::Malformed(_) => self.merger.rx(pkt, now, out),
+            Class::Udp(_) | Class::NonIp => out.push(pkt),
+        }
+    }
+
+    /// [`Pxio::rx`], handing each packet out with its parsed headers. The first call turns on
+    /// the per-flow record of segment sizes (one header parse per received packet from then on);
+    /// an NF that only calls `rx` pays for none of it.
+    pub fn rx_meta(&mut self, pkts: impl IntoIterator<Item = B>, out: &mut Vec<RxPacket<B>>) {
+        if self.seg_sizes.is_none() {
+            self.seg_sizes = Some(SegSizes::new());
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.rx(pkts, &mut scratch);
+        self.annotate(&mut scratch, out);
+        self.scratch = scratch;
+    }
+
+    /// [`Pxio::poll`], with parsed headers.
+    pub fn poll_meta(&mut self, out: &mut Vec<RxPacket<B>>) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.poll(&mut scratch);
+        self.annotate(&mut scratch, out);
+        self.scratch = scratch;
+    }
+
+    /// The headers of `pkt`, as [`Pxio::rx_meta`] reports them.
+    pub fn meta_of(&self, pkt: &B) -> Option<PacketMeta> {
+        let hdr = match wire::classify(pkt.head(), pkt.len()) {
+            Class::Tcp(h) | Class::Udp(h) => h,
+            _ => return None,
+        };
+        let hash = pkt
+            .rss_hash()
+            .unwrap_or_else(|| hdr.key.rss_hash(&self.toeplitz));
+        let seg_size = match &self.seg_sizes {
+            Some(s) if hdr.proto == wire::ip_proto::TCP => {
+                s.get(hash).unwrap_or(hdr.payload_len).min(hdr.payload_len)
+            }
+            _ => hdr.payload_len,
+        }
+        .max(hdr.payload_len.min(1));
+        Some(PacketMeta {
+            hdr,
+            hash,
+            seg_size,
+        })
+    }
+
+    fn annotate(&self, pkts: &mut Vec<B>, out: &mut Vec<RxPacket<B>>) {
+        out.extend(pkts.drain(..).map(|pkt| {
+            let meta = self.meta_of(&pkt);
+            RxPacket { pkt, meta }
+        }));
     }
 
     /// Releases delayed items whose window has passed. Call it when a poll loop finds no
@@ -64,28 +541,88 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
         self.merger.poll(now, out);
     }
 
-    /// Prepares `pkt` for a next hop with MTU `mtu`: TCP larger than that is split (or handed to
-    /// TSO); the result is appended to `out`. A packet that cannot be split is dropped and
-    /// counted in [`TxStats::dropped`].
-    pub fn tx(&mut self, pkt: B, mtu: u16, out: &mut Vec<B>) {
+    /// Queues `pkt` for the configured next hop ([`PxioConfig::tx_mtu`]): TCP larger than that
+    /// is split (or handed to TSO). Returns how many packets were queued.
+    ///
+    /// # Errors
+    /// A packet that cannot be split is dropped, counted in [`TxStats::dropped`], and the reason
+    /// returned.
+    pub fn tx(&mut self, pkt: B) -> Result<usize, SplitError> {
+        self.tx_to(pkt, self.tx_mtu)
+    }
+
+    /// [`Pxio::tx`] toward a next hop with IP MTU `mtu`.
+    ///
+    /// # Errors
+    /// As for [`Pxio::tx`].
+    pub fn tx_to(&mut self, pkt: B, mtu: u16) -> Result<usize, SplitError> {
         self.tx.packets_in += 1;
-        let before = out.len();
+        let mut pieces = std::mem::take(&mut self.scratch);
+        let r = self.split_into(pkt, mtu, &mut pieces);
+        for p in pieces.drain(..) {
+            self.push_queue(p);
+        }
+        self.scratch = pieces;
+        r
+    }
+
+    /// Splits `pkt` to `mtu` into `out` without queueing it, for an NF that transforms each
+    /// segment before sending (a UPF encapsulating in GTP-U, say); send the pieces with
+    /// [`Pxio::enqueue`]. Counted in [`TxStats::split`] and [`TxStats::dropped`].
+    ///
+    /// # Errors
+    /// The packet could not be split: it was dropped and counted.
+    pub fn split(&mut self, pkt: B, mtu: u16, out: &mut Vec<B>) -> Result<usize, SplitError> {
+        self.split_into(pkt, mtu, out)
+    }
+
+    fn split_into(&mut self, pkt: B, mtu: u16, out: &mut Vec<B>) -> Result<usize, SplitError> {
         match split_tcp(pkt, mtu, self.offloads, self.merger.pool(), out) {
             Ok(n) => {
-                self.tx.packets_out += n as u64;
                 if n > 1 {
                     self.tx.split += 1;
                 }
+                Ok(n)
             }
-            Err((_, pkt)) => {
-                debug_assert_eq!(out.len(), before);
+            Err((e, pkt)) => {
                 self.tx.dropped += 1;
                 drop(pkt);
+                Err(e)
             }
         }
     }
 
-    /// Emits everything still held (shutdown).
+    /// Queues `pkt` as it is (no split). Returns false when the queue was full: the packet was
+    /// dropped and counted in [`TxStats::queue_drops`].
+    pub fn enqueue(&mut self, pkt: B) -> bool {
+        self.tx.packets_in += 1;
+        self.push_queue(pkt)
+    }
+
+    fn push_queue(&mut self, pkt: B) -> bool {
+        if self.queue.len() >= self.tx_limit {
+            self.tx.queue_drops += 1;
+            return false;
+        }
+        self.tx.packets_out += 1;
+        self.queue.push_back(pkt);
+        true
+    }
+
+    /// Offers the TX queue to `sink`; what it does not take stays queued, in order, for the
+    /// next call. Returns how many it took.
+    pub fn flush_tx(&mut self, sink: &mut impl TxSink<B>) -> usize {
+        let n = sink.send(&mut self.queue);
+        self.tx.sent += n as u64;
+        n
+    }
+
+    /// Packets waiting in the TX queue.
+    pub fn tx_pending(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Emits everything still held by the merge engine (shutdown).
     pub fn flush(&mut self, out: &mut Vec<B>) {
         let now = self.clock.now_ns();
         self.merger.flush_all(now, out);
@@ -99,6 +636,22 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
     /// Transmit-side counters.
     pub fn tx_stats(&self) -> &TxStats {
         &self.tx
+    }
+
+    /// The merge settings in force.
+    pub fn merge_config(&self) -> &MergeConfig {
+        self.merger.config()
+    }
+
+    /// The TX offloads in force.
+    pub fn offloads(&self) -> SplitOffloads {
+        self.offloads
+    }
+
+    /// The pool new headers come from (an NF building its own headers, e.g. for encapsulation,
+    /// may share it).
+    pub fn pool(&self) -> &B::Pool {
+        self.merger.pool()
     }
 
     /// The clock.
@@ -121,14 +674,78 @@ impl<C: Clock> Pxio<dpdk::Mbuf, C> {
     ) -> usize {
         let now = self.clock.now_ns();
         self.merger.poll(now, out);
+        let plain = matches!(self.filter, MergeFilter::All) && self.seg_sizes.is_none();
         let mut read = 0;
         for q in queues.iter_mut() {
             read += q.rx_burst(burst);
             for m in burst.drain() {
-                self.merger.rx(m, now, out);
+                if plain {
+                    self.merger.rx(m, now, out);
+                } else {
+                    self.rx_one(m, now, out);
+                }
             }
         }
         self.merger.settle(now, out);
         read
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(v6: bool, src: [u8; 16], sport: u16, dport: u16) -> FlowKey {
+        FlowKey {
+            src,
+            dst: [0; 16],
+            sport,
+            dport,
+            proto: wire::ip_proto::TCP,
+            v6,
+        }
+    }
+
+    #[test]
+    fn filters_select_by_port_and_prefix_for_both_families() {
+        let mut v4 = [0u8; 16];
+        v4[..4].copy_from_slice(&[10, 1, 2, 3]);
+        let v6: [u8; 16] = "2001:db8::7"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets();
+        let ports = MergeFilter::Ports(vec![443]);
+        assert!(ports.selects(&key(false, v4, 5000, 443)));
+        assert!(!ports.selects(&key(false, v4, 5000, 80)));
+        let nets = MergeFilter::Prefixes(vec![
+            ("10.1.0.0".parse().unwrap(), 16),
+            ("2001:db8::".parse().unwrap(), 32),
+        ]);
+        assert!(nets.selects(&key(false, v4, 1, 2)));
+        assert!(nets.selects(&key(true, v6, 1, 2)));
+        let mut other = [0u8; 16];
+        other[..4].copy_from_slice(&[10, 2, 0, 1]);
+        assert!(!nets.selects(&key(false, other, 1, 2)));
+        // An IPv4 prefix never matches an IPv6 key whose bytes happen to agree.
+        let mut v6_like = [0u8; 16];
+        v6_like[..4].copy_from_slice(&[10, 1, 9, 9]);
+        assert!(!nets.selects(&key(true, v6_like, 1, 2)));
+        assert!(MergeFilter::Custom(|k| k.dport == 80).selects(&key(false, v4, 1, 80)));
+    }
+
+    #[test]
+    fn bad_tx_settings_are_refused_with_typed_errors() {
+        let b = PxioBuilder::new().tx_mtu(600);
+        let r = b.build::<crate::HeapBuf, _>(crate::HeapPool::new(256), crate::ManualClock::new(0));
+        assert!(matches!(r, Err(PxioError::TxMtu(600))));
+        let b = PxioBuilder::new().tx_queue_limit(0);
+        let r = b.build::<crate::HeapBuf, _>(crate::HeapPool::new(256), crate::ManualClock::new(0));
+        assert!(matches!(r, Err(PxioError::TxQueueLimit(0))));
+        let b = PxioBuilder::new().imtu(100);
+        let r = b.build::<crate::HeapBuf, _>(crate::HeapPool::new(256), crate::ManualClock::new(0));
+        assert!(matches!(
+            r,
+            Err(PxioError::Merge(ConfigError { key: "imtu", .. }))
+        ));
     }
 }

@@ -258,6 +258,15 @@ fn packing_refuses_what_it_cannot_carry() {
         pool.packet(&f)
     };
     assert!(matches!(b.push(other), Err((CaravanError::Mismatch, _))));
+    // A length shorter than the IP header cannot fit (it used to underflow and panic), for
+    // IPv4 and IPv6 alike; a small datagram still does.
+    assert!(!b.fits(10));
+    assert!(!b.fits(0));
+    assert!(b.fits(28 + 1));
+    let b6 = CaravanBuilder::start(pool.packet(&datagram(true, b"a", 1)), cfg, &pool).unwrap();
+    assert!(!b6.fits(39));
+    assert!(b6.fits(48 + 1));
+    drop(b6.finish());
     // A DSCP that a caravan would lose.
     let mut ef = datagram(false, b"c", 3);
     ef[15] = 46 << 2;

@@ -4,6 +4,15 @@
 
 use super::flow_table::NIL;
 
+/// Most item slots: 4 Mi (each slot is allocated when the engine starts; the default is 64 Ki).
+pub const MAX_ITEMS: usize = 1 << 22;
+// Item indices are u32 with NIL as "none".
+const _: () = assert!(MAX_ITEMS < NIL as usize);
+
+/// Longest delay window and rate time constant (1 s): longer ones hold packets past any TCP
+/// retransmission timer.
+pub const MAX_WINDOW_NS: u64 = 1_000_000_000;
+
 /// Adaptive delayed merging settings (Appendix A).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DelayConfig {
@@ -107,8 +116,10 @@ impl MergeConfig {
         if self.max_segs < 2 {
             return Err(bad("max_segs", &self.max_segs, "2..=65535"));
         }
-        if self.max_items == 0 || self.max_items >= NIL as usize {
-            return Err(bad("max_items", &self.max_items, "1..4294967295"));
+        // Every item slot is allocated up front (the hot path never grows the slab): a bound
+        // keeps an absurd value (4e9 asked for some 768 GB) a typed refusal, not an abort.
+        if self.max_items == 0 || self.max_items > MAX_ITEMS {
+            return Err(bad("max_items", &self.max_items, "1..=4194304"));
         }
         let d = &self.delay;
         if !(d.quantile > 0.0 && d.quantile < 1.0) {
@@ -128,8 +139,19 @@ impl MergeConfig {
                 ">= 0",
             ));
         }
-        if d.rate_tau_ns == 0 {
-            return Err(bad("delay.rate_tau_ns", &d.rate_tau_ns, "> 0"));
+        if d.max_window_ns > MAX_WINDOW_NS {
+            return Err(bad(
+                "delay.max_window_ns",
+                &d.max_window_ns,
+                "0..=1000000000 (1 s)",
+            ));
+        }
+        if d.rate_tau_ns == 0 || d.rate_tau_ns > MAX_WINDOW_NS {
+            return Err(bad(
+                "delay.rate_tau_ns",
+                &d.rate_tau_ns,
+                "1..=1000000000 (1 s)",
+            ));
         }
         Ok(())
     }
