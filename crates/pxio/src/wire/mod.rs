@@ -8,6 +8,7 @@
 //! computed, for everything that builds frames.
 
 pub mod ethernet;
+pub mod gtpu;
 pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
