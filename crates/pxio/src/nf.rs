@@ -410,6 +410,34 @@ impl SegSizes {
     }
 }
 
+/// A cheap hash of a flow key for the segment-size record (a multiply-xor over its words: a
+/// Toeplitz hash in software costs several times more, on every received packet).
+fn quick_hash(k: &FlowKey) -> u32 {
+    let word = |b: &[u8; 16], i: usize| {
+        u64::from_le_bytes([
+            b[i],
+            b[i + 1],
+            b[i + 2],
+            b[i + 3],
+            b[i + 4],
+            b[i + 5],
+            b[i + 6],
+            b[i + 7],
+        ])
+    };
+    let mut h = u64::from(k.sport) << 16 | u64::from(k.dport) | u64::from(k.proto) << 32;
+    for w in [
+        word(&k.src, 0),
+        word(&k.src, 8),
+        word(&k.dst, 0),
+        word(&k.dst, 8),
+    ] {
+        h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 29;
+    }
+    (h >> 32) as u32
+}
+
 /// PXIO for one worker: merge on receive, split on transmit.
 pub struct Pxio<B: PacketBuf, C: Clock> {
     merger: Merger<B>,
@@ -465,10 +493,7 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
                 if let Some(sizes) = &mut self.seg_sizes {
-                    let hash = pkt
-                        .rss_hash()
-                        .unwrap_or_else(|| h.key.rss_hash(&self.toeplitz));
-                    sizes.note(hash, h.payload_len);
+                    sizes.note(quick_hash(&h.key), h.payload_len);
                 }
                 if self.filter.selects(&h.key) {
                     self.merger.rx(pkt, now, out);
@@ -504,6 +529,14 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
         self.scratch = scratch;
     }
 
+    /// [`Pxio::flush`], with parsed headers (shutdown, or the end of a finite input).
+    pub fn flush_meta(&mut self, out: &mut Vec<RxPacket<B>>) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.flush(&mut scratch);
+        self.annotate(&mut scratch, out);
+        self.scratch = scratch;
+    }
+
     /// The headers of `pkt`, as [`Pxio::rx_meta`] reports them.
     pub fn meta_of(&self, pkt: &B) -> Option<PacketMeta> {
         let hdr = match wire::classify(pkt.head(), pkt.len()) {
@@ -514,9 +547,10 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
             .rss_hash()
             .unwrap_or_else(|| hdr.key.rss_hash(&self.toeplitz));
         let seg_size = match &self.seg_sizes {
-            Some(s) if hdr.proto == wire::ip_proto::TCP => {
-                s.get(hash).unwrap_or(hdr.payload_len).min(hdr.payload_len)
-            }
+            Some(s) if hdr.proto == wire::ip_proto::TCP => s
+                .get(quick_hash(&hdr.key))
+                .unwrap_or(hdr.payload_len)
+                .min(hdr.payload_len),
             _ => hdr.payload_len,
         }
         .max(hdr.payload_len.min(1));

@@ -125,9 +125,7 @@ impl GtpuRepr {
                 if units == 0 {
                     return Err(WireError::BadHeaderLength);
                 }
-                let ext = buf
-                    .get(off..off + units * 4)
-                    .ok_or(WireError::Truncated)?;
+                let ext = buf.get(off..off + units * 4).ok_or(WireError::Truncated)?;
                 if next == EXT_PDU_SESSION && units >= 1 {
                     let dir = if ext[1] >> 4 == 1 {
                         PduDirection::Uplink
@@ -174,7 +172,10 @@ mod tests {
             assert_eq!(buf[1], 255);
             let length = u16::from_be_bytes([buf[2], buf[3]]) as usize;
             assert_eq!(length, repr.buffer_len() - 8 + 100);
-            assert_eq!(GtpuRepr::parse(&buf, buf.len()), Ok((repr, repr.buffer_len())));
+            assert_eq!(
+                GtpuRepr::parse(&buf, buf.len()),
+                Ok((repr, repr.buffer_len()))
+            );
         }
     }
 
@@ -196,7 +197,10 @@ mod tests {
         assert!(GtpuRepr::parse(&echo, 26).is_err());
         let mut zero_ext = buf.clone();
         zero_ext[12] = 0;
-        assert_eq!(GtpuRepr::parse(&zero_ext, 26), Err(WireError::BadHeaderLength));
+        assert_eq!(
+            GtpuRepr::parse(&zero_ext, 26),
+            Err(WireError::BadHeaderLength)
+        );
         assert!(repr.emit(&mut [0u8; 10], 0).is_err());
         let bad_qfi = GtpuRepr {
             teid: 1,
