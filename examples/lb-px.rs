@@ -2,31 +2,44 @@
 //! splits back to the port's MTU (1500 B) on the way out.
 //! `cargo run --release --example lb-px` (as root: it boots an EAL on ring ports).
 
-use dpdk::Burst;
+use dpdk::{Burst, Eal};
 use px_nfs::harness::{self, Lab};
 use px_nfs::lb::{Lb, LbConfig};
 use px_nfs::{traffic, Verdict};
 use pxio::{PxioBuilder, RxPacket, TscClock};
 
 fn main() -> anyhow::Result<()> {
-    let eal = harness::eal("lb-px")?;
+    let eal = harness::eal(env!("CARGO_CRATE_NAME"))?;
     // 64 clients (IPv4 and IPv6) of one virtual service with 8 backends, 20 bursts of 45 segments each.
     let flows = traffic::flows(64, [10, 0], traffic::VIP_V4, traffic::SERVER_V6, 80);
-    let mut lab = Lab::new(
+    let input = traffic::tcp_traffic(&flows, 20, 45, 1500);
+    run(
         &eal,
-        "lb-px",
-        traffic::tcp_traffic(&flows, 20, 45, 1500),
+        env!("CARGO_CRATE_NAME"),
+        input,
+        Lb::new(LbConfig::with_backends(
+            traffic::VIP_V4,
+            traffic::SERVER_V6,
+            80,
+            8,
+        )),
         false,
     )?;
-    let mut lb = Lb::new(LbConfig::with_backends(
-        traffic::VIP_V4,
-        traffic::SERVER_V6,
-        80,
-        8,
-    ));
+    Ok(())
+}
+
+/// Runs `lb` on `input` between ring ports; returns what left (when `keep`) and the load balancer.
+pub fn run(
+    eal: &Eal,
+    name: &str,
+    input: Vec<Vec<u8>>,
+    mut lb: Lb,
+    keep: bool,
+) -> anyhow::Result<(Vec<Vec<u8>>, Lb)> {
+    let mut lab = Lab::new(eal, name, input, keep)?;
     let mut burst = Burst::<32>::new();
     let mut px = PxioBuilder::for_ports(&lab.rx_port, &lab.tx_port)?
-        .build(lab.headers.clone(), TscClock::new(&eal))?;
+        .build(lab.headers.clone(), TscClock::new(eal))?;
     let mut merged = Vec::new();
     let mut calls = 0u64;
     let mut more = true;
@@ -49,8 +62,7 @@ fn main() -> anyhow::Result<()> {
         }
         px.flush_tx(&mut lab.tx);
     }
-    let stats = *lb.stats();
     drop(px);
-    lab.report("lb-px", calls, &stats)?;
-    Ok(())
+    let out = lab.report(name, calls, lb.stats())?;
+    Ok((out, lb))
 }

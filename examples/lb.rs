@@ -1,28 +1,41 @@
 //! An L4 load balancer (Maglev), plain: the balancing logic runs on every 1500 B packet.
 //! `cargo run --release --example lb` (as root: it boots an EAL on ring ports).
 
-use dpdk::Burst;
+use dpdk::{Burst, Eal};
 use px_nfs::harness::{self, Lab, Sender};
 use px_nfs::lb::{Lb, LbConfig};
 use px_nfs::{traffic, Verdict};
 use pxio::wire::{classify, Class};
 
 fn main() -> anyhow::Result<()> {
-    let eal = harness::eal("lb")?;
+    let eal = harness::eal(env!("CARGO_CRATE_NAME"))?;
     // 64 clients (IPv4 and IPv6) of one virtual service with 8 backends, 20 bursts of 45 segments each.
     let flows = traffic::flows(64, [10, 0], traffic::VIP_V4, traffic::SERVER_V6, 80);
-    let mut lab = Lab::new(
+    let input = traffic::tcp_traffic(&flows, 20, 45, 1500);
+    run(
         &eal,
-        "lb",
-        traffic::tcp_traffic(&flows, 20, 45, 1500),
+        env!("CARGO_CRATE_NAME"),
+        input,
+        Lb::new(LbConfig::with_backends(
+            traffic::VIP_V4,
+            traffic::SERVER_V6,
+            80,
+            8,
+        )),
         false,
     )?;
-    let mut lb = Lb::new(LbConfig::with_backends(
-        traffic::VIP_V4,
-        traffic::SERVER_V6,
-        80,
-        8,
-    ));
+    Ok(())
+}
+
+/// Runs `lb` on `input` between ring ports; returns what left (when `keep`) and the load balancer.
+pub fn run(
+    eal: &Eal,
+    name: &str,
+    input: Vec<Vec<u8>>,
+    mut lb: Lb,
+    keep: bool,
+) -> anyhow::Result<(Vec<Vec<u8>>, Lb)> {
+    let mut lab = Lab::new(eal, name, input, keep)?;
     let mut burst = Burst::<32>::new();
     let mut sender = Sender::default();
     let mut calls = 0u64;
@@ -42,8 +55,7 @@ fn main() -> anyhow::Result<()> {
         }
         sender.flush(&mut lab.tx);
     }
-    let stats = *lb.stats();
     drop(sender);
-    lab.report("lb", calls, &stats)?;
-    Ok(())
+    let out = lab.report(name, calls, lb.stats())?;
+    Ok((out, lb))
 }

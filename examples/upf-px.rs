@@ -1,35 +1,41 @@
-//! A 5G UPF data path (dUPF design), ported to pxio: downlink TCP is merged before the PDR/FAR/
-//! QER lookups, which run once per merged packet; it is split back to the sender's segments
-//! and each is GTP-U encapsulated. Uplink is decapsulated and handed to pxio, which splits it
-//! to the N6 MTU. 512 k sessions: 2 M PDRs, 1 M FARs, 512 k QERs.
+//! A 5G UPF data path (dUPF design), ported to pxio: PDR/FAR/QER lookups once per merged downlink
+//! packet, split back to the sender's segments, each GTP-U encapsulated; uplink decapsulated and
+//! split to the N6 MTU by pxio. 512 k sessions: 2 M PDRs, 1 M FARs, 512 k QERs.
 //! `cargo run --release --example upf-px` (as root: it boots an EAL on ring ports).
 
-use dpdk::Burst;
+use dpdk::{Burst, Eal};
 use px_nfs::harness::{self, Lab};
 use px_nfs::upf::{SessionSpec, Upf, UpfConfig};
 use px_nfs::{traffic, Verdict};
 use pxio::{PxioBuilder, RxPacket, TscClock};
 
 fn main() -> anyhow::Result<()> {
-    let eal = harness::eal("upf-px")?;
+    let eal = harness::eal(env!("CARGO_CRATE_NAME"))?;
     // 64 UEs (IPv4 and IPv6) downloading from and uploading to one server.
     let flows = traffic::flows(64, [10, 0], traffic::VIP_V4, traffic::SERVER_V6, 443);
-    let cfg = UpfConfig::default();
     let ues: Vec<SessionSpec> = (0..64)
         .map(|i| SessionSpec::for_host(i, 10_000_000_000))
         .collect();
-    let mut upf = Upf::synthetic(cfg.clone(), 512 * 1024, 100_000_000, &ues)?;
-    println!("upf-px: (PDRs, FARs, QERs) = {:?}", upf.rule_counts());
-    let mut lab = Lab::new(
-        &eal,
-        "upf-px",
-        traffic::upf_traffic(&flows, 20, 45, 1500, cfg.n3_addr),
-        false,
-    )?;
+    let upf = Upf::synthetic(UpfConfig::default(), 512 * 1024, 100_000_000, &ues)?;
+    println!("(PDRs, FARs, QERs) = {:?}", upf.rule_counts());
+    let input = traffic::upf_traffic(&flows, 20, 45, 1500, upf.config().n3_addr);
+    run(&eal, env!("CARGO_CRATE_NAME"), input, upf, false)?;
+    Ok(())
+}
+
+/// Runs `upf` on `input` between ring ports; returns what left (when `keep`) and the UPF.
+pub fn run(
+    eal: &Eal,
+    name: &str,
+    input: Vec<Vec<u8>>,
+    mut upf: Upf,
+    keep: bool,
+) -> anyhow::Result<(Vec<Vec<u8>>, Upf)> {
+    let mut lab = Lab::new(eal, name, input, keep)?;
     let mut burst = Burst::<32>::new();
     let mut px = PxioBuilder::for_ports(&lab.rx_port, &lab.tx_port)?
-        .tx_mtu(cfg.n6_mtu)
-        .build(lab.headers.clone(), TscClock::new(&eal))?;
+        .tx_mtu(upf.config().n6_mtu)
+        .build(lab.headers.clone(), TscClock::new(eal))?;
     let (mut merged, mut pieces) = (Vec::new(), Vec::new());
     let mut calls = 0u64;
     let mut more = true;
@@ -63,8 +69,7 @@ fn main() -> anyhow::Result<()> {
         }
         px.flush_tx(&mut lab.tx);
     }
-    let stats = *upf.stats();
     drop(px);
-    lab.report("upf-px", calls, &stats)?;
-    Ok(())
+    let out = lab.report(name, calls, upf.stats())?;
+    Ok((out, upf))
 }

@@ -2,28 +2,35 @@
 //! decapsulation on every packet. 512 k sessions: 2 M PDRs, 1 M FARs, 512 k QERs.
 //! `cargo run --release --example upf` (as root: it boots an EAL on ring ports).
 
-use dpdk::Burst;
+use dpdk::{Burst, Eal};
 use px_nfs::harness::{self, Lab, Sender};
 use px_nfs::upf::{SessionSpec, Upf, UpfConfig};
 use px_nfs::{traffic, Verdict};
 use pxio::wire::{classify, Class};
 
 fn main() -> anyhow::Result<()> {
-    let eal = harness::eal("upf")?;
+    let eal = harness::eal(env!("CARGO_CRATE_NAME"))?;
     // 64 UEs (IPv4 and IPv6) downloading from and uploading to one server.
     let flows = traffic::flows(64, [10, 0], traffic::VIP_V4, traffic::SERVER_V6, 443);
-    let cfg = UpfConfig::default();
     let ues: Vec<SessionSpec> = (0..64)
         .map(|i| SessionSpec::for_host(i, 10_000_000_000))
         .collect();
-    let mut upf = Upf::synthetic(cfg.clone(), 512 * 1024, 100_000_000, &ues)?;
-    println!("upf: (PDRs, FARs, QERs) = {:?}", upf.rule_counts());
-    let mut lab = Lab::new(
-        &eal,
-        "upf",
-        traffic::upf_traffic(&flows, 20, 45, 1500, cfg.n3_addr),
-        false,
-    )?;
+    let upf = Upf::synthetic(UpfConfig::default(), 512 * 1024, 100_000_000, &ues)?;
+    println!("(PDRs, FARs, QERs) = {:?}", upf.rule_counts());
+    let input = traffic::upf_traffic(&flows, 20, 45, 1500, upf.config().n3_addr);
+    run(&eal, env!("CARGO_CRATE_NAME"), input, upf, false)?;
+    Ok(())
+}
+
+/// Runs `upf` on `input` between ring ports; returns what left (when `keep`) and the UPF.
+pub fn run(
+    eal: &Eal,
+    name: &str,
+    input: Vec<Vec<u8>>,
+    mut upf: Upf,
+    keep: bool,
+) -> anyhow::Result<(Vec<Vec<u8>>, Upf)> {
+    let mut lab = Lab::new(eal, name, input, keep)?;
     let mut burst = Burst::<32>::new();
     let mut sender = Sender::default();
     let mut calls = 0u64;
@@ -51,8 +58,7 @@ fn main() -> anyhow::Result<()> {
         }
         sender.flush(&mut lab.tx);
     }
-    let stats = *upf.stats();
     drop(sender);
-    lab.report("upf", calls, &stats)?;
-    Ok(())
+    let out = lab.report(name, calls, upf.stats())?;
+    Ok((out, upf))
 }

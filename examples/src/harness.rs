@@ -61,8 +61,8 @@ impl Lab {
         let largest = input.iter().map(Vec::len).max().unwrap_or(0);
         let room = (largest + 128).max(2048 + 128);
         let room = u16::try_from(room).context("frames above 64 KiB")?;
-        let pool = Mempool::new(eal, &format!("{name}_rx"), 16383, 0, room)?;
-        let headers = Mempool::new(eal, &format!("{name}_hdr"), 16383, 0, 256 + 128)?;
+        let pool = Mempool::new(eal, &format!("{name}_rx"), 8191, 0, room)?;
+        let headers = Mempool::new(eal, &format!("{name}_hdr"), 8191, 0, 256 + 128)?;
         let (src, nf_in) = eal.ring_pair(&format!("{name}_in"), 4096)?;
         let (nf_out, snk) = eal.ring_pair(&format!("{name}_out"), 8192)?;
         let start = |id| Port::builder(eal, id).start(&pool);

@@ -137,7 +137,7 @@ enum Far {
 struct Qer {
     /// Refill, bytes per ns.
     rate: f64,
-    /// Bucket depth, bytes (10 ms at the MBR).
+    /// Bucket depth, bytes (1 ms at the MBR, at least 64 KiB).
     depth: f64,
     tokens: f64,
     last_ns: u64,
@@ -146,7 +146,7 @@ struct Qer {
 impl Qer {
     fn new(mbr_bps: u64) -> Self {
         let rate = mbr_bps as f64 / 8e9;
-        let depth = (rate * 10e6).max(65_536.0);
+        let depth = (rate * 1e6).max(65_536.0);
         Self {
             rate,
             depth,
