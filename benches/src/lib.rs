@@ -17,6 +17,7 @@ pub mod engine;
 pub mod gro_baseline;
 pub mod ledger;
 pub mod merge;
+pub mod nf;
 pub mod pxio_engine;
 pub mod report;
 pub mod trace;

@@ -29,6 +29,8 @@ pub enum BenchKind {
     Caravan,
     /// F-PMTUD's PMTU cache: Bloom filter false-positive rate, lookup ns of hits and misses.
     PmtuCache,
+    /// The UPF, NAT and L4LB of px-nfs, plain against pxio and the 9000 B MTU bound.
+    Nf,
 }
 
 impl BenchKind {
@@ -38,6 +40,7 @@ impl BenchKind {
             BenchKind::Merge => "merge",
             BenchKind::Caravan => "caravan",
             BenchKind::PmtuCache => "pmtu-cache",
+            BenchKind::Nf => "nf",
         }
     }
 
@@ -45,7 +48,7 @@ impl BenchKind {
     /// plain memory.
     fn needs_root(self) -> bool {
         match self {
-            BenchKind::Merge | BenchKind::Caravan => true,
+            BenchKind::Merge | BenchKind::Caravan | BenchKind::Nf => true,
             BenchKind::PmtuCache => false,
         }
     }
@@ -56,6 +59,7 @@ impl BenchKind {
             BenchKind::Merge => "merge",
             BenchKind::Caravan => "caravan-bench",
             BenchKind::PmtuCache => "pmtu-cache",
+            BenchKind::Nf => "nf-bench",
         }
     }
 }

@@ -129,8 +129,10 @@ pub struct PacketMeta {
     /// the default key would give.
     pub hash: u32,
     /// The original segment size: the largest TCP payload of the segments this packet was
-    /// merged from (for a packet that was not merged, its own payload). Splitting to it
-    /// restores the sender's segmentation (§7.3); see [`PacketMeta::seg_mtu`].
+    /// merged from (for a packet that was not merged, its own payload), read from its buffer
+    /// chain, one buffer per merged segment (an input that already was a chain, LRO-style,
+    /// counts per buffer). Splitting to it restores the sender's segment size (§7.3); see
+    /// [`PacketMeta::seg_mtu`].
     pub seg_size: u16,
 }
 
@@ -381,63 +383,6 @@ impl TxSink<dpdk::Mbuf> for dpdk::TxQueue {
     }
 }
 
-/// Direct-mapped record of the largest segment payload seen per flow (for
-/// [`PacketMeta::seg_size`]): 4096 slots tagged with the flow hash; a collision only makes the
-/// reported size that of another flow's segments until the flow's next segment.
-struct SegSizes {
-    slots: Box<[(u32, u16)]>,
-}
-
-const SEG_SLOTS: usize = 4096;
-
-impl SegSizes {
-    fn new() -> Self {
-        Self {
-            slots: vec![(0, 0); SEG_SLOTS].into_boxed_slice(),
-        }
-    }
-    fn note(&mut self, hash: u32, size: u16) {
-        let s = &mut self.slots[hash as usize % SEG_SLOTS];
-        if s.0 != hash {
-            *s = (hash, size);
-        } else if size > s.1 {
-            s.1 = size;
-        }
-    }
-    fn get(&self, hash: u32) -> Option<u16> {
-        let s = self.slots[hash as usize % SEG_SLOTS];
-        (s.0 == hash && s.1 > 0).then_some(s.1)
-    }
-}
-
-/// A cheap hash of a flow key for the segment-size record (a multiply-xor over its words: a
-/// Toeplitz hash in software costs several times more, on every received packet).
-fn quick_hash(k: &FlowKey) -> u32 {
-    let word = |b: &[u8; 16], i: usize| {
-        u64::from_le_bytes([
-            b[i],
-            b[i + 1],
-            b[i + 2],
-            b[i + 3],
-            b[i + 4],
-            b[i + 5],
-            b[i + 6],
-            b[i + 7],
-        ])
-    };
-    let mut h = u64::from(k.sport) << 16 | u64::from(k.dport) | u64::from(k.proto) << 32;
-    for w in [
-        word(&k.src, 0),
-        word(&k.src, 8),
-        word(&k.dst, 0),
-        word(&k.dst, 8),
-    ] {
-        h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^= h >> 29;
-    }
-    (h >> 32) as u32
-}
-
 /// PXIO for one worker: merge on receive, split on transmit.
 pub struct Pxio<B: PacketBuf, C: Clock> {
     merger: Merger<B>,
@@ -448,7 +393,6 @@ pub struct Pxio<B: PacketBuf, C: Clock> {
     filter: MergeFilter,
     queue: VecDeque<B>,
     scratch: Vec<B>,
-    seg_sizes: Option<SegSizes>,
     toeplitz: Toeplitz,
     tx: TxStats,
 }
@@ -467,7 +411,6 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
             filter: MergeFilter::All,
             queue: VecDeque::with_capacity(cfg.tx_queue_limit.min(8192)),
             scratch: Vec::new(),
-            seg_sizes: None,
             toeplitz: Toeplitz::default(),
             tx: TxStats::default(),
         })
@@ -478,7 +421,7 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
     pub fn rx(&mut self, pkts: impl IntoIterator<Item = B>, out: &mut Vec<B>) {
         let now = self.clock.now_ns();
         self.merger.poll(now, out);
-        if matches!(self.filter, MergeFilter::All) && self.seg_sizes.is_none() {
+        if matches!(self.filter, MergeFilter::All) {
             self.merger.rx_burst(pkts, now, out);
             return;
         }
@@ -488,13 +431,10 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
         self.merger.settle(now, out);
     }
 
-    /// One packet through the filter and the segment-size record (the slow path of `rx`).
+    /// One packet through the filter (the slow path of `rx`).
     fn rx_one(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
-                if let Some(sizes) = &mut self.seg_sizes {
-                    sizes.note(quick_hash(&h.key), h.payload_len);
-                }
                 if self.filter.selects(&h.key) {
                     self.merger.rx(pkt, now, out);
                 } else {
@@ -508,13 +448,10 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
         }
     }
 
-    /// [`Pxio::rx`], handing each packet out with its parsed headers. The first call turns on
-    /// the per-flow record of segment sizes (one header parse per received packet from then on);
-    /// an NF that only calls `rx` pays for none of it.
+    /// [`Pxio::rx`], handing each packet out with its parsed headers. The headers are read
+    /// once per packet handed out (merged packets are few); an NF that only calls `rx` pays
+    /// for none of it.
     pub fn rx_meta(&mut self, pkts: impl IntoIterator<Item = B>, out: &mut Vec<RxPacket<B>>) {
-        if self.seg_sizes.is_none() {
-            self.seg_sizes = Some(SegSizes::new());
-        }
         let mut scratch = std::mem::take(&mut self.scratch);
         self.rx(pkts, &mut scratch);
         self.annotate(&mut scratch, out);
@@ -546,14 +483,24 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
         let hash = pkt
             .rss_hash()
             .unwrap_or_else(|| hdr.key.rss_hash(&self.toeplitz));
-        let seg_size = match &self.seg_sizes {
-            Some(s) if hdr.proto == wire::ip_proto::TCP => s
-                .get(quick_hash(&hdr.key))
-                .unwrap_or(hdr.payload_len)
-                .min(hdr.payload_len),
-            _ => hdr.payload_len,
-        }
-        .max(hdr.payload_len.min(1));
+        // A merged packet chains its segments' buffers: the first holds the headers and the
+        // first payload, each later one the payload of one input segment (or part of one, when
+        // the engine cut it at the iMTU). The largest is the sender's segment size.
+        let mut seg_size = 0u16;
+        let mut first = true;
+        let hdr_len = hdr.hdr_len();
+        let mut left = usize::from(hdr.payload_len);
+        pkt.for_each_segment(|s| {
+            let n = if first {
+                s.len().saturating_sub(hdr_len)
+            } else {
+                s.len()
+            }
+            .min(left);
+            first = false;
+            left -= n;
+            seg_size = seg_size.max(n as u16);
+        });
         Some(PacketMeta {
             hdr,
             hash,
@@ -651,6 +598,12 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
         n
     }
 
+    /// The earliest pending delay deadline (ns on the stack's clock), if any: when a poll loop
+    /// with nothing to receive should call [`Pxio::poll`] next.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.merger.next_deadline()
+    }
+
     /// Packets waiting in the TX queue.
     pub fn tx_pending(&self) -> usize {
         self.queue.len()
@@ -708,7 +661,7 @@ impl<C: Clock> Pxio<dpdk::Mbuf, C> {
     ) -> usize {
         let now = self.clock.now_ns();
         self.merger.poll(now, out);
-        let plain = matches!(self.filter, MergeFilter::All) && self.seg_sizes.is_none();
+        let plain = matches!(self.filter, MergeFilter::All);
         let mut read = 0;
         for q in queues.iter_mut() {
             read += q.rx_burst(burst);

@@ -1,0 +1,512 @@
+//! The middlebox gain (SIGCOMM'26 §7.3, Figure 14): the NFs of `px-nfs` (UPF downlink, NAT,
+//! L4LB) in their plain and pxio versions, on the merge bench's trace model (800 flows of
+//! 0.25 Gb/s, 1514 B frames, on real mbufs), and the same bytes already in ~9000 B packets.
+//!
+//! What is timed, per RX burst: the NF's own work and, for the pxio version, pxio's (merge,
+//! polls at the ETM deadlines, split or TSO preparation, the TX queue). Not timed: writing the
+//! trace's frames into mbufs, and freeing what the NF sent (a driver's work in both versions).
+//! Inputs carry the NIC's "L4 checksum good" verdict in every version (RX checksum offload,
+//! which every NIC does): the merge engine then does not verify checksums in software.
+//!
+//! Variants:
+//! - `plain`: the NF on every 1514 B frame.
+//! - `px`: pxio merges, the NF runs per merged packet, pxio splits in software (no TX offload).
+//! - `px_tso`: the same with TSO granted on the TX port (the NIC cuts the segments). Not for the
+//!   UPF, whose segments are each encapsulated after the split.
+//! - `mtu9000`: the plain NF on the same bytes already merged into contiguous packets (made by
+//!   pxio from the same trace, untimed): the upper bound of a network with a 9000 B MTU.
+//!
+//! Gbps-equivalent: the trace's bytes on the wire (1514 B frames) × 8 over the timed CPU time,
+//! the same numerator for every variant.
+
+use std::sync::Arc;
+
+use dpdk::{Burst, Eal, Mbuf, Mempool};
+use px_nfs::lb::{Lb, LbConfig};
+use px_nfs::nat::{Nat, NatConfig};
+use px_nfs::upf::{SessionSpec, Upf, UpfConfig};
+use px_nfs::Verdict;
+use pxio::split::SplitOffloads;
+use pxio::wire::{classify, Class, Headers};
+use pxio::{ManualClock, PxioBuilder, RxPacket};
+use serde::Serialize;
+
+use crate::engine::CycleTimer;
+use crate::trace::layout::{FRAME_LEN, IP_DST, IP_SRC, TCP_DST_PORT, TCP_SRC_PORT};
+use crate::trace::{Trace, TraceConfig};
+use crate::BenchError;
+
+/// Settings of the NF bench.
+#[derive(Clone, Debug)]
+pub struct NfBenchConfig {
+    /// Flows of the trace.
+    pub flows: u32,
+    /// Rate of each, Gb/s.
+    pub gbps_per_flow: f64,
+    /// Minimum packets of the trace.
+    pub min_packets: u64,
+    /// Runs per variant; the fastest counts.
+    pub reps: u32,
+    /// UPF sessions besides the trace's UEs (each: 4 PDRs, 2 FARs, 1 QER).
+    pub upf_sessions: u32,
+    /// The TSC frequency.
+    pub tsc_hz: u64,
+}
+
+impl NfBenchConfig {
+    /// The merge bench's 800-flow scenario, 3 runs, 512 k UPF sessions.
+    pub fn new(eal: &Eal) -> Self {
+        Self {
+            flows: 800,
+            gbps_per_flow: 0.25,
+            min_packets: 300_000,
+            reps: 3,
+            upf_sessions: 512 * 1024,
+            tsc_hz: eal.tsc_hz(),
+        }
+    }
+}
+
+/// One NF's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct NfRow {
+    /// The NF.
+    pub nf: String,
+    /// NF invocations: plain (one per frame).
+    pub plain_calls: u64,
+    /// NF invocations: pxio (one per merged packet).
+    pub px_calls: u64,
+    /// NF invocations: 9000 B MTU.
+    pub mtu9000_calls: u64,
+    /// Gbps-equivalent per core, plain.
+    pub plain_gbps: f64,
+    /// Gbps-equivalent per core, pxio with software split.
+    pub px_gbps: f64,
+    /// Gbps-equivalent per core, pxio with TSO (None for the UPF).
+    pub px_tso_gbps: Option<f64>,
+    /// Gbps-equivalent per core, 9000 B MTU.
+    pub mtu9000_gbps: f64,
+    /// The better pxio variant over plain.
+    pub speedup: f64,
+    /// The better pxio variant over the 9000 B MTU case.
+    pub px_of_mtu9000: f64,
+}
+
+/// Which NF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Upf,
+    Nat,
+    Lb,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Upf => "upf",
+            Kind::Nat => "nat",
+            Kind::Lb => "lb",
+        }
+    }
+}
+
+/// The NFs' state.
+struct Nfs {
+    upf: Upf,
+    nat: Nat,
+    lb: Lb,
+}
+
+/// The trace's destination: the load balancer's VIP.
+const VIP: [u8; 4] = [10, 0, 0, 2];
+const VIP_PORT: u16 = 5201;
+
+impl Nfs {
+    fn fresh_state(&mut self) {
+        self.nat = Nat::new(NatConfig::default());
+        self.lb = Lb::new(LbConfig::with_backends(VIP, [0; 16], VIP_PORT, 16));
+    }
+
+    /// The NF on one packet (for the UPF, one already cut to its final size); what it forwards
+    /// goes to `out`.
+    fn step(
+        &mut self,
+        kind: Kind,
+        mut pkt: Mbuf,
+        hdr: &Headers,
+        now: u64,
+        pool: &Arc<Mempool>,
+        out: &mut Vec<Mbuf>,
+    ) {
+        match kind {
+            Kind::Nat => {
+                if self.nat.outbound(&mut pkt, hdr) == Verdict::Forward {
+                    out.push(pkt);
+                }
+            }
+            Kind::Lb => {
+                if self.lb.process(&mut pkt, hdr) == Verdict::Forward {
+                    out.push(pkt);
+                }
+            }
+            Kind::Upf => {
+                if let Some(rule) = self.upf.downlink(hdr, now) {
+                    if let Some(p) = self.upf.encap(pkt, hdr.l2_len, rule.far, pool) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The trace's flow `i` as a UE (its source address, as the UPF bench turns the trace around).
+fn ue_session(i: u32) -> SessionSpec {
+    let src = u32::from_be_bytes([198, 18, 0, 0]) + i;
+    let mut ue_v6 = [
+        0x20, 0x01, 0x0d, 0xb8, 0xee, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    ue_v6[12..].copy_from_slice(&i.to_be_bytes());
+    SessionSpec {
+        ue_v4: src.to_be_bytes(),
+        ue_v6,
+        ul_teid: 0x4000_0000 + i,
+        dl_teid: 0x2000_0000 + i,
+        gnb: [198, 51, 100, 250],
+        mbr_bps: 1_000_000_000_000,
+        qfi: 9,
+    }
+}
+
+/// Fills `rx` with the frames of `slots`, marked checksum-good by the NIC; for the UPF the frame
+/// is turned around (addresses and ports swapped, which leaves every checksum valid) so that
+/// the trace's sources are the UEs of downlink traffic.
+fn fill(
+    trace: &Trace,
+    slots: std::ops::Range<usize>,
+    pool: &Mempool,
+    rx: &mut Burst<64>,
+    kind: Kind,
+) -> Result<(), BenchError> {
+    pool.alloc_bulk(rx, slots.len())?;
+    for (m, slot) in rx.as_mut_slice().iter_mut().zip(slots) {
+        let room = m.append(FRAME_LEN)?;
+        trace.write_frame(slot, room);
+        if kind == Kind::Upf {
+            swap(room, IP_SRC, IP_DST, 4);
+            swap(room, TCP_SRC_PORT, TCP_DST_PORT, 2);
+        }
+        m.mark_rx_l4_checksum_good();
+    }
+    Ok(())
+}
+
+fn swap(b: &mut [u8], x: usize, y: usize, n: usize) {
+    for i in 0..n {
+        b.swap(x + i, y + i);
+    }
+}
+
+/// Timed NF work of one run: (ns, NF invocations).
+struct Run {
+    ns: f64,
+    calls: u64,
+}
+
+struct Pools {
+    rx: Arc<Mempool>,
+    headers: Arc<Mempool>,
+    big: Arc<Mempool>,
+}
+
+fn run_plain(
+    trace: &Trace,
+    kind: Kind,
+    nfs: &mut Nfs,
+    pools: &Pools,
+    tsc_hz: u64,
+) -> Result<Run, BenchError> {
+    nfs.fresh_state();
+    let mut timer = CycleTimer::new(tsc_hz);
+    let mut rx = Burst::<64>::new();
+    let mut out = Vec::with_capacity(128);
+    let mut calls = 0u64;
+    for burst in trace.bursts() {
+        fill(trace, burst.slots.clone(), &pools.rx, &mut rx, kind)?;
+        let now = burst.time_ns;
+        timer.time(|| {
+            for m in rx.drain() {
+                calls += 1;
+                if let Class::Tcp(h) | Class::Udp(h) = classify(m.data(), m.len()) {
+                    nfs.step(kind, m, &h, now, &pools.headers, &mut out);
+                }
+            }
+        });
+        out.clear();
+    }
+    Ok(Run {
+        ns: timer.ns(),
+        calls,
+    })
+}
+
+/// The pxio version; with `feed9000`, instead, the merged packets are copied into contiguous
+/// buffers untimed and the plain NF runs on them (the 9000 B MTU case).
+fn run_px(
+    trace: &Trace,
+    kind: Kind,
+    nfs: &mut Nfs,
+    pools: &Pools,
+    tsc_hz: u64,
+    tso: bool,
+    feed9000: bool,
+) -> Result<Run, BenchError> {
+    nfs.fresh_state();
+    let clock = ManualClock::new(0);
+    let mut px = PxioBuilder::new()
+        .flow_capacity(trace.config().flows as usize * 4)
+        .offloads(SplitOffloads {
+            tso,
+            checksum: false,
+        })
+        .tx_queue_limit(1 << 16)
+        .build::<Mbuf, _>(pools.headers.clone(), &clock)
+        .map_err(|e| BenchError::Config(e.to_string()))?;
+    let mut timer = CycleTimer::new(tsc_hz);
+    let mut rx = Burst::<64>::new();
+    let (mut merged, mut pieces, mut sink, mut fwd) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut calls = 0u64;
+    let mut bursts = trace.bursts().peekable();
+    loop {
+        let next = bursts.peek().map(|b| b.time_ns);
+        // Deadlines due before the next burst (or all, at the end) fire on time.
+        while let Some(due) = px.next_deadline().filter(|&d| next.is_none_or(|t| d < t)) {
+            clock.set(due);
+            timer.time(|| px.poll_meta(&mut merged));
+            process(
+                &mut px,
+                &mut timer,
+                kind,
+                nfs,
+                pools,
+                &mut merged,
+                &mut pieces,
+                &mut sink,
+                &mut fwd,
+                due,
+                feed9000,
+                &mut calls,
+            )?;
+        }
+        let Some(burst) = bursts.next() else { break };
+        fill(trace, burst.slots.clone(), &pools.rx, &mut rx, kind)?;
+        clock.set(burst.time_ns);
+        if feed9000 {
+            px.rx_meta(rx.drain(), &mut merged);
+        } else {
+            timer.time(|| px.rx_meta(rx.drain(), &mut merged));
+        }
+        process(
+            &mut px,
+            &mut timer,
+            kind,
+            nfs,
+            pools,
+            &mut merged,
+            &mut pieces,
+            &mut sink,
+            &mut fwd,
+            burst.time_ns,
+            feed9000,
+            &mut calls,
+        )?;
+    }
+    timer.time(|| px.flush_meta(&mut merged));
+    process(
+        &mut px,
+        &mut timer,
+        kind,
+        nfs,
+        pools,
+        &mut merged,
+        &mut pieces,
+        &mut sink,
+        &mut fwd,
+        trace.end_ns(),
+        feed9000,
+        &mut calls,
+    )?;
+    if px.tx_stats().dropped + px.tx_stats().queue_drops > 0 {
+        return Err(BenchError::Config(format!(
+            "pxio dropped on TX: {:?}",
+            px.tx_stats()
+        )));
+    }
+    Ok(Run {
+        ns: timer.ns(),
+        calls,
+    })
+}
+
+/// The NF on what pxio released, and pxio's TX; or, with `feed9000`, the plain NF on
+/// contiguous copies.
+#[allow(clippy::too_many_arguments)]
+fn process(
+    px: &mut pxio::Pxio<Mbuf, &ManualClock>,
+    timer: &mut CycleTimer,
+    kind: Kind,
+    nfs: &mut Nfs,
+    pools: &Pools,
+    merged: &mut Vec<RxPacket<Mbuf>>,
+    pieces: &mut Vec<Mbuf>,
+    sink: &mut Vec<Mbuf>,
+    fwd: &mut Vec<Mbuf>,
+    now: u64,
+    feed9000: bool,
+    calls: &mut u64,
+) -> Result<(), BenchError> {
+    if feed9000 {
+        // Untimed: contiguous copies, as a 9000 B link would deliver them.
+        let mut big = Vec::with_capacity(merged.len());
+        for RxPacket { pkt, .. } in merged.drain(..) {
+            let mut m = pools.big.alloc()?;
+            m.extend_from_slice(&pkt.to_vec())?;
+            big.push(m);
+        }
+        timer.time(|| {
+            for m in big.drain(..) {
+                *calls += 1;
+                if let Class::Tcp(h) | Class::Udp(h) = classify(m.data(), m.len()) {
+                    nfs.step(kind, m, &h, now, &pools.headers, sink);
+                }
+            }
+        });
+        sink.clear();
+        return Ok(());
+    }
+    timer.time(|| {
+        for RxPacket { pkt, meta } in merged.drain(..) {
+            *calls += 1;
+            let Some(m) = meta else { continue };
+            if kind == Kind::Upf {
+                if let Some(rule) = nfs.upf.downlink(&m.hdr, now) {
+                    let _ = px.split(pkt, m.seg_mtu(), pieces);
+                    for p in pieces.drain(..) {
+                        if let Some(p) = nfs.upf.encap(p, m.hdr.l2_len, rule.far, &pools.headers) {
+                            px.enqueue(p);
+                        }
+                    }
+                }
+            } else {
+                nfs.step(kind, pkt, &m.hdr, now, &pools.headers, fwd);
+                for p in fwd.drain(..) {
+                    let _ = px.tx(p);
+                }
+            }
+        }
+        px.flush_tx(sink);
+    });
+    sink.clear();
+    Ok(())
+}
+
+/// Runs every NF in every variant; rows in the order UPF, NAT, LB.
+pub fn run_nf(eal: &Eal, cfg: &NfBenchConfig) -> Result<Vec<NfRow>, BenchError> {
+    let mut tc = TraceConfig::new(cfg.flows, cfg.gbps_per_flow);
+    tc.min_packets = cfg.min_packets;
+    let trace = Trace::generate(tc)?;
+    let wire_bytes = (trace.len() * FRAME_LEN) as f64;
+    let tag = format!("nf{}", std::process::id());
+    let pools = Pools {
+        rx: Mempool::new(eal, &format!("{tag}rx"), 32767, 256, 2048 + 128)?,
+        headers: Mempool::new(eal, &format!("{tag}hd"), 32767, 256, 256 + 128)?,
+        big: Mempool::new(eal, &format!("{tag}bg"), 4095, 256, 9216 + 128)?,
+    };
+    let ues: Vec<SessionSpec> = (0..cfg.flows).map(ue_session).collect();
+    let upf = Upf::synthetic(UpfConfig::default(), cfg.upf_sessions, 1_000_000_000, &ues)
+        .map_err(|e| BenchError::Config(e.to_string()))?;
+    println!(
+        "trace: {} flows x {} Gb/s, {} frames of {} B; UPF rules (PDRs, FARs, QERs) = {:?}",
+        cfg.flows,
+        cfg.gbps_per_flow,
+        trace.len(),
+        FRAME_LEN,
+        upf.rule_counts()
+    );
+    let mut nfs = Nfs {
+        upf,
+        nat: Nat::new(NatConfig::default()),
+        lb: Lb::new(LbConfig::with_backends(VIP, [0; 16], VIP_PORT, 16)),
+    };
+    let gbps = |r: &Run| wire_bytes * 8.0 / r.ns;
+    let mut rows = Vec::new();
+    for kind in [Kind::Upf, Kind::Nat, Kind::Lb] {
+        let best = |f: &mut dyn FnMut() -> Result<Run, BenchError>| -> Result<Run, BenchError> {
+            let mut best: Option<Run> = None;
+            for _ in 0..cfg.reps.max(1) {
+                let r = f()?;
+                if best.as_ref().is_none_or(|b| r.ns < b.ns) {
+                    best = Some(r);
+                }
+            }
+            best.ok_or_else(|| BenchError::Config("no run".into()))
+        };
+        let plain = best(&mut || run_plain(&trace, kind, &mut nfs, &pools, cfg.tsc_hz))?;
+        let px = best(&mut || run_px(&trace, kind, &mut nfs, &pools, cfg.tsc_hz, false, false))?;
+        let tso = if kind == Kind::Upf {
+            None
+        } else {
+            Some(best(&mut || {
+                run_px(&trace, kind, &mut nfs, &pools, cfg.tsc_hz, true, false)
+            })?)
+        };
+        let big = best(&mut || run_px(&trace, kind, &mut nfs, &pools, cfg.tsc_hz, false, true))?;
+        let px_best = gbps(&px).max(tso.as_ref().map_or(0.0, gbps));
+        rows.push(NfRow {
+            nf: kind.name().into(),
+            plain_calls: plain.calls,
+            px_calls: px.calls,
+            mtu9000_calls: big.calls,
+            plain_gbps: gbps(&plain),
+            px_gbps: gbps(&px),
+            px_tso_gbps: tso.as_ref().map(gbps),
+            mtu9000_gbps: gbps(&big),
+            speedup: px_best / gbps(&plain),
+            px_of_mtu9000: px_best / gbps(&big),
+        });
+    }
+    Ok(rows)
+}
+
+/// Prints the table.
+pub fn print_nf_table(rows: &[NfRow]) {
+    println!(
+        "{:<5} {:>11} {:>9} {:>11} {:>11} {:>9} {:>10} {:>12} {:>8} {:>10}",
+        "nf",
+        "plain calls",
+        "px calls",
+        "plain Gb/s",
+        "px Gb/s",
+        "px+TSO",
+        "9000 Gb/s",
+        "9000 calls",
+        "speedup",
+        "px/9000"
+    );
+    for r in rows {
+        println!(
+            "{:<5} {:>11} {:>9} {:>11.1} {:>11.1} {:>9} {:>10.1} {:>12} {:>7.2}x {:>9.0}%",
+            r.nf,
+            r.plain_calls,
+            r.px_calls,
+            r.plain_gbps,
+            r.px_gbps,
+            r.px_tso_gbps.map_or("-".into(), |g| format!("{g:.1}")),
+            r.mtu9000_gbps,
+            r.mtu9000_calls,
+            r.speedup,
+            100.0 * r.px_of_mtu9000
+        );
+    }
+}
