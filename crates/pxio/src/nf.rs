@@ -721,6 +721,16 @@ mod tests {
     }
 
     #[test]
+    fn packet_meta_stays_small() {
+        // Handed out with every packet: it must stay a few cache-line words, and Copy.
+        assert!(
+            std::mem::size_of::<PacketMeta>() <= 64,
+            "{}",
+            std::mem::size_of::<PacketMeta>()
+        );
+    }
+
+    #[test]
     fn bad_tx_settings_are_refused_with_typed_errors() {
         let b = PxioBuilder::new().tx_mtu(600);
         let r = b.build::<crate::HeapBuf, _>(crate::HeapPool::new(256), crate::ManualClock::new(0));
