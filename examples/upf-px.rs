@@ -50,7 +50,8 @@ pub fn run(
             calls += 1;
             match meta {
                 Some(m) if Upf::is_uplink(&m.hdr) => {
-                    if upf.uplink(&mut pkt, &m.hdr, lab.now_ns()) == Verdict::Forward {
+                    let verdict = upf.uplink(&mut pkt, &m.hdr, lab.now_ns());
+                    if verdict == Verdict::Forward {
                         let _ = px.tx(pkt); // split to the N6 MTU if a gNB sent more
                     }
                 }

@@ -42,7 +42,8 @@ pub fn run(
             calls += 1;
             match classify(pkt.data(), pkt.len()) {
                 Class::Tcp(hdr) | Class::Udp(hdr) if Upf::is_uplink(&hdr) => {
-                    if upf.uplink(&mut pkt, &hdr, lab.now_ns()) == Verdict::Forward {
+                    let verdict = upf.uplink(&mut pkt, &hdr, lab.now_ns());
+                    if verdict == Verdict::Forward {
                         sender.push(pkt);
                     }
                 }

@@ -17,7 +17,7 @@
 //! packet (up to 6 times fewer calls for 1500 B input and a 9000 B iMTU, SIGCOMM'26 §7.3), and
 //! sends through [`Pxio`], which splits back to the next hop's MTU and keeps what the driver
 //! did not take. This example runs as is (`cargo test --doc -p pxio`), on heap buffers; on DPDK
-//! ports, the sink is a `dpdk::TxQueue` and [`PxioBuilder::for_ports`] derives the settings.
+//! ports, the sink is a `dpdk::TxQueue` and `PxioBuilder::for_ports` derives the settings.
 //!
 //! ```
 //! use pxio::wire::{tcp_flags, tcp_frame, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
