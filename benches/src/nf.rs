@@ -10,7 +10,8 @@
 //!
 //! Variants:
 //! - `plain`: the NF on every 1514 B frame.
-//! - `px`: pxio merges, the NF runs per merged packet, pxio splits in software (no TX offload).
+//! - `px`: pxio merges, the NF runs per merged packet, pxio splits in software, and the NIC fills
+//!   the checksums (TX checksum offload; not for the UPF, see `UpfStats::offload_unsupported`).
 //! - `px_tso`: the same with TSO granted on the TX port (the NIC cuts the segments). Not for the
 //!   UPF, whose segments are each encapsulated after the split.
 //! - `mtu9000`: the plain NF on the same bytes already merged into contiguous packets (made by

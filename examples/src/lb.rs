@@ -6,9 +6,8 @@
 
 use hashbrown::HashMap;
 use pxio::wire::{FlowKey, Headers};
-use pxio::PacketBuf;
 
-use crate::{fnv1a, rewrite, Side, Verdict};
+use crate::{fnv1a, rewrite, Frame, Side, Verdict};
 
 /// Size of the Maglev lookup table: a prime, about 100 times the largest pool (NSDI'16 §3.4).
 pub const TABLE_SIZE: usize = 65_537;
@@ -174,7 +173,7 @@ impl Lb {
     }
 
     /// Sends a packet for the VIP to its connection's backend; anything else passes unchanged.
-    pub fn process<B: PacketBuf>(&mut self, pkt: &mut B, hdr: &Headers) -> Verdict {
+    pub fn process<B: Frame>(&mut self, pkt: &mut B, hdr: &Headers) -> Verdict {
         if !self.is_vip(hdr) {
             self.stats.passed += 1;
             return Verdict::Forward;

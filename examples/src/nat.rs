@@ -7,9 +7,8 @@
 
 use hashbrown::HashMap;
 use pxio::wire::{ip_proto, FlowKey, Headers};
-use pxio::PacketBuf;
 
-use crate::{rewrite, Side, Verdict};
+use crate::{rewrite, Frame, Side, Verdict};
 
 /// NAT settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +96,7 @@ impl Nat {
 
     /// Translates a packet from the inside: its source becomes the public address and the
     /// flow's public port (allocated on its first packet).
-    pub fn outbound<B: PacketBuf>(&mut self, pkt: &mut B, hdr: &Headers) -> Verdict {
+    pub fn outbound<B: Frame>(&mut self, pkt: &mut B, hdr: &Headers) -> Verdict {
         if hdr.proto != ip_proto::TCP && hdr.proto != ip_proto::UDP {
             self.stats.not_tcp_udp += 1;
             return Verdict::Drop;
@@ -130,7 +129,7 @@ impl Nat {
     }
 
     /// Translates a reply from the outside back to the inside endpoint its public port maps to.
-    pub fn inbound<B: PacketBuf>(&mut self, pkt: &mut B, hdr: &Headers) -> Verdict {
+    pub fn inbound<B: Frame>(&mut self, pkt: &mut B, hdr: &Headers) -> Verdict {
         let Some(inside) = self.back.get(&(hdr.v6, hdr.proto, hdr.key.dport)).copied() else {
             self.stats.no_mapping += 1;
             return Verdict::Drop;

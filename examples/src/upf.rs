@@ -198,6 +198,10 @@ pub struct UpfStats {
     pub bad_gtp: u64,
     /// Dropped: no buffer for an outer header, or headers not writable.
     pub no_buffer: u64,
+    /// Dropped: a downlink packet prepared for the NIC's checksum offload. Encapsulated, its
+    /// offload request would need the tunnel (outer header) lengths, which this UPF does not
+    /// set: run it on a `Pxio` without checksum offload.
+    pub offload_unsupported: u64,
 }
 
 /// The PDR key of a UE address: the 16-byte form and the family.
@@ -362,6 +366,10 @@ impl Upf {
         let Far::Encap { teid, gnb, qfi } = self.fars[far as usize] else {
             return Some(pkt);
         };
+        if pkt.tx_checksums_by_nic() != (false, false) {
+            self.stats.offload_unsupported += 1;
+            return None;
+        }
         let inner = pkt.len().saturating_sub(usize::from(l2_len));
         if !pkt.adj(usize::from(l2_len)) {
             self.stats.no_buffer += 1;
