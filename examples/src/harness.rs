@@ -51,7 +51,6 @@ pub struct Lab {
     /// Frames and bytes the sink received.
     pub received: (u64, u64),
     started: Instant,
-    busy: Duration,
 }
 
 impl Lab {
@@ -86,7 +85,6 @@ impl Lab {
             keep,
             received: (0, 0),
             started: Instant::now(),
-            busy: Duration::ZERO,
         })
     }
 
@@ -135,9 +133,8 @@ impl Lab {
     }
 
     /// Time spent so far (wall clock since the lab started).
-    pub fn elapsed(&mut self) -> Duration {
-        self.busy = self.started.elapsed();
-        self.busy
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// Frames injected.
@@ -145,8 +142,9 @@ impl Lab {
         self.next
     }
 
-    /// Prints what went in and out, and checks that every mbuf is back in its pool once the
-    /// NF's state (`nf_state`) is dropped.
+    /// Prints what went in and out, and checks that every mbuf is back in its pool (drop
+    /// everything of the NF that holds mbufs, its `Pxio` for one, before calling it). Returns
+    /// the frames the sink kept.
     pub fn report(
         mut self,
         nf: &str,
