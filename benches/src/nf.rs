@@ -91,6 +91,9 @@ pub struct NfRow {
     pub speedup: f64,
     /// The better pxio variant over the 9000 B MTU case.
     pub px_of_mtu9000: f64,
+    /// Where the `px` variant's time goes, ns per input frame: merging (rx), the NF's own
+    /// calls, pxio's transmit side (split, queue).
+    pub px_ns_rx_nf_tx: [f64; 3],
 }
 
 /// Which NF.
@@ -212,6 +215,10 @@ fn swap(b: &mut [u8], x: usize, y: usize, n: usize) {
 struct Run {
     ns: f64,
     calls: u64,
+    /// Of `ns`, in the pxio version: merging (rx_meta and polls) and the NF's own calls; the
+    /// rest is pxio's transmit side (split, queue, flush).
+    rx_ns: f64,
+    nf_ns: f64,
 }
 
 struct Pools {
@@ -248,6 +255,8 @@ fn run_plain(
     Ok(Run {
         ns: timer.ns(),
         calls,
+        rx_ns: 0.0,
+        nf_ns: 0.0,
     })
 }
 
@@ -266,9 +275,11 @@ fn run_px(
     let clock = ManualClock::new(0);
     let mut px = PxioBuilder::new()
         .flow_capacity(trace.config().flows as usize * 4)
+        // TX checksum offload, as every NIC has, except for the UPF, which encapsulates the
+        // segments (their offload request would need tunnel lengths).
         .offloads(SplitOffloads {
             tso,
-            checksum: false,
+            checksum: kind != Kind::Upf,
         })
         .tx_queue_limit(1 << 16)
         .build::<Mbuf, _>(pools.headers.clone(), &clock)
@@ -278,13 +289,14 @@ fn run_px(
     let (mut merged, mut pieces, mut sink, mut fwd) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut calls = 0u64;
+    let (mut rx_timer, mut nf_timer) = (CycleTimer::new(tsc_hz), CycleTimer::new(tsc_hz));
     let mut bursts = trace.bursts().peekable();
     loop {
         let next = bursts.peek().map(|b| b.time_ns);
         // Deadlines due before the next burst (or all, at the end) fire on time.
         while let Some(due) = px.next_deadline().filter(|&d| next.is_none_or(|t| d < t)) {
             clock.set(due);
-            timer.time(|| px.poll_meta(&mut merged));
+            timer.time(|| rx_timer.time(|| px.poll_meta(&mut merged)));
             process(
                 &mut px,
                 &mut timer,
@@ -297,7 +309,7 @@ fn run_px(
                 &mut fwd,
                 due,
                 feed9000,
-                &mut calls,
+                (&mut calls, &mut nf_timer),
             )?;
         }
         let Some(burst) = bursts.next() else { break };
@@ -306,7 +318,7 @@ fn run_px(
         if feed9000 {
             px.rx_meta(rx.drain(), &mut merged);
         } else {
-            timer.time(|| px.rx_meta(rx.drain(), &mut merged));
+            timer.time(|| rx_timer.time(|| px.rx_meta(rx.drain(), &mut merged)));
         }
         process(
             &mut px,
@@ -320,7 +332,7 @@ fn run_px(
             &mut fwd,
             burst.time_ns,
             feed9000,
-            &mut calls,
+            (&mut calls, &mut nf_timer),
         )?;
     }
     timer.time(|| px.flush_meta(&mut merged));
@@ -336,7 +348,7 @@ fn run_px(
         &mut fwd,
         trace.end_ns(),
         feed9000,
-        &mut calls,
+        (&mut calls, &mut nf_timer),
     )?;
     if px.tx_stats().dropped + px.tx_stats().queue_drops > 0 {
         return Err(BenchError::Config(format!(
@@ -347,6 +359,8 @@ fn run_px(
     Ok(Run {
         ns: timer.ns(),
         calls,
+        rx_ns: rx_timer.ns(),
+        nf_ns: nf_timer.ns(),
     })
 }
 
@@ -365,7 +379,7 @@ fn process(
     fwd: &mut Vec<Mbuf>,
     now: u64,
     feed9000: bool,
-    calls: &mut u64,
+    (calls, nf_timer): (&mut u64, &mut CycleTimer),
 ) -> Result<(), BenchError> {
     if feed9000 {
         // Untimed: contiguous copies, as a 9000 B link would deliver them.
@@ -390,17 +404,22 @@ fn process(
         for RxPacket { pkt, meta } in merged.drain(..) {
             *calls += 1;
             let Some(m) = meta else { continue };
+            // NF cycles: the rule lookups, rewrites and encapsulations (the pieces' split is
+            // pxio's).
             if kind == Kind::Upf {
-                if let Some(rule) = nfs.upf.downlink(&m.hdr, now) {
+                let rule = nf_timer.time(|| nfs.upf.downlink(&m.hdr, now));
+                if let Some(rule) = rule {
                     let _ = px.split(pkt, m.seg_mtu(), pieces);
                     for p in pieces.drain(..) {
-                        if let Some(p) = nfs.upf.encap(p, m.hdr.l2_len, rule.far, &pools.headers) {
+                        let p = nf_timer
+                            .time(|| nfs.upf.encap(p, m.hdr.l2_len, rule.far, &pools.headers));
+                        if let Some(p) = p {
                             px.enqueue(p);
                         }
                     }
                 }
             } else {
-                nfs.step(kind, pkt, &m.hdr, now, &pools.headers, fwd);
+                nf_timer.time(|| nfs.step(kind, pkt, &m.hdr, now, &pools.headers, fwd));
                 for p in fwd.drain(..) {
                     let _ = px.tx(p);
                 }
@@ -475,12 +494,17 @@ pub fn run_nf(eal: &Eal, cfg: &NfBenchConfig) -> Result<Vec<NfRow>, BenchError> 
             mtu9000_gbps: gbps(&big),
             speedup: px_best / gbps(&plain),
             px_of_mtu9000: px_best / gbps(&big),
+            px_ns_rx_nf_tx: {
+                let n = trace.len() as f64;
+                let (rx, nf) = (px.rx_ns / n, px.nf_ns / n);
+                [rx, nf, (px.ns / n - rx - nf).max(0.0)]
+            },
         });
     }
     Ok(rows)
 }
 
-/// Prints the table.
+/// Prints the table, and where the `px` variant's time goes.
 pub fn print_nf_table(rows: &[NfRow]) {
     println!(
         "{:<5} {:>11} {:>9} {:>11} {:>11} {:>9} {:>10} {:>12} {:>8} {:>10}",
@@ -509,5 +533,10 @@ pub fn print_nf_table(rows: &[NfRow]) {
             r.speedup,
             100.0 * r.px_of_mtu9000
         );
+    }
+    println!("px, ns per input frame: merge (rx_meta, polls) / NF calls / transmit (split, queue)");
+    for r in rows {
+        let [rx, nf, tx] = r.px_ns_rx_nf_tx;
+        println!("{:<5} {rx:>8.1} / {nf:>6.1} / {tx:>6.1}", r.nf);
     }
 }
