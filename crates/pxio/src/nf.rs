@@ -648,6 +648,15 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
 }
 
 #[cfg(feature = "dpdk")]
+impl Pxio<dpdk::Mbuf, crate::clock::TscClock> {
+    /// [`PxioBuilder::for_ports`]: settings derived from the ports an NF receives on and
+    /// transmits on, as `Pxio::for_ports(&rx, &tx)?.build(pool, clock)`.
+    pub fn for_ports(rx: &dpdk::Port, tx: &dpdk::Port) -> Result<PxioBuilder, PxioError> {
+        PxioBuilder::for_ports(rx, tx)
+    }
+}
+
+#[cfg(feature = "dpdk")]
 impl<C: Clock> Pxio<dpdk::Mbuf, C> {
     /// The unified RX of §4.3: reads every queue of `queues` once into `burst`, merges, and
     /// appends the result to `out`. Returns how many packets were read.

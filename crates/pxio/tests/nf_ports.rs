@@ -6,7 +6,7 @@
 
 use dpdk::{testing, Burst, Port, TxOffloads};
 use pxio::split::SplitOffloads;
-use pxio::{ManualClock, PxioBuilder};
+use pxio::{ManualClock, Pxio, PxioBuilder};
 
 #[test]
 fn for_ports_derives_the_settings_and_tx_keeps_what_a_full_ring_left() {
@@ -21,6 +21,7 @@ fn for_ports_derives_the_settings_and_tx_keeps_what_a_full_ring_left() {
     );
     let builder = PxioBuilder::for_ports(&pb, &pa).unwrap();
     let cfg = builder.config().clone();
+    assert_eq!(Pxio::for_ports(&pb, &pa).unwrap().config(), &cfg);
     assert_eq!(cfg.tx_mtu, pa.mtu().unwrap());
     let granted = pa.tx_offloads();
     assert_eq!(
