@@ -14,12 +14,15 @@
 //!   the checksums (TX checksum offload; not for the UPF, see `UpfStats::offload_unsupported`).
 //! - `px_tso`: the same with TSO granted on the TX port (the NIC cuts the segments). Not for the
 //!   UPF, whose segments are each encapsulated after the split.
-//! - `mtu9000`: the plain NF on the same bytes already merged into contiguous packets (made by
-//!   pxio from the same trace, untimed): the upper bound of a network with a 9000 B MTU.
+//! - `mtu9000`: the plain NF on the same bytes already in contiguous packets of 9000 B, as a
+//!   sender on a 9000 B MTU path would send them: each flow's stream, as pxio releases it, is
+//!   cut into full 9000 B packets (untimed; the last ones of a flow may be shorter): the upper
+//!   bound of §7.3.
 //!
 //! Gbps-equivalent: the trace's bytes on the wire (1514 B frames) × 8 over the timed CPU time,
 //! the same numerator for every variant.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use dpdk::{Burst, Eal, Mbuf, Mempool};
@@ -27,8 +30,9 @@ use px_nfs::lb::{Lb, LbConfig};
 use px_nfs::nat::{Nat, NatConfig};
 use px_nfs::upf::{SessionSpec, Upf, UpfConfig};
 use px_nfs::Verdict;
+use pxio::checksum::pseudo_header_v4;
 use pxio::split::SplitOffloads;
-use pxio::wire::{classify, Class, Headers};
+use pxio::wire::{classify, Class, FlowKey, Headers, Ipv4Packet, TcpPacket};
 use pxio::{ManualClock, PxioBuilder, RxPacket};
 use serde::Serialize;
 
@@ -211,6 +215,82 @@ fn swap(b: &mut [u8], x: usize, y: usize, n: usize) {
     }
 }
 
+/// Re-cuts each flow's stream into full packets of `IMTU` IP bytes (the 9000 B MTU case):
+/// headers from the flow's first packet, sequence number, lengths and checksums rewritten.
+#[derive(Default)]
+struct Repack {
+    /// Per flow: its headers (bytes and layout), the sequence number of the first pending
+    /// byte, and the pending bytes.
+    flows: HashMap<FlowKey, (Vec<u8>, Headers, u32, Vec<u8>)>,
+}
+
+/// The 9000 B MTU.
+const IMTU: usize = 9000;
+
+impl Repack {
+    /// Adds a frame of a flow; full packets go to `out`.
+    fn push(&mut self, frame: &[u8], out: &mut Vec<Vec<u8>>) {
+        let Class::Tcp(h) = classify(frame, frame.len()) else {
+            out.push(frame.to_vec());
+            return;
+        };
+        let Ok(tcp) = TcpPacket::new_checked(&frame[h.l4_offset()..h.hdr_len()]) else {
+            out.push(frame.to_vec());
+            return;
+        };
+        let seq = tcp.seq_number();
+        let payload = &frame[h.hdr_len()..h.frame_len()];
+        let fresh = (frame[..h.hdr_len()].to_vec(), h, seq, Vec::new());
+        let entry = self.flows.entry(h.key).or_insert_with(|| fresh.clone());
+        if entry.2.wrapping_add(entry.3.len() as u32) != seq {
+            // A gap (reordering): what is pending goes as it is.
+            if !entry.3.is_empty() {
+                out.push(emit(&entry.0, &entry.1, entry.2, &entry.3));
+            }
+            *entry = fresh;
+        }
+        entry.3.extend_from_slice(payload);
+        let mss = IMTU - usize::from(h.l3_len + h.l4_len);
+        while entry.3.len() >= mss {
+            out.push(emit(&entry.0, &entry.1, entry.2, &entry.3[..mss]));
+            entry.3.drain(..mss);
+            entry.2 = entry.2.wrapping_add(mss as u32);
+        }
+    }
+
+    /// Everything still pending.
+    fn flush(&mut self, out: &mut Vec<Vec<u8>>) {
+        for (_, (hdr, h, seq, data)) in self.flows.drain() {
+            if !data.is_empty() {
+                out.push(emit(&hdr, &h, seq, &data));
+            }
+        }
+    }
+}
+
+/// One IPv4 TCP frame: `hdr`'s headers (layout `h`) with `data` at `seq`.
+fn emit(hdr: &[u8], h: &Headers, seq: u32, data: &[u8]) -> Vec<u8> {
+    let mut f = hdr[..h.hdr_len()].to_vec();
+    f.extend_from_slice(data);
+    let (l3, l4) = (h.l3_offset(), h.l4_offset());
+    let ip_len = (f.len() - l3) as u16;
+    if let Ok(mut ip) = Ipv4Packet::new_checked(&mut f[l3..l4]) {
+        ip.set_total_len(ip_len);
+        ip.fill_checksum();
+    }
+    let pseudo = pseudo_header_v4(
+        f[l3 + 12..l3 + 16].try_into().unwrap_or_default(),
+        f[l3 + 16..l3 + 20].try_into().unwrap_or_default(),
+        h.proto,
+        ip_len - h.l3_len,
+    );
+    if let Ok(mut tcp) = TcpPacket::new_checked(&mut f[l4..]) {
+        tcp.set_seq_number(seq);
+        tcp.fill_checksum(pseudo);
+    }
+    f
+}
+
 /// Timed NF work of one run: (ns, NF invocations).
 struct Run {
     ns: f64,
@@ -273,7 +353,7 @@ fn run_px(
 ) -> Result<Run, BenchError> {
     nfs.fresh_state();
     let clock = ManualClock::new(0);
-    let mut px = PxioBuilder::new()
+    let builder = PxioBuilder::new()
         .flow_capacity(trace.config().flows as usize * 4)
         // TX checksum offload, as every NIC has, except for the UPF, which encapsulates the
         // segments (their offload request would need tunnel lengths).
@@ -281,7 +361,8 @@ fn run_px(
             tso,
             checksum: kind != Kind::Upf,
         })
-        .tx_queue_limit(1 << 16)
+        .tx_queue_limit(1 << 16);
+    let mut px = builder
         .build::<Mbuf, _>(pools.headers.clone(), &clock)
         .map_err(|e| BenchError::Config(e.to_string()))?;
     let mut timer = CycleTimer::new(tsc_hz);
@@ -289,6 +370,7 @@ fn run_px(
     let (mut merged, mut pieces, mut sink, mut fwd) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut calls = 0u64;
+    let mut repack = Repack::default();
     let (mut rx_timer, mut nf_timer) = (CycleTimer::new(tsc_hz), CycleTimer::new(tsc_hz));
     let mut bursts = trace.bursts().peekable();
     loop {
@@ -296,7 +378,11 @@ fn run_px(
         // Deadlines due before the next burst (or all, at the end) fire on time.
         while let Some(due) = px.next_deadline().filter(|&d| next.is_none_or(|t| d < t)) {
             clock.set(due);
-            timer.time(|| rx_timer.time(|| px.poll_meta(&mut merged)));
+            if feed9000 {
+                px.poll_meta(&mut merged);
+            } else {
+                timer.time(|| rx_timer.time(|| px.poll_meta(&mut merged)));
+            }
             process(
                 &mut px,
                 &mut timer,
@@ -308,7 +394,7 @@ fn run_px(
                 &mut sink,
                 &mut fwd,
                 due,
-                feed9000,
+                feed9000.then_some((&mut repack, false)),
                 (&mut calls, &mut nf_timer),
             )?;
         }
@@ -331,11 +417,15 @@ fn run_px(
             &mut sink,
             &mut fwd,
             burst.time_ns,
-            feed9000,
+            feed9000.then_some((&mut repack, false)),
             (&mut calls, &mut nf_timer),
         )?;
     }
-    timer.time(|| px.flush_meta(&mut merged));
+    if feed9000 {
+        px.flush_meta(&mut merged);
+    } else {
+        timer.time(|| px.flush_meta(&mut merged));
+    }
     process(
         &mut px,
         &mut timer,
@@ -347,7 +437,7 @@ fn run_px(
         &mut sink,
         &mut fwd,
         trace.end_ns(),
-        feed9000,
+        feed9000.then_some((&mut repack, true)),
         (&mut calls, &mut nf_timer),
     )?;
     if px.tx_stats().dropped + px.tx_stats().queue_drops > 0 {
@@ -378,15 +468,22 @@ fn process(
     sink: &mut Vec<Mbuf>,
     fwd: &mut Vec<Mbuf>,
     now: u64,
-    feed9000: bool,
+    feed9000: Option<(&mut Repack, bool)>,
     (calls, nf_timer): (&mut u64, &mut CycleTimer),
 ) -> Result<(), BenchError> {
-    if feed9000 {
-        // Untimed: contiguous copies, as a 9000 B link would deliver them.
-        let mut big = Vec::with_capacity(merged.len());
+    if let Some((repack, last)) = feed9000 {
+        // Untimed: full 9000 B packets, as a 9000 B link would deliver them.
+        let mut frames = Vec::new();
         for RxPacket { pkt, .. } in merged.drain(..) {
+            repack.push(&pkt.to_vec(), &mut frames);
+        }
+        if last {
+            repack.flush(&mut frames);
+        }
+        let mut big = Vec::with_capacity(frames.len());
+        for f in frames {
             let mut m = pools.big.alloc()?;
-            m.extend_from_slice(&pkt.to_vec())?;
+            m.extend_from_slice(&f)?;
             big.push(m);
         }
         timer.time(|| {

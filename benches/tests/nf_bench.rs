@@ -1,6 +1,7 @@
 //! The NF bench runs end to end on a small trace: every NF in every variant, pxio drops
 //! nothing on TX (the bench refuses a run where it does), the PX versions run fewer NF
-//! invocations than there were frames, and the figures are finite.
+//! invocations than there were frames, the 9000 B MTU case gets the bytes in full 9000 B
+//! packets, and the figures are finite.
 
 use dpdk::testing;
 use pxbench::nf::{run_nf, NfBenchConfig};
@@ -29,10 +30,14 @@ fn the_nf_bench_runs_every_nf_and_variant() {
             "{}: merging at 2 Gb/s per flow",
             r.nf
         );
-        assert_eq!(
-            r.mtu9000_calls, r.px_calls,
-            "{}: the 9000 B input is pxio's output",
-            r.nf
+        // Full 9000 B packets (8948 B of payload): every byte there, and few short ones (the
+        // last of each of the 64 flows, and one per reordering gap).
+        let ideal = r.plain_calls * 1448 / 8948;
+        assert!(
+            r.mtu9000_calls >= ideal && r.mtu9000_calls <= ideal + 2 * 64,
+            "{}: {} packets of 9000 B, ideal {ideal}",
+            r.nf,
+            r.mtu9000_calls
         );
         for g in [r.plain_gbps, r.px_gbps, r.mtu9000_gbps, r.speedup] {
             assert!(g.is_finite() && g > 0.0, "{}: {g}", r.nf);
