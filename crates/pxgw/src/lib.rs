@@ -8,6 +8,7 @@ pub mod config;
 pub mod conn;
 pub mod fragment;
 pub mod icmp;
+pub mod metrics;
 pub mod mss;
 pub mod pipeline;
 pub mod pmtud;

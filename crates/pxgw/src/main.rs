@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -13,6 +13,7 @@ use dpdk::{DeviceInfo, Eal, EalBuilder, Mempool, Port, RssHash, TxOffloads};
 use pxgw::config::{is_pci, parse_mac, Backing, Config, Mode};
 use pxgw::pipeline::Pipeline;
 use pxgw::ports::{self, PortPlan};
+use pxgw::metrics::{self, Metrics};
 use pxgw::stats::{KernelSample, PortCounters, PortReport, Report};
 use pxgw::worker::Worker;
 use pxio::split::SplitOffloads;
@@ -81,6 +82,9 @@ fn main() {
     }
 }
 
+/// The EAL's file prefix unless `[eal] args` sets one: telemetry's socket directory.
+const FILE_PREFIX: &str = "pxgw";
+
 /// Where the kernel's interface and PCI device files are.
 const SYSFS: &str = "/sys";
 
@@ -109,9 +113,13 @@ struct Gateway {
 }
 
 fn start_eal(cfg: &Config) -> Result<Eal> {
-    let mut eal = EalBuilder::new("pxgw")
-        .memory_mb(cfg.eal.memory_mb)
-        .no_telemetry();
+    // Telemetry stays on: `dpdk-telemetry.py -f pxgw` shows the ports (`/ethdev/stats,N`) and
+    // pxgw's own counters (`/pxgw/stats`), from the socket under /var/run/dpdk/pxgw/ (a second
+    // instance gets the next `-i` index).
+    let mut eal = EalBuilder::new("pxgw").memory_mb(cfg.eal.memory_mb);
+    if !cfg.eal.args.iter().any(|a| a.starts_with("--file-prefix")) {
+        eal = eal.arg(format!("--file-prefix={FILE_PREFIX}"));
+    }
     if cfg.eal.no_huge {
         eal = eal.no_huge().no_shconf();
     }
@@ -359,11 +367,11 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         }
     };
     let clock = TscClock::new(&eal);
-    let mut reports = Vec::new();
+    let mut snapshots = Vec::new();
     let mut handles = Vec::new();
     for i in 0..queues {
-        let report = Arc::new(Mutex::new(Report::default()));
-        reports.push(report.clone());
+        let (report, snapshot) = metrics::channel();
+        snapshots.push(snapshot);
         let worker = Worker {
             eal: eal.clone(),
             id: usize::from(i),
@@ -386,11 +394,34 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         );
     }
 
+    let metrics = Arc::new(Metrics::new(snapshots));
+    metrics.set_ports(sample_ports(cfg, &ext, &int));
+    let _server = match cfg.stats.prometheus {
+        Some(addr) => {
+            let server = metrics::Server::start(addr, metrics.clone())?;
+            tracing::info!("Prometheus metrics at http://{}/metrics", server.addr());
+            Some(server)
+        }
+        None => None,
+    };
+    let telemetry_metrics = metrics.clone();
+    if let Err(e) = dpdk::telemetry::register(
+        "/pxgw/stats",
+        "pxgw's counters, all workers added up (README, Metrics)",
+        move |_| telemetry_answer(&telemetry_metrics.total()),
+    ) {
+        tracing::warn!(error = %e, "cannot register the /pxgw/stats telemetry command");
+    }
+
     let started = Instant::now();
     let interval = Duration::from_secs_f64(cfg.stats.interval_s.max(0.05));
+    // The ports' counters for the metrics endpoint: fresh enough for a scrape, cheap to read.
+    let port_interval = Duration::from_millis(500).min(interval);
     let mut prev = Report::default();
     let mut prev_ports = sample_ports(cfg, &ext, &int);
     let mut last = Instant::now();
+    let mut last_ports = Instant::now();
+    let mut rows = 0u64;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         if args
@@ -399,12 +430,27 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         {
             stop.store(true, Ordering::Relaxed);
         }
+        if last_ports.elapsed() >= port_interval {
+            metrics.set_ports(sample_ports(cfg, &ext, &int));
+            last_ports = Instant::now();
+        }
         if cfg.stats.interval_s > 0.0 && last.elapsed() >= interval {
-            let now = total(&reports);
+            let now = metrics.total();
             let now_ports = sample_ports(cfg, &ext, &int);
+            // The header again every 20 rows, so a scrolled terminal still names the columns.
+            if rows.is_multiple_of(20) {
+                tracing::info!("{}", Report::header());
+            }
+            rows += 1;
             tracing::info!(
                 "{}",
-                now.line(&prev, last.elapsed().as_secs_f64(), &now_ports, &prev_ports)
+                now.row(
+                    &prev,
+                    last.elapsed().as_secs_f64(),
+                    started.elapsed().as_secs_f64(),
+                    &now_ports,
+                    &prev_ports
+                )
             );
             prev = now;
             prev_ports = now_ports;
@@ -418,28 +464,19 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    let fin = total(&reports);
+    let fin = metrics.total();
     let fin_ports = sample_ports(cfg, &ext, &int);
+    // The endpoint shows the final counters until pxgw exits.
+    metrics.set_ports(fin_ports.clone());
     drop((ext, int));
     let leaked = pool.in_use() + headers.in_use();
     println!(
-        "pxgw: final after {seconds:.1} s: {}",
-        fin.line(
-            &Report::default(),
-            seconds,
-            &fin_ports,
-            &PortCounters::default()
-        )
-    );
-    println!(
-        "pxgw: inbound {} pkts {} B -> {} pkts {} B; outbound {} pkts {} B -> {} pkts {} B; yield {:.1} %; caravans {}/{} datagrams; leaked mbufs {leaked}",
-        fin.inbound.packets_in, fin.inbound.bytes_in, fin.inbound.packets_out, fin.inbound.bytes_out,
-        fin.outbound.packets_in, fin.outbound.bytes_in, fin.outbound.packets_out, fin.outbound.bytes_out,
-        100.0 * fin.merge.conversion_yield, fin.caravan.caravans_built, fin.caravan.datagrams_packed,
+        "pxgw: final {}; leaked mbufs {leaked}",
+        fin.summary(seconds, &fin_ports)
     );
     if let Some(path) = &args.stats_json {
         let mut json = fin.to_json(seconds, leaked, &fin_ports);
-        json["workers"] = Report::workers_json(&each(&reports));
+        json["workers"] = Report::workers_json(&metrics.reports());
         let json = serde_json::to_string_pretty(&json)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -465,20 +502,39 @@ fn sample_ports(cfg: &Config, ext: &Port, int: &Port) -> PortCounters {
     }
 }
 
-/// Each worker's latest report, in worker order.
-fn each(reports: &[Arc<Mutex<Report>>]) -> Vec<Report> {
-    reports
-        .iter()
-        .map(|r| r.lock().map(|r| r.clone()).unwrap_or_default())
-        .collect()
-}
-
-fn total(reports: &[Arc<Mutex<Report>>]) -> Report {
-    let mut sum = Report::default();
-    for r in reports {
-        if let Ok(r) = r.lock() {
-            sum.add(&r);
-        }
-    }
-    sum
+/// `/pxgw/stats`: the counters an operator checks first, flat, for DPDK's telemetry client.
+fn telemetry_answer(r: &Report) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = [
+        ("inbound_packets_in", r.inbound.packets_in),
+        ("inbound_bytes_in", r.inbound.bytes_in),
+        ("inbound_packets_out", r.inbound.packets_out),
+        ("inbound_bytes_out", r.inbound.bytes_out),
+        ("outbound_packets_in", r.outbound.packets_in),
+        ("outbound_bytes_in", r.outbound.bytes_in),
+        ("outbound_packets_out", r.outbound.packets_out),
+        ("outbound_bytes_out", r.outbound.bytes_out),
+        ("merge_payload_in", r.merge.payload_in),
+        ("merge_payload_full", r.merge.payload_full),
+        ("merges", r.merge.merges),
+        ("cuts", r.merge.cuts),
+        ("held_items", r.merge.held_items),
+        ("merge_flows", r.merge.flows),
+        ("merge_evictions", r.merge.evictions),
+        ("caravans_built", r.caravan.caravans_built),
+        ("caravans_unpacked", r.caravan.caravans_unpacked),
+        ("pmtud_probes_sent", r.pmtud.probes_sent),
+        ("pmtud_answers", r.pmtud.discovered),
+        ("pmtud_fallbacks", r.pmtud.fallbacks),
+        ("mss_rewrites", r.mss.rewritten),
+        ("connections", r.connections),
+        ("drops", r.drops.total()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    v.push((
+        "yield_permille".into(),
+        (r.merge.conversion_yield * 1000.0).round() as u64,
+    ));
+    v
 }
