@@ -40,6 +40,10 @@ enum What {
         /// Seconds per iperf3 run.
         #[arg(long, default_value_t = 5)]
         seconds: u32,
+        /// Draw the figure (frame sizes outside and inside, yield over time, added delay) as an
+        /// SVG here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Smaller transfers, a second topology (router, eMTU 1400, iMTU 4000), and assertions: the
     /// integration suite.
@@ -47,6 +51,9 @@ enum What {
         /// Also write the results as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Draw the figure of the default topology's run as an SVG here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
 }
 
@@ -201,13 +208,15 @@ fn transfers(
 
 fn main() {
     let args = Args::parse();
-    let (json_path, sizes, test) = match args.what {
+    let (json_path, plot, sizes, test) = match args.what {
         What::Demo {
             json,
             file_mb,
             seconds,
+            plot,
         } => (
             json,
+            plot,
             Sizes {
                 file_bytes: file_mb << 20,
                 iperf_seconds: seconds,
@@ -216,8 +225,9 @@ fn main() {
             },
             false,
         ),
-        What::Test { json } => (
+        What::Test { json, plot } => (
             json,
+            plot,
             Sizes {
                 file_bytes: 16 << 20,
                 iperf_seconds: 2,
@@ -227,7 +237,7 @@ fn main() {
             true,
         ),
     };
-    match run(sizes, test, json_path) {
+    match run(sizes, test, json_path, plot) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {
@@ -240,7 +250,12 @@ fn main() {
 /// A named assertion of the suite.
 type Check = (String, bool);
 
-fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
+fn run(
+    sizes: Sizes,
+    test: bool,
+    json_path: Option<PathBuf>,
+    plot: Option<PathBuf>,
+) -> Result<bool> {
     for tool in [
         "iperf3",
         "socat",
@@ -262,7 +277,8 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
             pxgw.display()
         );
     }
-    let (default_report, mut checks) = default_topology(&pxgw, sizes, test, &stop)?;
+    let (default_report, mut checks) =
+        default_topology(&pxgw, sizes, test, plot.as_deref(), &stop)?;
     // The default topology's fields stay at the top level, as before the router topology.
     let mut report = default_report;
     if test {
@@ -317,6 +333,7 @@ fn default_topology(
     pxgw: &Path,
     sizes: Sizes,
     test: bool,
+    plot: Option<&Path>,
     stop: &AtomicBool,
 ) -> Result<(serde_json::Value, Vec<Check>)> {
     let l = Lab::new()?;
@@ -340,6 +357,11 @@ fn default_topology(
         None
     };
     let gw = l.start_pxgw(pxgw, 1, 900)?;
+    // What an operator sees (issue 14): Prometheus scraped during the traffic.
+    let metrics_url = gw.metrics_url();
+    let scraper = metrics_url
+        .clone()
+        .map(|u| lab::observe::Scraper::start(u, std::time::Duration::from_millis(500)));
     let ping_ok = [l.ping(Family::V4), l.ping(Family::V6)];
     let all = Extras {
         iperf: true,
@@ -352,8 +374,29 @@ fn default_topology(
     let result = transfers(&l, Family::V4, sizes, all, stop)
         .and_then(|r4| Ok((r4, transfers(&l, Family::V6, sizes, v6, stop)?)));
     let traces = traces(&l);
+    let (during, scrape_failures) = scraper.map(|s| s.finish()).unwrap_or_default();
+    // After the traffic: one more scrape, and DPDK telemetry (ports 0 and pxgw's own counters).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let quiet = metrics_url.as_deref().and_then(|u| lab::observe::scrape(u).ok());
+    let telemetry = lab::observe::telemetry("pxgw", &["/ethdev/stats,0", "/pxgw/stats"]);
+    if let Err(e) = &telemetry {
+        eprintln!("lab: {e:#}");
+    }
     let busiest = gw.busiest_line();
     let (code, stats) = gw.stop()?;
+    let observed = lab::observe::check(
+        &during,
+        scrape_failures,
+        quiet.as_ref(),
+        telemetry.as_deref().ok(),
+        &stats,
+    );
+    if let Some(path) = plot {
+        observed
+            .figure
+            .draw(path, &format!("pxgw between two namespaces: {topo}"))?;
+        eprintln!("lab: wrote the figure to {}", path.display());
+    }
     let (r4, r6) = result?;
     let traces = traces?;
     let udp4 = r4.udp.context("UDP run")?;
@@ -417,7 +460,10 @@ fn default_topology(
         ok(traces[1].reached)
     );
     if let Some(line) = busiest {
-        println!("pxgw's busiest second: {line}");
+        println!("pxgw's busiest second:\n{line}");
+    }
+    for line in &observed.lines {
+        println!("{line}");
     }
     println!(
         "pxgw exit code {code}, leaked mbufs {leaked}, drops {}",
@@ -482,6 +528,7 @@ fn default_topology(
             (format!("{f}: ping both ways"), ping_ok[f as usize]),
         ]);
     }
+    checks.extend(observed.checks.iter().cloned());
     checks.extend([
         udp_check("", &udp4),
         udp_check("", &udp6),

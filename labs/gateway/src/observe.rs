@@ -1,0 +1,247 @@
+//! What an operator sees of a running pxgw (issue 14): its Prometheus endpoint, scraped during
+//! traffic and parsed with a Prometheus text parser (`prometheus-parse`), and DPDK's telemetry
+//! socket read with Debian's `dpdk-telemetry.py`. The checks compare both with the final
+//! `--stats-json`, and the scrapes feed the figure ([`crate::plot`]).
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use prometheus_parse::{Scrape, Value};
+use serde_json::Value as Json;
+
+use crate::plot::Figure;
+
+/// One scrape, `t` seconds after scraping started.
+pub struct Timed {
+    /// Seconds since the scraper started.
+    pub t: f64,
+    /// The parsed exposition.
+    pub scrape: Scrape,
+}
+
+/// Fetches and parses `url` once (curl does the HTTP).
+pub fn scrape(url: &str) -> Result<Scrape> {
+    let out = Command::new("curl")
+        .args(["-sfm", "5", url])
+        .stderr(Stdio::null())
+        .output()
+        .context("running curl")?;
+    if !out.status.success() {
+        bail!("curl {url} failed ({})", out.status);
+    }
+    let text = String::from_utf8(out.stdout).context("the exposition is not UTF-8")?;
+    Ok(Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))?)
+}
+
+/// The sum of `metric`'s samples whose labels include all of `labels` (a counter comes out of
+/// an OpenMetrics exposition as untyped `…_total` samples, which is what Prometheus stores).
+pub fn sum(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    s.samples
+        .iter()
+        .filter(|x| x.metric == metric && labels.iter().all(|(k, v)| x.labels.get(k) == Some(v)))
+        .map(|x| match x.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+            _ => 0.0,
+        })
+        .sum()
+}
+
+/// `metric`'s histogram with these labels: (upper bound, cumulative count), sorted by bound.
+pub fn histogram(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Vec<(f64, f64)> {
+    let mut v: Vec<(f64, f64)> = s
+        .samples
+        .iter()
+        .filter(|x| x.metric == metric && labels.iter().all(|(k, v)| x.labels.get(k) == Some(v)))
+        .flat_map(|x| match &x.value {
+            Value::Histogram(h) => h.iter().map(|c| (c.less_than, c.count)).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
+}
+
+/// Scrapes an endpoint every `every` on its own thread until [`finish`](Self::finish).
+pub struct Scraper {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<(Vec<Timed>, usize)>,
+}
+
+impl Scraper {
+    /// Starts scraping `url`.
+    pub fn start(url: String, every: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let (mut got, mut failed) = (Vec::new(), 0);
+            while !flag.load(Ordering::Relaxed) {
+                match scrape(&url) {
+                    Ok(scrape) => got.push(Timed {
+                        t: started.elapsed().as_secs_f64(),
+                        scrape,
+                    }),
+                    Err(_) => failed += 1,
+                }
+                std::thread::sleep(every);
+            }
+            (got, failed)
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops and returns the scrapes, and how many failed.
+    pub fn finish(self) -> (Vec<Timed>, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// Sends `commands` to pxgw's telemetry socket with `dpdk-telemetry.py -f PREFIX` and returns
+/// each JSON answer.
+pub fn telemetry(prefix: &str, commands: &[&str]) -> Result<Vec<Json>> {
+    let mut child = Command::new("dpdk-telemetry.py")
+        .args(["-f", prefix])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running dpdk-telemetry.py (Debian's dpdk package)")?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().context("no stdin")?;
+        for c in commands {
+            writeln!(stdin, "{c}")?;
+        }
+    }
+    let out = child.wait_with_output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // One JSON object per line after the greeting (itself a JSON object); keep the answers.
+    let answers: Vec<Json> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Json>(l.trim()).ok())
+        .filter(|v| {
+            v.as_object()
+                .is_some_and(|o| o.keys().any(|k| commands.iter().any(|c| c.starts_with(k.as_str()))))
+        })
+        .collect();
+    if answers.len() != commands.len() {
+        bail!(
+            "dpdk-telemetry.py answered {} of {} commands: {}{}",
+            answers.len(),
+            commands.len(),
+            text.trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(answers)
+}
+
+/// What the scrapes and telemetry showed, and the checks against the final JSON.
+pub struct Observed {
+    /// Named checks (for the suite).
+    pub checks: Vec<(String, bool)>,
+    /// Lines for the operator.
+    pub lines: Vec<String>,
+    /// The figure's data.
+    pub figure: Figure,
+}
+
+/// Checks the scrapes taken during traffic (`during`), the last one after traffic stopped
+/// (`quiet`), and telemetry's answers (`telemetry`: `/ethdev/stats,0` then `/pxgw/stats`)
+/// against pxgw's final `--stats-json` (`stats`).
+pub fn check(
+    during: &[Timed],
+    failed: usize,
+    quiet: Option<&Scrape>,
+    telemetry: Option<&[Json]>,
+    stats: &Json,
+) -> Observed {
+    let mut checks = Vec::new();
+    let mut lines = Vec::new();
+    let rx_ext = |s: &Scrape| sum(s, "pxgw_received_packets_total", &[("port", "external")]);
+    let series: Vec<f64> = during.iter().map(|t| rx_ext(&t.scrape)).collect();
+    let rising = series.windows(2).filter(|w| w[1] > w[0]).count();
+    let monotonic = series.windows(2).all(|w| w[1] >= w[0]);
+    lines.push(format!(
+        "Prometheus: {} scrapes during traffic ({failed} failed); frames received outside went {} -> {}",
+        during.len(),
+        series.first().copied().unwrap_or(0.0),
+        series.last().copied().unwrap_or(0.0),
+    ));
+    checks.push((
+        "metrics: scraped during traffic, counters rise between scrapes and never fall".to_owned(),
+        during.len() >= 3 && rising >= 2 && monotonic,
+    ));
+    let final_in = stats["inbound"]["packets_in"].as_f64().unwrap_or(0.0);
+    let final_out = stats["inbound"]["packets_out"].as_f64().unwrap_or(0.0);
+    if let Some(q) = quiet {
+        // After traffic stopped, the endpoint and the final JSON count the same frames, but for
+        // the few that arrive after the last scrape (neighbour discovery) and the merge items
+        // flushed at exit.
+        let (s_in, s_out) = (
+            rx_ext(q),
+            sum(q, "pxgw_sent_packets_total", &[("port", "internal")]),
+        );
+        let close = |a: f64, b: f64| a <= b && b - a <= 20.0 + 0.001 * b;
+        lines.push(format!(
+            "Prometheus after traffic: inbound {s_in} frames in, {s_out} out; final JSON {final_in} in, {final_out} out"
+        ));
+        checks.push((
+            "metrics: the last scrape agrees with the final JSON (frames in and out, inbound)"
+                .to_owned(),
+            final_in > 0.0 && close(s_in, final_in) && close(s_out, final_out),
+        ));
+        let payload = sum(q, "pxgw_merge_payload_bytes_total", &[]);
+        let full = sum(q, "pxgw_merge_full_payload_bytes_total", &[]);
+        let json_yield = stats["merge"]["conversion_yield"].as_f64().unwrap_or(-1.0);
+        let scraped_yield = if payload > 0.0 { full / payload } else { 0.0 };
+        checks.push((
+            format!(
+                "metrics: yield from the scraped counters ({:.1} %) matches the final JSON ({:.1} %)",
+                100.0 * scraped_yield,
+                100.0 * json_yield
+            ),
+            payload > 0.0 && (scraped_yield - json_yield).abs() < 0.01,
+        ));
+        let h = histogram(q, "pxgw_frame_size_bytes", &[("direction", "inbound"), ("side", "received")]);
+        let h_count = h.last().map_or(0.0, |b| b.1);
+        checks.push((
+            "metrics: the inbound frame-size histogram counts every frame received outside"
+                .to_owned(),
+            h_count > 0.0 && h_count == s_in,
+        ));
+    } else {
+        checks.push(("metrics: scraped after traffic".to_owned(), false));
+    }
+    match telemetry {
+        Some([ethdev, pxgw, ..]) => {
+            let ipackets = ethdev["/ethdev/stats"]["ipackets"].as_f64().unwrap_or(0.0);
+            let pin = pxgw["/pxgw/stats"]["inbound_packets_in"]
+                .as_f64()
+                .unwrap_or(0.0);
+            lines.push(format!(
+                "dpdk-telemetry.py: /ethdev/stats,0 ipackets {ipackets}; /pxgw/stats inbound_packets_in {pin}"
+            ));
+            checks.push((
+                "telemetry: dpdk-telemetry.py shows the outside port's ethdev stats and /pxgw/stats"
+                    .to_owned(),
+                ipackets > 0.0 && pin > 0.0 && pin <= final_in,
+            ));
+        }
+        _ => checks.push((
+            "telemetry: dpdk-telemetry.py answers /ethdev/stats and /pxgw/stats".to_owned(),
+            false,
+        )),
+    }
+    let figure = Figure::from_scrapes(during, quiet);
+    Observed {
+        checks,
+        lines,
+        figure,
+    }
+}
