@@ -13,5 +13,6 @@ pub mod mss;
 pub mod pipeline;
 pub mod pmtud;
 pub mod ports;
+pub mod replay;
 pub mod stats;
 pub mod worker;

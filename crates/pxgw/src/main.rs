@@ -12,6 +12,7 @@ use clap::Parser;
 use dpdk::{DeviceInfo, Eal, EalBuilder, Mempool, Port, RssHash, TxOffloads};
 use pxgw::config::{is_pci, parse_mac, Backing, Config, Mode};
 use pxgw::pipeline::Pipeline;
+use pxgw::replay::{self, Prefix, ReplayOptions};
 use pxgw::ports::{self, PortPlan};
 use pxgw::metrics::{self, Metrics};
 use pxgw::stats::{KernelSample, PortCounters, PortReport, Report};
@@ -22,11 +23,13 @@ use pxio::TscClock;
 /// The PacketExpress gateway: merges inbound TCP to the internal MTU, splits outbound TCP to the
 /// path MTU, rewrites MSS options, carries UDP as caravans.
 #[derive(Debug, Parser)]
-#[command(name = "pxgw", version)]
+#[command(name = "pxgw", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
     /// The configuration file (see pxgw.toml in the repository).
     #[arg(long, short)]
-    config: PathBuf,
+    config: Option<PathBuf>,
     /// Write the final statistics as JSON to this file.
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -41,6 +44,41 @@ struct Args {
     check: bool,
 }
 
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// What would PacketExpress do to my traffic? Runs a pcap or pcapng capture through the
+    /// gateway's pipeline in trace time, writes what the inside host would receive, and reports
+    /// (README, "Replay").
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ReplayArgs {
+    /// The gateway's configuration (its MTUs, delay budget and caravan settings are used; its
+    /// ports are not opened).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// The capture to replay (pcap or pcapng, Ethernet).
+    #[arg(long)]
+    pcap: PathBuf,
+    /// Where to write what the inside host would receive (pcap).
+    #[arg(long)]
+    out: PathBuf,
+    /// Also write what the outside would receive (pcap).
+    #[arg(long)]
+    outside_out: Option<PathBuf>,
+    /// The inside network: a frame to it goes inbound, one from it outbound (repeatable;
+    /// e.g. 10.0.0.0/8, 2001:db8::/32).
+    #[arg(long, required = true)]
+    inside: Vec<Prefix>,
+    /// Inbound frames closer than this to the first of a burst share one RX burst (µs).
+    #[arg(long, default_value_t = 10.0)]
+    burst_us: f64,
+    /// Also write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -50,10 +88,23 @@ fn main() {
         .with_target(false)
         .init();
     let args = Args::parse();
-    let cfg = match Config::load(&args.config) {
+    if let Some(Cmd::Replay(r)) = &args.cmd {
+        std::process::exit(match replay_cmd(r) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("pxgw replay: {e:#}");
+                1
+            }
+        });
+    }
+    let Some(config) = &args.config else {
+        eprintln!("pxgw: --config FILE is required (or `pxgw replay --help`)");
+        std::process::exit(2);
+    };
+    let cfg = match Config::load(config) {
         Ok(cfg) => cfg,
         Err(e) => {
-            eprintln!("pxgw: {}: {e}", args.config.display());
+            eprintln!("pxgw: {}: {e}", config.display());
             std::process::exit(2);
         }
     };
@@ -256,7 +307,8 @@ fn open_port(
 
 /// `--check`: open everything as configured, report, forward nothing.
 fn check(args: &Args, cfg: &Config) -> Result<usize> {
-    println!("pxgw: {}: configuration is valid", args.config.display());
+    let path = args.config.as_deref().unwrap_or(Path::new("?"));
+    println!("pxgw: {}: configuration is valid", path.display());
     let gw = open(cfg)?;
     for (plan, pc) in gw
         .plans
@@ -500,6 +552,81 @@ fn sample_ports(cfg: &Config, ext: &Port, int: &Port) -> PortCounters {
         external: one(&cfg.ports.external, ext),
         internal: one(&cfg.ports.internal, int),
     }
+}
+
+/// `pxgw replay`: the capture through the pipeline, the report on stdout (and as JSON).
+fn replay_cmd(a: &ReplayArgs) -> Result<()> {
+    let cfg = Config::load(&a.config).with_context(|| a.config.display().to_string())?;
+    let opts = ReplayOptions {
+        inside: a.inside.clone(),
+        burst_ns: (a.burst_us.max(0.0) * 1e3) as u64,
+    };
+    let r = replay::replay(&cfg, &a.pcap, &a.out, a.outside_out.as_deref(), &opts)?;
+    println!(
+        "pxgw replay: {} ({}), {} frames over {:.3} s; eMTU {}, iMTU {}",
+        a.pcap.display(),
+        r.format,
+        r.frames,
+        r.duration_s,
+        cfg.emtu(),
+        cfg.imtu()
+    );
+    for (name, d) in [("inbound ", &r.inbound), ("outbound", &r.outbound)] {
+        println!(
+            "  {name} {:>9} frames {:>12} B  ->  {:>9} frames {:>12} B   NF cost x{:.3}",
+            d.packets_in, d.bytes_in, d.packets_out, d.bytes_out, d.nf_cost_ratio
+        );
+    }
+    println!(
+        "  yield {:.1} %; added delay mean {:.1} µs, p50 {:.1}, p99 {:.1}, max {:.1} ({} segments)",
+        100.0 * r.conversion_yield,
+        r.added_delay.mean_us,
+        r.added_delay.p50_us,
+        r.added_delay.p99_us,
+        r.added_delay.max_us,
+        r.added_delay.segments
+    );
+    println!(
+        "  UDP: {} datagrams inbound, {} in {} caravans ({:.1} %)",
+        r.udp.datagrams,
+        r.udp.in_caravans,
+        r.caravan.caravans_built,
+        100.0 * r.udp.caravan_share
+    );
+    println!(
+        "  TCP flows inbound with data: {}, merged {}, never merged {}",
+        r.flows.tcp_flows,
+        r.flows.merged,
+        r.flows.never_merged.len() as u64 + r.flows.never_merged_unlisted
+    );
+    for f in r.flows.never_merged.iter().take(10) {
+        println!(
+            "    {} ({} segments, {} B): {}",
+            f.flow, f.segments, f.payload_bytes, f.reason
+        );
+    }
+    if r.skipped > 0 {
+        println!(
+            "  {} frames neither to nor from --inside were left out",
+            r.skipped
+        );
+    }
+    if r.above_emtu > 0 {
+        println!(
+            "  warning: {} frames are larger than the eMTU: the capture host's offloads (GRO, \
+             TSO) were on, so the capture does not show the wire (`ethtool -K IF gro off tso off`)",
+            r.above_emtu
+        );
+    }
+    if r.drops.total() > 0 {
+        println!("  drops: {:?}", r.drops);
+    }
+    println!("  wrote {}", a.out.display());
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&r)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// `/pxgw/stats`: the counters an operator checks first, flat, for DPDK's telemetry client.
