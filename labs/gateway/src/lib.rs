@@ -747,8 +747,8 @@ impl Lab {
             &[
                 "if=/dev/urandom",
                 &format!("of={}", src.display()),
-                "bs=1M",
-                &format!("count={}", bytes.div_ceil(1 << 20)),
+                "bs=64K",
+                &format!("count={}", bytes.div_ceil(1 << 16)),
                 "status=none",
             ],
         )?;

@@ -245,3 +245,34 @@ pub fn check(
         figure,
     }
 }
+
+/// tcpdump on the outside host's interface, writing every frame to a pcap; stopped (SIGINT,
+/// so the file is complete) by [`OutsideCapture::stop`].
+pub struct OutsideCapture {
+    child: std::process::Child,
+}
+
+impl OutsideCapture {
+    /// Starts capturing on the outside host of `lab` into `file`.
+    pub fn start(lab: &crate::Lab, file: &std::path::Path) -> Result<Self> {
+        let child = Command::new("ip")
+            .args(["netns", "exec", lab.ext.name(), "tcpdump", "-i", lab.ext_iface()])
+            .args(["-s", "0", "-U", "-n", "-w"])
+            .arg(file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting tcpdump")?;
+        std::thread::sleep(Duration::from_millis(700));
+        Ok(Self { child })
+    }
+
+    /// Stops tcpdump and waits for it.
+    pub fn stop(mut self) -> Result<()> {
+        std::thread::sleep(Duration::from_millis(300));
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        self.child.wait()?;
+        Ok(())
+    }
+}

@@ -47,6 +47,13 @@ enum What {
     },
     /// Smaller transfers, a second topology (router, eMTU 1400, iMTU 4000), and assertions: the
     /// integration suite.
+    /// Records the small captures `pxgw replay`'s tests ship: tcpdump on the outside host
+    /// while TCP (IPv4, IPv6, both ways) and UDP (both families) cross pxgw.
+    Capture {
+        /// Write `lab-outside.pcap` here.
+        #[arg(long)]
+        dir: PathBuf,
+    },
     Test {
         /// Also write the results as JSON.
         #[arg(long)]
@@ -208,7 +215,15 @@ fn transfers(
 
 fn main() {
     let args = Args::parse();
+    if let What::Capture { dir } = &args.what {
+        if let Err(e) = capture(dir) {
+            eprintln!("pxgw-lab: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let (json_path, plot, sizes, test) = match args.what {
+        What::Capture { .. } => unreachable!("handled above"),
         What::Demo {
             json,
             file_mb,
@@ -245,6 +260,38 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// `pxgw-lab capture`: see [`What::Capture`].
+fn capture(dir: &Path) -> Result<()> {
+    let pxgw = std::env::current_exe()?.with_file_name("pxgw");
+    let l = Lab::new()?;
+    let gw = l.start_pxgw(&pxgw, 1, 300)?;
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join("lab-outside.pcap");
+    let cap = lab::observe::OutsideCapture::start(&l, &file)?;
+    for (family, inbound, bytes) in [
+        (Family::V4, true, 192 << 10),
+        (Family::V6, true, 192 << 10),
+        (Family::V4, false, 64 << 10),
+    ] {
+        let (ok, _) = l.file_transfer(family, inbound, bytes)?;
+        if !ok {
+            bail!("{family}: the transfer through pxgw arrived damaged");
+        }
+    }
+    for family in Family::BOTH {
+        l.udp_inbound(family, 24, pxio::caravan::DEFAULT_DSCP, false)?;
+    }
+    cap.stop()?;
+    let (code, _) = gw.stop()?;
+    println!(
+        "wrote {}; inside: {}/32 and {}/128 (pxgw exit code {code})",
+        file.display(),
+        l.int_addr(Family::V4),
+        l.int_addr(Family::V6)
+    );
+    Ok(())
 }
 
 /// A named assertion of the suite.
