@@ -34,6 +34,8 @@ pub struct Figure {
     pub delay_labels: Vec<String>,
     /// Share of segments per delay bucket, %.
     pub delay: Vec<f64>,
+    /// The yield over the whole run, when anything merged.
+    pub overall_yield: Option<f64>,
 }
 
 /// Per-bucket shares (%) of a cumulative histogram, and the total.
@@ -54,6 +56,9 @@ fn shares(cumulative: &[(f64, f64)]) -> (Vec<f64>, f64) {
         .collect();
     (v, total)
 }
+
+/// Scrape intervals with less merged payload than this are left out of the yield series.
+const MIN_INTERVAL_PAYLOAD: f64 = 100_000.0;
 
 fn bound_labels(cumulative: &[(f64, f64)], scale: f64, unit: &str) -> Vec<String> {
     cumulative
@@ -91,17 +96,30 @@ impl Figure {
         for w in during.windows(2) {
             let d = |m: &str| sum(&w[1].scrape, m, &[]) - sum(&w[0].scrape, m, &[]);
             let payload = d("pxgw_merge_payload_bytes_total");
-            if payload > 0.0 {
+            // An interval with a few stray segments says nothing about the yield.
+            if payload >= MIN_INTERVAL_PAYLOAD {
                 yield_series.push((w[1].t, 100.0 * d("pxgw_merge_full_payload_bytes_total") / payload));
             }
         }
+        let (payload, full) = (
+            sum(last, "pxgw_merge_payload_bytes_total", &[]),
+            sum(last, "pxgw_merge_full_payload_bytes_total", &[]),
+        );
         Self {
+            overall_yield: (payload > 0.0).then(|| full / payload),
             size_labels: bound_labels(&rx, 1.0, ""),
             outside,
             inside,
             frames: (n_out, n_in),
             yield_series,
-            delay_labels: bound_labels(&delay_h, 1e6, ""),
+            delay_labels: delay_h
+                .iter()
+                .map(|&(le, _)| match le {
+                    le if le.is_infinite() => "more".to_owned(),
+                    le if le < 1e-3 => format!("≤{}µs", (le * 1e6).round()),
+                    le => format!("≤{}ms", (le * 1e3).round()),
+                })
+                .collect(),
             delay,
         }
     }
@@ -110,12 +128,15 @@ impl Figure {
     pub fn draw(&self, path: &Path, title: &str) -> Result<()> {
         load_font()?;
         let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
-        let root = SVGBackend::new(path, (1500, 520)).into_drawing_area();
+        let root = SVGBackend::new(path, (1400, 900)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
         let root = root
             .titled(title, ("sans-serif", 22))
             .map_err(|e| err(&e))?;
-        let panels = root.split_evenly((1, 3));
+        // Frame sizes across the top; yield and delay below.
+        let (top_area, bottom) = root.split_vertically(450);
+        let bottom = bottom.split_evenly((1, 2));
+        let panels = [top_area, bottom[0].clone(), bottom[1].clone()];
         let outside_c = RGBColor(0x1f, 0x77, 0xb4);
         let inside_c = RGBColor(0xff, 0x7f, 0x0e);
 
@@ -131,7 +152,7 @@ impl Figure {
         let mut c = ChartBuilder::on(&panels[0])
             .caption("Inbound frame sizes", ("sans-serif", 18))
             .margin(12)
-            .x_label_area_size(60)
+            .x_label_area_size(45)
             .y_label_area_size(55)
             .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..top)
             .map_err(|e| err(&e))?;
@@ -147,12 +168,9 @@ impl Figure {
                     String::new()
                 }
             })
-            .x_label_style(
-                ("sans-serif", 12)
-                    .into_font()
-                    .transform(FontTransform::Rotate270),
-            )
-            .x_desc("frame size, bytes")
+            .x_label_style(("sans-serif", 13))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .x_desc("frame size (Ethernet, bytes)")
             .y_desc("% of frames")
             .draw()
             .map_err(|e| err(&e))?;
@@ -190,26 +208,40 @@ impl Figure {
         let mut c = ChartBuilder::on(&panels[1])
             .caption("Conversion yield over time", ("sans-serif", 18))
             .margin(12)
-            .x_label_area_size(60)
+            .x_label_area_size(45)
             .y_label_area_size(55)
             .build_cartesian_2d(0f64..t_max, 0f64..105f64)
             .map_err(|e| err(&e))?;
         c.configure_mesh()
-            .x_desc("seconds")
+            .x_desc("seconds since the first scrape")
             .y_desc("% of merged payload sent iMTU-bound")
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()
             .map_err(|e| err(&e))?;
-        c.draw_series(LineSeries::new(
-            self.yield_series.iter().copied(),
-            outside_c.stroke_width(2),
-        ))
-        .map_err(|e| err(&e))?;
         c.draw_series(
             self.yield_series
                 .iter()
-                .map(|&p| Circle::new(p, 3, outside_c.filled())),
+                .map(|&p| Circle::new(p, 4, outside_c.filled())),
         )
-        .map_err(|e| err(&e))?;
+        .map_err(|e| err(&e))?
+        .label("each 0.5 s scrape interval with inbound TCP")
+        .legend(move |(x, y)| Circle::new((x + 6, y), 4, outside_c.filled()));
+        if let Some(overall) = self.overall_yield {
+            c.draw_series(LineSeries::new(
+                [(0.0, 100.0 * overall), (t_max, 100.0 * overall)],
+                inside_c.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label(format!("whole run: {:.1} %", 100.0 * overall))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], inside_c.stroke_width(2)));
+        }
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(|e| err(&e))?;
 
         // (c) Added delay.
         let n = self.delay_labels.len().max(1);
@@ -217,7 +249,7 @@ impl Figure {
         let mut c = ChartBuilder::on(&panels[2])
             .caption("Delay added per segment", ("sans-serif", 18))
             .margin(12)
-            .x_label_area_size(60)
+            .x_label_area_size(45)
             .y_label_area_size(55)
             .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..top)
             .map_err(|e| err(&e))?;
@@ -233,12 +265,9 @@ impl Figure {
                     String::new()
                 }
             })
-            .x_label_style(
-                ("sans-serif", 12)
-                    .into_font()
-                    .transform(FontTransform::Rotate270),
-            )
-            .x_desc("added delay, µs")
+            .x_label_style(("sans-serif", 12))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .x_desc("delay added")
             .y_desc("% of segments")
             .draw()
             .map_err(|e| err(&e))?;
