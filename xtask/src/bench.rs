@@ -83,7 +83,15 @@ pub fn run(what: BenchKind, json: Option<PathBuf>, extra: &[String]) -> Result<(
         build_ebpf::check_object()?;
     }
     let mut build = cargo();
-    build.args(["build", "--release", "-j2", "-p", "pxbench", "--bin", what.binary()]);
+    build.args([
+        "build",
+        "--release",
+        "-j2",
+        "-p",
+        "pxbench",
+        "--bin",
+        what.binary(),
+    ]);
     progress.run(&format!("building {} (release)", what.binary()), &mut build)?;
     progress.step("running the benchmark");
     progress.finish();

@@ -40,7 +40,10 @@ pub fn run(json: Option<PathBuf>, plot: Option<PathBuf>, extra: &[String]) -> Re
         "gateway-lab",
         "--bins",
     ]);
-    progress.run("building pxgw, fpmtud and the gateway lab (release)", &mut build)?;
+    progress.run(
+        "building pxgw, fpmtud and the gateway lab (release)",
+        &mut build,
+    )?;
     progress.step("running the lab");
     progress.finish();
     let target = std::env::var_os("CARGO_TARGET_DIR")

@@ -78,7 +78,9 @@ extern "C" fn trampoline(
         return -libc_einval();
     }
     // SAFETY: DPDK passes the NUL-terminated command it matched, and its parameters (or NULL).
-    let cmd = unsafe { CStr::from_ptr(cmd) }.to_string_lossy().into_owned();
+    let cmd = unsafe { CStr::from_ptr(cmd) }
+        .to_string_lossy()
+        .into_owned();
     let params = if params.is_null() {
         String::new()
     } else {
@@ -87,11 +89,7 @@ extern "C" fn trampoline(
             .to_string_lossy()
             .into_owned()
     };
-    let Some(f) = commands()
-        .lock()
-        .ok()
-        .and_then(|t| t.get(&cmd).cloned())
-    else {
+    let Some(f) = commands().lock().ok().and_then(|t| t.get(&cmd).cloned()) else {
         return -libc_einval();
     };
     // A panic must not cross into C.

@@ -152,6 +152,8 @@ impl Metrics {
 struct Collect(Arc<Metrics>);
 
 type Labels = Vec<(&'static str, String)>;
+/// A histogram sample: labels, sum, and (upper bound, count) per bucket.
+type HistogramSample = (Labels, f64, Vec<(f64, u64)>);
 
 /// One metric family's samples.
 struct Family<'e, 'a> {
@@ -206,7 +208,7 @@ impl Family<'_, '_> {
         name: &str,
         help: &str,
         unit: Option<Unit>,
-        samples: &[(Labels, f64, Vec<(f64, u64)>)],
+        samples: &[HistogramSample],
     ) -> fmt::Result {
         let mut m = self
             .enc
@@ -269,7 +271,11 @@ impl Collector for Collect {
         let mut f = Family { enc: &mut enc };
         let w = |i: usize| -> Labels { vec![("worker", i.to_string())] };
         let per_worker = |get: &dyn Fn(&Report) -> u64| -> Vec<(Labels, u64)> {
-            reports.iter().enumerate().map(|(i, r)| (w(i), get(r))).collect()
+            reports
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (w(i), get(r)))
+                .collect()
         };
         let wp = |i: usize, port: &str| -> Labels {
             vec![("worker", i.to_string()), ("port", port.to_owned())]
@@ -430,11 +436,9 @@ impl Collector for Collect {
                 "Flows evicted from a full bucket of the merge flow table.",
                 |r| r.merge.evictions,
             ),
-            (
-                "pxgw_caravans_built",
-                "UDP caravans sent inside.",
-                |r| r.caravan.caravans_built,
-            ),
+            ("pxgw_caravans_built", "UDP caravans sent inside.", |r| {
+                r.caravan.caravans_built
+            }),
             (
                 "pxgw_caravan_datagrams_packed",
                 "Datagrams packed into caravans.",
@@ -450,11 +454,9 @@ impl Collector for Collect {
                 "Datagrams those caravans carried.",
                 |r| r.caravan.datagrams_unpacked,
             ),
-            (
-                "pxgw_pmtud_probes_sent",
-                "F-PMTUD probes sent.",
-                |r| r.pmtud.probes_sent,
-            ),
+            ("pxgw_pmtud_probes_sent", "F-PMTUD probes sent.", |r| {
+                r.pmtud.probes_sent
+            }),
             (
                 "pxgw_pmtud_answers",
                 "F-PMTUD rounds that ended with a report (an answer).",
@@ -475,11 +477,9 @@ impl Collector for Collect {
                 "SYN and SYN-ACK segments seen.",
                 |r| r.mss.handshakes,
             ),
-            (
-                "pxgw_mss_rewrites",
-                "MSS options rewritten.",
-                |r| r.mss.rewritten,
-            ),
+            ("pxgw_mss_rewrites", "MSS options rewritten.", |r| {
+                r.mss.rewritten
+            }),
             (
                 "pxgw_split_packets",
                 "Outbound TCP packets split to the path MTU in software.",
@@ -716,7 +716,10 @@ mod tests {
         let mut body = String::new();
         c.read_to_string(&mut body).unwrap();
         assert!(body.starts_with("HTTP/1.0 200"), "{body}");
-        assert!(body.contains("pxgw_merges_total{worker=\"0\"} 42\n"), "{body}");
+        assert!(
+            body.contains("pxgw_merges_total{worker=\"0\"} 42\n"),
+            "{body}"
+        );
         drop(server);
     }
 }

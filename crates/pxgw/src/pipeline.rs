@@ -208,7 +208,12 @@ impl<B: PacketBuf> Pipeline<B> {
         d.bytes_out += bytes as u64;
         d.max_frame_out = d.max_frame_out.max(bytes as u64);
         let sizes = &mut self.report.sizes;
-        if inbound { &mut sizes.inbound_sent } else { &mut sizes.outbound_sent }.record(bytes);
+        if inbound {
+            &mut sizes.inbound_sent
+        } else {
+            &mut sizes.outbound_sent
+        }
+        .record(bytes);
     }
 
     /// Counts frames the TX queue would not take (freed unsent).

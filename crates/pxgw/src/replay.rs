@@ -61,7 +61,9 @@ pub enum ReplayError {
         reason: String,
     },
     /// `--inside` is not a CIDR prefix.
-    #[error("--inside {0}: expected an address with a prefix length, e.g. 10.0.0.0/8 or 2001:db8::/32")]
+    #[error(
+        "--inside {0}: expected an address with a prefix length, e.g. 10.0.0.0/8 or 2001:db8::/32"
+    )]
     Prefix(String),
     /// The pipeline refused the configuration.
     #[error("the configuration: {0}")]
@@ -405,7 +407,7 @@ pub fn replay(
     };
     let mut px: Pipeline<HeapBuf> =
         Pipeline::new(cfg, HeapPool::new(128), HeapPool::new(128), offloads)
-        .map_err(|e| ReplayError::Config(format!("{e:#}")))?;
+            .map_err(|e| ReplayError::Config(format!("{e:#}")))?;
     let frame_pool = HeapPool::new(usize::from(u16::MAX));
     let writer = |path: &Path| -> Result<PcapWriter<BufWriter<File>>, ReplayError> {
         let p = path.display().to_string();
@@ -510,7 +512,13 @@ pub fn replay(
             let mut guard = 0;
             while let Some(d) = px.next_deadline().filter(|&d| d <= t) {
                 px.poll(d.max(last_t), &mut out_int);
-                emit(&mut px, &mut out_int, &mut out_ext, d.max(last_t), &mut flows)?;
+                emit(
+                    &mut px,
+                    &mut out_int,
+                    &mut out_ext,
+                    d.max(last_t),
+                    &mut flows,
+                )?;
                 guard += 1;
                 if guard > 10_000 {
                     break; // a deadline that does not move: go on at the frame's time

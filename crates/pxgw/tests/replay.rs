@@ -111,7 +111,11 @@ fn streams(frames: &[(Duration, Vec<u8>)]) -> HashMap<Flow, Vec<u8>> {
                 let end = off + bytes.len();
                 if end > s.len() {
                     let overlap = s.len() - off;
-                    assert_eq!(&s[off..], &bytes[..overlap], "{k:?}: overlapping bytes differ");
+                    assert_eq!(
+                        &s[off..],
+                        &bytes[..overlap],
+                        "{k:?}: overlapping bytes differ"
+                    );
                     s.extend_from_slice(&bytes[overlap..]);
                 }
             }
@@ -138,26 +142,46 @@ fn run(cfg: &Config, input: &Path, name: &str) -> (ReplayReport, Vec<(Duration, 
 fn replay_keeps_tcp_streams_and_merges() {
     let input = frames(Path::new(CAPTURE));
     let sent = streams(&input);
-    assert_eq!(sent.len(), 2, "one inbound transfer per family in the capture");
+    assert_eq!(
+        sent.len(),
+        2,
+        "one inbound transfer per family in the capture"
+    );
     assert!(sent.values().all(|s| s.len() == INBOUND_BYTES));
     assert!(sent.keys().any(|k| k.0.is_ipv6()) && sent.keys().any(|k| k.0.is_ipv4()));
     for imtu in [9000u16, 4000] {
         let cfg = config(imtu, "");
         let (r, got) = run(&cfg, Path::new(CAPTURE), &format!("imtu{imtu}.pcap"));
-        assert_eq!(streams(&got), sent, "iMTU {imtu}: the inside streams differ");
+        assert_eq!(
+            streams(&got),
+            sent,
+            "iMTU {imtu}: the inside streams differ"
+        );
         assert_eq!(r.frames, input.len() as u64);
         assert_eq!(r.inbound.packets_out, got.len() as u64);
         // The per-packet work inside drops to well under half, every frame fits the iMTU.
-        assert!(r.inbound.nf_cost_ratio < 0.5, "iMTU {imtu}: {:?}", r.inbound);
+        assert!(
+            r.inbound.nf_cost_ratio < 0.5,
+            "iMTU {imtu}: {:?}",
+            r.inbound
+        );
         assert!(got.iter().all(|(_, f)| f.len() <= usize::from(imtu) + 18));
         assert!(got.iter().any(|(_, f)| f.len() > 1514 + 18));
-        assert!(r.conversion_yield > 0.5, "iMTU {imtu}: yield {}", r.conversion_yield);
+        assert!(
+            r.conversion_yield > 0.5,
+            "iMTU {imtu}: yield {}",
+            r.conversion_yield
+        );
         assert_eq!(r.flows.tcp_flows, 2);
         assert_eq!(r.flows.merged, 2);
         assert!(r.flows.never_merged.is_empty());
         // 24 datagrams each way in each family; most ride in caravans.
         assert_eq!(r.udp.datagrams, 48);
-        assert!(r.udp.in_caravans > 24 && r.caravan.caravans_built >= 2, "{:?}", r.udp);
+        assert!(
+            r.udp.in_caravans > 24 && r.caravan.caravans_built >= 2,
+            "{:?}",
+            r.udp
+        );
         assert!(r.added_delay.segments > 0 && r.added_delay.max_us < 300.0 + 50.0);
         assert_eq!(r.drops.total(), 0);
         // Time stamps follow the capture's: the output spans it, and never runs backwards.
@@ -209,7 +233,12 @@ fn pcapng_input_replays_like_pcap() {
     let _ = std::fs::remove_file(&ng);
     assert_eq!(b.format, "pcapng");
     assert_eq!(streams(&from_ng), streams(&from_pcap));
-    assert!((a.duration_s - b.duration_s).abs() < 1e-6, "{} vs {}", a.duration_s, b.duration_s);
+    assert!(
+        (a.duration_s - b.duration_s).abs() < 1e-6,
+        "{} vs {}",
+        a.duration_s,
+        b.duration_s
+    );
     assert_eq!(
         (a.inbound, a.outbound, a.conversion_yield),
         (b.inbound, b.outbound, b.conversion_yield)

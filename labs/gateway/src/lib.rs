@@ -1168,7 +1168,9 @@ impl Gateway {
             m.starts_with("| ").then(|| m.to_owned())
         };
         // A row's second cell starts with the outside RX rate; the header's does not parse.
-        let rate = |m: &str| -> Option<f64> { m.split('|').nth(2)?.split_whitespace().next()?.parse().ok() };
+        let rate = |m: &str| -> Option<f64> {
+            m.split('|').nth(2)?.split_whitespace().next()?.parse().ok()
+        };
         let rows: Vec<String> = log.lines().filter_map(message).collect();
         let header = rows.iter().find(|m| rate(m).is_none())?;
         let busiest = rows

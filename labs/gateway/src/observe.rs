@@ -125,8 +125,10 @@ pub fn telemetry(prefix: &str, commands: &[&str]) -> Result<Vec<Json>> {
         .lines()
         .filter_map(|l| serde_json::from_str::<Json>(l.trim()).ok())
         .filter(|v| {
-            v.as_object()
-                .is_some_and(|o| o.keys().any(|k| commands.iter().any(|c| c.starts_with(k.as_str()))))
+            v.as_object().is_some_and(|o| {
+                o.keys()
+                    .any(|k| commands.iter().any(|c| c.starts_with(k.as_str())))
+            })
         })
         .collect();
     if answers.len() != commands.len() {
@@ -208,7 +210,11 @@ pub fn check(
             ),
             payload > 0.0 && (scraped_yield - json_yield).abs() < 0.01,
         ));
-        let h = histogram(q, "pxgw_frame_size_bytes", &[("direction", "inbound"), ("side", "received")]);
+        let h = histogram(
+            q,
+            "pxgw_frame_size_bytes",
+            &[("direction", "inbound"), ("side", "received")],
+        );
         let h_count = h.last().map_or(0.0, |b| b.1);
         checks.push((
             "metrics: the inbound frame-size histogram counts every frame received outside"
@@ -256,7 +262,14 @@ impl OutsideCapture {
     /// Starts capturing on the outside host of `lab` into `file`.
     pub fn start(lab: &crate::Lab, file: &std::path::Path) -> Result<Self> {
         let child = Command::new("ip")
-            .args(["netns", "exec", lab.ext.name(), "tcpdump", "-i", lab.ext_iface()])
+            .args([
+                "netns",
+                "exec",
+                lab.ext.name(),
+                "tcpdump",
+                "-i",
+                lab.ext_iface(),
+            ])
             .args(["-s", "0", "-U", "-n", "-w"])
             .arg(file)
             .stdout(Stdio::null())

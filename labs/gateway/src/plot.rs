@@ -98,7 +98,10 @@ impl Figure {
             let payload = d("pxgw_merge_payload_bytes_total");
             // An interval with a few stray segments says nothing about the yield.
             if payload >= MIN_INTERVAL_PAYLOAD {
-                yield_series.push((w[1].t, 100.0 * d("pxgw_merge_full_payload_bytes_total") / payload));
+                yield_series.push((
+                    w[1].t,
+                    100.0 * d("pxgw_merge_full_payload_bytes_total") / payload,
+                ));
             }
         }
         let (payload, full) = (
@@ -186,7 +189,9 @@ impl Figure {
         c.draw_series(bars(&self.outside, -0.4, outside_c))
             .map_err(|e| err(&e))?
             .label(format!("outside wire ({} frames)", self.frames.0))
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], outside_c.filled()));
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 12, y + 5)], outside_c.filled())
+            });
         c.draw_series(bars(&self.inside, 0.02, inside_c))
             .map_err(|e| err(&e))?
             .label(format!("inside wire ({} frames)", self.frames.1))
@@ -200,11 +205,7 @@ impl Figure {
             .map_err(|e| err(&e))?;
 
         // (b) Yield over time.
-        let t_max = self
-            .yield_series
-            .iter()
-            .map(|p| p.0)
-            .fold(1.0f64, f64::max);
+        let t_max = self.yield_series.iter().map(|p| p.0).fold(1.0f64, f64::max);
         let mut c = ChartBuilder::on(&panels[1])
             .caption("Conversion yield over time", ("sans-serif", 18))
             .margin(12)
@@ -233,7 +234,9 @@ impl Figure {
             ))
             .map_err(|e| err(&e))?
             .label(format!("whole run: {:.1} %", 100.0 * overall))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], inside_c.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 14, y)], inside_c.stroke_width(2))
+            });
         }
         c.configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
@@ -271,12 +274,12 @@ impl Figure {
             .y_desc("% of segments")
             .draw()
             .map_err(|e| err(&e))?;
-        c.draw_series(
-            self.delay
-                .iter()
-                .enumerate()
-                .map(|(i, &y)| Rectangle::new([(i as f64 - 0.35, 0.0), (i as f64 + 0.35, y)], inside_c.filled())),
-        )
+        c.draw_series(self.delay.iter().enumerate().map(|(i, &y)| {
+            Rectangle::new(
+                [(i as f64 - 0.35, 0.0), (i as f64 + 0.35, y)],
+                inside_c.filled(),
+            )
+        }))
         .map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
         Ok(())
@@ -285,7 +288,8 @@ impl Figure {
 
 /// Registers the font plotters measures text with (once per process).
 fn load_font() -> Result<()> {
-    static LOADED: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    static LOADED: std::sync::OnceLock<std::result::Result<(), String>> =
+        std::sync::OnceLock::new();
     LOADED
         .get_or_init(|| {
             let bytes = std::fs::read(FONT)

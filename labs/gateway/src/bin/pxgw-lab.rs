@@ -424,7 +424,9 @@ fn default_topology(
     let (during, scrape_failures) = scraper.map(|s| s.finish()).unwrap_or_default();
     // After the traffic: one more scrape, and DPDK telemetry (ports 0 and pxgw's own counters).
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let quiet = metrics_url.as_deref().and_then(|u| lab::observe::scrape(u).ok());
+    let quiet = metrics_url
+        .as_deref()
+        .and_then(|u| lab::observe::scrape(u).ok());
     let telemetry = lab::observe::telemetry("pxgw", &["/ethdev/stats,0", "/pxgw/stats"]);
     if let Err(e) = &telemetry {
         eprintln!("lab: {e:#}");
