@@ -444,12 +444,12 @@ impl Report {
     /// other way; the last four are changes over the interval, both ports added up.
     pub fn header() -> String {
         format!(
-            "| {:>7} | {:>9} {:>9} {:>7} {:>13} {:>5} | {:>9} {:>9} {:>6} | {:>6} {:>7} {:>7} {:>7} |",
+            "| {:>7} | {:>9} {:>9} {:>7} {:>16} {:>5} | {:>9} {:>9} {:>6} | {:>6} {:>7} {:>7} {:>7} |",
             "t [s]",
             "ext→ kpps",
             "→int kpps",
             "yield %",
-            "delay µs μ/99",
+            "delay µs avg/p99",
             "held",
             "int→ kpps",
             "→ext kpps",
@@ -482,7 +482,7 @@ impl Report {
             self.merge.mean_delay_us, self.merge.p99_delay_us
         );
         format!(
-            "| {:>7.1} | {:>9.1} {:>9.1} {:>7.1} {:>13} {:>5} | {:>9.1} {:>9.1} {:>6} | {:>6} {:>7} {:>7} {:>7} |",
+            "| {:>7.1} | {:>9.1} {:>9.1} {:>7.1} {:>16} {:>5} | {:>9.1} {:>9.1} {:>6} | {:>6} {:>7} {:>7} {:>7} |",
             t,
             rate(self.inbound.packets_in, prev.inbound.packets_in),
             rate(self.inbound.packets_out, prev.inbound.packets_out),
@@ -657,4 +657,50 @@ fn drops_line(d: &Drops) -> String {
         }
     }
     parts.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The periodic row lines up under its header: same width, column bars at the same places,
+    /// and the rates are per second over the interval.
+    #[test]
+    fn table_row_aligns_with_header() {
+        let bars = |s: &str| -> Vec<usize> {
+            s.chars()
+                .enumerate()
+                .filter(|(_, c)| *c == '|')
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let mut now = Report::default();
+        now.inbound.packets_in = 2_000_000;
+        now.inbound.packets_out = 400_000;
+        now.inbound.max_frame_out = 9014;
+        now.merge.conversion_yield = 0.959;
+        now.merge.mean_delay_us = 16.2;
+        now.merge.p99_delay_us = 264.0;
+        now.drops.oversize = 3;
+        let mut ports = PortCounters::default();
+        ports.external.counters.imissed = 7;
+        let row = now.row(
+            &Report::default(),
+            2.0,
+            12.5,
+            &ports,
+            &PortCounters::default(),
+        );
+        let header = Report::header();
+        assert_eq!(bars(&row), bars(&header), "\n{header}\n{row}");
+        assert_eq!(row.chars().count(), header.chars().count());
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // t, then 1000 kpps in, 200 kpps out, yield, delay, held...
+        assert_eq!(
+            &cells[1..9],
+            ["12.5", "|", "1000.0", "200.0", "95.9", "16/264", "0", "|"]
+        );
+        // ... max frame, then the interval's drops and missed frames.
+        assert_eq!(&cells[11..17], ["9014", "|", "3", "7", "0", "0"]);
+    }
 }
