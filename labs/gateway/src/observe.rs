@@ -289,3 +289,107 @@ impl OutsideCapture {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An exposition as pxgw writes it, with `rx` frames received outside, `tx` sent inside.
+    fn exposition(rx: u64, tx: u64) -> Scrape {
+        let text = format!(
+            "# HELP pxgw_received_packets Frames.\n# TYPE pxgw_received_packets counter\n\
+             pxgw_received_packets_total{{worker=\"0\",port=\"external\"}} {rx}\n\
+             # HELP pxgw_sent_packets Frames.\n# TYPE pxgw_sent_packets counter\n\
+             pxgw_sent_packets_total{{worker=\"0\",port=\"internal\"}} {tx}\n\
+             # TYPE pxgw_merge_payload_bytes counter\npxgw_merge_payload_bytes_total{{worker=\"0\"}} 1000\n\
+             # TYPE pxgw_merge_full_payload_bytes counter\npxgw_merge_full_payload_bytes_total{{worker=\"0\"}} 950\n\
+             # TYPE pxgw_frame_size_bytes histogram\n\
+             pxgw_frame_size_bytes_bucket{{le=\"1518.0\",direction=\"inbound\",side=\"received\"}} {rx}\n\
+             pxgw_frame_size_bytes_bucket{{le=\"+Inf\",direction=\"inbound\",side=\"received\"}} {rx}\n\
+             # EOF\n"
+        );
+        Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap()
+    }
+
+    fn timed(values: &[u64]) -> Vec<Timed> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| Timed {
+                t: i as f64 * 0.5,
+                scrape: exposition(v, v / 5),
+            })
+            .collect()
+    }
+
+    fn stats(rx: u64, tx: u64) -> Json {
+        serde_json::json!({
+            "inbound": {"packets_in": rx, "packets_out": tx},
+            "merge": {"conversion_yield": 0.95},
+        })
+    }
+
+    fn failed(o: &Observed) -> Vec<&str> {
+        o.checks
+            .iter()
+            .filter(|c| !c.1)
+            .map(|c| c.0.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn parses_what_pxgw_writes() {
+        let s = exposition(500, 100);
+        assert_eq!(
+            sum(&s, "pxgw_received_packets_total", &[("port", "external")]),
+            500.0
+        );
+        assert_eq!(
+            histogram(&s, "pxgw_frame_size_bytes", &[("side", "received")]),
+            [(1518.0, 500.0), (f64::INFINITY, 500.0)]
+        );
+    }
+
+    /// Rising counters that agree with the final JSON pass; counters that fall, a final JSON
+    /// that disagrees, or no telemetry answer fail.
+    #[test]
+    fn checks_catch_what_is_wrong() {
+        let tele = [
+            serde_json::json!({"/ethdev/stats": {"ipackets": 900}}),
+            serde_json::json!({"/pxgw/stats": {"inbound_packets_in": 900}}),
+        ];
+        let quiet = exposition(1000, 200);
+        let good = check(
+            &timed(&[0, 300, 600, 900]),
+            0,
+            Some(&quiet),
+            Some(&tele),
+            &stats(1000, 200),
+        );
+        assert!(failed(&good).is_empty(), "{:?}", failed(&good));
+        let falling = check(
+            &timed(&[0, 600, 300, 900]),
+            0,
+            Some(&quiet),
+            Some(&tele),
+            &stats(1000, 200),
+        );
+        assert_eq!(failed(&falling).len(), 1);
+        let disagrees = check(
+            &timed(&[0, 300, 600, 900]),
+            0,
+            Some(&quiet),
+            Some(&tele),
+            &stats(5000, 200),
+        );
+        assert_eq!(failed(&disagrees).len(), 1);
+        let no_tele = check(
+            &timed(&[0, 300, 600, 900]),
+            0,
+            Some(&quiet),
+            None,
+            &stats(1000, 200),
+        );
+        assert_eq!(failed(&no_tele).len(), 1);
+    }
+}
