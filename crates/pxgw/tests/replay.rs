@@ -253,5 +253,18 @@ fn bad_captures_are_refused() {
     let e = replay(&config(9000, ""), &junk, &tmp("x.pcap"), None, &opts()).unwrap_err();
     assert!(e.to_string().contains("junk.pcap"), "{e}");
     let _ = std::fs::remove_file(&junk);
+    // `tcpdump -i any` writes Linux cooked headers, not Ethernet.
+    let sll = tmp("sll.pcap");
+    pcap_file::pcap::PcapWriter::with_header(
+        File::create(&sll).unwrap(),
+        pcap_file::pcap::PcapHeader {
+            datalink: DataLink::LINUX_SLL,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let e = replay(&config(9000, ""), &sll, &tmp("x.pcap"), None, &opts()).unwrap_err();
+    assert!(e.to_string().contains("only Ethernet"), "{e}");
+    let _ = std::fs::remove_file(&sll);
     let _ = std::fs::remove_file(tmp("x.pcap"));
 }
