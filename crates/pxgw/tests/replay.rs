@@ -1,7 +1,9 @@
 //! `pxgw replay` on the capture the gateway lab recorded (`pxgw-lab capture`: tcpdump on the
 //! outside host while 192 KiB crossed pxgw inbound in IPv4 and in IPv6, 64 KiB outbound in IPv4,
-//! and 24 UDP datagrams inbound in each family): the inside host's TCP byte streams are those the
-//! outside host sent, the frames are merged, and pcapng input gives the same result as pcap.
+//! 24 UDP datagrams inbound in each family, and an interactive flow of eight lines 50 ms apart):
+//! the inside host's TCP byte streams are those the outside host sent, the bulk flows are merged
+//! and the interactive one is reported as too sparse, and pcapng input gives the same result as
+//! pcap.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -144,11 +146,15 @@ fn replay_keeps_tcp_streams_and_merges() {
     let sent = streams(&input);
     assert_eq!(
         sent.len(),
-        2,
-        "one inbound transfer per family in the capture"
+        3,
+        "a bulk transfer per family and the interactive flow"
     );
-    assert!(sent.values().all(|s| s.len() == INBOUND_BYTES));
-    assert!(sent.keys().any(|k| k.0.is_ipv6()) && sent.keys().any(|k| k.0.is_ipv4()));
+    let bulk: Vec<&Flow> = sent.keys().filter(|k| k.3 == 5001).collect();
+    assert_eq!(bulk.len(), 2);
+    assert!(bulk.iter().all(|k| sent[*k].len() == INBOUND_BYTES));
+    assert!(bulk.iter().any(|k| k.0.is_ipv6()) && bulk.iter().any(|k| k.0.is_ipv4()));
+    let lines: String = (1..=8).map(|i| format!("line-{i}\n")).collect();
+    assert!(sent.values().any(|s| s == lines.as_bytes()));
     for imtu in [9000u16, 4000] {
         let cfg = config(imtu, "");
         let (r, got) = run(&cfg, Path::new(CAPTURE), &format!("imtu{imtu}.pcap"));
@@ -172,9 +178,13 @@ fn replay_keeps_tcp_streams_and_merges() {
             "iMTU {imtu}: yield {}",
             r.conversion_yield
         );
-        assert_eq!(r.flows.tcp_flows, 2);
+        assert_eq!(r.flows.tcp_flows, 3);
         assert_eq!(r.flows.merged, 2);
-        assert!(r.flows.never_merged.is_empty());
+        assert_eq!(r.flows.never_merged.len(), 1);
+        let sparse = &r.flows.never_merged[0];
+        assert!(sparse.flow.ends_with(":5003"), "{sparse:?}");
+        assert_eq!((sparse.segments, sparse.payload_bytes), (8, 56));
+        assert!(sparse.reason.starts_with("too sparse"), "{sparse:?}");
         // 24 datagrams each way in each family; most ride in caravans.
         assert_eq!(r.udp.datagrams, 48);
         assert!(
@@ -197,7 +207,7 @@ fn replay_without_merging_says_why() {
     let (r, got) = run(&cfg, Path::new(CAPTURE), "off.pcap");
     assert_eq!(streams(&got), streams(&frames(Path::new(CAPTURE))));
     assert_eq!(r.flows.merged, 0);
-    assert_eq!(r.flows.never_merged.len(), 2);
+    assert_eq!(r.flows.never_merged.len(), 3);
     assert!(r.flows.never_merged[0].reason.contains("merging is off"));
     assert_eq!(r.flows.never_merged[0].payload_bytes, INBOUND_BYTES as u64);
 }

@@ -252,6 +252,53 @@ pub fn check(
     }
 }
 
+/// Sends `lines` short lines over one TCP connection from the outside host to the inside host,
+/// `gap` apart (an interactive flow, for `pxgw-lab capture`).
+pub fn sparse_flow(
+    lab: &crate::Lab,
+    family: crate::Family,
+    lines: u32,
+    gap: Duration,
+) -> Result<()> {
+    let addr = lab.int_addr(family);
+    let (listen, connect) = match family {
+        crate::Family::V4 => (
+            "TCP4-LISTEN:5003,reuseaddr".to_owned(),
+            format!("TCP4:{addr}:5003"),
+        ),
+        crate::Family::V6 => (
+            "TCP6-LISTEN:5003,reuseaddr,ipv6only=1".to_owned(),
+            format!("TCP6:[{addr}]:5003"),
+        ),
+    };
+    let mut receiver = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            lab.int.name(),
+            "socat",
+            "-u",
+            &listen,
+            "OPEN:/dev/null",
+        ])
+        .spawn()
+        .context("starting socat")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let script = format!(
+        "for i in $(seq 1 {lines}); do echo line-$i; sleep {}; done | socat -u - {connect}",
+        gap.as_secs_f64()
+    );
+    let sent = Command::new("ip")
+        .args(["netns", "exec", lab.ext.name(), "sh", "-c", &script])
+        .status()
+        .context("starting the sender")?;
+    let received = receiver.wait()?;
+    if !sent.success() || !received.success() {
+        bail!("the sparse flow failed: sender {sent}, receiver {received}");
+    }
+    Ok(())
+}
+
 /// tcpdump on the outside host's interface, writing every frame to a pcap; stopped (SIGINT,
 /// so the file is complete) by [`OutsideCapture::stop`].
 pub struct OutsideCapture {
@@ -270,7 +317,8 @@ impl OutsideCapture {
                 "-i",
                 lab.ext_iface(),
             ])
-            .args(["-s", "0", "-U", "-n", "-w"])
+            // Immediate mode: without it, frames of the last buffer block are lost at SIGINT.
+            .args(["-s", "0", "-U", "--immediate-mode", "-n", "-w"])
             .arg(file)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -283,6 +283,8 @@ fn capture(dir: &Path) -> Result<()> {
     for family in Family::BOTH {
         l.udp_inbound(family, 24, pxio::caravan::DEFAULT_DSCP, false)?;
     }
+    // An interactive flow: eight short lines 50 ms apart, which nothing can merge.
+    lab::observe::sparse_flow(&l, Family::V4, 8, std::time::Duration::from_millis(50))?;
     cap.stop()?;
     let (code, _) = gw.stop()?;
     println!(
