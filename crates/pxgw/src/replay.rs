@@ -44,8 +44,8 @@ const MAX_LISTED_FLOWS: usize = 50;
 /// Why a replay failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    /// A file could not be opened or written.
-    #[error("{path}: {source}")]
+    /// A file could not be opened or written (the reason is the error's source).
+    #[error("{path}")]
     Io {
         /// The file.
         path: String,
@@ -60,7 +60,7 @@ pub enum ReplayError {
         /// What is wrong.
         reason: String,
     },
-    /// `--inside` is not a CIDR prefix.
+    /// An `--inside` value that is not an address prefix.
     #[error(
         "--inside {0}: expected an address with a prefix length, e.g. 10.0.0.0/8 or 2001:db8::/32"
     )]
