@@ -62,7 +62,7 @@ pub enum ReplayError {
     },
     /// An `--inside` value that is not an address prefix.
     #[error(
-        "--inside {0}: expected an address with a prefix length, e.g. 10.0.0.0/8 or 2001:db8::/32"
+        "{0}: expected an address with a prefix length, e.g. 10.0.0.0/8 or 2001:db8::/32"
     )]
     Prefix(String),
     /// The pipeline refused the configuration.
