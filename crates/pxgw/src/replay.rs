@@ -61,9 +61,7 @@ pub enum ReplayError {
         reason: String,
     },
     /// An `--inside` value that is not an address prefix.
-    #[error(
-        "{0}: expected an address with a prefix length, e.g. 10.0.0.0/8 or 2001:db8::/32"
-    )]
+    #[error("{0}: expected an address with a prefix length, e.g. 10.0.0.0/8 or 2001:db8::/32")]
     Prefix(String),
     /// The pipeline refused the configuration.
     #[error("the configuration: {0}")]
