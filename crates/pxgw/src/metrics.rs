@@ -701,6 +701,33 @@ mod tests {
         assert_eq!(m.total().inbound.packets_in, 16);
     }
 
+    /// A worker publishes while a reader holds the snapshot's lock (a scrape in progress): it
+    /// never waits for readers.
+    #[test]
+    fn publishing_never_waits_for_a_reader() {
+        let (mut p, s) = channel();
+        let s = Arc::new(s);
+        let held = s.output.lock().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            for i in 0..1000 {
+                let mut r = Report::default();
+                r.merge.merges = i;
+                p.publish(r);
+            }
+            done_tx.send(()).unwrap();
+        });
+        assert!(
+            done_rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .is_ok(),
+            "the worker blocked on a reader's lock"
+        );
+        drop(held);
+        worker.join().unwrap();
+        assert_eq!(s.latest().merge.merges, 999);
+    }
+
     /// The endpoint answers over HTTP.
     #[test]
     fn serves_over_http() {
