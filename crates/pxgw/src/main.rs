@@ -522,10 +522,8 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     metrics.set_ports(fin_ports.clone());
     drop((ext, int));
     let leaked = pool.in_use() + headers.in_use();
-    println!(
-        "pxgw: final {}; leaked mbufs {leaked}",
-        fin.summary(seconds, &fin_ports)
-    );
+    println!("pxgw: final {}", fin.summary(seconds, &fin_ports));
+    println!("pxgw: leaked mbufs {leaked}");
     if let Some(path) = &args.stats_json {
         let mut json = fin.to_json(seconds, leaked, &fin_ports);
         json["workers"] = Report::workers_json(&metrics.reports());
