@@ -85,6 +85,9 @@ fn main() {
         .allowlist_var("RTE_GRO_.*|RTE_GSO_.*")
         // Wire headers, for rte_flow specs and tests.
         .allowlist_type("rte_(ether|ipv4|ipv6|tcp|udp)_hdr")
+        // Telemetry: an application's own `/...` commands on DPDK's telemetry socket.
+        .allowlist_function("rte_telemetry_register_cmd")
+        .allowlist_function("rte_tel_data_(start_dict|add_dict_u64|alloc|free)")
         // The shim.
         .allowlist_function("px_.*")
         .generate()

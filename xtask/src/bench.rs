@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::ValueEnum;
 
+use crate::progress::Progress;
 use crate::{build_ebpf, cargo, deps, describe, run_status};
 
 /// The benchmarks `cargo xtask bench` knows.
@@ -73,11 +74,31 @@ pub fn run(what: BenchKind, json: Option<PathBuf>, extra: &[String]) -> Result<(
             what.name()
         );
     }
-    deps::run()?;
+    let steps = if what == BenchKind::Caravan { 4 } else { 3 };
+    let mut progress = Progress::new("bench", steps);
+    progress.step("checking what is installed");
+    progress.quiet(deps::ensure_all)?;
     if what == BenchKind::Caravan {
         // The caravan crate embeds the object at build time.
-        build_ebpf::run()?;
+        progress.run(
+            "building the eBPF caravan decapsulator",
+            &mut build_ebpf::command()?,
+        )?;
+        build_ebpf::check_object()?;
     }
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "-j2",
+        "-p",
+        "pxbench",
+        "--bin",
+        what.binary(),
+    ]);
+    progress.run(&format!("building {} (release)", what.binary()), &mut build)?;
+    progress.step("running the benchmark");
+    progress.finish();
     let mut cmd = cargo();
     cmd.args([
         "run",

@@ -40,6 +40,15 @@ pub fn object_path() -> PathBuf {
 
 /// Runs `cargo xtask build-ebpf`.
 pub fn run() -> Result<()> {
+    run_status(&mut command()?)?;
+    let object = check_object()?;
+    println!("build-ebpf: {}", object.display());
+    Ok(())
+}
+
+/// The command that builds the object (cargo is incremental: quick when it is up to date);
+/// fails when the tools are missing.
+pub fn command() -> Result<Command> {
     for tool in [DEBIAN_RUSTC, DEBIAN_CARGO] {
         if !Path::new(tool).is_file() {
             bail!("build-ebpf: {tool} is missing; run `cargo xtask deps` (rustc-web, cargo-web)");
@@ -49,27 +58,30 @@ pub fn run() -> Result<()> {
         bail!("build-ebpf: bpf-linker is not on PATH; run `cargo xtask deps`");
     }
     let root = workspace_root();
-    run_status(
-        Command::new(DEBIAN_CARGO)
-            .current_dir(root.join("crates/caravan-ebpf"))
-            .env("RUSTC", DEBIAN_RUSTC)
-            .env("RUSTC_BOOTSTRAP", "1")
-            .env("CARGO_ENCODED_RUSTFLAGS", RUSTFLAGS.join("\u{1f}"))
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("RUSTUP_TOOLCHAIN")
-            .args([
-                "build",
-                "--release",
-                "-j2",
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--target-dir",
-            ])
-            .arg(root.join("target/bpf")),
-    )?;
+    let mut cmd = Command::new(DEBIAN_CARGO);
+    cmd.current_dir(root.join("crates/caravan-ebpf"))
+        .env("RUSTC", DEBIAN_RUSTC)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_ENCODED_RUSTFLAGS", RUSTFLAGS.join("\u{1f}"))
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .args([
+            "build",
+            "--release",
+            "-j2",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--target-dir",
+        ])
+        .arg(root.join("target/bpf"));
+    Ok(cmd)
+}
+
+/// The object's path, once a build has made it.
+pub fn check_object() -> Result<PathBuf> {
     let object = object_path();
     if !object.is_file() {
         bail!(
@@ -77,6 +89,5 @@ pub fn run() -> Result<()> {
             object.display()
         );
     }
-    println!("build-ebpf: {}", object.display());
-    Ok(())
+    Ok(object)
 }

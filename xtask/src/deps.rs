@@ -7,6 +7,7 @@ use std::process::Command;
 
 use anyhow::{bail, Result};
 
+use crate::progress::Progress;
 use crate::{on_path, run_output, run_status};
 
 /// Debian packages the workspace needs.
@@ -36,6 +37,11 @@ const APT_PACKAGES: &[&str] = &[
     "python3-scapy",
     "bpftool",
     "iproute2",
+    // What an operator sees (the gateway lab): the Prometheus scrape (curl), DPDK's telemetry
+    // client (dpdk-telemetry.py, in the dpdk package above), and the font the figure's text is
+    // measured with (plotters).
+    "curl",
+    "fonts-dejavu-core",
     // `cargo xtask build-ebpf` (crates/caravan-ebpf): Debian's rustc 1.96 built on LLVM 22 with
     // its library source (for `-Z build-std=core`), and LLVM 22 for building bpf-linker.
     "rustc-web",
@@ -120,6 +126,16 @@ const SOURCES: &[Source] = &[
 ];
 
 impl Source {
+    /// What this source is, for the progress line.
+    fn describe(&self) -> String {
+        match self {
+            Source::Apt(p) => format!("{} Debian packages", p.len()),
+            Source::Rustup(c) => format!("rustup components ({})", c.join(", ")),
+            Source::CargoInstall(t) => format!("{} (cargo install)", t.krate),
+            Source::Toolchain(t) => format!("the {t} toolchain (cargo xtask fuzz)"),
+        }
+    }
+
     /// Installs whatever of this source is missing; returns the number of actions taken.
     fn ensure(&self) -> Result<usize> {
         match self {
@@ -131,14 +147,25 @@ impl Source {
     }
 }
 
-/// Runs `cargo xtask deps`.
+/// Runs `cargo xtask deps`, one progress step per kind of dependency.
 pub fn run() -> Result<()> {
+    let mut progress = Progress::new("deps", SOURCES.len() as u64);
     let mut actions = 0;
     for source in SOURCES {
-        actions += source.ensure()?;
+        progress.step(&source.describe());
+        actions += progress.quiet(|| source.ensure())?;
     }
+    progress.finish();
     if actions == 0 {
         println!("deps: all present");
+    }
+    Ok(())
+}
+
+/// Everything `deps` ensures, without a progress bar of its own (for tasks that have one).
+pub fn ensure_all() -> Result<()> {
+    for source in SOURCES {
+        source.ensure()?;
     }
     Ok(())
 }

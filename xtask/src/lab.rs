@@ -16,7 +16,8 @@ use std::process::Command;
 use anyhow::{bail, Result};
 use clap::ValueEnum;
 
-use crate::{cargo, deps, describe, run_status};
+use crate::progress::Progress;
+use crate::{build_ebpf, cargo, deps, describe, run_status};
 
 /// The labs `cargo xtask lab` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -53,15 +54,27 @@ pub fn run(what: LabKind, json: Option<PathBuf>) -> Result<()> {
              (e.g. `sudo cargo xtask lab stress`)"
         );
     }
-    deps::run()?;
+    let mut progress = Progress::new("lab", 4);
+    progress.step("checking what is installed");
+    progress.quiet(deps::ensure_all)?;
+    // The labs' crates link the caravan crate, which embeds the eBPF object.
+    progress.run(
+        "building the eBPF caravan decapsulator",
+        &mut build_ebpf::command()?,
+    )?;
+    build_ebpf::check_object()?;
     let mut build = cargo();
     build.args(["build", "--release", "-j2"]);
     for package in what.packages() {
         build.args(["-p", package]);
     }
     build.arg("--bins");
-    println!("==> {}", describe(&build));
-    run_status(&mut build)?;
+    progress.run(
+        &format!("building {} (release)", what.packages().join(", ")),
+        &mut build,
+    )?;
+    progress.step("running the lab");
+    progress.finish();
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target"));

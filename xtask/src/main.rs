@@ -24,6 +24,7 @@ mod demo;
 mod deps;
 mod fuzz;
 mod lab;
+mod progress;
 mod test;
 
 use std::ffi::OsStr;
@@ -61,6 +62,10 @@ enum Task {
         /// Also write the results as JSON to FILE.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Draw the figure (frame sizes outside and inside, yield over time, added delay) as
+        /// an SVG to FILE.
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
         /// Extra arguments for `pxgw-lab demo` (e.g. `-- --file-mb 64`).
         #[arg(last = true)]
         extra: Vec<String>,
@@ -105,7 +110,7 @@ fn main() -> ExitCode {
         Task::Deps => deps::run(),
         Task::BuildEbpf => build_ebpf::run(),
         Task::Test => test::run(),
-        Task::Demo { json, extra } => demo::run(json, &extra),
+        Task::Demo { json, plot, extra } => demo::run(json, plot, &extra),
         Task::Bench { what, json, extra } => bench::run(what, json, &extra),
         Task::Lab { what, json } => lab::run(what, json),
         Task::Fuzz { seconds, targets } => fuzz::run(seconds, &targets),

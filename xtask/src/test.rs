@@ -61,7 +61,8 @@ const INTEGRATION_SUITES: &[Suite] = &[
     Suite {
         name: "pxgw-lab",
         program: "target/release/pxgw-lab",
-        args: &["test"],
+        // The figure too: it is drawn from the Prometheus scrapes the suite checks.
+        args: &["test", "--plot", "target/pxgw-lab-test.svg"],
     },
     // The PMTUD lab: A —9000— R1 —4000— R2 —1400— B, F-PMTUD next to scamper and the kernel's
     // PMTUD, ICMP allowed and black-holed. Asserts that fpmtud finds the bottleneck in one probe

@@ -23,6 +23,7 @@ mod lcore;
 mod mbuf;
 mod mempool;
 mod port;
+pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -426,11 +426,17 @@ pub enum PmtuPolicy {
 pub struct Stats {
     /// Seconds between summary lines (0: none).
     pub interval_s: f64,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (e.g. `"127.0.0.1:9469"`); off when
+    /// absent (`crate::metrics`).
+    pub prometheus: Option<std::net::SocketAddr>,
 }
 
 impl Default for Stats {
     fn default() -> Self {
-        Self { interval_s: 1.0 }
+        Self {
+            interval_s: 1.0,
+            prometheus: None,
+        }
     }
 }
 

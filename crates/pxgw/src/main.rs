@@ -4,15 +4,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use dpdk::{DeviceInfo, Eal, EalBuilder, Mempool, Port, RssHash, TxOffloads};
 use pxgw::config::{is_pci, parse_mac, Backing, Config, Mode};
+use pxgw::metrics::{self, Metrics};
 use pxgw::pipeline::Pipeline;
 use pxgw::ports::{self, PortPlan};
+use pxgw::replay::{self, Prefix, ReplayOptions};
 use pxgw::stats::{KernelSample, PortCounters, PortReport, Report};
 use pxgw::worker::Worker;
 use pxio::split::SplitOffloads;
@@ -21,11 +23,13 @@ use pxio::TscClock;
 /// The PacketExpress gateway: merges inbound TCP to the internal MTU, splits outbound TCP to the
 /// path MTU, rewrites MSS options, carries UDP as caravans.
 #[derive(Debug, Parser)]
-#[command(name = "pxgw", version)]
+#[command(name = "pxgw", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
     /// The configuration file (see pxgw.toml in the repository).
     #[arg(long, short)]
-    config: PathBuf,
+    config: Option<PathBuf>,
     /// Write the final statistics as JSON to this file.
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -40,6 +44,41 @@ struct Args {
     check: bool,
 }
 
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// What would PacketExpress do to my traffic? Runs a pcap or pcapng capture through the
+    /// gateway's pipeline in trace time, writes what the inside host would receive, and reports
+    /// (README, "Replay").
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ReplayArgs {
+    /// The gateway's configuration (its MTUs, delay budget and caravan settings are used; its
+    /// ports are not opened).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// The capture to replay (pcap or pcapng, Ethernet).
+    #[arg(long)]
+    pcap: PathBuf,
+    /// Where to write what the inside host would receive (pcap).
+    #[arg(long)]
+    out: PathBuf,
+    /// Also write what the outside would receive (pcap).
+    #[arg(long)]
+    outside_out: Option<PathBuf>,
+    /// The inside network: a frame to it goes inbound, one from it outbound (repeatable;
+    /// e.g. 10.0.0.0/8, 2001:db8::/32).
+    #[arg(long, required = true)]
+    inside: Vec<Prefix>,
+    /// Inbound frames closer than this to the first of a burst share one RX burst (µs).
+    #[arg(long, default_value_t = 10.0)]
+    burst_us: f64,
+    /// Also write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -49,10 +88,23 @@ fn main() {
         .with_target(false)
         .init();
     let args = Args::parse();
-    let cfg = match Config::load(&args.config) {
+    if let Some(Cmd::Replay(r)) = &args.cmd {
+        std::process::exit(match replay_cmd(r) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("pxgw replay: {e:#}");
+                1
+            }
+        });
+    }
+    let Some(config) = &args.config else {
+        eprintln!("pxgw: --config FILE is required (or `pxgw replay --help`)");
+        std::process::exit(2);
+    };
+    let cfg = match Config::load(config) {
         Ok(cfg) => cfg,
         Err(e) => {
-            eprintln!("pxgw: {}: {e}", args.config.display());
+            eprintln!("pxgw: {}: {e}", config.display());
             std::process::exit(2);
         }
     };
@@ -80,6 +132,9 @@ fn main() {
         }
     }
 }
+
+/// The EAL's file prefix unless `[eal] args` sets one: telemetry's socket directory.
+const FILE_PREFIX: &str = "pxgw";
 
 /// Where the kernel's interface and PCI device files are.
 const SYSFS: &str = "/sys";
@@ -109,9 +164,13 @@ struct Gateway {
 }
 
 fn start_eal(cfg: &Config) -> Result<Eal> {
-    let mut eal = EalBuilder::new("pxgw")
-        .memory_mb(cfg.eal.memory_mb)
-        .no_telemetry();
+    // Telemetry stays on: `dpdk-telemetry.py -f pxgw` shows the ports (`/ethdev/stats,N`) and
+    // pxgw's own counters (`/pxgw/stats`), from the socket under /var/run/dpdk/pxgw/ (a second
+    // instance gets the next `-i` index).
+    let mut eal = EalBuilder::new("pxgw").memory_mb(cfg.eal.memory_mb);
+    if !cfg.eal.args.iter().any(|a| a.starts_with("--file-prefix")) {
+        eal = eal.arg(format!("--file-prefix={FILE_PREFIX}"));
+    }
     if cfg.eal.no_huge {
         eal = eal.no_huge().no_shconf();
     }
@@ -248,7 +307,8 @@ fn open_port(
 
 /// `--check`: open everything as configured, report, forward nothing.
 fn check(args: &Args, cfg: &Config) -> Result<usize> {
-    println!("pxgw: {}: configuration is valid", args.config.display());
+    let path = args.config.as_deref().unwrap_or(Path::new("?"));
+    println!("pxgw: {}: configuration is valid", path.display());
     let gw = open(cfg)?;
     for (plan, pc) in gw
         .plans
@@ -359,11 +419,11 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         }
     };
     let clock = TscClock::new(&eal);
-    let mut reports = Vec::new();
+    let mut snapshots = Vec::new();
     let mut handles = Vec::new();
     for i in 0..queues {
-        let report = Arc::new(Mutex::new(Report::default()));
-        reports.push(report.clone());
+        let (report, snapshot) = metrics::channel();
+        snapshots.push(snapshot);
         let worker = Worker {
             eal: eal.clone(),
             id: usize::from(i),
@@ -386,11 +446,34 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         );
     }
 
+    let metrics = Arc::new(Metrics::new(snapshots));
+    metrics.set_ports(sample_ports(cfg, &ext, &int));
+    let _server = match cfg.stats.prometheus {
+        Some(addr) => {
+            let server = metrics::Server::start(addr, metrics.clone())?;
+            tracing::info!("Prometheus metrics at http://{}/metrics", server.addr());
+            Some(server)
+        }
+        None => None,
+    };
+    let telemetry_metrics = metrics.clone();
+    if let Err(e) = dpdk::telemetry::register(
+        "/pxgw/stats",
+        "pxgw's counters, all workers added up (README, Metrics)",
+        move |_| telemetry_answer(&telemetry_metrics.total()),
+    ) {
+        tracing::warn!(error = %e, "cannot register the /pxgw/stats telemetry command");
+    }
+
     let started = Instant::now();
     let interval = Duration::from_secs_f64(cfg.stats.interval_s.max(0.05));
+    // The ports' counters for the metrics endpoint: fresh enough for a scrape, cheap to read.
+    let port_interval = Duration::from_millis(500).min(interval);
     let mut prev = Report::default();
     let mut prev_ports = sample_ports(cfg, &ext, &int);
     let mut last = Instant::now();
+    let mut last_ports = Instant::now();
+    let mut rows = 0u64;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         if args
@@ -399,12 +482,27 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         {
             stop.store(true, Ordering::Relaxed);
         }
+        if last_ports.elapsed() >= port_interval {
+            metrics.set_ports(sample_ports(cfg, &ext, &int));
+            last_ports = Instant::now();
+        }
         if cfg.stats.interval_s > 0.0 && last.elapsed() >= interval {
-            let now = total(&reports);
+            let now = metrics.total();
             let now_ports = sample_ports(cfg, &ext, &int);
+            // The header again every 20 rows, so a scrolled terminal still names the columns.
+            if rows.is_multiple_of(20) {
+                tracing::info!("{}", Report::header());
+            }
+            rows += 1;
             tracing::info!(
                 "{}",
-                now.line(&prev, last.elapsed().as_secs_f64(), &now_ports, &prev_ports)
+                now.row(
+                    &prev,
+                    last.elapsed().as_secs_f64(),
+                    started.elapsed().as_secs_f64(),
+                    &now_ports,
+                    &prev_ports
+                )
             );
             prev = now;
             prev_ports = now_ports;
@@ -418,28 +516,17 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    let fin = total(&reports);
+    let fin = metrics.total();
     let fin_ports = sample_ports(cfg, &ext, &int);
+    // The endpoint shows the final counters until pxgw exits.
+    metrics.set_ports(fin_ports.clone());
     drop((ext, int));
     let leaked = pool.in_use() + headers.in_use();
-    println!(
-        "pxgw: final after {seconds:.1} s: {}",
-        fin.line(
-            &Report::default(),
-            seconds,
-            &fin_ports,
-            &PortCounters::default()
-        )
-    );
-    println!(
-        "pxgw: inbound {} pkts {} B -> {} pkts {} B; outbound {} pkts {} B -> {} pkts {} B; yield {:.1} %; caravans {}/{} datagrams; leaked mbufs {leaked}",
-        fin.inbound.packets_in, fin.inbound.bytes_in, fin.inbound.packets_out, fin.inbound.bytes_out,
-        fin.outbound.packets_in, fin.outbound.bytes_in, fin.outbound.packets_out, fin.outbound.bytes_out,
-        100.0 * fin.merge.conversion_yield, fin.caravan.caravans_built, fin.caravan.datagrams_packed,
-    );
+    println!("pxgw: final {}", fin.summary(seconds, &fin_ports));
+    println!("pxgw: leaked mbufs {leaked}");
     if let Some(path) = &args.stats_json {
         let mut json = fin.to_json(seconds, leaked, &fin_ports);
-        json["workers"] = Report::workers_json(&each(&reports));
+        json["workers"] = Report::workers_json(&metrics.reports());
         let json = serde_json::to_string_pretty(&json)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -465,20 +552,114 @@ fn sample_ports(cfg: &Config, ext: &Port, int: &Port) -> PortCounters {
     }
 }
 
-/// Each worker's latest report, in worker order.
-fn each(reports: &[Arc<Mutex<Report>>]) -> Vec<Report> {
-    reports
-        .iter()
-        .map(|r| r.lock().map(|r| r.clone()).unwrap_or_default())
-        .collect()
+/// `pxgw replay`: the capture through the pipeline, the report on stdout (and as JSON).
+fn replay_cmd(a: &ReplayArgs) -> Result<()> {
+    let cfg = Config::load(&a.config).with_context(|| a.config.display().to_string())?;
+    let opts = ReplayOptions {
+        inside: a.inside.clone(),
+        burst_ns: (a.burst_us.max(0.0) * 1e3) as u64,
+    };
+    let r = replay::replay(&cfg, &a.pcap, &a.out, a.outside_out.as_deref(), &opts)?;
+    println!(
+        "pxgw replay: {} ({}), {} frames over {:.3} s; eMTU {}, iMTU {}",
+        a.pcap.display(),
+        r.format,
+        r.frames,
+        r.duration_s,
+        cfg.emtu(),
+        cfg.imtu()
+    );
+    for (name, d) in [("inbound ", &r.inbound), ("outbound", &r.outbound)] {
+        println!(
+            "  {name} {:>9} frames {:>12} B  ->  {:>9} frames {:>12} B   NF cost x{:.3}",
+            d.packets_in, d.bytes_in, d.packets_out, d.bytes_out, d.nf_cost_ratio
+        );
+    }
+    println!(
+        "  yield {:.1} %; added delay mean {:.1} µs, p50 {:.1}, p99 {:.1}, max {:.1} ({} segments)",
+        100.0 * r.conversion_yield,
+        r.added_delay.mean_us,
+        r.added_delay.p50_us,
+        r.added_delay.p99_us,
+        r.added_delay.max_us,
+        r.added_delay.segments
+    );
+    println!(
+        "  UDP: {} datagrams inbound, {} in {} caravans ({:.1} %)",
+        r.udp.datagrams,
+        r.udp.in_caravans,
+        r.caravan.caravans_built,
+        100.0 * r.udp.caravan_share
+    );
+    println!(
+        "  TCP flows inbound with data: {}, merged {}, never merged {}",
+        r.flows.tcp_flows,
+        r.flows.merged,
+        r.flows.never_merged.len() as u64 + r.flows.never_merged_unlisted
+    );
+    for f in r.flows.never_merged.iter().take(10) {
+        println!(
+            "    {} ({} segments, {} B): {}",
+            f.flow, f.segments, f.payload_bytes, f.reason
+        );
+    }
+    if r.skipped > 0 {
+        println!(
+            "  {} frames neither to nor from --inside were left out",
+            r.skipped
+        );
+    }
+    if r.above_emtu > 0 {
+        println!(
+            "  warning: {} frames are larger than the eMTU: the capture host's offloads (GRO, \
+             TSO) were on, so the capture does not show the wire (`ethtool -K IF gro off tso off`)",
+            r.above_emtu
+        );
+    }
+    if r.drops.total() > 0 {
+        println!("  drops: {:?}", r.drops);
+    }
+    println!("  wrote {}", a.out.display());
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&r)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
-fn total(reports: &[Arc<Mutex<Report>>]) -> Report {
-    let mut sum = Report::default();
-    for r in reports {
-        if let Ok(r) = r.lock() {
-            sum.add(&r);
-        }
-    }
-    sum
+/// `/pxgw/stats`: the counters an operator checks first, flat, for DPDK's telemetry client.
+fn telemetry_answer(r: &Report) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = [
+        ("inbound_packets_in", r.inbound.packets_in),
+        ("inbound_bytes_in", r.inbound.bytes_in),
+        ("inbound_packets_out", r.inbound.packets_out),
+        ("inbound_bytes_out", r.inbound.bytes_out),
+        ("outbound_packets_in", r.outbound.packets_in),
+        ("outbound_bytes_in", r.outbound.bytes_in),
+        ("outbound_packets_out", r.outbound.packets_out),
+        ("outbound_bytes_out", r.outbound.bytes_out),
+        ("merge_payload_in", r.merge.payload_in),
+        ("merge_payload_full", r.merge.payload_full),
+        ("merges", r.merge.merges),
+        ("cuts", r.merge.cuts),
+        ("held_items", r.merge.held_items),
+        ("merge_flows", r.merge.flows),
+        ("merge_evictions", r.merge.evictions),
+        ("caravans_built", r.caravan.caravans_built),
+        ("caravans_unpacked", r.caravan.caravans_unpacked),
+        ("pmtud_probes_sent", r.pmtud.probes_sent),
+        ("pmtud_answers", r.pmtud.discovered),
+        ("pmtud_fallbacks", r.pmtud.fallbacks),
+        ("mss_rewrites", r.mss.rewritten),
+        ("connections", r.connections),
+        ("drops", r.drops.total()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    v.push((
+        "yield_permille".into(),
+        (r.merge.conversion_yield * 1000.0).round() as u64,
+    ));
+    v
 }

@@ -185,6 +185,8 @@ impl<B: PacketBuf> Pipeline<B> {
         r.merge.bad_checksum = s.bad_checksum;
         r.merge.bad_ip_checksum = s.bad_ip_checksum;
         r.drops.merge_no_buffer = s.dropped_no_buffer;
+        r.merge.evictions = s.evictions;
+        r.merge.flows = self.merger.flows() as u64;
         r.connections = self.conns.len() as u64;
         r.mss.half_open = self.conns.half_open() as u64;
         r.mss.half_open_evicted = self.conns.evicted();
@@ -205,6 +207,13 @@ impl<B: PacketBuf> Pipeline<B> {
         d.packets_out += 1;
         d.bytes_out += bytes as u64;
         d.max_frame_out = d.max_frame_out.max(bytes as u64);
+        let sizes = &mut self.report.sizes;
+        if inbound {
+            &mut sizes.inbound_sent
+        } else {
+            &mut sizes.outbound_sent
+        }
+        .record(bytes);
     }
 
     /// Counts frames the TX queue would not take (freed unsent).
@@ -282,6 +291,7 @@ impl<B: PacketBuf> Pipeline<B> {
     pub fn inbound(&mut self, mut pkt: B, now: u64, out: &mut Vec<B>) {
         self.report.inbound.packets_in += 1;
         self.report.inbound.bytes_in += pkt.len() as u64;
+        self.report.sizes.inbound_received.record(pkt.len());
         // Only a frame longer than an untagged iMTU frame can hold an IP packet above the iMTU:
         // the common case costs one comparison.
         let imtu = usize::from(self.cfg.imtu);
@@ -691,6 +701,7 @@ impl<B: PacketBuf> Pipeline<B> {
     pub fn outbound(&mut self, mut pkt: B, now: u64, out: &mut Vec<B>) {
         self.report.outbound.packets_in += 1;
         self.report.outbound.bytes_in += pkt.len() as u64;
+        self.report.sizes.outbound_received.record(pkt.len());
         match wire::classify(pkt.head(), pkt.len()) {
             Class::Tcp(h) => {
                 let key = conn::reverse(&h.key);

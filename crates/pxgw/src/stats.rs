@@ -130,6 +130,10 @@ pub struct MergeSummary {
     pub bad_checksum: u64,
     /// IPv4 segments whose header checksum did not verify: passed through unmerged, likewise.
     pub bad_ip_checksum: u64,
+    /// Flows in the merge engine's flow table right now (its occupancy).
+    pub flows: u64,
+    /// Flows evicted from a full bucket of the flow table (their items were flushed).
+    pub evictions: u64,
 }
 
 /// UDP caravans.
@@ -198,6 +202,73 @@ pub struct MssSummary {
     pub learned: u64,
 }
 
+/// Upper bounds (inclusive) of the frame-size buckets, bytes of the Ethernet frame without FCS:
+/// the classic sizes (64, 1518 = MTU 1500 with a VLAN tag, 4018 = MTU 4000, 9018 = MTU 9000)
+/// fall on a bound, so a histogram shows on which side of each MTU the frames are. Frames above
+/// the last bound land in a final, unbounded bucket.
+pub const FRAME_SIZE_BOUNDS: [u64; 12] = [
+    64, 128, 256, 512, 1024, 1518, 2048, 4018, 8192, 9018, 16384, 65535,
+];
+
+/// A distribution of frame sizes over [`FRAME_SIZE_BOUNDS`]: recording is a search over 12
+/// bounds and two additions, and it never allocates, so workers record every frame.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SizeHistogram {
+    /// Frames per bucket (not cumulative): `counts[i]` holds frames of at most
+    /// `FRAME_SIZE_BOUNDS[i]` bytes and more than the bound before; the last, frames above
+    /// every bound.
+    pub counts: [u64; FRAME_SIZE_BOUNDS.len() + 1],
+    /// Bytes of all frames recorded.
+    pub sum: u64,
+}
+
+impl SizeHistogram {
+    /// Records one frame of `len` bytes.
+    #[inline]
+    pub fn record(&mut self, len: usize) {
+        let len = len as u64;
+        let i = FRAME_SIZE_BOUNDS.partition_point(|&b| b < len);
+        self.counts[i] += 1;
+        self.sum += len;
+    }
+
+    /// Frames recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Adds another histogram's frames.
+    pub fn add(&mut self, o: &SizeHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(o.counts) {
+            *a += b;
+        }
+        self.sum += o.sum;
+    }
+}
+
+/// Frame sizes where they cross the gateway: received and sent, per direction. The inbound pair
+/// is the picture of the translation (small frames outside, iMTU-sized inside).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct FrameSizes {
+    /// Frames received from outside (the outside wire).
+    pub inbound_received: SizeHistogram,
+    /// Frames sent inside (the inside wire).
+    pub inbound_sent: SizeHistogram,
+    /// Frames received from inside.
+    pub outbound_received: SizeHistogram,
+    /// Frames sent outside.
+    pub outbound_sent: SizeHistogram,
+}
+
+impl FrameSizes {
+    fn add(&mut self, o: &FrameSizes) {
+        self.inbound_received.add(&o.inbound_received);
+        self.inbound_sent.add(&o.inbound_sent);
+        self.outbound_received.add(&o.outbound_received);
+        self.outbound_sent.add(&o.outbound_sent);
+    }
+}
+
 /// One worker's counters (and, summed, the gateway's).
 #[derive(Clone, Debug, Default)]
 pub struct Report {
@@ -229,6 +300,8 @@ pub struct Report {
     pub router: crate::icmp::RouterSummary,
     /// Inbound packets above the internal MTU.
     pub inbound_oversize: InboundOversize,
+    /// Frame sizes received and sent.
+    pub sizes: FrameSizes,
 }
 
 impl Report {
@@ -243,6 +316,9 @@ impl Report {
         self.merge.held_items += o.merge.held_items;
         self.merge.bad_checksum += o.merge.bad_checksum;
         self.merge.bad_ip_checksum += o.merge.bad_ip_checksum;
+        self.merge.flows += o.merge.flows;
+        self.merge.evictions += o.merge.evictions;
+        self.sizes.add(&o.sizes);
         match (&mut self.delay_ns, &o.delay_ns) {
             (Some(a), Some(b)) => {
                 let _ = a.add(b);
@@ -323,9 +399,17 @@ impl Report {
             "pmtud": self.pmtud_json(),
             "router": self.router,
             "inbound_oversize": self.inbound_oversize,
+            "frame_sizes": self.frame_sizes_json(),
             "ports": ports,
             "leaked_mbufs": leaked_mbufs,
         })
+    }
+
+    /// `frame_sizes`' JSON: the bucket bounds, then each histogram.
+    fn frame_sizes_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!(self.sizes);
+        v["bounds"] = serde_json::json!(FRAME_SIZE_BOUNDS);
+        v
     }
 
     /// `pmtud`'s JSON: the counters, and `paths`, the discovered path MTUs.
@@ -355,30 +439,86 @@ impl Report {
             .collect()
     }
 
-    /// The one-line summary of the change from `prev` over `dt` seconds; `ports` and
-    /// `prev_ports` are the port counters now and then (totals and the interval's deltas).
-    pub fn line(
+    /// The header of the periodic table ([`row`](Self::row)): column names with their units.
+    /// `ext→`/`→int` are frames received outside and sent inside (inbound), `int→`/`→ext` the
+    /// other way; the last four are changes over the interval, both ports added up.
+    pub fn header() -> String {
+        format!(
+            "| {:>7} | {:>9} {:>9} {:>7} {:>16} {:>5} | {:>9} {:>9} {:>6} | {:>6} {:>7} {:>7} {:>7} |",
+            "t [s]",
+            "ext→ kpps",
+            "→int kpps",
+            "yield %",
+            "delay µs avg/p99",
+            "held",
+            "int→ kpps",
+            "→ext kpps",
+            "max B",
+            "+drops",
+            "+missed",
+            "+nombuf",
+            "+oerr",
+        )
+    }
+
+    /// One row of the periodic table: the change from `prev` over `dt` seconds, at `t` seconds
+    /// since the start; `ports` and `prev_ports` are the port counters now and then. Yield,
+    /// delay and held items are the state now (since the start).
+    pub fn row(
         &self,
         prev: &Report,
         dt: f64,
+        t: f64,
         ports: &PortCounters,
         prev_ports: &PortCounters,
     ) -> String {
         let rate = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / dt.max(1e-9) / 1e3;
+        let port_delta = |get: fn(&PortSample) -> u64| {
+            get(&ports.external.counters).saturating_sub(get(&prev_ports.external.counters))
+                + get(&ports.internal.counters).saturating_sub(get(&prev_ports.internal.counters))
+        };
+        let delay = format!(
+            "{:.0}/{:.0}",
+            self.merge.mean_delay_us, self.merge.p99_delay_us
+        );
         format!(
-            "in: {:.1} -> {:.1} kpps (yield {:.1} %, delay {:.1}/{:.1} us mean/p99, held {}) | out: {:.1} -> {:.1} kpps (max frame {} B) | drops {} | ext {} | int {}",
+            "| {:>7.1} | {:>9.1} {:>9.1} {:>7.1} {:>16} {:>5} | {:>9.1} {:>9.1} {:>6} | {:>6} {:>7} {:>7} {:>7} |",
+            t,
             rate(self.inbound.packets_in, prev.inbound.packets_in),
             rate(self.inbound.packets_out, prev.inbound.packets_out),
             100.0 * self.merge.conversion_yield,
-            self.merge.mean_delay_us,
-            self.merge.p99_delay_us,
+            delay,
             self.merge.held_items,
             rate(self.outbound.packets_in, prev.outbound.packets_in),
             rate(self.outbound.packets_out, prev.outbound.packets_out),
-            self.outbound.max_frame_out,
+            self.inbound.max_frame_out.max(self.outbound.max_frame_out),
+            self.drops.total().saturating_sub(prev.drops.total()),
+            port_delta(|c| c.imissed),
+            port_delta(|c| c.rx_nombuf),
+            port_delta(|c| c.oerrors),
+        )
+    }
+
+    /// The final summary: totals, drops by reason, and both ports' counters.
+    pub fn summary(&self, seconds: f64, ports: &PortCounters) -> String {
+        format!(
+            "after {seconds:.1} s: inbound {} pkts {} B -> {} pkts {} B; outbound {} pkts {} B -> {} pkts {} B; yield {:.1} %; delay {:.1}/{:.1} us mean/p99; caravans {}/{} datagrams; drops {}\n  ext {}\n  int {}",
+            self.inbound.packets_in,
+            self.inbound.bytes_in,
+            self.inbound.packets_out,
+            self.inbound.bytes_out,
+            self.outbound.packets_in,
+            self.outbound.bytes_in,
+            self.outbound.packets_out,
+            self.outbound.bytes_out,
+            100.0 * self.merge.conversion_yield,
+            self.merge.mean_delay_us,
+            self.merge.p99_delay_us,
+            self.caravan.caravans_built,
+            self.caravan.datagrams_packed,
             drops_line(&self.drops),
-            ports.external.line(&prev_ports.external),
-            ports.internal.line(&prev_ports.internal),
+            ports.external.line(&PortReport::default()),
+            ports.internal.line(&PortReport::default()),
         )
     }
 }
@@ -510,10 +650,57 @@ fn drops_line(d: &Drops) -> String {
         ("caravan_malformed", d.caravan_malformed),
         ("pool_exhausted", d.pool_exhausted),
         ("oversize_inbound", d.oversize_inbound),
+        ("merge_no_buffer", d.merge_no_buffer),
     ] {
         if v > 0 {
             parts.push(format!("{name}={v}"));
         }
     }
     parts.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The periodic row lines up under its header: same width, column bars at the same places,
+    /// and the rates are per second over the interval.
+    #[test]
+    fn table_row_aligns_with_header() {
+        let bars = |s: &str| -> Vec<usize> {
+            s.chars()
+                .enumerate()
+                .filter(|(_, c)| *c == '|')
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let mut now = Report::default();
+        now.inbound.packets_in = 2_000_000;
+        now.inbound.packets_out = 400_000;
+        now.inbound.max_frame_out = 9014;
+        now.merge.conversion_yield = 0.959;
+        now.merge.mean_delay_us = 16.2;
+        now.merge.p99_delay_us = 264.0;
+        now.drops.oversize = 3;
+        let mut ports = PortCounters::default();
+        ports.external.counters.imissed = 7;
+        let row = now.row(
+            &Report::default(),
+            2.0,
+            12.5,
+            &ports,
+            &PortCounters::default(),
+        );
+        let header = Report::header();
+        assert_eq!(bars(&row), bars(&header), "\n{header}\n{row}");
+        assert_eq!(row.chars().count(), header.chars().count());
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // t, then 1000 kpps in, 200 kpps out, yield, delay, held...
+        assert_eq!(
+            &cells[1..9],
+            ["12.5", "|", "1000.0", "200.0", "95.9", "16/264", "0", "|"]
+        );
+        // ... max frame, then the interval's drops and missed frames.
+        assert_eq!(&cells[11..17], ["9014", "|", "3", "7", "0", "0"]);
+    }
 }

@@ -25,14 +25,14 @@
 //! [`SYMMETRIC_RSS_KEY`]: pxio::toeplitz::SYMMETRIC_RSS_KEY
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dpdk::{tx_flags, Burst, Eal, LcoreRegistration, Mbuf, Mempool, RxQueue, TxQueue};
 use pxio::{Clock, PacketBuf, TscClock};
 
+use crate::metrics::Publisher;
 use crate::pipeline::Pipeline;
-use crate::stats::Report;
 
 /// RX burst size.
 const BURST: usize = 32;
@@ -63,8 +63,8 @@ pub struct Worker {
     pub pipeline: Pipeline<Mbuf>,
     /// Time.
     pub clock: TscClock,
-    /// Where counters are published.
-    pub report: Arc<Mutex<Report>>,
+    /// Where counters are published (lock-free on this side: [`crate::metrics`]).
+    pub report: Publisher,
     /// Set on SIGINT/SIGTERM.
     pub stop: Arc<AtomicBool>,
     /// L3 mode: (source MAC, next-hop MAC) to write on frames sent outside and inside.
@@ -149,11 +149,8 @@ impl Worker {
         }
     }
 
-    fn publish(&self) {
-        let r = self.pipeline.report();
-        if let Ok(mut shared) = self.report.lock() {
-            *shared = r;
-        }
+    fn publish(&mut self) {
+        self.report.publish(self.pipeline.report());
     }
 
     /// Transmits `pkts` in bursts; what the queue keeps refusing is dropped and counted.

@@ -31,6 +31,8 @@
 #![forbid(unsafe_code)]
 
 pub mod accounting;
+pub mod observe;
+pub mod plot;
 pub mod router_checks;
 pub mod wire_checks;
 
@@ -574,7 +576,8 @@ impl Lab {
              [workers]\ncount = {workers}\n\
              # The lab asserts a 90 % yield; a bypass above the default 93 % leaves it a margin.\n\
              [merge]\nrate_threshold_gbps = 0.01\nmax_window_us = 300\nyield_bypass = 0.97\n\
-             [stats]\ninterval_s = 1.0\n",
+             # Port 0: any free port; the lab reads it from pxgw's log (Gateway::metrics_url).\n\
+             [stats]\ninterval_s = 1.0\nprometheus = \"127.0.0.1:0\"\n",
             port(self.ext_link.a(), 0),
             self.topology.emtu,
             port(self.int_link.a(), 1),
@@ -744,8 +747,8 @@ impl Lab {
             &[
                 "if=/dev/urandom",
                 &format!("of={}", src.display()),
-                "bs=1M",
-                &format!("count={}", bytes.div_ceil(1 << 20)),
+                "bs=64K",
+                &format!("count={}", bytes.div_ceil(1 << 16)),
                 "status=none",
             ],
         )?;
@@ -1150,29 +1153,41 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// The busiest of pxgw's periodic summary lines so far (most packets in).
+    /// The busiest row of pxgw's periodic table so far (most frames received outside), under
+    /// the table's header, without the log's time stamps and colours.
     pub fn busiest_line(&self) -> Option<String> {
         let log = fs::read_to_string(&self.log).ok()?;
-        let rate = |l: &str| -> f64 {
-            l.split("in: ")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0)
+        // The message after the log's prefix: rows and the header start with "| ".
+        let message = |l: &str| -> Option<String> {
+            let plain: String = l
+                .split('\u{1b}')
+                .map(|p| p.split_once('m').map_or(p, |(_, r)| r))
+                .collect();
+            let (_, m) = plain.split_once(" INFO ")?;
+            let m = m.trim_start();
+            m.starts_with("| ").then(|| m.to_owned())
         };
-        log.lines()
-            .filter(|l| l.contains("in: ") && l.contains("kpps"))
-            .max_by(|a, b| rate(a).total_cmp(&rate(b)))
-            .map(|l| {
-                // Without the ANSI colours and the time stamp.
-                let plain: String = l
-                    .split('\u{1b}')
-                    .map(|p| p.split_once('m').map_or(p, |(_, r)| r))
-                    .collect();
-                plain
-                    .split_once(" INFO ")
-                    .map_or(plain.clone(), |(_, r)| format!("INFO {r}"))
-            })
+        // A row's second cell starts with the outside RX rate; the header's does not parse.
+        let rate = |m: &str| -> Option<f64> {
+            m.split('|').nth(2)?.split_whitespace().next()?.parse().ok()
+        };
+        let rows: Vec<String> = log.lines().filter_map(message).collect();
+        let header = rows.iter().find(|m| rate(m).is_none())?;
+        let busiest = rows
+            .iter()
+            .filter_map(|m| Some((rate(m)?, m)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))?
+            .1;
+        Some(format!("{header}\n{busiest}"))
+    }
+
+    /// The Prometheus endpoint pxgw announced in its log (`[stats] prometheus`), if any.
+    pub fn metrics_url(&self) -> Option<String> {
+        let log = fs::read_to_string(&self.log).ok()?;
+        log.lines().find_map(|l| {
+            let (_, rest) = l.split_once("Prometheus metrics at ")?;
+            Some(rest.split_whitespace().next()?.to_owned())
+        })
     }
 
     /// Whether pxgw is still running: it has not exited, crashed or been stopped.

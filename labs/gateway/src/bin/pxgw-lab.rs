@@ -40,13 +40,27 @@ enum What {
         /// Seconds per iperf3 run.
         #[arg(long, default_value_t = 5)]
         seconds: u32,
+        /// Draw the figure (frame sizes outside and inside, yield over time, added delay) as an
+        /// SVG here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Smaller transfers, a second topology (router, eMTU 1400, iMTU 4000), and assertions: the
     /// integration suite.
+    /// Records the small captures `pxgw replay`'s tests ship: tcpdump on the outside host
+    /// while TCP (IPv4, IPv6, both ways) and UDP (both families) cross pxgw.
+    Capture {
+        /// Write `lab-outside.pcap` here.
+        #[arg(long)]
+        dir: PathBuf,
+    },
     Test {
         /// Also write the results as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Draw the figure of the default topology's run as an SVG here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
 }
 
@@ -201,13 +215,23 @@ fn transfers(
 
 fn main() {
     let args = Args::parse();
-    let (json_path, sizes, test) = match args.what {
+    if let What::Capture { dir } = &args.what {
+        if let Err(e) = capture(dir) {
+            eprintln!("pxgw-lab: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let (json_path, plot, sizes, test) = match args.what {
+        What::Capture { .. } => unreachable!("handled above"),
         What::Demo {
             json,
             file_mb,
             seconds,
+            plot,
         } => (
             json,
+            plot,
             Sizes {
                 file_bytes: file_mb << 20,
                 iperf_seconds: seconds,
@@ -216,8 +240,9 @@ fn main() {
             },
             false,
         ),
-        What::Test { json } => (
+        What::Test { json, plot } => (
             json,
+            plot,
             Sizes {
                 file_bytes: 16 << 20,
                 iperf_seconds: 2,
@@ -227,7 +252,7 @@ fn main() {
             true,
         ),
     };
-    match run(sizes, test, json_path) {
+    match run(sizes, test, json_path, plot) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {
@@ -237,10 +262,49 @@ fn main() {
     }
 }
 
+/// `pxgw-lab capture`: see [`What::Capture`].
+fn capture(dir: &Path) -> Result<()> {
+    let pxgw = std::env::current_exe()?.with_file_name("pxgw");
+    let l = Lab::new()?;
+    let gw = l.start_pxgw(&pxgw, 1, 300)?;
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join("lab-outside.pcap");
+    let cap = lab::observe::OutsideCapture::start(&l, &file)?;
+    for (family, inbound, bytes) in [
+        (Family::V4, true, 192 << 10),
+        (Family::V6, true, 192 << 10),
+        (Family::V4, false, 64 << 10),
+    ] {
+        let (ok, _) = l.file_transfer(family, inbound, bytes)?;
+        if !ok {
+            bail!("{family}: the transfer through pxgw arrived damaged");
+        }
+    }
+    for family in Family::BOTH {
+        l.udp_inbound(family, 24, pxio::caravan::DEFAULT_DSCP, false)?;
+    }
+    // An interactive flow: eight short lines 50 ms apart, which nothing can merge.
+    lab::observe::sparse_flow(&l, Family::V4, 8, std::time::Duration::from_millis(50))?;
+    cap.stop()?;
+    let (code, _) = gw.stop()?;
+    println!(
+        "wrote {}; inside: {}/32 and {}/128 (pxgw exit code {code})",
+        file.display(),
+        l.int_addr(Family::V4),
+        l.int_addr(Family::V6)
+    );
+    Ok(())
+}
+
 /// A named assertion of the suite.
 type Check = (String, bool);
 
-fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
+fn run(
+    sizes: Sizes,
+    test: bool,
+    json_path: Option<PathBuf>,
+    plot: Option<PathBuf>,
+) -> Result<bool> {
     for tool in [
         "iperf3",
         "socat",
@@ -262,7 +326,8 @@ fn run(sizes: Sizes, test: bool, json_path: Option<PathBuf>) -> Result<bool> {
             pxgw.display()
         );
     }
-    let (default_report, mut checks) = default_topology(&pxgw, sizes, test, &stop)?;
+    let (default_report, mut checks) =
+        default_topology(&pxgw, sizes, test, plot.as_deref(), &stop)?;
     // The default topology's fields stay at the top level, as before the router topology.
     let mut report = default_report;
     if test {
@@ -317,6 +382,7 @@ fn default_topology(
     pxgw: &Path,
     sizes: Sizes,
     test: bool,
+    plot: Option<&Path>,
     stop: &AtomicBool,
 ) -> Result<(serde_json::Value, Vec<Check>)> {
     let l = Lab::new()?;
@@ -340,6 +406,11 @@ fn default_topology(
         None
     };
     let gw = l.start_pxgw(pxgw, 1, 900)?;
+    // What an operator sees (issue 14): Prometheus scraped during the traffic.
+    let metrics_url = gw.metrics_url();
+    let scraper = metrics_url
+        .clone()
+        .map(|u| lab::observe::Scraper::start(u, std::time::Duration::from_millis(500)));
     let ping_ok = [l.ping(Family::V4), l.ping(Family::V6)];
     let all = Extras {
         iperf: true,
@@ -352,8 +423,31 @@ fn default_topology(
     let result = transfers(&l, Family::V4, sizes, all, stop)
         .and_then(|r4| Ok((r4, transfers(&l, Family::V6, sizes, v6, stop)?)));
     let traces = traces(&l);
+    let (during, scrape_failures) = scraper.map(|s| s.finish()).unwrap_or_default();
+    // After the traffic: one more scrape, and DPDK telemetry (ports 0 and pxgw's own counters).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let quiet = metrics_url
+        .as_deref()
+        .and_then(|u| lab::observe::scrape(u).ok());
+    let telemetry = lab::observe::telemetry("pxgw", &["/ethdev/stats,0", "/pxgw/stats"]);
+    if let Err(e) = &telemetry {
+        eprintln!("lab: {e:#}");
+    }
     let busiest = gw.busiest_line();
     let (code, stats) = gw.stop()?;
+    let observed = lab::observe::check(
+        &during,
+        scrape_failures,
+        quiet.as_ref(),
+        telemetry.as_deref().ok(),
+        &stats,
+    );
+    if let Some(path) = plot {
+        observed
+            .figure
+            .draw(path, &format!("pxgw between two namespaces: {topo}"))?;
+        eprintln!("lab: wrote the figure to {}", path.display());
+    }
     let (r4, r6) = result?;
     let traces = traces?;
     let udp4 = r4.udp.context("UDP run")?;
@@ -417,7 +511,10 @@ fn default_topology(
         ok(traces[1].reached)
     );
     if let Some(line) = busiest {
-        println!("pxgw's busiest second: {line}");
+        println!("pxgw's busiest second:\n{line}");
+    }
+    for line in &observed.lines {
+        println!("{line}");
     }
     println!(
         "pxgw exit code {code}, leaked mbufs {leaked}, drops {}",
@@ -482,6 +579,7 @@ fn default_topology(
             (format!("{f}: ping both ways"), ping_ok[f as usize]),
         ]);
     }
+    checks.extend(observed.checks.iter().cloned());
     checks.extend([
         udp_check("", &udp4),
         udp_check("", &udp6),

@@ -1,0 +1,752 @@
+//! Live metrics: what the workers publish, and the Prometheus endpoint that serves it
+//! (`[stats] prometheus = "127.0.0.1:9469"`, off by default).
+//!
+//! **No lock on the workers' side.** Each worker owns the input end of a triple buffer
+//! ([`Publisher`]): every few thousand loop iterations it writes its [`Report`] into its own
+//! back buffer and swaps it in with one atomic exchange; it never waits for a reader. The readers
+//! (the main thread's periodic line, the HTTP thread on a scrape, DPDK telemetry's `/pxgw/stats`)
+//! share the output ends ([`Snapshot`]) behind a mutex of their own, which no worker touches.
+//!
+//! **Exposition.** `prometheus-client` writes the OpenMetrics text format from a
+//! [`Collector`] that reads the latest snapshots at scrape time; `tiny_http` serves it from one
+//! thread. Names follow Prometheus' rules: `pxgw_…_total` for counters, base units (`_bytes`,
+//! `_seconds`), labels for worker, port, direction and drop reason. [`Metrics::gauge`] adds a
+//! gauge in one line (for settings that change what a worker does, e.g. the active RX queues).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::stats::{PortCounters, Report, SizeHistogram, FRAME_SIZE_BOUNDS};
+
+/// The worker's end of its report channel: publishing never blocks and never takes a lock.
+pub struct Publisher {
+    input: triple_buffer::Input<Report>,
+}
+
+impl Publisher {
+    /// Makes `report` the worker's latest, for every reader to see.
+    pub fn publish(&mut self, report: Report) {
+        *self.input.input_buffer_mut() = report;
+        self.input.publish();
+    }
+}
+
+/// The readers' end of one worker's report channel.
+pub struct Snapshot {
+    output: Mutex<triple_buffer::Output<Report>>,
+}
+
+impl Snapshot {
+    /// The worker's latest published report (all zero before its first).
+    pub fn latest(&self) -> Report {
+        match self.output.lock() {
+            Ok(mut o) => o.read().clone(),
+            Err(poisoned) => poisoned.into_inner().read().clone(),
+        }
+    }
+}
+
+/// A report channel for one worker.
+pub fn channel() -> (Publisher, Snapshot) {
+    let (input, output) = triple_buffer::triple_buffer(&Report::default());
+    (
+        Publisher { input },
+        Snapshot {
+            output: Mutex::new(output),
+        },
+    )
+}
+
+/// A gauge someone added with [`Metrics::gauge`].
+struct ExtraGauge {
+    name: String,
+    help: String,
+    value: Arc<AtomicU64>,
+}
+
+/// Everything the metrics endpoint shows: the workers' snapshots, the ports' counters (sampled
+/// by the main thread, which owns the ports), fixed facts about the run, and added gauges.
+pub struct Metrics {
+    workers: Vec<Snapshot>,
+    ports: Mutex<PortCounters>,
+    gauges: Mutex<Vec<ExtraGauge>>,
+    started: Instant,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics")
+            .field("workers", &self.workers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Metrics over the workers' snapshots, in worker order.
+    pub fn new(workers: Vec<Snapshot>) -> Self {
+        Self {
+            workers,
+            ports: Mutex::new(PortCounters::default()),
+            gauges: Mutex::new(Vec::new()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Adds a gauge `name` (a Prometheus name, e.g. `pxgw_rx_queues_active`) and returns its
+    /// value to set: `metrics.gauge("pxgw_rx_queues_active", "RX queues polled").store(4, Relaxed)`.
+    pub fn gauge(&self, name: &str, help: &str) -> Arc<AtomicU64> {
+        let value = Arc::new(AtomicU64::new(0));
+        if let Ok(mut g) = self.gauges.lock() {
+            g.push(ExtraGauge {
+                name: name.to_owned(),
+                help: help.to_owned(),
+                value: value.clone(),
+            });
+        }
+        value
+    }
+
+    /// Stores the ports' latest counters.
+    pub fn set_ports(&self, ports: PortCounters) {
+        if let Ok(mut p) = self.ports.lock() {
+            *p = ports;
+        }
+    }
+
+    /// Each worker's latest report, in worker order.
+    pub fn reports(&self) -> Vec<Report> {
+        self.workers.iter().map(Snapshot::latest).collect()
+    }
+
+    /// The workers' reports summed.
+    pub fn total(&self) -> Report {
+        let mut sum = Report::default();
+        for r in self.reports() {
+            sum.add(&r);
+        }
+        sum
+    }
+
+    /// The OpenMetrics text exposition of everything, as a scrape returns it.
+    pub fn encode(self: &Arc<Self>) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Collect(self.clone())));
+        let mut out = String::with_capacity(32 * 1024);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+}
+
+/// The collector prometheus-client calls on each scrape.
+#[derive(Debug)]
+struct Collect(Arc<Metrics>);
+
+type Labels = Vec<(&'static str, String)>;
+/// A histogram sample: labels, sum, and (upper bound, count) per bucket.
+type HistogramSample = (Labels, f64, Vec<(f64, u64)>);
+
+/// One metric family's samples.
+struct Family<'e, 'a> {
+    enc: &'e mut DescriptorEncoder<'a>,
+}
+
+impl Family<'_, '_> {
+    fn counter(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        samples: &[(Labels, u64)],
+    ) -> fmt::Result {
+        let mut m = self
+            .enc
+            .encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
+        for (labels, v) in samples {
+            if labels.is_empty() {
+                m.encode_counter::<NoLabelSet, _, u64>(v, None)?;
+            } else {
+                m.encode_family(labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(v, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn gauge(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        samples: &[(Labels, f64)],
+    ) -> fmt::Result {
+        let mut m = self
+            .enc
+            .encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+        for (labels, v) in samples {
+            if labels.is_empty() {
+                m.encode_gauge(v)?;
+            } else {
+                m.encode_family(labels)?.encode_gauge(v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A histogram per label set: (labels, sum, per-bucket counts with their upper bounds).
+    fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        samples: &[HistogramSample],
+    ) -> fmt::Result {
+        let mut m = self
+            .enc
+            .encode_descriptor(name, help, unit.as_ref(), MetricType::Histogram)?;
+        for (labels, sum, buckets) in samples {
+            let count = buckets.iter().map(|b| b.1).sum();
+            if labels.is_empty() {
+                m.encode_histogram::<NoLabelSet>(*sum, count, buckets, None)?;
+            } else {
+                m.encode_family(labels)?
+                    .encode_histogram::<NoLabelSet>(*sum, count, buckets, None)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Upper bounds of the added-delay histogram, seconds: 1 µs to 10 ms, then +Inf.
+pub const DELAY_BOUNDS_S: [f64; 13] = [
+    1e-6, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3,
+];
+
+/// The added-delay histogram of a report over [`DELAY_BOUNDS_S`] (per-bucket counts, the last
+/// unbounded), and its sum in seconds (from the HDR histogram's mean, within its 1 % precision).
+pub fn delay_buckets(r: &Report) -> (f64, Vec<(f64, u64)>) {
+    let Some(h) = r.delay_ns.as_ref().filter(|h| !h.is_empty()) else {
+        let mut b: Vec<(f64, u64)> = DELAY_BOUNDS_S.iter().map(|&le| (le, 0)).collect();
+        b.push((f64::INFINITY, 0));
+        return (0.0, b);
+    };
+    let mut buckets = Vec::with_capacity(DELAY_BOUNDS_S.len() + 1);
+    let mut below = 0u64;
+    for le in DELAY_BOUNDS_S {
+        let upto = h.count_between(0, (le * 1e9) as u64);
+        buckets.push((le, upto.saturating_sub(below)));
+        below = upto;
+    }
+    buckets.push((f64::INFINITY, h.len().saturating_sub(below)));
+    (h.mean() * h.len() as f64 / 1e9, buckets)
+}
+
+/// A frame-size histogram's buckets with their upper bounds (bytes; the last, +Inf).
+pub fn size_buckets(h: &SizeHistogram) -> Vec<(f64, u64)> {
+    FRAME_SIZE_BOUNDS
+        .iter()
+        .map(|&b| b as f64)
+        .chain([f64::INFINITY])
+        .zip(h.counts)
+        .collect()
+}
+
+impl Collector for Collect {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let m = &self.0;
+        let reports = m.reports();
+        let mut total = Report::default();
+        for r in &reports {
+            total.add(r);
+        }
+        let mut f = Family { enc: &mut enc };
+        let w = |i: usize| -> Labels { vec![("worker", i.to_string())] };
+        let per_worker = |get: &dyn Fn(&Report) -> u64| -> Vec<(Labels, u64)> {
+            reports
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (w(i), get(r)))
+                .collect()
+        };
+        let wp = |i: usize, port: &str| -> Labels {
+            vec![("worker", i.to_string()), ("port", port.to_owned())]
+        };
+        // Packets and bytes per worker and port: received on the outside port is inbound,
+        // received on the inside port outbound; sent the other way round.
+        let by_port = |get: &dyn Fn(&Report, bool) -> u64| -> Vec<(Labels, u64)> {
+            let mut v = Vec::new();
+            for (i, r) in reports.iter().enumerate() {
+                v.push((wp(i, "external"), get(r, true)));
+                v.push((wp(i, "internal"), get(r, false)));
+            }
+            v
+        };
+        f.counter(
+            "pxgw_received_packets",
+            "Frames a worker received, by port.",
+            None,
+            &by_port(&|r, ext| {
+                if ext {
+                    r.inbound.packets_in
+                } else {
+                    r.outbound.packets_in
+                }
+            }),
+        )?;
+        f.counter(
+            "pxgw_received",
+            "Bytes of the frames a worker received, by port.",
+            Some(Unit::Bytes),
+            &by_port(&|r, ext| {
+                if ext {
+                    r.inbound.bytes_in
+                } else {
+                    r.outbound.bytes_in
+                }
+            }),
+        )?;
+        f.counter(
+            "pxgw_sent_packets",
+            "Frames a worker handed to a port's driver, by port.",
+            None,
+            &by_port(&|r, ext| {
+                if ext {
+                    r.outbound.packets_out
+                } else {
+                    r.inbound.packets_out
+                }
+            }),
+        )?;
+        f.counter(
+            "pxgw_sent",
+            "Bytes of the frames a worker handed to a port's driver, by port.",
+            Some(Unit::Bytes),
+            &by_port(&|r, ext| {
+                if ext {
+                    r.outbound.bytes_out
+                } else {
+                    r.inbound.bytes_out
+                }
+            }),
+        )?;
+
+        // The ports' own counters (rte_eth_stats), sampled by the main thread.
+        let ports = m.ports.lock().map(|p| p.clone()).unwrap_or_default();
+        let port = |name: &'static str| -> Labels { vec![("port", name.to_owned())] };
+        for (metric, help, unit, get) in [
+            (
+                "pxgw_port_received_packets",
+                "Frames the port delivered (ipackets).",
+                None,
+                (|c: &crate::stats::PortSample| c.ipackets) as fn(&_) -> u64,
+            ),
+            (
+                "pxgw_port_received",
+                "Bytes the port delivered (ibytes).",
+                Some(Unit::Bytes),
+                |c| c.ibytes,
+            ),
+            (
+                "pxgw_port_sent_packets",
+                "Frames the port transmitted (opackets).",
+                None,
+                |c| c.opackets,
+            ),
+            (
+                "pxgw_port_sent",
+                "Bytes the port transmitted (obytes).",
+                Some(Unit::Bytes),
+                |c| c.obytes,
+            ),
+            (
+                "pxgw_port_missed_packets",
+                "Frames the port dropped because its RX ring was full (imissed).",
+                None,
+                |c| c.imissed,
+            ),
+            (
+                "pxgw_port_receive_errors",
+                "Erroneous frames received (ierrors).",
+                None,
+                |c| c.ierrors,
+            ),
+            (
+                "pxgw_port_rx_nombuf",
+                "Frames lost for lack of an mbuf (rx_nombuf).",
+                None,
+                |c| c.rx_nombuf,
+            ),
+            (
+                "pxgw_port_transmit_errors",
+                "Frames the driver took but failed to transmit (oerrors).",
+                None,
+                |c| c.oerrors,
+            ),
+        ] {
+            f.counter(
+                metric,
+                help,
+                unit,
+                &[
+                    (port("external"), get(&ports.external.counters)),
+                    (port("internal"), get(&ports.internal.counters)),
+                ],
+            )?;
+        }
+
+        // Merging (SIGCOMM'26 §4.1).
+        f.counter(
+            "pxgw_merge_payload",
+            "TCP payload bytes that went into merge items.",
+            Some(Unit::Bytes),
+            &per_worker(&|r| r.merge.payload_in),
+        )?;
+        f.counter(
+            "pxgw_merge_full_payload",
+            "Of those, bytes that left in iMTU-bound packets (yield = this / pxgw_merge_payload_bytes_total).",
+            Some(Unit::Bytes),
+            &per_worker(&|r| r.merge.payload_full),
+        )?;
+        f.gauge(
+            "pxgw_merge_yield_ratio",
+            "Conversion yield since the start: share of merged payload that left iMTU-bound.",
+            None,
+            &[(vec![], total.merge.conversion_yield)],
+        )?;
+        for (name, help, get) in [
+            (
+                "pxgw_merges",
+                "Segments merged into others.",
+                (|r: &Report| r.merge.merges) as fn(&Report) -> u64,
+            ),
+            ("pxgw_merge_cuts", "Segments cut at the iMTU.", |r| {
+                r.merge.cuts
+            }),
+            (
+                "pxgw_merge_flow_evictions",
+                "Flows evicted from a full bucket of the merge flow table.",
+                |r| r.merge.evictions,
+            ),
+            ("pxgw_caravans_built", "UDP caravans sent inside.", |r| {
+                r.caravan.caravans_built
+            }),
+            (
+                "pxgw_caravan_datagrams_packed",
+                "Datagrams packed into caravans.",
+                |r| r.caravan.datagrams_packed,
+            ),
+            (
+                "pxgw_caravans_unpacked",
+                "Caravans from inside unpacked.",
+                |r| r.caravan.caravans_unpacked,
+            ),
+            (
+                "pxgw_caravan_datagrams_unpacked",
+                "Datagrams those caravans carried.",
+                |r| r.caravan.datagrams_unpacked,
+            ),
+            ("pxgw_pmtud_probes_sent", "F-PMTUD probes sent.", |r| {
+                r.pmtud.probes_sent
+            }),
+            (
+                "pxgw_pmtud_answers",
+                "F-PMTUD rounds that ended with a report (an answer).",
+                |r| r.pmtud.discovered,
+            ),
+            (
+                "pxgw_pmtud_fallbacks",
+                "F-PMTUD rounds that fell back (no report in time).",
+                |r| r.pmtud.fallbacks,
+            ),
+            (
+                "pxgw_pmtud_probes_answered",
+                "F-PMTUD probes from outside that the gateway answered.",
+                |r| r.pmtud.answered,
+            ),
+            (
+                "pxgw_mss_handshakes",
+                "SYN and SYN-ACK segments seen.",
+                |r| r.mss.handshakes,
+            ),
+            ("pxgw_mss_rewrites", "MSS options rewritten.", |r| {
+                r.mss.rewritten
+            }),
+            (
+                "pxgw_split_packets",
+                "Outbound TCP packets split to the path MTU in software.",
+                |r| r.split.packets,
+            ),
+        ] {
+            f.counter(name, help, None, &per_worker(&get))?;
+        }
+        for (name, help, get) in [
+            (
+                "pxgw_merge_held_items",
+                "Merge items held right now.",
+                (|r: &Report| r.merge.held_items) as fn(&Report) -> u64,
+            ),
+            (
+                "pxgw_merge_flows",
+                "Flows in the merge flow table (its occupancy).",
+                |r| r.merge.flows,
+            ),
+            (
+                "pxgw_connections",
+                "TCP connections the worker knows.",
+                |r| r.connections,
+            ),
+        ] {
+            let v: Vec<(Labels, f64)> = per_worker(&get)
+                .into_iter()
+                .map(|(l, v)| (l, v as f64))
+                .collect();
+            f.gauge(name, help, None, &v)?;
+        }
+        let mut drops = Vec::new();
+        for (i, r) in reports.iter().enumerate() {
+            let d = &r.drops;
+            for (reason, v) in [
+                ("tx_dropped", d.tx_dropped),
+                ("oversize", d.oversize),
+                ("split_failed", d.split_failed),
+                ("caravan_malformed", d.caravan_malformed),
+                ("pool_exhausted", d.pool_exhausted),
+                ("oversize_inbound", d.oversize_inbound),
+                ("merge_no_buffer", d.merge_no_buffer),
+            ] {
+                drops.push((
+                    vec![("worker", i.to_string()), ("reason", reason.to_owned())],
+                    v,
+                ));
+            }
+        }
+        f.counter(
+            "pxgw_drops",
+            "Frames dropped, by reason (every frame is sent or counted here).",
+            None,
+            &drops,
+        )?;
+
+        // Histograms, over all workers.
+        let (sum, buckets) = delay_buckets(&total);
+        f.histogram(
+            "pxgw_added_delay",
+            "Delay merging added per inbound TCP segment.",
+            Some(Unit::Seconds),
+            &[(vec![], sum, buckets)],
+        )?;
+        let s = &total.sizes;
+        let dir = |d: &str, side: &str| -> Labels {
+            vec![("direction", d.to_owned()), ("side", side.to_owned())]
+        };
+        let mut sizes = Vec::new();
+        for (labels, h) in [
+            (dir("inbound", "received"), &s.inbound_received),
+            (dir("inbound", "sent"), &s.inbound_sent),
+            (dir("outbound", "received"), &s.outbound_received),
+            (dir("outbound", "sent"), &s.outbound_sent),
+        ] {
+            sizes.push((labels, h.sum as f64, size_buckets(h)));
+        }
+        f.histogram(
+            "pxgw_frame_size",
+            "Frame sizes received and sent (Ethernet, without FCS), per direction.",
+            Some(Unit::Bytes),
+            &sizes,
+        )?;
+
+        f.gauge(
+            "pxgw_workers",
+            "Workers running.",
+            None,
+            &[(vec![], reports.len() as f64)],
+        )?;
+        f.gauge(
+            "pxgw_uptime",
+            "Seconds since the metrics started.",
+            Some(Unit::Seconds),
+            &[(vec![], m.started.elapsed().as_secs_f64())],
+        )?;
+        if let Ok(gauges) = m.gauges.lock() {
+            for g in gauges.iter() {
+                f.gauge(
+                    &g.name,
+                    &g.help,
+                    None,
+                    &[(vec![], g.value.load(Ordering::Relaxed) as f64)],
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The Prometheus endpoint: a `tiny_http` server on its own thread; stopped on drop.
+pub struct Server {
+    http: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+    addr: SocketAddr,
+}
+
+/// The content type of the OpenMetrics text format.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+impl Server {
+    /// Serves `metrics` at `http://ADDR/metrics` (any other path: 404).
+    pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<Self, MetricsError> {
+        let http = Arc::new(
+            tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind(addr, e.to_string()))?,
+        );
+        let addr = http
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| MetricsError::Bind(addr, "not an IP address".into()))?;
+        let server = http.clone();
+        let thread = std::thread::Builder::new()
+            .name("pxgw-metrics".into())
+            .spawn(move || {
+                for request in server.incoming_requests() {
+                    let path = request.url().split('?').next().unwrap_or("");
+                    let response = if path == "/metrics" {
+                        let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
+                            .expect("a static, valid header");
+                        tiny_http::Response::from_string(metrics.encode()).with_header(header)
+                    } else {
+                        tiny_http::Response::from_string("pxgw: metrics are at /metrics\n")
+                            .with_status_code(404)
+                    };
+                    // A scraper that hung up is no concern of the gateway.
+                    let _ = request.respond(response);
+                }
+            })
+            .map_err(MetricsError::Thread)?;
+        Ok(Self {
+            http,
+            thread: Some(thread),
+            addr,
+        })
+    }
+
+    /// The address it listens on (useful when the configuration asked for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.http.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Why the endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The address could not be bound.
+    #[error("stats.prometheus: cannot listen on {0}: {1}")]
+    Bind(SocketAddr, String),
+    /// The server thread could not be started.
+    #[error("stats.prometheus: cannot start the server thread: {0}")]
+    Thread(std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker's published counters show on a scrape, under Prometheus names, and a second
+    /// publication replaces the first.
+    #[test]
+    fn scrape_shows_published_counters() {
+        let (mut p0, s0) = channel();
+        let (mut p1, s1) = channel();
+        let m = Arc::new(Metrics::new(vec![s0, s1]));
+        let queues = m.gauge("pxgw_rx_queues_active", "RX queues polled.");
+        queues.store(3, Ordering::Relaxed);
+        let mut r = Report::default();
+        r.inbound.packets_in = 10;
+        r.inbound.bytes_in = 15_140;
+        r.sizes.inbound_received.record(1514);
+        r.drops.oversize = 2;
+        p0.publish(r.clone());
+        r.inbound.packets_in = 11;
+        p0.publish(r);
+        let mut r1 = Report::default();
+        r1.inbound.packets_in = 5;
+        p1.publish(r1);
+        let text = m.encode();
+        assert!(text.contains("pxgw_received_packets_total{worker=\"0\",port=\"external\"} 11\n"));
+        assert!(text.contains("pxgw_received_packets_total{worker=\"1\",port=\"external\"} 5\n"));
+        assert!(text.contains("pxgw_received_bytes_total{worker=\"0\",port=\"external\"} 15140\n"));
+        assert!(text.contains("pxgw_drops_total{worker=\"0\",reason=\"oversize\"} 2\n"));
+        assert!(text.contains(
+            "pxgw_frame_size_bytes_bucket{le=\"1518.0\",direction=\"inbound\",side=\"received\"} 1\n"
+        ));
+        assert!(text.contains(
+            "pxgw_frame_size_bytes_bucket{le=\"1024.0\",direction=\"inbound\",side=\"received\"} 0\n"
+        ));
+        assert!(text.contains("\npxgw_rx_queues_active 3.0\n"));
+        assert_eq!(m.total().inbound.packets_in, 16);
+    }
+
+    /// A worker publishes while a reader holds the snapshot's lock (a scrape in progress): it
+    /// never waits for readers.
+    #[test]
+    fn publishing_never_waits_for_a_reader() {
+        let (mut p, s) = channel();
+        let s = Arc::new(s);
+        let held = s.output.lock().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            for i in 0..1000 {
+                let mut r = Report::default();
+                r.merge.merges = i;
+                p.publish(r);
+            }
+            done_tx.send(()).unwrap();
+        });
+        assert!(
+            done_rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .is_ok(),
+            "the worker blocked on a reader's lock"
+        );
+        drop(held);
+        worker.join().unwrap();
+        assert_eq!(s.latest().merge.merges, 999);
+    }
+
+    /// The endpoint answers over HTTP.
+    #[test]
+    fn serves_over_http() {
+        use std::io::{Read, Write};
+        let (mut p, s) = channel();
+        let m = Arc::new(Metrics::new(vec![s]));
+        let mut r = Report::default();
+        r.merge.merges = 42;
+        p.publish(r);
+        let server = Server::start("127.0.0.1:0".parse().unwrap(), m).unwrap();
+        let mut c = std::net::TcpStream::connect(server.addr()).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        c.read_to_string(&mut body).unwrap();
+        assert!(body.starts_with("HTTP/1.0 200"), "{body}");
+        assert!(
+            body.contains("pxgw_merges_total{worker=\"0\"} 42\n"),
+            "{body}"
+        );
+        drop(server);
+    }
+}
