@@ -54,7 +54,8 @@ use pxio::wire::{tcp_flags, FlowKey};
 /// A connection's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conn {
-    /// Path MTU toward the outside peer.
+    /// Path MTU toward the outside peer; 0 when unknown (this instance never saw the outside's
+    /// SYN or SYN-ACK: it crossed another instance, or came before a restart).
     pub pmtu: u16,
     /// Last packet seen, ns.
     pub last_seen: u64,
@@ -626,19 +627,19 @@ impl ConnTable {
         }
     }
 
-    /// The path MTU hint of a connection, established or half-open (0 when no SYN from outside
-    /// told it yet), refreshing it.
+    /// The path MTU hint of a connection, established, one-way or half-open, refreshing it;
+    /// `None` when it is unknown, also for a connection whose handshake completed without the
+    /// outside's SYN or SYN-ACK crossing this instance (issue 15: a split size of 0 would drop
+    /// every segment the inside host sends; the caller falls back to its default).
     pub fn pmtu_hint(&mut self, key: &FlowKey, now: u64) -> Option<u16> {
-        if let Some(c) = self.touch(key, now) {
-            return Some(c.pmtu);
-        }
-        if let Some(c) = self.one_way.as_mut().and_then(|t| t.get_mut(key, now)) {
-            return Some(c.pmtu);
-        }
-        self.half_open
-            .get_mut(key, now)
-            .map(|e| e.pmtu)
-            .filter(|&p| p > 0)
+        let hint = if let Some(c) = self.touch(key, now) {
+            c.pmtu
+        } else if let Some(c) = self.one_way.as_mut().and_then(|t| t.get_mut(key, now)) {
+            c.pmtu
+        } else {
+            self.half_open.get_mut(key, now).map_or(0, |e| e.pmtu)
+        };
+        (hint > 0).then_some(hint)
     }
 
     /// Whether the connection is established or learned one way (refreshing it): a Packet Too
@@ -1006,6 +1007,20 @@ mod tests {
             t.on_segment(&k, &seg(8, Some(901), false), false, 2),
             Outcome::Established
         );
+    }
+
+    #[test]
+    fn a_connection_completed_without_the_outside_syn_ack_has_no_pmtu_hint() {
+        // The inside's SYN crossed this instance, the outside's SYN-ACK another one; then the
+        // routes changed and the outside's ACKs arrive here (a failover behind ECMP).
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(4);
+        t.on_handshake(k, &seg(7, None, true), false, None, 0);
+        assert_eq!(
+            t.on_segment(&k, &seg(901, Some(8), false), true, 1),
+            Outcome::Established
+        );
+        assert_eq!(t.pmtu_hint(&k, 2), None, "unknown, not 0");
     }
 
     #[test]

@@ -280,3 +280,49 @@ fn without_one_way_learning_the_instance_that_sees_one_direction_never_merges() 
         assert_eq!(seen.inbound_yield, 0.0, "v6 {v6}: nothing merged");
     }
 }
+
+/// After a route change (a failover), an instance that saw only the inside host's SYN (the
+/// outside's SYN-ACK crossed the other instance) starts seeing the outside's ACKs, which
+/// complete the connection here without the outside's MSS ever being seen: the inside host's
+/// segments are still split to the eMTU, not dropped (before the fix the connection's split
+/// size was 0, and every segment, ACKs included, was dropped as `split_failed`).
+#[test]
+fn a_connection_completed_without_the_outside_mss_is_split_to_the_emtu() {
+    for v6 in [false, true] {
+        let mut b = instance(true);
+        let pool = HeapPool::new(64);
+        let mut c = Conn {
+            v6,
+            client_seq: 1_000,
+            server_seq: 9_000_000,
+        };
+        let overhead = c.ip_header() + 20;
+        let mut out = Vec::new();
+        // The inside host opens the connection through B.
+        let syn = c.frame(false, tcp_flags::SYN, &mss_option(8960), &[]);
+        b.outbound(pool.packet(&syn), 0, &mut out);
+        assert_eq!(mss_of(&out[0].to_vec()), Some((EMTU - overhead) as u16));
+        out.clear();
+        c.server_seq += 1;
+        c.client_seq += 1;
+        // The outside's ACKs now come through B.
+        let ack = c.frame(true, tcp_flags::ACK, &[], &[]);
+        b.inbound(pool.packet(&ack), 1_000, &mut out);
+        b.end_of_burst(1_000, &mut out);
+        assert_eq!(out.len(), 1);
+        out.clear();
+        let big = IMTU - overhead;
+        let payload: Vec<u8> = (0..big).map(|i| (i / 3) as u8).collect();
+        b.outbound(
+            pool.packet(&c.frame(false, tcp_flags::ACK, &[], &payload)),
+            2_000,
+            &mut out,
+        );
+        let segs = payloads(&out);
+        assert!(segs.len() > 1, "v6 {v6}: split, not dropped");
+        assert!(segs.iter().all(|(ip_len, _)| *ip_len <= EMTU));
+        let got: Vec<u8> = segs.into_iter().flat_map(|(_, p)| p).collect();
+        assert!(got == payload, "v6 {v6}: bytes intact");
+        assert_eq!(b.report().drops.split_failed, 0);
+    }
+}
