@@ -1,0 +1,464 @@
+//! The lab's runs: transfers through both instances with symmetric and with asymmetric paths,
+//! in IPv4 and IPv6, then a failover; the report and what it asserts.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use gateway_lab::Family;
+use serde::Serialize;
+
+use crate::flows::{Capture, Flow, FlowResult, FlowSpec};
+use crate::instance::{Instance, InstanceReport};
+use crate::topology::{EcmpLab, Paths, INSTANCES};
+
+/// How big the lab's runs are.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// Connections each way (outside → inside and inside → outside) per run.
+    pub flows_each_way: u16,
+    /// Bytes per connection in the runs.
+    pub bytes: u64,
+    /// Bytes per connection in the failover run.
+    pub failover_bytes: u64,
+    /// Each failover connection's sending rate, bytes per second (so that every connection is
+    /// mid-transfer when the instance stops).
+    pub failover_pace: u64,
+    /// When the instance is stopped, after the failover transfers started.
+    pub kill_after: Duration,
+    /// How long the routers take to withdraw the stopped instance (a BFD detection time).
+    pub detect: Duration,
+}
+
+impl Plan {
+    /// `cargo xtask lab scale-out`.
+    pub fn full() -> Self {
+        Self {
+            flows_each_way: 16,
+            bytes: 8 << 20,
+            failover_bytes: 6 << 20,
+            failover_pace: 1 << 20,
+            kill_after: Duration::from_secs(2),
+            detect: Duration::from_millis(300),
+        }
+    }
+
+    /// The short version in `cargo xtask test`.
+    pub fn short() -> Self {
+        Self {
+            flows_each_way: 16,
+            bytes: 1 << 20,
+            failover_bytes: 3 << 20,
+            failover_pace: 1 << 20,
+            kill_after: Duration::from_millis(1500),
+            detect: Duration::from_millis(300),
+        }
+    }
+}
+
+/// One run's outcome (`runs[]` of the JSON report).
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// "symmetric" or "asymmetric".
+    pub paths: Paths,
+    /// The IP family.
+    pub family: Family,
+    /// Whether pxgw learned connections seen one way (`[connections] one_way`).
+    pub one_way: bool,
+    /// TCP connections (half each way).
+    pub flows: usize,
+    /// Every connection delivered every byte, sha256 equal at both ends.
+    pub bytes_ok: bool,
+    /// Share of the inbound payload the inside host received in iMTU-bound packets.
+    #[serde(rename = "yield")]
+    pub yield_share: f64,
+    /// Instances whose counters show the run's traffic.
+    pub instances_carrying: usize,
+    /// The smallest sending MSS of the inside host over the connections (the raised MSS).
+    pub inside_mss_min: u32,
+    /// Connections the instances learned from one direction only.
+    pub learned_one_way: u64,
+    /// Each instance's counters.
+    pub instances: Vec<InstanceReport>,
+    /// Errors of connections that failed.
+    pub errors: Vec<String>,
+}
+
+/// The failover's outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct FailoverReport {
+    /// Every surviving connection's bytes intact (and every connection survived).
+    pub bytes_ok: bool,
+    /// Connections open when the instance was stopped (both families, both ways).
+    pub connections_total: usize,
+    /// Those that completed with every byte.
+    pub connections_survived: usize,
+    /// The longest stall of a connection around the failover (the longest gap between reads
+    /// after the instance was stopped), ms.
+    pub stall_ms: u64,
+    /// The median of the connections' stalls, ms.
+    pub stall_ms_median: u64,
+    /// Connections that stalled for more than 100 ms (those that had to move).
+    pub connections_stalled: usize,
+    /// The instance stopped (SIGKILL).
+    pub stopped: &'static str,
+    /// When the routers withdrew it, ms after it stopped.
+    pub withdrawn_after_ms: u64,
+    /// Instances that carried traffic before the stop (their inside wires' byte counters).
+    pub instances_carrying_before: usize,
+    /// What the surviving instance reported.
+    pub survivor: Option<InstanceReport>,
+    /// Errors of connections that failed.
+    pub errors: Vec<String>,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The runs.
+    pub runs: Vec<RunReport>,
+    /// The failover.
+    pub failover: Option<FailoverReport>,
+}
+
+/// Packets an instance must have seen from each side for it to count as carrying a run's
+/// traffic (far above the readiness pings and neighbour discovery).
+const CARRYING_PACKETS: u64 = 200;
+
+fn specs(
+    plan: &Plan,
+    family: Family,
+    base_port: u16,
+    bytes: u64,
+    pace: Option<u64>,
+) -> Vec<FlowSpec> {
+    (0..plan.flows_each_way * 2)
+        .map(|i| FlowSpec {
+            family,
+            inbound: i % 2 == 0,
+            port: base_port + i,
+            bytes,
+            pace,
+        })
+        .collect()
+}
+
+fn start_instances(lab: &EcmpLab, pxgw: &Path, one_way: bool) -> Result<Vec<Instance>> {
+    (0..INSTANCES.len())
+        .map(|i| Instance::start(lab, pxgw, i, one_way, 600))
+        .collect()
+}
+
+/// One run: fresh instances, `paths`, the transfers of `family`, the capture.
+pub fn run_one(
+    lab: &EcmpLab,
+    pxgw: &Path,
+    plan: &Plan,
+    paths: Paths,
+    family: Family,
+    one_way: bool,
+) -> Result<RunReport> {
+    lab.install_routes(&[0, 1])?;
+    lab.set_paths(paths)?;
+    let instances = start_instances(lab, pxgw, one_way)?;
+    let capture = Capture::start(lab)?;
+    let base = 20000 + 1000 * (family == Family::V6) as u16;
+    let flows = specs(plan, family, base, plan.bytes, None)
+        .into_iter()
+        .map(|s| Flow::start(lab, s))
+        .collect::<Result<Vec<_>>>()?;
+    let results: Vec<FlowResult> = flows.into_iter().map(Flow::finish).collect();
+    let counts = capture.finish()?;
+    let reports = instances
+        .into_iter()
+        .map(Instance::stop)
+        .collect::<Result<Vec<_>>>()?;
+    lab.set_paths(Paths::Ecmp)?;
+    Ok(RunReport {
+        paths,
+        family,
+        one_way,
+        flows: results.len(),
+        bytes_ok: results.iter().all(|r| r.sha_ok),
+        yield_share: counts.share(family),
+        instances_carrying: reports
+            .iter()
+            .filter(|r| {
+                r.inbound_packets >= CARRYING_PACKETS && r.outbound_packets >= CARRYING_PACKETS
+            })
+            .count(),
+        inside_mss_min: results.iter().map(|r| r.inside_mss).min().unwrap_or(0),
+        learned_one_way: reports.iter().map(|r| r.learned_one_way).sum(),
+        instances: reports,
+        errors: results.iter().filter_map(|r| r.error.clone()).collect(),
+    })
+}
+
+/// The failover: plain ECMP, transfers in both families both ways, instance A killed
+/// mid-transfer, both routers withdraw it after `plan.detect`.
+pub fn failover(lab: &EcmpLab, pxgw: &Path, plan: &Plan) -> Result<FailoverReport> {
+    lab.install_routes(&[0, 1])?;
+    lab.set_paths(Paths::Ecmp)?;
+    let mut instances = start_instances(lab, pxgw, true)?;
+    let before: Vec<u64> = lab
+        .slots
+        .iter()
+        .map(|s| s.inside_bytes())
+        .collect::<Result<_>>()?;
+    let mut flows = Vec::new();
+    for (family, base) in [(Family::V4, 30000), (Family::V6, 31000)] {
+        for s in specs(
+            plan,
+            family,
+            base,
+            plan.failover_bytes,
+            Some(plan.failover_pace),
+        ) {
+            flows.push(Flow::start(lab, s)?);
+        }
+    }
+    std::thread::sleep(plan.kill_after);
+    let carried: Vec<u64> = lab
+        .slots
+        .iter()
+        .zip(&before)
+        .map(|(s, b)| Ok(s.inside_bytes()? - b))
+        .collect::<Result<_>>()?;
+    let stopped_at = Instant::now();
+    let mut victim = instances.remove(0);
+    victim.kill();
+    std::thread::sleep(plan.detect);
+    lab.withdraw(victim.index)?;
+    let withdrawn_after = stopped_at.elapsed();
+    let results: Vec<FlowResult> = flows.into_iter().map(Flow::finish).collect();
+    let survivor = instances.pop().map(Instance::stop).transpose()?;
+    lab.install_routes(&[0, 1])?;
+    let mut stalls: Vec<u64> = results
+        .iter()
+        .map(|r| r.stall_after(stopped_at).as_millis() as u64)
+        .collect();
+    stalls.sort_unstable();
+    let survived = results.iter().filter(|r| r.sha_ok).count();
+    Ok(FailoverReport {
+        bytes_ok: survived == results.len(),
+        connections_total: results.len(),
+        connections_survived: survived,
+        stall_ms: stalls.last().copied().unwrap_or(0),
+        stall_ms_median: stalls.get(stalls.len() / 2).copied().unwrap_or(0),
+        connections_stalled: stalls.iter().filter(|&&s| s > 100).count(),
+        stopped: victim.name(),
+        withdrawn_after_ms: withdrawn_after.as_millis() as u64,
+        instances_carrying_before: carried.iter().filter(|&&b| b > 1 << 20).count(),
+        survivor,
+        errors: results.iter().filter_map(|r| r.error.clone()).collect(),
+    })
+}
+
+/// Every run and the failover (those whose name, such as `asymmetric-IPv6-true` or
+/// `failover`, contains `only`), printing each as it ends.
+pub fn run_all(pxgw: &Path, plan: &Plan, only: &str) -> Result<Report> {
+    let lab = EcmpLab::new()?;
+    let mut runs = Vec::new();
+    let cases = [
+        (Paths::Symmetric, Family::V4, true),
+        (Paths::Symmetric, Family::V6, true),
+        (Paths::Asymmetric, Family::V4, true),
+        (Paths::Asymmetric, Family::V6, true),
+        // The control: without one-way learning, asymmetric paths are not merged.
+        (Paths::Asymmetric, Family::V4, false),
+    ];
+    for (paths, family, one_way) in cases {
+        if !format!("{paths}-{family}-{one_way}").contains(&only) {
+            continue;
+        }
+        println!(
+            "scale-out: {paths} paths, {family}, one_way {one_way}: {} connections each way",
+            plan.flows_each_way
+        );
+        let r = run_one(&lab, pxgw, plan, paths, family, one_way)?;
+        println!("{}", run_line(&r));
+        runs.push(r);
+    }
+    if !"failover".contains(only) {
+        return Ok(Report {
+            runs,
+            failover: None,
+        });
+    }
+    println!(
+        "scale-out: failover: ECMP, IPv4 and IPv6, {} connections each way per family; instance A killed after {:?}, withdrawn {:?} later",
+        plan.flows_each_way, plan.kill_after, plan.detect
+    );
+    let f = failover(&lab, pxgw, plan)?;
+    println!("{}", failover_line(&f));
+    Ok(Report {
+        runs,
+        failover: Some(f),
+    })
+}
+
+fn run_line(r: &RunReport) -> String {
+    let per: Vec<String> = r
+        .instances
+        .iter()
+        .map(|i| {
+            format!(
+                "{} in {} out {} pkts, one-way {}",
+                i.name, i.inbound_packets, i.outbound_packets, i.learned_one_way
+            )
+        })
+        .collect();
+    format!(
+        "  {:<10} {} one_way={:<5} flows {:>2}  bytes {}  yield {:>5.1} %  instances carrying {}  inside MSS >= {}  [{}]",
+        r.paths.to_string(),
+        r.family,
+        r.one_way,
+        r.flows,
+        if r.bytes_ok { "OK" } else { "BAD" },
+        100.0 * r.yield_share,
+        r.instances_carrying,
+        r.inside_mss_min,
+        per.join("; ")
+    )
+}
+
+fn failover_line(f: &FailoverReport) -> String {
+    format!(
+        "  failover: {}/{} connections survived, bytes {}, stall max {} ms, median {} ms, {} stalled > 100 ms; instances carrying before the stop {}",
+        f.connections_survived,
+        f.connections_total,
+        if f.bytes_ok { "OK" } else { "BAD" },
+        f.stall_ms,
+        f.stall_ms_median,
+        f.connections_stalled,
+        f.instances_carrying_before
+    )
+}
+
+impl Report {
+    /// The table printed at the end.
+    pub fn table(&self) -> String {
+        let mut s = String::from(
+            "paths      family one_way flows bytes   yield  instances  inside MSS  learned one-way\n",
+        );
+        for r in &self.runs {
+            s.push_str(&format!(
+                "{:<10} {:<6} {:<7} {:>5} {:<5} {:>6.1} % {:>9} {:>11} {:>16}\n",
+                r.paths.to_string(),
+                r.family.to_string(),
+                r.one_way,
+                r.flows,
+                if r.bytes_ok { "OK" } else { "BAD" },
+                100.0 * r.yield_share,
+                r.instances_carrying,
+                r.inside_mss_min,
+                r.learned_one_way
+            ));
+        }
+        if let Some(f) = &self.failover {
+            s.push_str(&failover_line(f));
+            s.push('\n');
+        }
+        s
+    }
+
+    /// What the lab asserts; each failure is one line.
+    pub fn failures(&self) -> Vec<String> {
+        let mut bad = Vec::new();
+        let yield_of = |paths: Paths, family: Family| {
+            self.runs
+                .iter()
+                .find(|r| r.paths == paths && r.family == family && r.one_way)
+                .map(|r| r.yield_share)
+        };
+        for r in &self.runs {
+            let name = format!("{} {} one_way={}", r.paths, r.family, r.one_way);
+            if !r.bytes_ok {
+                bad.push(format!("{name}: bytes not intact: {:?}", r.errors));
+            }
+            if r.instances_carrying != INSTANCES.len() {
+                bad.push(format!(
+                    "{name}: {} instances carried traffic",
+                    r.instances_carrying
+                ));
+            }
+            for i in &r.instances {
+                if i.exit_code != 0 || i.leaked_mbufs != 0 {
+                    bad.push(format!(
+                        "{name}: pxgw {} exit code {}, {} mbufs leaked",
+                        i.name, i.exit_code, i.leaked_mbufs
+                    ));
+                }
+            }
+            // Every connection's inside host sends iMTU-sized segments: the outside's SYN or
+            // SYN-ACK had its MSS raised by whichever instance it crossed.
+            if r.inside_mss_min < 8000 {
+                bad.push(format!(
+                    "{name}: an inside host's MSS is {}",
+                    r.inside_mss_min
+                ));
+            }
+            let inbound_flows = (r.flows / 2) as u64;
+            match (r.paths, r.one_way) {
+                // Each direction of every connection crossed one instance, so no instance saw
+                // a connection one way.
+                (Paths::Symmetric, _) if r.learned_one_way != 0 => bad.push(format!(
+                    "{name}: {} connections learned one way on symmetric paths",
+                    r.learned_one_way
+                )),
+                // Every inbound transfer was merged by an instance that never saw the inside
+                // host's segments.
+                (Paths::Asymmetric, true) if r.learned_one_way < inbound_flows => {
+                    bad.push(format!(
+                        "{name}: {} of {inbound_flows} inbound connections learned one way",
+                        r.learned_one_way
+                    ))
+                }
+                (Paths::Asymmetric, false) if r.yield_share > 0.05 => bad.push(format!(
+                    "{name}: yield {:.3} without one-way learning: the paths were not asymmetric",
+                    r.yield_share
+                )),
+                _ => {}
+            }
+            if r.one_way && r.yield_share < 0.3 {
+                bad.push(format!("{name}: yield {:.3}", r.yield_share));
+            }
+        }
+        for family in Family::BOTH {
+            if let (Some(s), Some(a)) = (
+                yield_of(Paths::Symmetric, family),
+                yield_of(Paths::Asymmetric, family),
+            ) {
+                // Ratios within one run: the machine's noise cancels.
+                if a < 0.7 * s {
+                    bad.push(format!(
+                        "{family}: asymmetric yield {a:.3} below 70 % of symmetric {s:.3}"
+                    ));
+                }
+            }
+        }
+        if let Some(f) = &self.failover {
+            if !f.bytes_ok || f.connections_survived != f.connections_total {
+                bad.push(format!(
+                    "failover: {}/{} connections survived: {:?}",
+                    f.connections_survived, f.connections_total, f.errors
+                ));
+            }
+            if f.instances_carrying_before != INSTANCES.len() {
+                bad.push(format!(
+                    "failover: {} instances carried traffic before the stop",
+                    f.instances_carrying_before
+                ));
+            }
+            match &f.survivor {
+                Some(s) if s.exit_code == 0 && s.leaked_mbufs == 0 => {}
+                Some(s) => bad.push(format!(
+                    "failover: the survivor exited {} with {} mbufs leaked",
+                    s.exit_code, s.leaked_mbufs
+                )),
+                None => bad.push("failover: no survivor report".into()),
+            }
+        }
+        bad
+    }
+}
