@@ -89,6 +89,16 @@ impl FlowResult {
             .max()
             .unwrap_or_default()
     }
+
+    /// The longest gap between reads that ended before `t` (a baseline: pacing, scheduling).
+    pub fn gap_before(&self, t: Instant) -> Duration {
+        self.gaps
+            .iter()
+            .filter(|(end, _)| *end <= t)
+            .map(|(_, g)| *g)
+            .max()
+            .unwrap_or_default()
+    }
 }
 
 /// A transfer in flight.

@@ -98,8 +98,12 @@ pub struct FailoverReport {
     pub stall_ms: u64,
     /// The median of the connections' stalls, ms.
     pub stall_ms_median: u64,
-    /// Connections that stalled for more than 100 ms (those that had to move).
+    /// Connections that stalled for at least the detection time (only a connection that
+    /// crossed the stopped instance, in either direction, waits that long).
     pub connections_stalled: usize,
+    /// The longest gap between reads of any connection before the stop, ms: the baseline
+    /// (pacing, two busy-polling instances sharing the machine's cores with the hosts).
+    pub gap_before_ms: u64,
     /// The instance stopped (SIGKILL).
     pub stopped: &'static str,
     /// When the routers withdrew it, ms after it stopped.
@@ -245,7 +249,15 @@ pub fn failover(lab: &EcmpLab, pxgw: &Path, plan: &Plan) -> Result<FailoverRepor
         connections_survived: survived,
         stall_ms: stalls.last().copied().unwrap_or(0),
         stall_ms_median: stalls.get(stalls.len() / 2).copied().unwrap_or(0),
-        connections_stalled: stalls.iter().filter(|&&s| s > 100).count(),
+        connections_stalled: stalls
+            .iter()
+            .filter(|&&s| u128::from(s) >= plan.detect.as_millis())
+            .count(),
+        gap_before_ms: results
+            .iter()
+            .map(|r| r.gap_before(stopped_at).as_millis() as u64)
+            .max()
+            .unwrap_or(0),
         stopped: victim.name(),
         withdrawn_after_ms: withdrawn_after.as_millis() as u64,
         instances_carrying_before: carried.iter().filter(|&&b| b > 1 << 20).count(),
@@ -324,13 +336,14 @@ fn run_line(r: &RunReport) -> String {
 
 fn failover_line(f: &FailoverReport) -> String {
     format!(
-        "  failover: {}/{} connections survived, bytes {}, stall max {} ms, median {} ms, {} stalled > 100 ms; instances carrying before the stop {}",
+        "  failover: {}/{} connections survived, bytes {}, stall max {} ms, median {} ms, {} stalled >= the detection time (largest gap before the stop {} ms); instances carrying before the stop {}",
         f.connections_survived,
         f.connections_total,
         if f.bytes_ok { "OK" } else { "BAD" },
         f.stall_ms,
         f.stall_ms_median,
         f.connections_stalled,
+        f.gap_before_ms,
         f.instances_carrying_before
     )
 }
