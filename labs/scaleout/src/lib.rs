@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 
-/// The `pxgw` binary next to this one (target/<profile>/pxgw).
+/// The `pxgw` binary next to this one (`target/<profile>/pxgw`).
 pub fn pxgw_binary() -> Result<PathBuf> {
     let pxgw = std::env::current_exe()?.with_file_name("pxgw");
     if !pxgw.exists() {

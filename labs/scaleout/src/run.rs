@@ -280,7 +280,7 @@ pub fn run_all(pxgw: &Path, plan: &Plan, only: &str) -> Result<Report> {
         (Paths::Asymmetric, Family::V4, false),
     ];
     for (paths, family, one_way) in cases {
-        if !format!("{paths}-{family}-{one_way}").contains(&only) {
+        if !format!("{paths}-{family}-{one_way}").contains(only) {
             continue;
         }
         println!(
