@@ -44,7 +44,11 @@
 //!
 //! Each connection also remembers how far the inside host's data that the gateway split has
 //! gone, so that a segment sent again, and again, is seen: that is the IPv6 black-hole signal
-//! (docs/fpmtud.md, "IPv6: Packet Too Big and black holes").
+//! (docs/fpmtud.md, "IPv6: Packet Too Big and black holes"). Connections the gateway splits but
+//! does not know (an instance that sees only the inside host's segments, behind ECMP; or after a
+//! restart, a connection whose data only goes out) are followed the same way in a bounded table
+//! of their own ([`ConnTable::retransmits_mut`]): only the inside host's segments create entries
+//! there, and a wrong guess only lowers one destination's split size.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -138,6 +142,10 @@ struct HalfOpen {
     /// The end of the inside's sequence space seen so far (its SYN counts one).
     inside_snd_max: u32,
 }
+
+/// Connections split but not known whose retransmissions are followed, per table (oldest
+/// evicted).
+const UNKNOWN_RETX_CAPACITY: usize = 4096;
 
 /// Segments in a row that teach the gateway a connection whose handshake it did not see.
 pub const LEARN_SEGMENTS: u8 = 8;
@@ -342,6 +350,8 @@ pub struct ConnTable {
     one_way: Option<Slots<Conn>>,
     /// Connections learned from one direction only, so far.
     learned_one_way: u64,
+    /// Retransmissions of split segments of connections neither established nor one-way.
+    unknown_retx: Slots<Retransmits>,
 }
 
 /// The key of a connection, oriented outside → inside whichever way the packet goes.
@@ -373,6 +383,7 @@ impl ConnTable {
             learned: 0,
             one_way: None,
             learned_one_way: 0,
+            unknown_retx: Slots::new(UNKNOWN_RETX_CAPACITY),
         }
     }
 
@@ -666,6 +677,28 @@ impl ConnTable {
         Some(c)
     }
 
+    /// What the gateway saw of the split segments of the connection `key`, refreshed: the
+    /// established or one-way connection's, else an entry of the bounded table of connections
+    /// split but not known (made now if needed). `None` only if a table cannot hold it.
+    pub fn retransmits_mut(&mut self, key: &FlowKey, now: u64) -> Option<&mut Retransmits> {
+        if self.map.contains_key(key) {
+            let c = self.map.get_mut(key)?;
+            c.last_seen = now;
+            return Some(&mut c.retx);
+        }
+        if self.one_way.as_ref().is_some_and(|t| t.find(key).is_some()) {
+            return self
+                .one_way
+                .as_mut()?
+                .get_mut(key, now)
+                .map(|c| &mut c.retx);
+        }
+        if self.unknown_retx.get_mut(key, now).is_none() {
+            self.unknown_retx.insert(*key, Retransmits::default(), now);
+        }
+        self.unknown_retx.get_mut(key, now)
+    }
+
     /// Forgets connections idle since before `cutoff` ns, half-open and learning ones too;
     /// returns how many established ones went.
     pub fn expire(&mut self, cutoff: u64) -> usize {
@@ -676,6 +709,7 @@ impl ConnTable {
         if let Some(t) = &mut self.one_way {
             t.expire(cutoff);
         }
+        self.unknown_retx.expire(cutoff);
         before - self.map.len()
     }
 

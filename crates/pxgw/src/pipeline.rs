@@ -791,10 +791,15 @@ impl<B: PacketBuf> Pipeline<B> {
             return pmtu;
         };
         let (limit, window) = (self.cfg.blackhole_retransmits, self.cfg.blackhole_window_ns);
-        let Some(c) = self.conns.touch_mut(&key, now) else {
+        if limit == 0 {
+            return pmtu;
+        }
+        // Also for a connection this instance splits without knowing it (issue 15: behind
+        // ECMP it may see only the inside host's segments).
+        let Some(retx) = self.conns.retransmits_mut(&key, now) else {
             return pmtu;
         };
-        if !c.retx.on_split(
+        if !retx.on_split(
             tcp.seq_number(),
             u32::from(h.payload_len),
             now,

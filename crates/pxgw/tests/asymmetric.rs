@@ -326,3 +326,57 @@ fn a_connection_completed_without_the_outside_mss_is_split_to_the_emtu() {
         assert_eq!(b.report().drops.split_failed, 0);
     }
 }
+
+/// An instance that sees only the inside host's IPv6 segments (the outside's SYN-ACK and ACKs
+/// cross the other instance) still notices an ICMPv6 black hole: the inside host sending the
+/// same split segment again and again makes it fall back to 1280 for that destination.
+#[test]
+fn an_instance_that_sees_only_the_inside_direction_detects_an_ipv6_black_hole() {
+    let mut b = instance(true);
+    let pool = HeapPool::new(256);
+    let mut c = Conn {
+        v6: true,
+        client_seq: 1_000,
+        server_seq: 9_000_000,
+    };
+    let mut out = Vec::new();
+    b.outbound(
+        pool.packet(&c.frame(false, tcp_flags::SYN, &mss_option(8940), &[])),
+        0,
+        &mut out,
+    );
+    out.clear();
+    c.server_seq += 1;
+    c.client_seq += 1;
+    let base = c.server_seq;
+    let big = IMTU - 60;
+    let ms = 1_000_000;
+    let mut send = |b: &mut Pipeline<HeapBuf>, k: u32, now: u64| -> Vec<usize> {
+        c.server_seq = base.wrapping_add(k * big as u32);
+        let payload: Vec<u8> = (0..big).map(|i| (i as u32 + k) as u8).collect();
+        let mut out = Vec::new();
+        b.outbound(
+            pool.packet(&c.frame(false, tcp_flags::ACK, &[], &payload)),
+            now,
+            &mut out,
+        );
+        payloads(&out)
+            .into_iter()
+            .map(|(ip_len, _)| ip_len)
+            .collect()
+    };
+    // A window of three segments, then the whole window again on each timeout.
+    for k in 0..3 {
+        assert_eq!(send(&mut b, k, 10 * ms)[0], EMTU);
+    }
+    for k in 0..3 {
+        assert_eq!(send(&mut b, k, 300 * ms)[0], EMTU, "first retransmission");
+    }
+    let lens = send(&mut b, 0, 900 * ms);
+    assert!(
+        lens.iter().all(|&l| l <= 1280),
+        "second retransmission of the head: a black hole: {lens:?}"
+    );
+    assert_eq!(b.report().router.blackhole_fallbacks, 1);
+    assert_eq!(b.report().connections, 0, "never established here");
+}
