@@ -16,7 +16,7 @@ use pnet_datalink::{Channel, Config as ChannelConfig};
 use pxio::wire::{classify, Class};
 use sha2::{Digest, Sha256};
 
-use crate::topology::{ext_addr, int_addr, EcmpLab, EMTU, IMTU};
+use crate::topology::{ext_addr, int_addr, EcmpLab, IMTU};
 
 /// Bytes per write.
 const CHUNK: usize = 64 << 10;
@@ -253,6 +253,8 @@ fn join<T>(h: JoinHandle<netlab::Result<Result<T>>>) -> Result<T> {
 pub struct YieldCounts {
     payload: [AtomicU64; 2],
     bound: [AtomicU64; 2],
+    /// The outside path's MTU: the outside host's segments are sized for it.
+    outside_mtu: u16,
 }
 
 impl YieldCounts {
@@ -277,7 +279,7 @@ impl YieldCounts {
         }
         let payload = u64::from(h.payload_len);
         self.payload[i].fetch_add(payload, Ordering::Relaxed);
-        let segment = usize::from(EMTU) - f.ip_header() - 20 - TCP_TIMESTAMPS;
+        let segment = usize::from(self.outside_mtu) - f.ip_header() - 20 - TCP_TIMESTAMPS;
         if usize::from(h.ip_len) + segment > usize::from(IMTU) {
             self.bound[i].fetch_add(payload, Ordering::Relaxed);
         }
@@ -303,11 +305,15 @@ pub struct Capture {
 }
 
 impl Capture {
-    /// Starts capturing; returns once the socket is open.
-    pub fn start(lab: &EcmpLab) -> Result<Self> {
+    /// Starts capturing (the outside path's MTU is `outside_mtu`); returns once the socket is
+    /// open.
+    pub fn start(lab: &EcmpLab, outside_mtu: u16) -> Result<Self> {
         let (stop, counts) = (
             Arc::new(AtomicBool::new(false)),
-            Arc::new(YieldCounts::default()),
+            Arc::new(YieldCounts {
+                outside_mtu,
+                ..YieldCounts::default()
+            }),
         );
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let iface = lab.int_iface.clone();

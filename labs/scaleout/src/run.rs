@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::flows::{Capture, Flow, FlowResult, FlowSpec};
 use crate::instance::{Instance, InstanceReport};
-use crate::topology::{EcmpLab, Paths, INSTANCES};
+use crate::topology::{EcmpLab, Paths, EMTU, INSTANCES};
 
 /// How big the lab's runs are.
 #[derive(Clone, Copy, Debug)]
@@ -56,6 +56,32 @@ impl Plan {
     }
 }
 
+/// The MTU of the outside host's link in the runs with a bottleneck behind the outside router.
+pub const SMALL_OUTSIDE_MTU: u16 = 1400;
+
+/// What one run varies.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// How the routers choose each direction's instance.
+    pub paths: Paths,
+    /// The IP family of the connections.
+    pub family: Family,
+    /// `[connections] one_way` on the instances.
+    pub one_way: bool,
+    /// MTU of the outside host's link.
+    pub outside_mtu: u16,
+}
+
+impl Case {
+    /// `symmetric-IPv4-true-1500`: what `--only` matches (as a prefix).
+    pub fn name(&self) -> String {
+        format!(
+            "{}-{}-{}-{}",
+            self.paths, self.family, self.one_way, self.outside_mtu
+        )
+    }
+}
+
 /// One run's outcome (`runs[]` of the JSON report).
 #[derive(Clone, Debug, Serialize)]
 pub struct RunReport {
@@ -65,6 +91,10 @@ pub struct RunReport {
     pub family: Family,
     /// Whether pxgw learned connections seen one way (`[connections] one_way`).
     pub one_way: bool,
+    /// MTU of the outside host's link (below the eMTU: the path's bottleneck).
+    pub outside_mtu: u16,
+    /// "Fragmentation needed" and Packet Too Big messages the outside router sent.
+    pub router_too_big: u64,
     /// TCP connections (half each way).
     pub flows: usize,
     /// Every connection delivered every byte, sha256 equal at both ends.
@@ -154,18 +184,19 @@ fn start_instances(lab: &EcmpLab, pxgw: &Path, one_way: bool) -> Result<Vec<Inst
 }
 
 /// One run: fresh instances, `paths`, the transfers of `family`, the capture.
-pub fn run_one(
-    lab: &EcmpLab,
-    pxgw: &Path,
-    plan: &Plan,
-    paths: Paths,
-    family: Family,
-    one_way: bool,
-) -> Result<RunReport> {
+pub fn run_one(lab: &EcmpLab, pxgw: &Path, plan: &Plan, case: &Case) -> Result<RunReport> {
+    let Case {
+        paths,
+        family,
+        one_way,
+        outside_mtu,
+    } = *case;
     lab.install_routes(&[0, 1])?;
     lab.set_paths(paths)?;
+    lab.set_outside_link_mtu(outside_mtu)?;
+    let too_big_before = lab.router_too_big_sent()?;
     let instances = start_instances(lab, pxgw, one_way)?;
-    let capture = Capture::start(lab)?;
+    let capture = Capture::start(lab, outside_mtu)?;
     let base = 20000 + 1000 * (family == Family::V6) as u16;
     let flows = specs(plan, family, base, plan.bytes, None)
         .into_iter()
@@ -178,10 +209,14 @@ pub fn run_one(
         .map(Instance::stop)
         .collect::<Result<Vec<_>>>()?;
     lab.set_paths(Paths::Ecmp)?;
+    let router_too_big = lab.router_too_big_sent()? - too_big_before;
+    lab.set_outside_link_mtu(EMTU)?;
     Ok(RunReport {
         paths,
         family,
         one_way,
+        outside_mtu,
+        router_too_big,
         flows: results.len(),
         bytes_ok: results.iter().all(|r| r.sha_ok),
         yield_share: counts.share(family),
@@ -266,32 +301,48 @@ pub fn failover(lab: &EcmpLab, pxgw: &Path, plan: &Plan) -> Result<FailoverRepor
     })
 }
 
-/// Every run and the failover (those whose name, such as `asymmetric-IPv6-true` or
-/// `failover`, contains `only`), printing each as it ends.
+/// Every run and the failover (those whose name, such as `asymmetric-IPv6-true-1500` or
+/// `failover`, starts with `only`), printing each as it ends.
 pub fn run_all(pxgw: &Path, plan: &Plan, only: &str) -> Result<Report> {
     let lab = EcmpLab::new()?;
     let mut runs = Vec::new();
+    let case = |paths, family, one_way, outside_mtu| Case {
+        paths,
+        family,
+        one_way,
+        outside_mtu,
+    };
     let cases = [
-        (Paths::Symmetric, Family::V4, true),
-        (Paths::Symmetric, Family::V6, true),
-        (Paths::Asymmetric, Family::V4, true),
-        (Paths::Asymmetric, Family::V6, true),
+        case(Paths::Symmetric, Family::V4, true, EMTU),
+        case(Paths::Symmetric, Family::V6, true, EMTU),
+        case(Paths::Asymmetric, Family::V4, true, EMTU),
+        case(Paths::Asymmetric, Family::V6, true, EMTU),
         // The control: without one-way learning, asymmetric paths are not merged.
-        (Paths::Asymmetric, Family::V4, false),
+        case(Paths::Asymmetric, Family::V4, false, EMTU),
+        // A 1400 B link to the outside host: the instance that splits never saw the outside's
+        // MSS, so its first segments are too large; the router's "fragmentation needed" or
+        // Packet Too Big reaches the inside host through whichever instance, and its PMTUD
+        // shrinks the segments.
+        // Symmetric, the instance that splits saw the outside's MSS: it splits to the path MTU
+        // at once.
+        case(Paths::Symmetric, Family::V4, true, SMALL_OUTSIDE_MTU),
+        case(Paths::Asymmetric, Family::V4, true, SMALL_OUTSIDE_MTU),
+        case(Paths::Asymmetric, Family::V6, true, SMALL_OUTSIDE_MTU),
     ];
-    for (paths, family, one_way) in cases {
-        if !format!("{paths}-{family}-{one_way}").contains(only) {
+    for c in &cases {
+        if !c.name().starts_with(only) {
             continue;
         }
         println!(
-            "scale-out: {paths} paths, {family}, one_way {one_way}: {} connections each way",
+            "scale-out: {}: {} connections each way",
+            c.name(),
             plan.flows_each_way
         );
-        let r = run_one(&lab, pxgw, plan, paths, family, one_way)?;
+        let r = run_one(&lab, pxgw, plan, c)?;
         println!("{}", run_line(&r));
         runs.push(r);
     }
-    if !"failover".contains(only) {
+    if !"failover".starts_with(only) {
         return Ok(Report {
             runs,
             failover: None,
@@ -321,15 +372,17 @@ fn run_line(r: &RunReport) -> String {
         })
         .collect();
     format!(
-        "  {:<10} {} one_way={:<5} flows {:>2}  bytes {}  yield {:>5.1} %  instances carrying {}  inside MSS >= {}  [{}]",
+        "  {:<10} {} one_way={:<5} outside MTU {} flows {:>2}  bytes {}  yield {:>5.1} %  instances carrying {}  inside MSS >= {}  router too-big {}  [{}]",
         r.paths.to_string(),
         r.family,
         r.one_way,
+        r.outside_mtu,
         r.flows,
         if r.bytes_ok { "OK" } else { "BAD" },
         100.0 * r.yield_share,
         r.instances_carrying,
         r.inside_mss_min,
+        r.router_too_big,
         per.join("; ")
     )
 }
@@ -352,20 +405,22 @@ impl Report {
     /// The table printed at the end.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "paths      family one_way flows bytes   yield  instances  inside MSS  learned one-way\n",
+            "paths      family one_way outside MTU flows bytes   yield  instances  inside MSS  learned one-way  router too-big\n",
         );
         for r in &self.runs {
             s.push_str(&format!(
-                "{:<10} {:<6} {:<7} {:>5} {:<5} {:>6.1} % {:>9} {:>11} {:>16}\n",
+                "{:<10} {:<6} {:<7} {:>11} {:>5} {:<5} {:>6.1} % {:>9} {:>11} {:>16} {:>15}\n",
                 r.paths.to_string(),
                 r.family.to_string(),
                 r.one_way,
+                r.outside_mtu,
                 r.flows,
                 if r.bytes_ok { "OK" } else { "BAD" },
                 100.0 * r.yield_share,
                 r.instances_carrying,
                 r.inside_mss_min,
-                r.learned_one_way
+                r.learned_one_way,
+                r.router_too_big
             ));
         }
         if let Some(f) = &self.failover {
@@ -381,11 +436,28 @@ impl Report {
         let yield_of = |paths: Paths, family: Family| {
             self.runs
                 .iter()
-                .find(|r| r.paths == paths && r.family == family && r.one_way)
+                .find(|r| {
+                    r.paths == paths && r.family == family && r.one_way && r.outside_mtu == EMTU
+                })
                 .map(|r| r.yield_share)
         };
         for r in &self.runs {
-            let name = format!("{} {} one_way={}", r.paths, r.family, r.one_way);
+            let name = format!(
+                "{} {} one_way={} outside MTU {}",
+                r.paths, r.family, r.one_way, r.outside_mtu
+            );
+            match (r.paths, r.outside_mtu < EMTU, r.router_too_big) {
+                // The bottleneck really was hit: the instance that splits never saw the
+                // outside's MSS, and the router told the inside host.
+                (Paths::Asymmetric, true, 0) => {
+                    bad.push(format!("{name}: the outside router sent no too-big message"))
+                }
+                // With symmetric paths the instance that splits saw the outside's MSS.
+                (Paths::Symmetric, true, n) if n > 0 => bad.push(format!(
+                    "{name}: the outside router sent {n} too-big messages: pxgw split above the outside's MSS"
+                )),
+                _ => {}
+            }
             if !r.bytes_ok {
                 bad.push(format!("{name}: bytes not intact: {:?}", r.errors));
             }
@@ -405,7 +477,8 @@ impl Report {
             }
             // Every connection's inside host sends iMTU-sized segments: the outside's SYN or
             // SYN-ACK had its MSS raised by whichever instance it crossed.
-            if r.inside_mss_min < 8000 {
+            // (Behind the 1400 B link the inside host's MSS follows the path MTU it learned.)
+            if r.outside_mtu == EMTU && r.inside_mss_min < 8000 {
                 bad.push(format!(
                     "{name}: an inside host's MSS is {}",
                     r.inside_mss_min

@@ -179,6 +179,8 @@ pub struct EcmpLab {
     pub int_iface: String,
     /// The outside router's interface toward the outside host.
     ro_host_iface: String,
+    /// The outside host's interface.
+    ext_iface: String,
     /// The inside router's interface toward the inside host.
     ri_host_iface: String,
     /// Each instance's wires.
@@ -312,6 +314,7 @@ impl EcmpLab {
             int,
             int_iface,
             ro_host_iface,
+            ext_iface,
             ri_host_iface,
             slots,
             dir,
@@ -413,6 +416,37 @@ impl EcmpLab {
             }
         }
         Ok(())
+    }
+
+    /// Sets the MTU of the link between the outside router and the outside host (both ends):
+    /// below the eMTU it is the path's bottleneck, and the router answers larger packets with
+    /// "fragmentation needed" or Packet Too Big. The inside host's learned path MTUs are
+    /// flushed, so each run starts without them.
+    pub fn set_outside_link_mtu(&self, mtu: u16) -> Result<()> {
+        let mtu = mtu.to_string();
+        self.ro
+            .ip(&["link", "set", &self.ro_host_iface, "mtu", &mtu])?;
+        self.ext
+            .ip(&["link", "set", &self.ext_iface, "mtu", &mtu])?;
+        for family in ["-4", "-6"] {
+            self.int.ip(&[family, "route", "flush", "cache"])?;
+        }
+        Ok(())
+    }
+
+    /// ICMP "fragmentation needed" and ICMPv6 Packet Too Big messages the outside router sent
+    /// so far (`nstat`'s counters in its namespace).
+    pub fn router_too_big_sent(&self) -> Result<u64> {
+        let out = self.ro.exec("nstat", &["-asz"])?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let name = w.next()?;
+                let v: u64 = w.next()?.parse().ok()?;
+                matches!(name, "IcmpOutDestUnreachs" | "Icmp6OutPktTooBigs").then_some(v)
+            })
+            .sum())
     }
 
     /// Whether a ping from the outside router to the inside router's address on instance `i`'s

@@ -27,7 +27,7 @@ enum What {
         /// Also write the report as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Only the runs whose name (`symmetric-IPv4-true`, ..., `failover`) contains this.
+        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `failover`) starts with this.
         #[arg(long, default_value = "")]
         only: String,
     },
@@ -36,7 +36,7 @@ enum What {
         /// Also write the report as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Only the runs whose name (`symmetric-IPv4-true`, ..., `failover`) contains this.
+        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `failover`) starts with this.
         #[arg(long, default_value = "")]
         only: String,
     },
