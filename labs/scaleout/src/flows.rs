@@ -356,3 +356,49 @@ impl Capture {
         Ok(self.counts)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pxio::wire::{self, tcp_flags, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
+
+    fn frame(src: [u8; 4], payload: usize) -> Vec<u8> {
+        let eth = EthernetRepr {
+            dst: [2, 0, 0, 0, 0, 2],
+            src: [2, 0, 0, 0, 0, 1],
+            vlan_tci: None,
+            ethertype: 0,
+        };
+        let tcp = TcpRepr {
+            src_port: 40000,
+            dst_port: 20000,
+            seq: 1,
+            ack: 1,
+            flags: tcp_flags::ACK,
+            window: 1000,
+            urgent: 0,
+            options: &[],
+        };
+        let ip = IpRepr::V4(Ipv4Repr::new(src, [198, 19, 100, 2]));
+        wire::tcp_frame(eth, ip, tcp, &vec![7u8; payload]).unwrap()
+    }
+
+    /// A packet counts as iMTU-bound when one more of the outside host's segments (sized for
+    /// the outside path) would not have fit; only the outside host's TCP payload counts.
+    #[test]
+    fn the_yield_counts_the_outside_hosts_payload_in_imtu_bound_packets() {
+        let c = YieldCounts {
+            outside_mtu: 1400,
+            ..YieldCounts::default()
+        };
+        let ext = [198, 18, 0, 2];
+        // 1348 B segments: a packet of 7700 B IP is bound (7700 + 1348 > 9000), 7600 B is not.
+        c.record(&frame(ext, 7700 - 40));
+        c.record(&frame(ext, 7600 - 40));
+        c.record(&frame([198, 18, 0, 9], 8000)); // another source: ignored
+        c.record(&frame(ext, 0)); // a pure ACK: ignored
+        let (bound, all) = (7660.0, 7660.0 + 7560.0);
+        assert!((c.share(Family::V4) - bound / all).abs() < 1e-9);
+        assert_eq!(c.share(Family::V6), 0.0);
+    }
+}

@@ -551,3 +551,108 @@ impl Report {
         bad
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(name: &'static str) -> InstanceReport {
+        InstanceReport {
+            name,
+            inbound_packets: 10_000,
+            outbound_packets: 2_000,
+            learned_one_way: 0,
+            learned: 0,
+            merge_yield: 0.8,
+            split_packets: 100,
+            exit_code: 0,
+            leaked_mbufs: 0,
+            drops: 0,
+        }
+    }
+
+    fn run(paths: Paths, family: Family, one_way: bool, outside_mtu: u16) -> RunReport {
+        let asym = paths == Paths::Asymmetric;
+        RunReport {
+            paths,
+            family,
+            one_way,
+            outside_mtu,
+            router_too_big: if asym && outside_mtu < EMTU { 40 } else { 0 },
+            flows: 32,
+            bytes_ok: true,
+            yield_share: if one_way { 0.8 } else { 0.0 },
+            instances_carrying: 2,
+            inside_mss_min: if outside_mtu < EMTU && asym {
+                1348
+            } else {
+                8948
+            },
+            learned_one_way: if asym && one_way { 16 } else { 0 },
+            instances: vec![instance("A"), instance("B")],
+            errors: Vec::new(),
+        }
+    }
+
+    fn good() -> Report {
+        Report {
+            runs: vec![
+                run(Paths::Symmetric, Family::V4, true, EMTU),
+                run(Paths::Asymmetric, Family::V4, true, EMTU),
+                run(Paths::Asymmetric, Family::V4, false, EMTU),
+                run(Paths::Symmetric, Family::V4, true, SMALL_OUTSIDE_MTU),
+                run(Paths::Asymmetric, Family::V4, true, SMALL_OUTSIDE_MTU),
+            ],
+            failover: Some(FailoverReport {
+                bytes_ok: true,
+                connections_total: 64,
+                connections_survived: 64,
+                stall_ms: 700,
+                stall_ms_median: 450,
+                connections_stalled: 40,
+                gap_before_ms: 80,
+                stopped: "A",
+                withdrawn_after_ms: 310,
+                instances_carrying_before: 2,
+                survivor: Some(instance("B")),
+                errors: Vec::new(),
+            }),
+        }
+    }
+
+    /// Each check of [`Report::failures`] catches what it is meant to, and only that.
+    #[test]
+    fn every_check_fails_on_what_it_guards() {
+        assert_eq!(good().failures(), Vec::<String>::new());
+        let broken: [(&str, fn(&mut Report)); 10] = [
+            ("bytes not intact", |r| r.runs[0].bytes_ok = false),
+            ("1 instances carried", |r| r.runs[1].instances_carrying = 1),
+            ("MSS is 1460", |r| r.runs[0].inside_mss_min = 1460),
+            ("learned one way on symmetric", |r| {
+                r.runs[0].learned_one_way = 1
+            }),
+            ("15 of 16 inbound", |r| r.runs[1].learned_one_way = 15),
+            ("not asymmetric", |r| r.runs[2].yield_share = 0.5),
+            ("below 70 % of symmetric", |r| r.runs[1].yield_share = 0.5),
+            ("no too-big", |r| r.runs[4].router_too_big = 0),
+            ("split above the outside's MSS", |r| {
+                r.runs[3].router_too_big = 3
+            }),
+            ("63/64", |r| {
+                if let Some(f) = r.failover.as_mut() {
+                    f.connections_survived = 63;
+                    f.bytes_ok = false;
+                }
+            }),
+        ];
+        for (what, breaks) in broken {
+            let mut r = good();
+            breaks(&mut r);
+            let failures = r.failures();
+            assert!(
+                failures.iter().any(|f| f.contains(what)),
+                "{what}: {failures:?}"
+            );
+        }
+    }
+}
