@@ -620,11 +620,14 @@ mod tests {
         }
     }
 
-    /// Each check of [`Report::failures`] catches what it is meant to, and only that.
+    /// What a failure line must say, and how to break a good report so that it does.
+    type Breakage = (&'static str, fn(&mut Report));
+
+    /// Each check of [`Report::failures`] catches what it is meant to.
     #[test]
     fn every_check_fails_on_what_it_guards() {
         assert_eq!(good().failures(), Vec::<String>::new());
-        let broken: [(&str, fn(&mut Report)); 10] = [
+        let broken: [Breakage; 10] = [
             ("bytes not intact", |r| r.runs[0].bytes_ok = false),
             ("1 instances carried", |r| r.runs[1].instances_carrying = 1),
             ("MSS is 1460", |r| r.runs[0].inside_mss_min = 1460),
