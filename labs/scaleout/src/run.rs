@@ -85,7 +85,7 @@ impl Case {
 /// One run's outcome (`runs[]` of the JSON report).
 #[derive(Clone, Debug, Serialize)]
 pub struct RunReport {
-    /// "symmetric" or "asymmetric".
+    /// "symmetric", "asymmetric" or "ecmp" (each router's hash alone).
     pub paths: Paths,
     /// The IP family.
     pub family: Family,
@@ -319,6 +319,9 @@ pub fn run_all(pxgw: &Path, plan: &Plan, only: &str) -> Result<Report> {
         case(Paths::Asymmetric, Family::V6, true, EMTU),
         // The control: without one-way learning, asymmetric paths are not merged.
         case(Paths::Asymmetric, Family::V4, false, EMTU),
+        // Plain ECMP, each router hashing on its own: how many connections come out
+        // asymmetric by chance (those learned one way).
+        case(Paths::Ecmp, Family::V4, true, EMTU),
         // A 1400 B link to the outside host: the instance that splits never saw the outside's
         // MSS, so its first segments are too large; the router's "fragmentation needed" or
         // Packet Too Big reaches the inside host through whichever instance, and its PMTUD
@@ -500,6 +503,10 @@ impl Report {
                         r.learned_one_way
                     ))
                 }
+                (Paths::Ecmp, _) if r.learned_one_way > inbound_flows => bad.push(format!(
+                    "{name}: {} connections learned one way, more than the {inbound_flows} inbound ones",
+                    r.learned_one_way
+                )),
                 (Paths::Asymmetric, false) if r.yield_share > 0.05 => bad.push(format!(
                     "{name}: yield {:.3} without one-way learning: the paths were not asymmetric",
                     r.yield_share
