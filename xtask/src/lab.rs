@@ -9,6 +9,11 @@
 //! TCP sequences compared with a Linux receiver behind a bridge, floods of 1 M frames (new
 //! flows, spoofed SYNs, UDP), SIGINT and a restart mid-transfer, mempool exhaustion — via
 //! `pxgw-stress run` (`labs/stress`).
+//!
+//! `scale-out`: two pxgw instances between two Linux routers that spread flows over them with
+//! ECMP (5-tuple hash), symmetric and deliberately asymmetric paths in IPv4 and IPv6, and a
+//! failover with one instance killed mid-transfer — via `pxgw-scaleout run` (`labs/scaleout`,
+//! docs/scale-out.md).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -26,6 +31,8 @@ pub enum LabKind {
     Pmtud,
     /// Hostile input against pxgw: crafted sequences, floods, a restart, mempool exhaustion.
     Stress,
+    /// Two pxgw instances behind ECMP routers: symmetric and asymmetric paths, a failover.
+    ScaleOut,
 }
 
 impl LabKind {
@@ -34,6 +41,7 @@ impl LabKind {
         match self {
             LabKind::Pmtud => &["fpmtud", "pmtud-lab"],
             LabKind::Stress => &["pxgw", "stress-lab"],
+            LabKind::ScaleOut => &["pxgw", "scaleout-lab"],
         }
     }
 
@@ -42,6 +50,7 @@ impl LabKind {
         match self {
             LabKind::Pmtud => "fpmtud-lab",
             LabKind::Stress => "pxgw-stress",
+            LabKind::ScaleOut => "pxgw-scaleout",
         }
     }
 }

@@ -9,7 +9,7 @@
 //!   suites; its summary counts and names every test it skipped.
 //! * `cargo xtask bench merge|caravan|pmtu-cache [--json FILE]` runs a benchmark in release mode and prints
 //!   its table (and writes its JSON report).
-//! * `cargo xtask lab pmtud|stress [--json FILE]` runs a namespace lab in release mode and
+//! * `cargo xtask lab pmtud|stress|scale-out [--json FILE]` runs a namespace lab in release mode and
 //!   prints its table (and writes its JSON report): F-PMTUD, scamper and the kernel's PMTUD,
 //!   with and without an ICMP black hole; hostile input against pxgw (crafted TCP sequences
 //!   compared with a Linux receiver, floods, a restart, mempool exhaustion).

@@ -112,6 +112,31 @@ const INTEGRATION_SUITES: &[Suite] = &[
         program: "target/release/pxgw-stress",
         args: &["test"],
     },
+    // The scale-out lab, short (1 MB per connection; `cargo xtask lab scale-out` sends 8 MB):
+    // two pxgw instances between Linux routers with ECMP, 16 connections each way per run,
+    // symmetric and asymmetric paths in IPv4 and IPv6 (every byte sha256-checked, both
+    // instances carrying, the inside host's MSS raised, one-way learning only where the paths
+    // are asymmetric), the control without one-way learning, and a failover: one instance
+    // killed mid-transfer, the routers withdraw it, every connection must complete intact.
+    Suite {
+        name: "scaleout-build",
+        program: "cargo",
+        args: &[
+            "build",
+            "--release",
+            "-j2",
+            "-p",
+            "pxgw",
+            "-p",
+            "scaleout-lab",
+            "--bins",
+        ],
+    },
+    Suite {
+        name: "scaleout-lab",
+        program: "target/release/pxgw-scaleout",
+        args: &["test"],
+    },
     // The merge benchmark from a clean build, small: both engines on real traces, every output
     // byte verified against the flows' streams. It checks that the bench works and that pxio's
     // output is correct on bench traffic; it asserts no timing.

@@ -26,6 +26,9 @@ pub struct Config {
     /// TCP MSS rewriting in handshakes.
     #[serde(default)]
     pub mss: Mss,
+    /// Which connections the gateway translates (scale-out behind ECMP: docs/scale-out.md).
+    #[serde(default)]
+    pub connections: Connections,
     /// How the path MTU of an outbound flow is chosen.
     #[serde(default)]
     pub pmtu: Pmtu,
@@ -314,6 +317,19 @@ impl Default for Mss {
     fn default() -> Self {
         Self { rewrite: true }
     }
+}
+
+/// Which connections the gateway merges (issue 15; `crate::conn`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Connections {
+    /// Merge connections this instance sees in one direction only: a run of in-order MSS-sized
+    /// segments from outside while no segment of the connection from inside crossed this
+    /// instance. Turn it on when several instances sit behind routers that choose each
+    /// direction's instance on their own (ECMP without symmetric hashing), where the inside
+    /// host's SYN-ACK and ACKs may cross another instance. Off by default: an instance that sees
+    /// both directions then admits no connection the inside host did not acknowledge.
+    pub one_way: bool,
 }
 
 /// Path MTU policy for outbound TCP.

@@ -26,9 +26,29 @@
 //! ([`Slots`]), so spoofed data cannot fill anything merging depends on. The window is not
 //! used: it is the outside's receive window and says nothing about the stream being merged.
 //!
+//! **Connections seen in one direction only** (issue 15, scale-out behind ECMP). Routers that
+//! spread flows over several gateways by a 5-tuple hash choose each direction's gateway on
+//! their own, so one instance may see everything the outside sends and nothing the inside host
+//! answers (docs/scale-out.md). Such an instance never sees the inside host's SYN-ACK or ACKs,
+//! so neither rule above can ever admit the connection. With one-way learning on
+//! ([`ConnTable::with_one_way`], `[connections] one_way = true`), the learning rule admits a run
+//! of [`LEARN_SEGMENTS`] in-order MSS-sized segments from outside **while this instance has seen
+//! no segment of the connection from inside** (had it seen one, the inside host's
+//! acknowledgement is still required). Those connections go to a table of their own, bounded
+//! and evicting its least recently seen entries ([`Slots`]), so spoofed one-way data can only
+//! churn it, never fill the established table; a RST from the inside host removes its entry.
+//! Merging needs nothing else: the merger joins only contiguous in-order segments of one flow,
+//! whoever saw the handshake. MSS rewriting needs no state at all (each SYN and SYN-ACK is
+//! rewritten by the instance it crosses), and the split size of an instance that never saw the
+//! outside's MSS comes from its path MTU cache, else the eMTU.
+//!
 //! Each connection also remembers how far the inside host's data that the gateway split has
 //! gone, so that a segment sent again, and again, is seen: that is the IPv6 black-hole signal
-//! (docs/fpmtud.md, "IPv6: Packet Too Big and black holes").
+//! (docs/fpmtud.md, "IPv6: Packet Too Big and black holes"). Connections the gateway splits but
+//! does not know (an instance that sees only the inside host's segments, behind ECMP; or after a
+//! restart, a connection whose data only goes out) are followed the same way in a bounded table
+//! of their own ([`ConnTable::retransmits_mut`]): only the inside host's segments create entries
+//! there, and a wrong guess only lowers one destination's split size.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -38,7 +58,8 @@ use pxio::wire::{tcp_flags, FlowKey};
 /// A connection's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conn {
-    /// Path MTU toward the outside peer.
+    /// Path MTU toward the outside peer; 0 when unknown (this instance never saw the outside's
+    /// SYN or SYN-ACK: it crossed another instance, or came before a restart).
     pub pmtu: u16,
     /// Last packet seen, ns.
     pub last_seen: u64,
@@ -122,6 +143,10 @@ struct HalfOpen {
     inside_snd_max: u32,
 }
 
+/// Connections split but not known whose retransmissions are followed, per table (oldest
+/// evicted).
+const UNKNOWN_RETX_CAPACITY: usize = 4096;
+
 /// Segments in a row that teach the gateway a connection whose handshake it did not see.
 pub const LEARN_SEGMENTS: u8 = 8;
 
@@ -149,6 +174,8 @@ struct Learning {
     run: u8,
     /// The inside host acknowledged data between `base` and `high`.
     acked: bool,
+    /// A segment of this connection from inside was seen (then only `acked` admits it).
+    inside_seen: bool,
 }
 
 /// A bounded map from flows to `V` that never allocates after construction and evicts the
@@ -319,6 +346,12 @@ pub struct ConnTable {
     evicted: u64,
     /// Connections learned from their data.
     learned: u64,
+    /// Connections learned from one direction only (`None`: one-way learning is off).
+    one_way: Option<Slots<Conn>>,
+    /// Connections learned from one direction only, so far.
+    learned_one_way: u64,
+    /// Retransmissions of split segments of connections neither established nor one-way.
+    unknown_retx: Slots<Retransmits>,
 }
 
 /// The key of a connection, oriented outside → inside whichever way the packet goes.
@@ -348,7 +381,17 @@ impl ConnTable {
             learning: Slots::new(learning),
             evicted: 0,
             learned: 0,
+            one_way: None,
+            learned_one_way: 0,
+            unknown_retx: Slots::new(UNKNOWN_RETX_CAPACITY),
         }
+    }
+
+    /// Turns on one-way learning (module docs), with a table of at least `capacity` one-way
+    /// connections (least recently seen evicted).
+    pub fn with_one_way(mut self, capacity: usize) -> Self {
+        self.one_way = Some(Slots::new(capacity));
+        self
     }
 
     /// Records or refreshes an established connection; false when the table is full.
@@ -425,6 +468,20 @@ impl ConnTable {
         if self.map.contains_key(key) {
             return Outcome::Established;
         }
+        let inside_rst = seg.rst && !inbound;
+        if let Some(one_way) = &mut self.one_way {
+            if one_way.get_mut(key, now).is_some() {
+                // The inside host resetting it: a spoofer's stream, or the connection's end.
+                if inside_rst {
+                    one_way.remove(key);
+                    return Outcome::Pending;
+                }
+                return Outcome::Established;
+            }
+        }
+        if inside_rst {
+            self.learning.remove(key);
+        }
         if seg.syn || seg.rst {
             return Outcome::Pending;
         }
@@ -478,6 +535,7 @@ impl ConnTable {
             let Some(e) = self.learning.get_mut(key, now) else {
                 return Outcome::Pending;
             };
+            e.inside_seen = true;
             if before(e.base, ack) && !before(e.high, ack) {
                 e.acked = true;
             }
@@ -517,6 +575,11 @@ impl ConnTable {
                 return Outcome::Pending;
             }
             let end = seg.seq.wrapping_add(seg.payload);
+            // The inside host's SYN or SYN-ACK counts as a segment seen from inside.
+            let inside_seen = self
+                .half_open
+                .get_mut(key, now)
+                .is_some_and(|h| h.inside_isn.is_some());
             let entry = Learning {
                 base: seg.seq,
                 high: end,
@@ -526,6 +589,7 @@ impl ConnTable {
                 ip_len: seg.ip_len,
                 run: u8::from(seg.ip_len >= LEARN_MIN_IP_LEN && !seg.fin),
                 acked: false,
+                inside_seen,
             };
             self.learning.insert(*key, entry, now);
             return Outcome::Pending;
@@ -533,8 +597,27 @@ impl ConnTable {
         let Some(e) = self.learning.get_mut(key, now).copied() else {
             return Outcome::Pending;
         };
-        if e.run < LEARN_SEGMENTS || !e.acked {
+        if e.run < LEARN_SEGMENTS {
             return Outcome::Pending;
+        }
+        if !e.acked {
+            // Without the inside host's acknowledgement, only a connection this instance sees
+            // one way (none of its segments from inside) is admitted, to the one-way table.
+            let Some(one_way) = self.one_way.as_mut().filter(|_| inbound && !e.inside_seen) else {
+                return Outcome::Pending;
+            };
+            self.learning.remove(key);
+            one_way.insert(
+                *key,
+                Conn {
+                    pmtu: e.ip_len,
+                    last_seen: now,
+                    retx: Retransmits::default(),
+                },
+                now,
+            );
+            self.learned_one_way += 1;
+            return Outcome::Established;
         }
         self.learning.remove(key);
         if self.upsert(*key, e.ip_len, now) {
@@ -555,16 +638,29 @@ impl ConnTable {
         }
     }
 
-    /// The path MTU hint of a connection, established or half-open (0 when no SYN from outside
-    /// told it yet), refreshing it.
+    /// The path MTU hint of a connection, established, one-way or half-open, refreshing it;
+    /// `None` when it is unknown, also for a connection whose handshake completed without the
+    /// outside's SYN or SYN-ACK crossing this instance (issue 15: a split size of 0 would drop
+    /// every segment the inside host sends; the caller falls back to its default).
     pub fn pmtu_hint(&mut self, key: &FlowKey, now: u64) -> Option<u16> {
-        if let Some(c) = self.touch(key, now) {
-            return Some(c.pmtu);
-        }
-        self.half_open
-            .get_mut(key, now)
-            .map(|e| e.pmtu)
-            .filter(|&p| p > 0)
+        let hint = if let Some(c) = self.touch(key, now) {
+            c.pmtu
+        } else if let Some(c) = self.one_way.as_mut().and_then(|t| t.get_mut(key, now)) {
+            c.pmtu
+        } else {
+            self.half_open.get_mut(key, now).map_or(0, |e| e.pmtu)
+        };
+        (hint > 0).then_some(hint)
+    }
+
+    /// Whether the connection is established or learned one way (refreshing it): a Packet Too
+    /// Big quoting it is worth believing.
+    pub fn is_known(&mut self, key: &FlowKey, now: u64) -> bool {
+        self.touch(key, now).is_some()
+            || self
+                .one_way
+                .as_mut()
+                .is_some_and(|t| t.get_mut(key, now).is_some())
     }
 
     /// The established connection, refreshed.
@@ -581,6 +677,28 @@ impl ConnTable {
         Some(c)
     }
 
+    /// What the gateway saw of the split segments of the connection `key`, refreshed: the
+    /// established or one-way connection's, else an entry of the bounded table of connections
+    /// split but not known (made now if needed). `None` only if a table cannot hold it.
+    pub fn retransmits_mut(&mut self, key: &FlowKey, now: u64) -> Option<&mut Retransmits> {
+        if self.map.contains_key(key) {
+            let c = self.map.get_mut(key)?;
+            c.last_seen = now;
+            return Some(&mut c.retx);
+        }
+        if self.one_way.as_ref().is_some_and(|t| t.find(key).is_some()) {
+            return self
+                .one_way
+                .as_mut()?
+                .get_mut(key, now)
+                .map(|c| &mut c.retx);
+        }
+        if self.unknown_retx.get_mut(key, now).is_none() {
+            self.unknown_retx.insert(*key, Retransmits::default(), now);
+        }
+        self.unknown_retx.get_mut(key, now)
+    }
+
     /// Forgets connections idle since before `cutoff` ns, half-open and learning ones too;
     /// returns how many established ones went.
     pub fn expire(&mut self, cutoff: u64) -> usize {
@@ -588,6 +706,10 @@ impl ConnTable {
         self.map.retain(|_, c| c.last_seen >= cutoff);
         self.half_open.expire(cutoff);
         self.learning.expire(cutoff);
+        if let Some(t) = &mut self.one_way {
+            t.expire(cutoff);
+        }
+        self.unknown_retx.expire(cutoff);
         before - self.map.len()
     }
 
@@ -614,6 +736,16 @@ impl ConnTable {
     /// Connections learned from their data so far.
     pub fn learned(&self) -> u64 {
         self.learned
+    }
+
+    /// Connections learned from one direction only so far (module docs).
+    pub fn learned_one_way(&self) -> u64 {
+        self.learned_one_way
+    }
+
+    /// One-way connections held now.
+    pub fn one_way(&self) -> usize {
+        self.one_way.as_ref().map_or(0, Slots::len)
     }
 }
 
@@ -744,6 +876,97 @@ mod tests {
         );
     }
 
+    /// Feeds `n` in-order MSS-sized segments from outside; returns the last outcome.
+    fn run_from_outside(t: &mut ConnTable, k: &FlowKey, seq: &mut u32, n: usize) -> Outcome {
+        let mut last = Outcome::Pending;
+        for _ in 0..n {
+            last = t.on_segment(k, &data(*seq, 77, 1448), true, 0);
+            *seq = seq.wrapping_add(1448);
+        }
+        last
+    }
+
+    #[test]
+    fn a_connection_seen_one_way_is_learned_only_with_one_way_learning() {
+        // Off (the default): the inside host's acknowledgement is required, as before.
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(20);
+        t.on_handshake(k, &seg(99, None, true), true, Some(1500), 0);
+        let mut seq = 100;
+        assert_eq!(run_from_outside(&mut t, &k, &mut seq, 50), Outcome::Pending);
+        // On: the outside's SYN, then its data, nothing from inside (the SYN-ACK and the ACKs
+        // crossed another instance).
+        let mut t = ConnTable::new(4, 16, 16).with_one_way(8);
+        t.on_handshake(k, &seg(99, None, true), true, Some(1500), 0);
+        let mut seq = 100;
+        let n = usize::from(LEARN_SEGMENTS);
+        assert_eq!(
+            run_from_outside(&mut t, &k, &mut seq, n - 1),
+            Outcome::Pending
+        );
+        assert_eq!(
+            run_from_outside(&mut t, &k, &mut seq, 1),
+            Outcome::Established
+        );
+        assert_eq!(
+            run_from_outside(&mut t, &k, &mut seq, 1),
+            Outcome::Established
+        );
+        assert_eq!((t.len(), t.one_way(), t.learned_one_way()), (0, 1, 1));
+        assert_eq!(t.pmtu_hint(&k, 0), Some(1488), "the observed size");
+        assert!(t.is_known(&k, 0));
+        // The inside host resets it: gone.
+        let mut rst = data(5, seq, 0);
+        rst.rst = true;
+        assert_eq!(t.on_segment(&k, &rst, false, 0), Outcome::Pending);
+        assert_eq!(t.one_way(), 0);
+        assert!(!t.is_known(&k, 0));
+    }
+
+    #[test]
+    fn a_connection_whose_inside_segments_this_instance_sees_still_needs_their_ack() {
+        let mut t = ConnTable::new(4, 16, 16).with_one_way(8);
+        // The inside host's SYN-ACK crossed this instance: it is not one-way here.
+        let k = key(21);
+        t.on_handshake(k, &seg(5000, Some(100), true), false, None, 0);
+        let mut seq = 100;
+        assert_eq!(run_from_outside(&mut t, &k, &mut seq, 30), Outcome::Pending);
+        // An inside segment seen mid-stream (acknowledging nothing sent) counts the same way.
+        let k = key(22);
+        let mut seq = 100;
+        run_from_outside(&mut t, &k, &mut seq, 1);
+        let lie = data(5, seq.wrapping_add(1_000_000), 0);
+        assert_eq!(t.on_segment(&k, &lie, false, 0), Outcome::Pending);
+        assert_eq!(run_from_outside(&mut t, &k, &mut seq, 30), Outcome::Pending);
+        // Its real acknowledgement admits it to the established table.
+        let ack = data(5, seq, 0);
+        assert_eq!(t.on_segment(&k, &ack, false, 0), Outcome::Established);
+        assert_eq!((t.len(), t.one_way(), t.learned_one_way()), (1, 0, 0));
+    }
+
+    #[test]
+    fn spoofed_one_way_streams_only_churn_their_own_bounded_table() {
+        let mut t = ConnTable::new(4, 16, 64).with_one_way(8);
+        for i in 0..1000 {
+            let mut seq = i * 7;
+            let k = key(1000 + i);
+            assert_eq!(
+                run_from_outside(&mut t, &k, &mut seq, usize::from(LEARN_SEGMENTS)),
+                Outcome::Established
+            );
+            assert!(t.one_way() <= 8);
+        }
+        assert_eq!(t.len(), 0, "the established table is untouched");
+        // A real connection still completes its handshake into the established table.
+        let k = key(1);
+        t.on_handshake(k, &seg(7, None, true), false, None, 0);
+        assert_eq!(
+            t.on_handshake(k, &seg(900, Some(8), true), true, Some(1300), 1),
+            Outcome::Established
+        );
+        assert_eq!(t.len(), 1);
+    }
+
     #[test]
     fn slots_evict_the_oldest_of_a_full_set_and_stay_bounded() {
         let mut t = Slots::new(8);
@@ -818,6 +1041,20 @@ mod tests {
             t.on_segment(&k, &seg(8, Some(901), false), false, 2),
             Outcome::Established
         );
+    }
+
+    #[test]
+    fn a_connection_completed_without_the_outside_syn_ack_has_no_pmtu_hint() {
+        // The inside's SYN crossed this instance, the outside's SYN-ACK another one; then the
+        // routes changed and the outside's ACKs arrive here (a failover behind ECMP).
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(4);
+        t.on_handshake(k, &seg(7, None, true), false, None, 0);
+        assert_eq!(
+            t.on_segment(&k, &seg(901, Some(8), false), true, 1),
+            Outcome::Established
+        );
+        assert_eq!(t.pmtu_hint(&k, 2), None, "unknown, not 0");
     }
 
     #[test]

@@ -55,6 +55,8 @@ const MAX_CONNECTIONS: usize = 65536;
 const MAX_HALF_OPEN: usize = 65536;
 /// Connections being learned from their data, per worker (oldest evicted: `crate::conn`).
 const MAX_LEARNING: usize = 16384;
+/// Connections learned one way (`[connections] one_way`), per worker (oldest evicted).
+const MAX_ONE_WAY: usize = 16384;
 
 /// The per-worker processing state.
 pub struct Pipeline<B: PacketBuf> {
@@ -160,7 +162,14 @@ impl<B: PacketBuf> Pipeline<B> {
                 blackhole_mtu: cfg.pmtu.blackhole_mtu,
             },
             merger: Merger::new(merge_cfg, merge_pool)?,
-            conns: ConnTable::new(MAX_CONNECTIONS, MAX_HALF_OPEN, MAX_LEARNING),
+            conns: {
+                let t = ConnTable::new(MAX_CONNECTIONS, MAX_HALF_OPEN, MAX_LEARNING);
+                if cfg.connections.one_way {
+                    t.with_one_way(MAX_ONE_WAY)
+                } else {
+                    t
+                }
+            },
             caravans: HashMap::with_capacity(MAX_OPEN_CARAVANS),
             expired: Vec::with_capacity(MAX_OPEN_CARAVANS),
             pool,
@@ -191,6 +200,7 @@ impl<B: PacketBuf> Pipeline<B> {
         r.mss.half_open = self.conns.half_open() as u64;
         r.mss.half_open_evicted = self.conns.evicted();
         r.mss.learned = self.conns.learned();
+        r.mss.learned_one_way = self.conns.learned_one_way();
         r.pmtud = self.pmtu.summary();
         r.pmtud_paths = self.pmtu.paths().to_vec();
         r.finish();
@@ -427,7 +437,7 @@ impl<B: PacketBuf> Pipeline<B> {
             return false;
         }
         let key = conn::reverse(&err.flow());
-        if self.conns.touch(&key, now).is_none() {
+        if !self.conns.is_known(&key, now) {
             return false;
         }
         // RFC 8201 §4: never below the IPv6 minimum; IPv4 as low as RFC 791's 576 (Linux's
@@ -792,10 +802,15 @@ impl<B: PacketBuf> Pipeline<B> {
             return pmtu;
         };
         let (limit, window) = (self.cfg.blackhole_retransmits, self.cfg.blackhole_window_ns);
-        let Some(c) = self.conns.touch_mut(&key, now) else {
+        if limit == 0 {
+            return pmtu;
+        }
+        // Also for a connection this instance splits without knowing it (issue 15: behind
+        // ECMP it may see only the inside host's segments).
+        let Some(retx) = self.conns.retransmits_mut(&key, now) else {
             return pmtu;
         };
-        if !c.retx.on_split(
+        if !retx.on_split(
             tcp.seq_number(),
             u32::from(h.payload_len),
             now,

@@ -200,6 +200,8 @@ pub struct MssSummary {
     pub half_open_evicted: u64,
     /// Connections learned from their data, their handshake unseen (after a restart).
     pub learned: u64,
+    /// Connections learned from one direction only (`[connections] one_way`: behind ECMP).
+    pub learned_one_way: u64,
 }
 
 /// Upper bounds (inclusive) of the frame-size buckets, bytes of the Ethernet frame without FCS:
@@ -347,6 +349,7 @@ impl Report {
         self.mss.half_open += o.mss.half_open;
         self.mss.half_open_evicted += o.mss.half_open_evicted;
         self.mss.learned += o.mss.learned;
+        self.mss.learned_one_way += o.mss.learned_one_way;
         self.drops.add(&o.drops);
         self.connections += o.connections;
         let (a, b) = (&mut self.pmtud, &o.pmtud);

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use nix::sched::{setns, CloneFlags};
 
+mod route;
 mod tap;
+pub use route::{clear_mark_rules, make_router, mark_rule, route_via, NextHop};
 pub use tap::TapWire;
 
 /// What went wrong while building or driving a lab.
@@ -179,6 +181,36 @@ impl Netns {
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
+    }
+}
+
+impl Netns {
+    /// Spawns a thread named `name` that enters this namespace and runs `f` there (sockets it
+    /// opens live here). Unlike [`Netns::enter`], the caller does not wait: join the handle.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<std::thread::JoinHandle<Result<T>>> {
+        let path = format!("/run/netns/{}", self.name);
+        let file = File::open(&path).map_err(|e| Error::Enter {
+            name: self.name.clone(),
+            reason: format!("{path}: {e}"),
+        })?;
+        let ns = self.name.clone();
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                setns(&file, CloneFlags::CLONE_NEWNET).map_err(|e| Error::Enter {
+                    name: ns,
+                    reason: e.to_string(),
+                })?;
+                Ok(f())
+            })
+            .map_err(|source| Error::Spawn {
+                command: format!("thread {name}"),
+                source,
+            })
     }
 }
 

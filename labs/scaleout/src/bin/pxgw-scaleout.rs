@@ -1,0 +1,80 @@
+//! `pxgw-scaleout run [--json FILE]` (what `cargo xtask lab scale-out` runs) and
+//! `pxgw-scaleout test` (the short version in `cargo xtask test`): two pxgw instances behind
+//! ECMP routers, symmetric and asymmetric paths, a failover; a table, and a JSON report.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use scaleout_lab::run::{run_all, Plan};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pxgw-scaleout",
+    about = "Two pxgw instances behind ECMP routers, in network namespaces"
+)]
+struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Debug, Subcommand)]
+enum What {
+    /// The full run (8 MB per connection); exits non-zero when a check fails.
+    Run {
+        /// Also write the report as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `failover`) starts with this.
+        #[arg(long, default_value = "")]
+        only: String,
+    },
+    /// The short run of the integration suite (1 MB per connection).
+    Test {
+        /// Also write the report as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `failover`) starts with this.
+        #[arg(long, default_value = "")]
+        only: String,
+    },
+}
+
+fn main() {
+    match run(Args::parse().what) {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("pxgw-scaleout: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(what: What) -> Result<bool> {
+    let (plan, json, only) = match what {
+        What::Run { json, only } => (Plan::full(), json, only),
+        What::Test { json, only } => (Plan::short(), json, only),
+    };
+    for tool in ["nft", "ping", "ethtool"] {
+        if !gateway_lab::have(tool) {
+            anyhow::bail!("{tool} is missing: run `cargo xtask deps`");
+        }
+    }
+    let report = run_all(&scaleout_lab::pxgw_binary()?, &plan, &only)?;
+    println!();
+    print!("{}", report.table());
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    }
+    let failures = report.failures();
+    for f in &failures {
+        println!("FAILED: {f}");
+    }
+    if failures.is_empty() {
+        println!("scale-out lab: every check passed");
+    }
+    Ok(failures.is_empty())
+}
