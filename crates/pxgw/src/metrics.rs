@@ -481,6 +481,21 @@ impl Collector for Collect {
                 r.mss.rewritten
             }),
             (
+                "pxgw_connections_learned",
+                "Connections learned from their data, their handshake unseen (after a restart).",
+                |r| r.mss.learned,
+            ),
+            (
+                "pxgw_connections_learned_one_way",
+                "Connections learned from one direction only ([connections] one_way, behind ECMP).",
+                |r| r.mss.learned_one_way,
+            ),
+            (
+                "pxgw_connections_half_open_evicted",
+                "Half-open connections evicted for newer ones (a SYN flood shows here).",
+                |r| r.mss.half_open_evicted,
+            ),
+            (
                 "pxgw_split_packets",
                 "Outbound TCP packets split to the path MTU in software.",
                 |r| r.split.packets,
