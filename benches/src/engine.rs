@@ -9,6 +9,12 @@ pub struct EngineResult {
     /// CPU time of the engine's own work (merge and flush, not building input or recording
     /// output) per input packet, ns, on one core.
     pub ns_per_pkt: f64,
+    /// The same in TSC cycles.
+    pub cycles_per_pkt: f64,
+    /// Packets whose headers the run parsed for the engine inside its timed sections, when the
+    /// engine needs the application to do it (rte_gro: `rte_net_get_ptype`); `None` when the
+    /// engine parses for itself (pxio classifies inside `rx`).
+    pub parsed_in_timed_region: Option<u64>,
     /// Yield, delay and output counts.
     pub outcome: Outcome,
     /// Bytes of per-flow state the engine keeps.
@@ -74,13 +80,18 @@ impl CycleTimer {
 
     /// Total timed nanoseconds, extrapolated over the sections set aside.
     pub fn ns(&self) -> f64 {
+        self.cycles() * 1e9 / self.tsc_hz.max(1) as f64
+    }
+
+    /// Total timed TSC cycles, extrapolated over the sections set aside.
+    pub fn cycles(&self) -> f64 {
         let sections = (self.kept + self.discarded) as f64;
         let scale = if self.kept == 0 {
             0.0
         } else {
             sections / self.kept as f64
         };
-        self.cycles as f64 * scale * 1e9 / self.tsc_hz.max(1) as f64
+        self.cycles as f64 * scale
     }
 }
 
@@ -102,6 +113,11 @@ pub fn best_of(
                 "two runs on the same trace differ: {:?} vs {:?}",
                 best.outcome, next.outcome
             )));
+        }
+        if next.parsed_in_timed_region != best.parsed_in_timed_region {
+            return Err(BenchError::Config(
+                "two runs on the same trace parsed different packet counts".into(),
+            ));
         }
         if next.ns_per_pkt < best.ns_per_pkt {
             best = next;

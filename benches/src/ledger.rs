@@ -10,6 +10,11 @@
 //! could not take one more segment. For an engine that respects the cap (`P <= cap`) the rule
 //! reduces to the plain definition, so one rule serves both.
 //!
+//! **Packets per iMTU** (issue 12, §3) is what the yield hides: how many packets leave per
+//! iMTU's worth of payload, `outputs / (input payload / cap)`; 1.0 is ideal, and every runt a cut
+//! leaves behind raises it. An uncapped output of `P` bytes (rte_gro) counts as the
+//! `ceil(P / cap)` packets it would be cut into, by the same rule as the yield.
+//!
 //! **Added delay** of an input packet is its emission time minus the time the engine received
 //! it, both in simulated time: the emission time is the time of the RX burst (or final flush)
 //! during which the engine handed the packet out, the receive time is its RX burst's time
@@ -79,6 +84,9 @@ pub struct Outcome {
     pub output_packets: u64,
     /// Mean input segments per output packet.
     pub segments_per_output: f64,
+    /// Output packets (an uncapped one counted as cut at the iMTU) per iMTU of input payload;
+    /// 1.0 is ideal.
+    pub packets_per_imtu: f64,
 }
 
 /// Records an engine's outputs against the trace. Feed it every packet the engine emits, then
@@ -95,6 +103,8 @@ pub struct Ledger<'t> {
     delay_sum_ns: u128,
     bound_bytes: u64,
     output_packets: u64,
+    /// Output packets with each uncapped one counted as the packets it would be cut into.
+    capped_packets: u64,
     faults: Faults,
     /// The headers of the output being recorded.
     head: [u8; HEADERS_LEN],
@@ -118,6 +128,7 @@ impl<'t> Ledger<'t> {
             delay_sum_ns: 0,
             bound_bytes: 0,
             output_packets: 0,
+            capped_packets: 0,
             faults: Faults::default(),
             head: [0; HEADERS_LEN],
             copy: Vec::new(),
@@ -169,6 +180,7 @@ impl<'t> Ledger<'t> {
             self.faults.corrupted += 1;
         }
         self.bound_bytes += self.bound_bytes(payload) as u64;
+        self.capped_packets += payload.div_ceil(self.cap.max(1)).max(1) as u64;
         let end = start + payload;
         for seg in first_seg as usize..end.div_ceil(MSS) {
             let Some(slot) = self.trace.slot_of(flow, seg as u32) else {
@@ -241,6 +253,8 @@ impl<'t> Ledger<'t> {
             max_delay_us: us(self.delays_ns.max()),
             output_packets: self.output_packets,
             segments_per_output: self.trace.len() as f64 / self.output_packets.max(1) as f64,
+            packets_per_imtu: self.capped_packets as f64 * self.cap as f64
+                / self.trace.payload_bytes().max(1) as f64,
         })
     }
 }
@@ -289,6 +303,8 @@ mod tests {
         let o = l.finish().unwrap();
         assert_eq!(o.conversion_yield, 0.0);
         assert_eq!(o.mean_delay_us, 0.0);
+        // One packet per segment: 8948 / 1448 packets per iMTU of payload.
+        assert!((o.packets_per_imtu - 8948.0 / 1448.0).abs() < 1e-9);
         assert_eq!(o.output_packets as usize, t.len());
     }
 
@@ -348,5 +364,39 @@ mod tests {
         );
         assert!(o.p99_delay_us <= o.max_delay_us);
         assert!(o.segments_per_output > 39.0);
+        // Under this ledger's 99,948 B cap each 40-segment output is one packet.
+        let cap = 100_000.0 - 52.0;
+        let outputs = t.len().div_ceil(40) as f64;
+        assert!((o.packets_per_imtu - outputs * cap / t.payload_bytes() as f64).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_uncapped_output_counts_as_the_packets_it_would_be_cut_into() {
+        let t = trace();
+        let mut l = Ledger::new(&t, "gro-like", 9000, false);
+        // Runs of 45 segments (65,160 B): 8 packets at the 8948 B cap (7 full, one of 2524 B).
+        let mut seg = 0u32;
+        let mut outputs = 0u64;
+        while (seg as usize) < t.len() {
+            let n = 45.min(t.len() as u32 - seg);
+            let mut out = t.frame(t.slot_of(0, seg).unwrap())[..HEADERS_LEN].to_vec();
+            for s in seg..seg + n {
+                out.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
+            }
+            let ip_len = (out.len() - ETH_LEN) as u16;
+            out[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+            l.record(|v| v(&out), t.end_ns());
+            outputs += (n as usize * 1448).div_ceil(8948) as u64;
+            seg += n;
+        }
+        let o = l.finish().unwrap();
+        let expected = outputs as f64 * 8948.0 / t.payload_bytes() as f64;
+        assert!((o.packets_per_imtu - expected).abs() < 1e-9);
+        // 8 packets for 65,160 B: 8 x 8948 / 65160 = 1.099.
+        assert!(
+            (1.05..1.15).contains(&o.packets_per_imtu),
+            "{}",
+            o.packets_per_imtu
+        );
     }
 }

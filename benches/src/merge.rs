@@ -6,7 +6,7 @@ use dpdk::Eal;
 
 use crate::gro_baseline::run_rte_gro;
 use crate::ledger::DEFAULT_IMTU;
-use crate::pxio_engine::run_pxio;
+use crate::pxio_engine::{run_pxio, NicInfo};
 use crate::report::{MergeRow, ScenarioCost};
 use crate::trace::{Schedule, Trace, TraceConfig};
 use crate::BenchError;
@@ -26,7 +26,8 @@ pub const SCENARIOS: [(u32, f64); 6] = [
 pub struct MergeBenchConfig {
     /// Trace generator seed.
     pub seed: u64,
-    /// How flows send (the Poisson TSO bursts, or DESIGN.md's round robin).
+    /// How flows send (the Poisson TSO bursts, paced, or DESIGN.md's round robin);
+    /// [`run_merge`] sets it per schedule it runs.
     pub schedule: Schedule,
     /// How long an engine may hold a segment for merging, ns of simulated time (DESIGN.md's
     /// anchors: 20 µs).
@@ -102,65 +103,88 @@ pub fn run_scenario(
     let generate_s = started.elapsed().as_secs_f64();
 
     let gro = run_rte_gro(eal, &trace, cfg)?;
-    let pxio = Some(run_pxio(eal, &trace, cfg, false)?);
-    let pxio_offload = run_pxio(eal, &trace, cfg, true)?;
+    // The headline engine gets everything a NIC gives; the other two each miss one thing.
+    let full = run_pxio(eal, &trace, cfg, NicInfo::FULL)?;
+    let pxio = Some(run_pxio(eal, &trace, cfg, NicInfo::SOFTWARE_CSUM)?);
+    let sw_hash = run_pxio(eal, &trace, cfg, NicInfo::SOFTWARE_HASH)?;
+    let parsed = gro.parsed_in_timed_region.unwrap_or(0);
+    if parsed != trace.len() as u64 {
+        return Err(BenchError::Config(format!(
+            "rte_gro's run parsed {parsed} of {} packets in its timed region",
+            trace.len()
+        )));
+    }
 
     let row = MergeRow {
         flows,
         gbps_per_flow,
         pxio_ns_per_pkt: pxio.as_ref().map(|p| p.ns_per_pkt),
-        pxio_offload_ns_per_pkt: Some(pxio_offload.ns_per_pkt),
+        pxio_offload_ns_per_pkt: Some(full.ns_per_pkt),
+        pxio_sw_hash_ns_per_pkt: Some(sw_hash.ns_per_pkt),
         rte_gro_ns_per_pkt: gro.ns_per_pkt,
         speedup: pxio.as_ref().map(|p| gro.ns_per_pkt / p.ns_per_pkt),
-        conversion_yield: pxio.as_ref().map(|p| p.outcome.conversion_yield),
-        mean_delay_us: pxio.as_ref().map(|p| p.outcome.mean_delay_us),
-        p99_delay_us: pxio.as_ref().map(|p| p.outcome.p99_delay_us),
-        flow_entry_bytes: pxio.as_ref().map(|p| p.flow_entry_bytes),
+        speedup_nic_csum: Some(gro.ns_per_pkt / full.ns_per_pkt),
+        cycles_per_pkt: Some(full.cycles_per_pkt),
+        pxio_sw_csum_cycles_per_pkt: pxio.as_ref().map(|p| p.cycles_per_pkt),
+        rte_gro_cycles_per_pkt: gro.cycles_per_pkt,
+        conversion_yield: Some(full.outcome.conversion_yield),
+        packets_per_imtu: Some(full.outcome.packets_per_imtu),
+        rte_gro_packets_per_imtu: gro.outcome.packets_per_imtu,
+        pxio_sw_csum_yield: pxio.as_ref().map(|p| p.outcome.conversion_yield),
+        mean_delay_us: Some(full.outcome.mean_delay_us),
+        p99_delay_us: Some(full.outcome.p99_delay_us),
+        flow_entry_bytes: Some(full.flow_entry_bytes),
+        rte_gro_parse_in_timed_region: true,
+        rte_gro_parsed_packets: parsed,
         rte_gro_yield: gro.outcome.conversion_yield,
         rte_gro_mean_delay_us: gro.outcome.mean_delay_us,
         rte_gro_p99_delay_us: gro.outcome.p99_delay_us,
         rte_gro_flow_entry_bytes: gro.flow_entry_bytes,
         rte_gro_segments_per_output: gro.outcome.segments_per_output,
-        pxio_segments_per_output: pxio.as_ref().map(|p| p.outcome.segments_per_output),
+        pxio_segments_per_output: Some(full.outcome.segments_per_output),
         input_packets: trace.len() as u64,
         simulated_ms: trace.end_ns() as f64 / 1e6,
         delay_budget_us: cfg.delay_budget_ns as f64 / 1e3,
         imtu: cfg.imtu,
         seed: cfg.seed,
-        schedule: match cfg.schedule {
-            Schedule::PoissonTso => "poisson-tso",
-            Schedule::RoundRobin => "round-robin",
-        }
-        .to_owned(),
+        schedule: cfg.schedule.name().to_owned(),
         rte_gro_held_at_flush: gro.held_at_flush,
     };
     let cost = ScenarioCost {
+        schedule: cfg.schedule.name().to_owned(),
         flows,
         gbps_per_flow,
         generate_s,
         trace_bytes: trace.heap_bytes(),
         rte_gro_wall_s: gro.wall_s,
-        pxio_wall_s: pxio.as_ref().map(|p| p.wall_s),
+        pxio_wall_s: Some(full.wall_s + sw_hash.wall_s + pxio.as_ref().map_or(0.0, |p| p.wall_s)),
         rte_gro_discarded: gro.discarded_sections,
-        pxio_discarded: pxio.as_ref().map(|p| p.discarded_sections),
+        pxio_discarded: Some(full.discarded_sections),
         peak_rss_bytes: peak_rss(),
     };
     Ok(ScenarioRun { row, cost })
 }
 
-/// Runs `scenarios` in order, reporting progress on stderr.
+/// Runs `scenarios` under each of `schedules` (schedule by schedule, in order), reporting
+/// progress on stderr.
 pub fn run_merge(
     eal: &Eal,
     scenarios: &[(u32, f64)],
+    schedules: &[Schedule],
     cfg: &MergeBenchConfig,
 ) -> Result<Vec<ScenarioRun>, BenchError> {
-    scenarios
-        .iter()
-        .map(|&(flows, gbps)| {
-            eprintln!("merge: {flows} flows x {gbps} Gb/s ...");
-            run_scenario(eal, flows, gbps, cfg)
-        })
-        .collect()
+    let mut runs = Vec::with_capacity(scenarios.len() * schedules.len());
+    for &schedule in schedules {
+        let cfg = MergeBenchConfig {
+            schedule,
+            ..cfg.clone()
+        };
+        for &(flows, gbps) in scenarios {
+            eprintln!("merge: {} {flows} flows x {gbps} Gb/s ...", schedule.name());
+            runs.push(run_scenario(eal, flows, gbps, &cfg)?);
+        }
+    }
+    Ok(runs)
 }
 
 /// Resets the kernel's peak-RSS mark so that the next [`peak_rss`] covers one scenario.

@@ -18,8 +18,18 @@
 //! 5. **RX bursts.** The sequence is cut into bursts of [`TraceConfig::rx_burst`] (32), each
 //!    stamped with the arrival time of its last packet: the engine sees the burst at that time.
 //!
-//! [`Schedule::RoundRobin`] replaces steps 1 to 3 with a strict round robin of the flows at the
-//! same average rates (DESIGN.md's anchor setup), for comparison.
+//! Two other schedules replace steps 1 and 2, at the same average rates:
+//! - [`Schedule::RoundRobin`]: a strict round robin of the flows (DESIGN.md's anchor setup), the
+//!   finest interleaving there is;
+//! - [`Schedule::Paced`]: each flow sends one segment at a time, at its average rate, with
+//!   jitter (every gap uniform in 0.5..1.5 times the mean, a random phase per flow), as flows
+//!   arrive after an upstream bottleneck that spread their bursts out. Between the two
+//!   extremes: flows interleave finely, but not in lockstep.
+//!
+//! **What the NIC would add** (and the engines are given outside their timed regions, as a NIC
+//! writes it into the mbuf): the RSS hash, a Toeplitz hash over the 5-tuple with the default
+//! key of `pxio::toeplitz` (Microsoft's, which NICs ship with), per flow ([`Trace::rss_hash`]);
+//! and the verdict that the L4 checksum is good (every frame's is).
 //!
 //! **Length.** A scenario lasts long enough for at least [`TraceConfig::min_packets`] packets
 //! (so per-packet CPU cost is measured on a few hundred thousand packets) and for every flow to
@@ -131,7 +141,27 @@ pub enum Schedule {
     /// Every flow sends one segment in turn, evenly spaced (flow 0, 1, ..., F-1, 0, ...): the
     /// interleaving of DESIGN.md's rte_gro anchors, the worst case for a per-flow table.
     RoundRobin,
+    /// Every flow sends one segment at a time at its average rate, each gap uniform in 0.5..1.5
+    /// times the mean, from a random phase: flows after an upstream bottleneck.
+    Paced,
 }
+
+impl Schedule {
+    /// All schedules, burstiest first.
+    pub const ALL: [Schedule; 3] = [Schedule::PoissonTso, Schedule::Paced, Schedule::RoundRobin];
+
+    /// The name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::PoissonTso => "poisson-tso",
+            Schedule::RoundRobin => "round-robin",
+            Schedule::Paced => "paced",
+        }
+    }
+}
+
+/// How far a paced flow's gaps stray from their mean, either way (0.5: uniform in 0.5..1.5).
+pub const PACED_JITTER: f64 = 0.5;
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq)]
@@ -244,6 +274,8 @@ struct FlowHeader {
     ip_partial: u64,
     /// Pseudo-header plus TCP header with sequence, TSval and checksum zero.
     tcp_partial: u64,
+    /// The Toeplitz hash a NIC would report for the flow.
+    rss: u32,
 }
 
 /// One packet of the trace, in delivery order.
@@ -331,6 +363,22 @@ impl Trace {
                         }
                         free_at = begin + f64::from(segs) * spacing;
                         start += gaps.sample(&mut rng);
+                    }
+                }
+            }
+            Schedule::Paced => {
+                let mean = interval / f64::from(segs);
+                for (f, seg_count) in flow_segs.iter_mut().enumerate() {
+                    let ts_base = flows[f].isn.rotate_left(7);
+                    let mut t = rng.gen::<f64>() * mean;
+                    while t < duration {
+                        let tsval = ts_base.wrapping_add((t / 1e6) as u32);
+                        let (flow, seg) = (f as u32, *seg_count);
+                        timed.push((t.round() as u64, PacketRec { flow, seg, tsval }));
+                        *seg_count += 1;
+                        let jitter = PACED_JITTER * (2.0 * rng.gen::<f64>() - 1.0);
+                        // Never closer than the line rate lets two frames be.
+                        t += (mean * (1.0 + jitter)).max(spacing);
                     }
                 }
             }
@@ -486,6 +534,12 @@ impl Trace {
         FRAME_LEN
     }
 
+    /// The RSS hash a NIC would have written into slot `slot`'s mbuf: Toeplitz over the
+    /// 5-tuple, with the default key of `pxio::toeplitz`.
+    pub fn rss_hash(&self, slot: usize) -> u32 {
+        self.flows[self.packets[slot].flow as usize].rss
+    }
+
     /// Slot `slot`'s frame, in a new vector (tests, slow paths).
     pub fn frame(&self, slot: usize) -> Vec<u8> {
         let mut v = vec![0; FRAME_LEN];
@@ -552,7 +606,10 @@ impl Trace {
 impl FlowHeader {
     fn new(flow: u32, rng: &mut Pcg64) -> Self {
         let src = (SRC_BASE + flow).to_be_bytes();
-        let src_port = 32768 + (flow % 28232) as u16;
+        // A random ephemeral port (Linux's 32768..61000). Not `32768 + flow`: under the
+        // gateway's symmetric RSS key the hash depends on the XOR of the tuple's 16-bit words,
+        // and address and port counting up together gave every flow the same hash.
+        let src_port = 32768 + rng.gen_range(0..28232u16);
         let isn: u32 = rng.gen();
         let ip_id0: u16 = rng.gen();
         let ack: u32 = rng.gen();
@@ -583,7 +640,9 @@ impl FlowHeader {
         let tcp_len = (TCP_LEN + MSS) as u64;
         let pseudo = sum_be16(&h[IP_SRC..IP_DST + 4]) + 6 + tcp_len;
         let tcp_partial = pseudo + sum_be16(&h[TCP..HEADERS_LEN]);
+        let rss = pxio::toeplitz::Toeplitz::default().hash_v4(src, DST_ADDR, src_port, DST_PORT);
         Self {
+            rss,
             template: h,
             isn,
             ip_id0,
@@ -734,6 +793,110 @@ mod tests {
             .enumerate()
             .all(|(k, p)| p.flow as usize == k % 64));
         assert!(t.arrival_ns.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    /// What the NIC and the sender give both engines: Linux's NOP, NOP, time-stamp options with
+    /// a TSval that moves with the (millisecond) clock, and the flow's Toeplitz hash.
+    #[test]
+    fn frames_carry_linux_time_stamps_and_the_nic_hash() {
+        use etherparse::{SlicedPacket, TcpOptionElement, TransportSlice};
+        let t = Trace::generate(TraceConfig {
+            min_packets: 200_000,
+            ..TraceConfig::new(8, 10.0)
+        })
+        .unwrap();
+        let toeplitz = pxio::toeplitz::Toeplitz::default();
+        let mut last_tsval: Vec<Option<u32>> = vec![None; 8];
+        let mut tsvals_seen = std::collections::BTreeSet::new();
+        for slot in 0..t.len() {
+            let frame = t.frame(slot);
+            let p = SlicedPacket::from_ethernet(&frame).unwrap();
+            let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
+                panic!("not TCP")
+            };
+            assert_eq!(&frame[TCP_OPTS..TCP_OPTS + 4], &[1, 1, 8, 10], "NOP NOP TS");
+            let opts: Vec<_> = tcp.options_iterator().map(Result::unwrap).collect();
+            let [TcpOptionElement::Noop, TcpOptionElement::Noop, TcpOptionElement::Timestamp(tsval, _)] =
+                opts[..]
+            else {
+                panic!("options {opts:?}")
+            };
+            let src: [u8; 4] = frame[IP_SRC..IP_SRC + 4].try_into().unwrap();
+            let flow = t.flow_of_source(u32::from_be_bytes(src)).unwrap() as usize;
+            let hash = toeplitz.hash_v4(src, DST_ADDR, tcp.source_port(), tcp.destination_port());
+            assert_eq!(t.rss_hash(slot), hash);
+            // Time stamps never go back within a flow (swaps aside, one millisecond apart at most).
+            if let Some(prev) = last_tsval[flow] {
+                assert!(tsval.wrapping_sub(prev) < 1000 || prev.wrapping_sub(tsval) <= 1);
+            }
+            last_tsval[flow] = Some(tsval);
+            tsvals_seen.insert((flow, tsval));
+        }
+        // The trace lasts milliseconds: every flow's TSval advanced at least once.
+        let ms = t.end_ns() / 1_000_000;
+        assert!(ms >= 2, "{ms} ms");
+        for f in 0..8 {
+            assert!(tsvals_seen.iter().filter(|(g, _)| *g == f).count() as u64 >= ms);
+        }
+        let hashes: std::collections::BTreeSet<u32> = (0..t.len()).map(|s| t.rss_hash(s)).collect();
+        assert_eq!(hashes.len(), 8, "one hash per flow");
+        // Under the symmetric key hashes can only take 2^16 values; 3200 flows still spread.
+        let many = Trace::generate(TraceConfig {
+            min_packets: 1,
+            min_bursts_per_flow: 0.01,
+            ..TraceConfig::new(3200, 0.054)
+        })
+        .unwrap();
+        let spread: std::collections::BTreeSet<u32> = many.flows.iter().map(|f| f.rss).collect();
+        assert!(spread.len() > 3000, "{} distinct hashes", spread.len());
+    }
+
+    #[test]
+    fn paced_flows_interleave_with_jitter_at_their_rate() {
+        let cfg = TraceConfig {
+            schedule: Schedule::Paced,
+            reorder_prob: 0.0,
+            ..small(64, 2.0)
+        };
+        let t = Trace::generate(cfg.clone()).unwrap();
+        let mean = cfg.mean_burst_interval_ns() / f64::from(cfg.segments_per_burst());
+        let mut gaps = Vec::new();
+        let mut last = vec![None; 64];
+        for (slot, p) in t.packets.iter().enumerate() {
+            if let Some(prev) = last[p.flow as usize] {
+                gaps.push((t.arrival_ns[slot] - prev) as f64);
+            }
+            last[p.flow as usize] = Some(t.arrival_ns[slot]);
+        }
+        let avg = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        assert!((avg - mean).abs() / mean < 0.02, "{avg} vs {mean}");
+        let (lo, hi) = gaps
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(l, h), &g| (l.min(g), h.max(g)));
+        assert!(
+            lo >= 0.5 * mean - 1.0 && hi <= 1.5 * mean + 1.0,
+            "{lo}..{hi}"
+        );
+        assert!(lo < 0.6 * mean && hi > 1.4 * mean, "jitter spans the range");
+        // Not round robin: the order of the flows drifts.
+        let rr_like = t
+            .packets
+            .iter()
+            .enumerate()
+            .filter(|(k, p)| p.flow as usize == k % 64)
+            .count();
+        assert!(rr_like < t.len() / 4, "{rr_like}");
+        // But no TSO trains either: runs of one flow stay short.
+        let mut longest = (0, 1);
+        for w in t.packets.windows(2) {
+            longest.1 = if w[0].flow == w[1].flow {
+                longest.1 + 1
+            } else {
+                1
+            };
+            longest.0 = longest.0.max(longest.1);
+        }
+        assert!(longest.0 < 10, "{}", longest.0);
     }
 
     #[test]

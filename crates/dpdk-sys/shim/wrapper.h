@@ -20,4 +20,5 @@
 #include <rte_flow.h>
 #include <rte_gro.h>
 #include <rte_gso.h>
+#include <rte_net.h>
 #include "px_shim.h"
