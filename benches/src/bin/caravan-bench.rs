@@ -7,14 +7,28 @@
 //! with every offload that would merge or split packets off (`gro gso tso`) and software
 //! checksums (`tx off` on the sender), so the receiver verifies every UDP checksum itself.
 //!
-//! # The offered stream, the same in all three cases
+//! # The offered stream, the same in every case
 //! `--datagrams` datagrams of `--size` B payload (sequence number in the first 8 bytes), of one
-//! flow. The cases differ only in how they travel and are read:
-//! 1. `plain-udp`: one UDP packet per datagram, one `recv` per datagram; no eBPF attached.
-//! 2. `caravan-ebpf`: packed by pxio's `CaravanBuilder` up to the 9000 B iMTU (7 × 1200 B),
-//!    unpacked by caravan-ebpf on the receiver's ingress; one `recv` per datagram.
-//! 3. `caravan-reader`: the same caravans to a pass-through port, delivered whole, one `recv`
-//!    per caravan, split by `caravan::Reader`.
+//! flow. The cases differ only in how they travel and are read. Three baselines, plain UDP
+//! (one UDP packet per datagram), read as a user who cares about receive cost would:
+//! 1. `plain-udp`: one `recv` per datagram; no eBPF attached.
+//! 2. `plain-recvmmsg`: `recvmmsg` of up to 64 datagrams per call (`MSG_WAITFORONE`).
+//! 3. `plain-udp-gro`: the socket has `UDP_GRO` and the receiver's veth `gro on` (for this case
+//!    only), so the kernel coalesces up to 64 datagrams into one socket buffer; one `recvmsg`
+//!    per coalesced packet, split at the `UDP_GRO` cmsg's segment size. A veth does GRO in its
+//!    NAPI poll, which would run on the sender's CPU, one packet at a time; so this case runs
+//!    the veth's NAPI threaded, its thread pinned to the receiver's CPU (as a NIC's interrupt),
+//!    and counts that thread's CPU time as receive cost.
+//!
+//! Then caravans, packed by pxio's `CaravanBuilder` up to the 9000 B iMTU (7 × 1200 B):
+//! 4. `caravan-ebpf`: unpacked by caravan-ebpf on the receiver's ingress; one `recv` per
+//!    datagram.
+//! 5. `caravan-reader`: to a pass-through port, delivered whole, one `recv` per caravan, split
+//!    by `caravan::Reader`.
+//! 6. `caravan-batch`: the same, `caravan::BatchReader`: up to 64 caravans per `recvmmsg`.
+//!
+//! The report sets the fastest caravan reader against the best baseline (lowest receiver CPU
+//! per datagram).
 //!
 //! # Pacing and CPU placement
 //! The sender thread is pinned to CPU 0 and the receiving thread to the last CPU; RPS on the
@@ -28,14 +42,20 @@
 //! # What is measured, on the receiver
 //! * `datagrams_per_s`: datagrams the application got, divided by the time from the sender's
 //!   start to the last datagram read.
-//! * `cpu_ns_per_datagram`: busy time of the receiver's CPU (user + nice + system + irq + softirq
-//!   from `/proc/stat`, so the receiving thread plus all the kernel receive work steered there),
-//!   minus that CPU's background busy rate measured idle for 300 ms just before, divided by
-//!   datagrams received. Other work on that CPU would steal the receiver's time, so each run
-//!   first waits (up to about 80 s) until the receiver CPU is ≤ 5% and the machine ≤ 10% busy. `/proc/stat` counts in 10 ms ticks; runs last about a second.
-//! * Extras: the receiving thread's own CPU (`getrusage(RUSAGE_THREAD)`: syscalls and the softirq
-//!   work that ran inside them), the whole machine's CPU per datagram (sender included), recv
-//!   syscalls, backlog drops (`/proc/net/softnet_stat`).
+//! * `rx_cost_ns_per_datagram` ("rx ns/dg", the figure cases are compared by): the receiving
+//!   thread's CPU time (`getrusage(RUSAGE_THREAD)`: its syscalls, and the softirq work that ran
+//!   inside them), plus irq + softirq time on the receiver's CPU (`/proc/stat`, minus that CPU's
+//!   background rate measured idle for 300 ms just before), plus the NAPI thread's CPU time
+//!   (`plain-udp-gro`), per datagram received. Work of other processes on that CPU is not in
+//!   it, so it holds on a shared machine. This kernel has no `IRQ_TIME_ACCOUNTING`: softirq
+//!   work that interrupted the receiving thread may be counted in both terms, so the figure errs
+//!   high, most for the cases with the most packets (the plain ones).
+//! * `cpu_ns_per_datagram` ("busy ns"): busy time of the receiver's CPU (user + nice + system
+//!   + irq + softirq) minus its background, per datagram; exact on a quiet machine only. Each
+//!   run first waits (up to `--quiet-wait` s) until the receiver CPU is ≤ 5% and the machine
+//!   ≤ 10% busy. `/proc/stat` counts in 10 ms ticks; runs last about a second.
+//! * Extras: the whole machine's CPU per datagram (sender included), receive syscalls, backlog
+//!   drops (`/proc/net/softnet_stat`).
 //!
 //! Each case runs `--reps` times; the run with the median throughput is reported.
 
@@ -49,12 +69,12 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use caravan::{Decap, DecapConfig, Reader};
+use caravan::{BatchError, BatchReader, Decap, DecapConfig, Reader};
 use clap::Parser;
 use netlab::Netns;
 use nix::sched::{sched_setaffinity, CpuSet};
 use nix::sys::resource::{getrusage, UsageWho};
-use nix::sys::socket::{setsockopt, sockopt};
+use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags};
 use nix::unistd::Pid;
 use pxio::caravan::{CaravanBuilder, CaravanConfig, CaravanError};
 use pxio::{wire, HeapBuf, HeapPool, PacketBuf};
@@ -83,10 +103,16 @@ const READ_TIMEOUT: Duration = Duration::from_millis(200);
 const MAX_WAIT: Duration = Duration::from_millis(5);
 /// Idle interval over which the receiver CPU's background load is measured.
 const BACKGROUND: Duration = Duration::from_millis(300);
-/// How often to look for a quiet machine before a run (each look: `BACKGROUND` + 1 s).
-const QUIET_ATTEMPTS: u32 = 60;
 /// The paper's receive throughput gain of PX-caravan (kernel patch, UDP_GRO on), §7.2.
 const PAPER_SPEEDUP: f64 = 1.7;
+/// Messages per `recvmmsg` (plain datagrams or caravans).
+const BATCH: usize = 64;
+/// Ports of the cases that read plain UDP in batches, or coalesced by GRO.
+/// Port of the `UDP_GRO` socket (`plain-recvmmsg` reads the plain port, `caravan-batch` the
+/// pass-through port: the same sockets, read another way).
+const GRO_PORT: u16 = 6004;
+/// Largest datagram a plain batch slot takes.
+const PLAIN_SLOT: usize = 2048;
 
 /// Command line of the caravan benchmark.
 #[derive(Debug, Parser)]
@@ -110,36 +136,67 @@ struct Args {
     /// Run only these cases (repeatable).
     #[arg(long = "mode", value_enum)]
     modes: Vec<Mode>,
+    /// Longest wait for a quiet machine before each run, seconds (then it measures anyway).
+    #[arg(long, default_value_t = 80)]
+    quiet_wait: u64,
 }
 
-/// The three ways the stream reaches the application.
+/// The ways the stream reaches the application.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Mode {
     /// Plain UDP, one packet and one recv per datagram.
     Plain,
+    /// Plain UDP, recvmmsg of up to 64 datagrams per call.
+    Mmsg,
+    /// Plain UDP coalesced by UDP_GRO, one recvmsg per coalesced packet.
+    Gro,
     /// Caravans unpacked by caravan-ebpf, one recv per datagram.
     Ebpf,
     /// Caravans delivered whole to a pass-through port, split by caravan::Reader.
     Reader,
+    /// The same, up to 64 caravans per recvmmsg (caravan::BatchReader).
+    Batch,
 }
 
 impl Mode {
-    const ALL: [Mode; 3] = [Mode::Plain, Mode::Ebpf, Mode::Reader];
+    /// Baselines first: the eBPF program is attached from the first caravan case on.
+    const ALL: [Mode; 6] = [
+        Mode::Plain,
+        Mode::Mmsg,
+        Mode::Gro,
+        Mode::Ebpf,
+        Mode::Reader,
+        Mode::Batch,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Mode::Plain => "plain-udp",
+            Mode::Mmsg => "plain-recvmmsg",
+            Mode::Gro => "plain-udp-gro",
             Mode::Ebpf => "caravan-ebpf",
             Mode::Reader => "caravan-reader",
+            Mode::Batch => "caravan-batch",
         }
     }
 
     fn port(self) -> u16 {
         match self {
-            Mode::Plain => PLAIN_PORT,
+            Mode::Plain | Mode::Mmsg => PLAIN_PORT,
+            Mode::Gro => GRO_PORT,
             Mode::Ebpf => DECAP_PORT,
-            Mode::Reader => PASS_PORT,
+            Mode::Reader | Mode::Batch => PASS_PORT,
         }
+    }
+
+    /// Whether the stream travels as plain UDP (else as caravans).
+    fn plain(self) -> bool {
+        matches!(self, Mode::Plain | Mode::Mmsg | Mode::Gro)
+    }
+
+    /// A baseline a caravan reader is set against.
+    fn baseline(self) -> bool {
+        self.plain()
     }
 }
 
@@ -160,6 +217,11 @@ struct Sample {
     wall: Duration,
     rx_busy_ns: f64,
     background_ns: f64,
+    /// irq + softirq time on the receiver's CPU, and its background share.
+    rx_irq_ns: f64,
+    background_irq_ns: f64,
+    /// CPU time of the receiving veth's NAPI thread (threaded NAPI, `plain-udp-gro` only).
+    napi_ns: u64,
     machine_busy_ns: f64,
     rx_thread_ns: u64,
     backlog_drops: u64,
@@ -176,6 +238,17 @@ impl Sample {
 
     fn rx_cpu_ns(&self) -> f64 {
         (self.rx_busy_ns - self.background_ns).max(0.0)
+    }
+
+    /// The receive cost that other work on the receiver's CPU does not blur: the receiving
+    /// thread's CPU time, plus irq and softirq time on its CPU (above background), plus the
+    /// NAPI thread's. Softirq work that interrupted the receiving thread can be counted twice
+    /// (this kernel has no `IRQ_TIME_ACCOUNTING`), so it errs high, most for the cases with
+    /// most packets.
+    fn rx_cost_ns(&self) -> f64 {
+        self.rx_thread_ns as f64
+            + (self.rx_irq_ns - self.background_irq_ns).max(0.0)
+            + self.napi_ns as f64
     }
 
     fn rx_utilization(&self) -> f64 {
@@ -277,11 +350,17 @@ enum Offered<'a> {
 // ---------------------------------------------------------------------------------------------
 // CPU accounting.
 
-/// Busy ticks (user + nice + system + irq + softirq) per `/proc/stat` line: index 0 is the
-/// machine ("cpu"), 1 + i is CPU i.
-fn busy_ticks() -> Result<Vec<u64>> {
+/// `/proc/stat` ticks per line: index 0 is the machine ("cpu"), 1 + i is CPU i.
+struct Ticks {
+    /// user + nice + system + irq + softirq.
+    busy: Vec<u64>,
+    /// irq + softirq: receive processing, whoever it interrupted.
+    irq: Vec<u64>,
+}
+
+fn busy_ticks() -> Result<Ticks> {
     let text = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    let mut out = Vec::new();
+    let (mut busy, mut irq) = (Vec::new(), Vec::new());
     for line in text.lines().filter(|l| l.starts_with("cpu")) {
         let f: Vec<u64> = line
             .split_whitespace()
@@ -290,9 +369,41 @@ fn busy_ticks() -> Result<Vec<u64>> {
             .collect();
         ensure!(f.len() >= 7, "short /proc/stat line: {line}");
         // user nice system idle iowait irq softirq [steal guest guest_nice]
-        out.push(f[0] + f[1] + f[2] + f[5] + f[6]);
+        busy.push(f[0] + f[1] + f[2] + f[5] + f[6]);
+        irq.push(f[5] + f[6]);
     }
-    Ok(out)
+    Ok(Ticks { busy, irq })
+}
+
+/// CPU time (utime + stime) of the threads named `napi/IFACE-*`: a veth's threaded NAPI.
+fn napi_threads(iface: &str) -> Vec<Pid> {
+    let prefix = format!("napi/{iface}-");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end().starts_with(&prefix))
+        })
+        .map(Pid::from_raw)
+        .collect()
+}
+
+/// utime + stime of `pids`, ns (`/proc/PID/stat` fields 14 and 15, in `USER_HZ` ticks).
+fn threads_cpu_ns(pids: &[Pid]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // The name can hold spaces; fields resume after its closing parenthesis.
+            let rest = stat.get(stat.rfind(')')? + 2..)?;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // `rest` starts at field 3 (state): utime is field 14, stime 15.
+            let utime: u64 = f.get(11)?.parse().ok()?;
+            let stime: u64 = f.get(12)?.parse().ok()?;
+            Some((utime + stime) * TICK_NS)
+        })
+        .sum()
 }
 
 /// Packets dropped at the backlog (`/proc/net/softnet_stat`, column 2), all CPUs.
@@ -362,6 +473,41 @@ fn lab(rx_cpu: usize) -> Result<Lab> {
     Ok(Lab { rx, tx, rx_if: b })
 }
 
+/// Turns the receiving veth's GRO on (with threaded NAPI, its thread pinned to the receiver's
+/// CPU, as a NIC's interrupt would be) or off; returns the NAPI threads when on.
+///
+/// A veth does GRO only in its NAPI poll. Run from softirq, that poll would run on the
+/// sender's CPU right after each send, one packet at a time, and coalesce nothing; a NAPI
+/// thread on the receiver's CPU polls what queued up meanwhile, as a NIC's interrupt
+/// moderation lets it.
+fn gro_path(lab: &Lab, on: bool, rx_cpu: usize) -> Result<Vec<Pid>> {
+    let threaded = format!("/sys/class/net/{}/threaded", lab.rx_if);
+    if !on {
+        // Without NAPI (GRO off) the attribute refuses writes; it is then 0 already.
+        if lab.rx.exec("cat", &[&threaded])?.trim() != "0" {
+            lab.rx
+                .exec("sh", &["-c", &format!("echo 0 > {threaded}")])?;
+        }
+        lab.rx.exec("ethtool", &["-K", &lab.rx_if, "gro", "off"])?;
+        return Ok(Vec::new());
+    }
+    lab.rx.exec("ethtool", &["-K", &lab.rx_if, "gro", "on"])?;
+    lab.rx
+        .exec("sh", &["-c", &format!("echo 1 > {threaded}")])?;
+    let threads = napi_threads(&lab.rx_if);
+    ensure!(
+        !threads.is_empty(),
+        "no NAPI thread for {} after `echo 1 > {threaded}`",
+        lab.rx_if
+    );
+    let mut set = CpuSet::new();
+    set.set(rx_cpu)?;
+    for &pid in &threads {
+        sched_setaffinity(pid, &set).with_context(|| format!("pinning NAPI thread {pid}"))?;
+    }
+    Ok(threads)
+}
+
 fn drain(sock: &UdpSocket) -> Result<()> {
     sock.set_nonblocking(true)?;
     let mut buf = vec![0u8; 65536];
@@ -392,10 +538,16 @@ fn receive(
     size: usize,
     progress: &AtomicU64,
     sender_done: &AtomicBool,
-) -> RxResult {
+) -> Result<RxResult> {
     let start_ns = thread_cpu_ns();
     let deadline = Instant::now() + CASE_DEADLINE;
     let mut buf = vec![0u8; 65536];
+    let mut batch = match mode {
+        Mode::Mmsg => Some(BatchReader::new(BATCH, PLAIN_SLOT)?),
+        Mode::Batch => Some(BatchReader::new(BATCH, usize::from(IMTU))?),
+        _ => None,
+    };
+    let mut cmsg = nix::cmsg_space!(i32);
     let (mut got, mut bad, mut calls, mut next, mut timeouts) = (0u64, 0u64, 0u64, 0u64, 0u32);
     let mut last = Instant::now();
     let mut check = |p: &[u8], got: &mut u64| {
@@ -410,15 +562,59 @@ fn receive(
     };
     while got < expected && last < deadline {
         calls += 1;
-        match sock.recv(&mut buf) {
-            Ok(n) => {
-                match mode {
-                    Mode::Plain | Mode::Ebpf => check(&buf[..n], &mut got),
-                    Mode::Reader => match Reader::with_ports(&buf[..n], SPORT, PASS_PORT) {
+        let received: std::io::Result<()> = match (mode, batch.as_mut()) {
+            (Mode::Plain | Mode::Ebpf, _) => {
+                sock.recv(&mut buf).map(|n| check(&buf[..n], &mut got))
+            }
+            (Mode::Reader, _) => {
+                sock.recv(&mut buf)
+                    .map(|n| match Reader::with_ports(&buf[..n], SPORT, PASS_PORT) {
                         Ok(r) => r.for_each(|d| check(d.payload, &mut got)),
                         Err(_) => check(&[], &mut got),
-                    },
+                    })
+            }
+            (Mode::Mmsg | Mode::Batch, Some(batch)) => match batch.recv(sock) {
+                Ok(_) => {
+                    for m in batch.iter() {
+                        if mode == Mode::Mmsg {
+                            check(m.payload, &mut got);
+                        } else {
+                            match m.caravan_with_ports(SPORT, PASS_PORT) {
+                                Ok(r) => r.for_each(|d| check(d.payload, &mut got)),
+                                Err(_) => check(&[], &mut got),
+                            }
+                        }
+                    }
+                    Ok(())
                 }
+                Err(BatchError::Io(e)) => Err(e),
+                Err(e) => Err(std::io::Error::other(e)),
+            },
+            (Mode::Gro, _) => {
+                let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+                let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+                match recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::empty()) {
+                    Ok(msg) => {
+                        let n = msg.bytes;
+                        // No cmsg: the kernel did not coalesce; the packet is one datagram.
+                        let mut segment = n;
+                        for c in msg.cmsgs().map_err(std::io::Error::from)? {
+                            if let ControlMessageOwned::UdpGroSegments(s) = c {
+                                segment = usize::try_from(s).unwrap_or(n);
+                            }
+                        }
+                        buf[..n]
+                            .chunks(segment.max(1))
+                            .for_each(|d| check(d, &mut got));
+                        Ok(())
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            (Mode::Mmsg | Mode::Batch, None) => bail!("no batch reader for {}", mode.name()),
+        };
+        match received {
+            Ok(()) => {
                 progress.store(got, Ordering::Relaxed);
                 last = Instant::now();
                 timeouts = 0;
@@ -435,18 +631,18 @@ fn receive(
                 }
             }
             Err(e) => {
-                eprintln!("{}: recv: {e}", mode.name());
+                eprintln!("{}: receive: {e}", mode.name());
                 break;
             }
         }
     }
-    RxResult {
+    Ok(RxResult {
         received: got,
         bad,
         calls,
         last,
         thread_ns: thread_cpu_ns().saturating_sub(start_ns),
-    }
+    })
 }
 
 /// Sends the offered stream, keeping at most `window` datagrams in flight. Returns
@@ -505,9 +701,10 @@ fn run_case(
     expected: u64,
     args: &Args,
     (tx_cpu, rx_cpu): (usize, usize),
+    napi: &[Pid],
 ) -> Result<Sample> {
     drain(rx_sock)?;
-    let tos: u32 = if mode == Mode::Plain {
+    let tos: u32 = if mode.plain() {
         0
     } else {
         u32::from(caravan::DEFAULT_DSCP) << 2
@@ -515,19 +712,21 @@ fn run_case(
     setsockopt(tx_sock, sockopt::Ipv4Tos, &(tos as i32))?;
     // Background load of the receiver's CPU; wait (bounded) for a quiet machine, since other
     // work on the receiver's CPU would take its time from the receiver.
-    let mut bg_rate = 1.0;
-    for attempt in 0..QUIET_ATTEMPTS {
+    let (mut bg_rate, mut bg_irq_rate) = (1.0, 0.0);
+    let attempts = (args.quiet_wait * 1000 / (BACKGROUND.as_millis() as u64 + 1000)).max(1);
+    for attempt in 0..attempts {
         let b0 = busy_ticks()?;
         let t = Instant::now();
         std::thread::sleep(BACKGROUND);
         let b1 = busy_ticks()?;
         let wall = t.elapsed().as_nanos() as f64;
-        bg_rate = ((b1[1 + rx_cpu] - b0[1 + rx_cpu]) * TICK_NS) as f64 / wall;
-        let machine = ((b1[0] - b0[0]) * TICK_NS) as f64 / wall;
+        bg_rate = ((b1.busy[1 + rx_cpu] - b0.busy[1 + rx_cpu]) * TICK_NS) as f64 / wall;
+        bg_irq_rate = ((b1.irq[1 + rx_cpu] - b0.irq[1 + rx_cpu]) * TICK_NS) as f64 / wall;
+        let machine = ((b1.busy[0] - b0.busy[0]) * TICK_NS) as f64 / wall;
         if bg_rate <= 0.05 && machine <= 0.10 {
             break;
         }
-        if attempt + 1 == QUIET_ATTEMPTS {
+        if attempt + 1 == attempts {
             eprintln!(
                 "  warning: the machine is busy (receiver CPU {:.0}%, all CPUs {:.0}%); measuring anyway",
                 100.0 * bg_rate,
@@ -552,9 +751,7 @@ fn run_case(
             let pinned = pin(rx_cpu);
             barrier.wait();
             pinned?;
-            Ok(receive(
-                mode, rx_sock, expected, args.size, &progress, &done,
-            ))
+            receive(mode, rx_sock, expected, args.size, &progress, &done)
         });
         let txh = s.spawn(|| -> Result<(u64, u64, u64, u64)> {
             let pinned = pin(tx_cpu);
@@ -565,16 +762,20 @@ fn run_case(
             Ok(r)
         });
         let snap0 = busy_ticks()?;
+        let napi0 = threads_cpu_ns(napi);
         let drops0 = backlog_drops();
         let t0 = Instant::now();
         barrier.wait();
         let tx = txh.join().expect("sender thread")?;
         let rx = rxh.join().expect("receiver thread")?;
-        Ok((snap0, drops0, t0, tx, rx))
+        Ok(((snap0, napi0), drops0, t0, tx, rx))
     })?;
+    let (snap0, napi0) = snap0;
     let wall = t0.elapsed();
     let snap1 = busy_ticks()?;
-    let ns = |i: usize| ((snap1[i] - snap0[i]) * TICK_NS) as f64;
+    let napi_ns = threads_cpu_ns(napi).saturating_sub(napi0);
+    let ns = |i: usize| ((snap1.busy[i] - snap0.busy[i]) * TICK_NS) as f64;
+    let irq_ns = |i: usize| ((snap1.irq[i] - snap0.irq[i]) * TICK_NS) as f64;
     Ok(Sample {
         mode,
         sent: tx.0,
@@ -588,6 +789,9 @@ fn run_case(
         wall,
         rx_busy_ns: ns(1 + rx_cpu),
         background_ns: bg_rate * wall.as_nanos() as f64,
+        rx_irq_ns: irq_ns(1 + rx_cpu),
+        background_irq_ns: bg_irq_rate * wall.as_nanos() as f64,
+        napi_ns,
         machine_busy_ns: ns(0),
         rx_thread_ns: rx.thread_ns,
         backlog_drops: backlog_drops().saturating_sub(drops0),
@@ -644,12 +848,15 @@ fn main() -> Result<()> {
 
     let lab = lab(rx_cpu)?;
     let socks: Vec<UdpSocket> = lab.rx.enter(|| -> Result<Vec<UdpSocket>> {
-        [PLAIN_PORT, DECAP_PORT, PASS_PORT]
+        [PLAIN_PORT, DECAP_PORT, PASS_PORT, GRO_PORT]
             .iter()
             .map(|&p| -> Result<UdpSocket> {
                 let s = UdpSocket::bind(SocketAddrV4::new(RX_IP, p))?;
                 s.set_read_timeout(Some(READ_TIMEOUT))?;
                 setsockopt(&s, sockopt::RcvBufForce, &(64 << 20))?;
+                if p == GRO_PORT {
+                    setsockopt(&s, sockopt::UdpGroSegment, &true)?;
+                }
                 Ok(s)
             })
             .collect()
@@ -671,7 +878,7 @@ fn main() -> Result<()> {
     let mut decap: Option<Decap> = None;
     let mut results: Vec<(Sample, Vec<Sample>)> = Vec::new();
     for mode in modes {
-        if mode != Mode::Plain && decap.is_none() {
+        if !mode.plain() && decap.is_none() {
             let mut d = lab
                 .rx
                 .enter(|| Decap::attach(&lab.rx_if, DecapConfig::default()))?
@@ -679,17 +886,18 @@ fn main() -> Result<()> {
             d.add_passthrough_port(PASS_PORT)?;
             decap = Some(d);
         }
-        let (sock, offered) = match mode {
-            Mode::Plain => (
-                &socks[0],
-                Offered::Plain {
-                    n: args.datagrams,
-                    size: args.size,
-                },
-            ),
-            Mode::Ebpf => (&socks[1], Offered::Caravans(&decap_caravans)),
-            Mode::Reader => (&socks[2], Offered::Caravans(&pass_caravans)),
+        let plain = Offered::Plain {
+            n: args.datagrams,
+            size: args.size,
         };
+        let (sock, offered) = match mode {
+            Mode::Plain | Mode::Mmsg => (&socks[0], plain),
+            Mode::Gro => (&socks[3], plain),
+            Mode::Ebpf => (&socks[1], Offered::Caravans(&decap_caravans)),
+            Mode::Reader | Mode::Batch => (&socks[2], Offered::Caravans(&pass_caravans)),
+        };
+        // UDP_GRO needs GRO on the receiving device (on a veth: its NAPI path); only this case.
+        let napi = gro_path(&lab, mode == Mode::Gro, rx_cpu)?;
         let before = decap.as_ref().map(|d| d.stats()).transpose()?;
         let mut runs = Vec::new();
         for rep in 0..args.reps {
@@ -701,6 +909,7 @@ fn main() -> Result<()> {
                 args.datagrams,
                 &args,
                 (tx_cpu, rx_cpu),
+                &napi,
             )?;
             println!(
                 "  {:<15} run {}: {:>9.0} datagrams/s, {:>6.0} ns/datagram rx CPU, {} of {} received",
@@ -729,6 +938,7 @@ fn main() -> Result<()> {
         results.push((sorted[sorted.len() / 2].clone(), runs));
     }
     drop(decap);
+    gro_path(&lab, false, rx_cpu)?;
 
     report(&results, &args)?;
     drop(lab);
@@ -740,35 +950,48 @@ fn report(results: &[(Sample, Vec<Sample>)], args: &Args) -> Result<()> {
         .iter()
         .find(|(s, _)| s.mode == Mode::Plain)
         .map(|(s, _)| s.clone());
+    let cpu_of = |s: &Sample| s.per_datagram(s.rx_cost_ns());
+    // The best baseline: the plain-UDP receive path with the least receive cost per datagram.
+    let best = results
+        .iter()
+        .map(|(s, _)| s)
+        .filter(|s| s.mode.baseline() && s.received > 0)
+        .min_by(|a, b| cpu_of(a).total_cmp(&cpu_of(b)))
+        .cloned();
     println!();
     println!(
-        "{:<15} {:>8} {:>8} {:>8} {:>6} {:>12} {:>11} {:>8} {:>11} {:>11} {:>10} {:>9} {:>9}",
+        "{:<15} {:>8} {:>8} {:>8} {:>6} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9}",
         "mode",
         "sent",
         "packets",
         "received",
         "bad",
         "datagrams/s",
-        "CPU ns/dg",
+        "rx ns/dg",
+        "thread",
+        "softirq",
+        "napi",
+        "busy ns",
         "rx util",
-        "thread ns",
         "machine ns",
         "recv calls",
         "x tput",
-        "x CPU"
+        "x CPU",
+        "x tput B",
+        "x CPU B"
     );
     let mut cases = Vec::new();
     for (s, runs) in results {
         let dps = s.datagrams_per_s();
-        let cpu = s.per_datagram(s.rx_cpu_ns());
+        let cpu = cpu_of(s);
         let (x_tput, x_cpu) = plain.as_ref().map_or((f64::NAN, f64::NAN), |p| {
-            (
-                dps / p.datagrams_per_s(),
-                p.per_datagram(p.rx_cpu_ns()) / cpu,
-            )
+            (dps / p.datagrams_per_s(), cpu_of(p) / cpu)
+        });
+        let (b_tput, b_cpu) = best.as_ref().map_or((f64::NAN, f64::NAN), |b| {
+            (dps / b.datagrams_per_s(), cpu_of(b) / cpu)
         });
         println!(
-            "{:<15} {:>8} {:>8} {:>8} {:>6} {:>12.0} {:>11.0} {:>7.0}% {:>11.0} {:>11.0} {:>10} {:>8.2}x {:>8.2}x",
+            "{:<15} {:>8} {:>8} {:>8} {:>6} {:>12.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>7.0}% {:>10.0} {:>10} {:>8.2}x {:>8.2}x {:>8.2}x {:>8.2}x",
             s.mode.name(),
             s.sent,
             s.packets_sent,
@@ -776,12 +999,17 @@ fn report(results: &[(Sample, Vec<Sample>)], args: &Args) -> Result<()> {
             s.bad,
             dps,
             cpu,
-            100.0 * s.rx_utilization(),
             s.per_datagram(s.rx_thread_ns as f64),
+            s.per_datagram((s.rx_irq_ns - s.background_irq_ns).max(0.0)),
+            s.per_datagram(s.napi_ns as f64),
+            s.per_datagram(s.rx_cpu_ns()),
+            100.0 * s.rx_utilization(),
             s.per_datagram(s.machine_busy_ns),
             s.recv_calls,
             x_tput,
-            x_cpu
+            x_cpu,
+            b_tput,
+            b_cpu
         );
         if s.send_errors + s.window_stalls + s.backlog_drops > 0 {
             println!(
@@ -792,7 +1020,10 @@ fn report(results: &[(Sample, Vec<Sample>)], args: &Args) -> Result<()> {
         cases.push(json!({
             "mode": s.mode.name(),
             "datagrams_per_s": dps,
-            "cpu_ns_per_datagram": cpu,
+            "rx_cost_ns_per_datagram": cpu,
+            "rx_softirq_ns_per_datagram": s.per_datagram((s.rx_irq_ns - s.background_irq_ns).max(0.0)),
+            "napi_thread_ns_per_datagram": s.per_datagram(s.napi_ns as f64),
+            "cpu_ns_per_datagram": s.per_datagram(s.rx_cpu_ns()),
             "datagrams_sent": s.sent,
             "packets_sent": s.packets_sent,
             "datagrams_received": s.received,
@@ -809,18 +1040,43 @@ fn report(results: &[(Sample, Vec<Sample>)], args: &Args) -> Result<()> {
             "backlog_drops": s.backlog_drops,
             "throughput_vs_plain": if x_tput.is_finite() { json!(x_tput) } else { json!(null) },
             "cpu_saving_vs_plain": if x_cpu.is_finite() { json!(x_cpu) } else { json!(null) },
+            "throughput_vs_best_baseline": if b_tput.is_finite() { json!(b_tput) } else { json!(null) },
+            "cpu_saving_vs_best_baseline": if b_cpu.is_finite() { json!(b_cpu) } else { json!(null) },
             "runs_datagrams_per_s": runs.iter().map(Sample::datagrams_per_s).collect::<Vec<_>>(),
             "runs_cpu_ns_per_datagram": runs.iter().map(|r| r.per_datagram(r.rx_cpu_ns())).collect::<Vec<_>>(),
+            "runs_rx_cost_ns_per_datagram": runs.iter().map(|r| r.per_datagram(r.rx_cost_ns())).collect::<Vec<_>>(),
         }));
     }
     println!(
-        "CPU ns/dg: receiver CPU (thread + steered softirq) busy minus background, per datagram; \
-         thread ns: receiving thread only; machine ns: all CPUs, sender included."
+        "rx ns/dg = thread + softirq + napi, per datagram: the receiving thread's CPU, irq and \
+         softirq on its CPU above background, the veth's NAPI thread (udp-gro only); other work \
+         on that CPU does not blur it. busy ns: the receiver CPU's whole busy time above \
+         background (valid on a quiet machine only). machine ns: all CPUs, sender included."
     );
     println!(
-        "x tput / x CPU: against plain-udp; the paper's kernel patch gave {PAPER_SPEEDUP}x receive \
-         throughput (UDP_GRO baseline, §7.2)."
+        "x tput / x CPU: against plain-udp (throughput, rx ns/dg); x tput B / x CPU B: against the \
+         best baseline (least rx ns/dg){}. The paper's kernel patch gave {PAPER_SPEEDUP}x receive \
+         throughput (UDP_GRO baseline, §7.2).",
+        best.as_ref()
+            .map_or(String::new(), |b| format!(", here {}", b.mode.name()))
     );
+    println!(
+        "plain-udp-gro: the veth's GRO runs in a NAPI thread pinned to the receiver's CPU (napi)."
+    );
+    if let Some(b) = &best {
+        for (s, _) in results
+            .iter()
+            .filter(|(s, _)| matches!(s.mode, Mode::Reader | Mode::Batch))
+        {
+            println!(
+                "{} against {}: {:.2}x less receiver CPU per datagram, {:.2}x the throughput",
+                s.mode.name(),
+                b.mode.name(),
+                cpu_of(b) / cpu_of(s),
+                s.datagrams_per_s() / b.datagrams_per_s()
+            );
+        }
+    }
     if let Some(path) = &args.json {
         let doc = json!({
             "benchmark": "caravan",
@@ -831,7 +1087,9 @@ fn report(results: &[(Sample, Vec<Sample>)], args: &Args) -> Result<()> {
                 "window": args.window,
                 "reps": args.reps,
                 "paper_receive_speedup": PAPER_SPEEDUP,
+                "batch": BATCH,
             },
+            "best_baseline": best.as_ref().map(|b| b.mode.name()),
             "cases": cases,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
