@@ -50,8 +50,8 @@
 //!   it, so it holds on a shared machine. This kernel has no `IRQ_TIME_ACCOUNTING`: softirq
 //!   work that interrupted the receiving thread may be counted in both terms, so the figure errs
 //!   high, most for the cases with the most packets (the plain ones).
-//! * `cpu_ns_per_datagram` ("busy ns"): busy time of the receiver's CPU (user + nice + system
-//!   + irq + softirq) minus its background, per datagram; exact on a quiet machine only. Each
+//! * `cpu_ns_per_datagram` ("busy ns"): busy time of the receiver's CPU (user, nice, system,
+//!   irq and softirq) minus its background, per datagram; exact on a quiet machine only. Each
 //!   run first waits (up to `--quiet-wait` s) until the receiver CPU is ≤ 5% and the machine
 //!   ≤ 10% busy. `/proc/stat` counts in 10 ms ticks; runs last about a second.
 //! * Extras: the whole machine's CPU per datagram (sender included), receive syscalls, backlog
