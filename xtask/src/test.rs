@@ -137,6 +137,30 @@ const INTEGRATION_SUITES: &[Suite] = &[
             "20000",
         ],
     },
+    // The caravan receive benchmark, small: all six receive paths (plain recv, recvmmsg,
+    // UDP_GRO, eBPF decapsulation, Reader, BatchReader) between two namespaces; fails unless
+    // each delivered every datagram intact and in order. No timing is asserted.
+    Suite {
+        name: "caravan-bench-smoke",
+        program: "cargo",
+        args: &[
+            "run",
+            "--release",
+            "-j2",
+            "-p",
+            "pxbench",
+            "--bin",
+            "caravan-bench",
+            "--",
+            "--datagrams",
+            "20000",
+            "--reps",
+            "1",
+            "--quiet-wait",
+            "1",
+            "--check",
+        ],
+    },
 ];
 
 /// Tests that are `#[ignore = "needs ..."]` because they need something a machine may lack: the

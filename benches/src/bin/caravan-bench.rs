@@ -139,6 +139,10 @@ struct Args {
     /// Longest wait for a quiet machine before each run, seconds (then it measures anyway).
     #[arg(long, default_value_t = 80)]
     quiet_wait: u64,
+    /// Fail unless every run of every case delivered every datagram intact, in order (the CI
+    /// smoke run).
+    #[arg(long)]
+    check: bool,
 }
 
 /// The ways the stream reaches the application.
@@ -942,6 +946,24 @@ fn main() -> Result<()> {
 
     report(&results, &args)?;
     drop(lab);
+    if args.check {
+        for (_, runs) in &results {
+            for r in runs {
+                ensure!(
+                    r.bad == 0 && r.received == r.sent && r.sent == args.datagrams,
+                    "{}: {} of {} datagrams received, {} bad",
+                    r.mode.name(),
+                    r.received,
+                    r.sent,
+                    r.bad
+                );
+            }
+        }
+        println!(
+            "check: every case delivered all {} datagrams intact",
+            args.datagrams
+        );
+    }
     Ok(())
 }
 
