@@ -3,7 +3,7 @@
 //! - the same trace, on real mbufs of the same size, filled outside the timed sections, with
 //!   what a NIC adds ([`NicInfo`]): the RSS hash and the L4 checksum verdict, each of which a
 //!   variant withholds, to measure ports that give neither;
-//! - timed: the engine's own work per RX burst (`rx` of each packet, then `settle`), the polls a
+//! - timed: the engine's own work per RX burst (`rx_burst`: each packet, then settling), the polls a
 //!   worker makes at each ETM deadline between bursts (dated at the deadline), and the final
 //!   flush;
 //! - not timed: recording each output in the [`Ledger`] at its simulated emission time, and
@@ -137,10 +137,7 @@ fn run_once(
         }
         let now = burst.time_ns;
         timer.time(|| {
-            for m in rx.drain() {
-                merger.rx(m, now, &mut out);
-            }
-            merger.settle(now, &mut out);
+            merger.rx_burst(rx.drain(), now, &mut out);
         });
         record(&mut ledger, &mut out, now);
     }
