@@ -15,6 +15,8 @@ pub struct EngineResult {
     /// engine needs the application to do it (rte_gro: `rte_net_get_ptype`); `None` when the
     /// engine parses for itself (pxio classifies inside `rx`).
     pub parsed_in_timed_region: Option<u64>,
+    /// The share of [`ns_per_pkt`](Self::ns_per_pkt) spent in that parse, ns per packet.
+    pub parse_ns_per_pkt: Option<f64>,
     /// Yield, delay and output counts.
     pub outcome: Outcome,
     /// Bytes of per-flow state the engine keeps.

@@ -136,6 +136,7 @@ pub fn run_scenario(
         flow_entry_bytes: Some(full.flow_entry_bytes),
         rte_gro_parse_in_timed_region: true,
         rte_gro_parsed_packets: parsed,
+        rte_gro_parse_ns_per_pkt: gro.parse_ns_per_pkt.unwrap_or(0.0),
         rte_gro_yield: gro.outcome.conversion_yield,
         rte_gro_mean_delay_us: gro.outcome.mean_delay_us,
         rte_gro_p99_delay_us: gro.outcome.p99_delay_us,

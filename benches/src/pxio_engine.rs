@@ -165,6 +165,7 @@ fn run_once(
         ns_per_pkt: timer.ns() / trace.len().max(1) as f64,
         cycles_per_pkt: timer.cycles() / trace.len().max(1) as f64,
         parsed_in_timed_region: None,
+        parse_ns_per_pkt: None,
         outcome: ledger.finish()?,
         flow_entry_bytes: FLOW_ENTRY_BYTES as u64,
         wall_s: wall.elapsed().as_secs_f64(),

@@ -94,6 +94,12 @@ fn rte_gro_gets_only_what_a_nic_gives_and_parses_on_the_clock() {
     }
     let r = run_rte_gro(eal(), &trace, &cfg).unwrap();
     assert_eq!(r.parsed_in_timed_region, Some(trace.len() as u64));
+    let parse = r.parse_ns_per_pkt.unwrap();
+    assert!(
+        parse > 0.0 && parse < r.ns_per_pkt,
+        "{parse} of {}",
+        r.ns_per_pkt
+    );
     // Without the parse rte_gro would pass every packet through: yield 0.
     assert!(r.outcome.conversion_yield > 0.8, "{:?}", r.outcome);
     assert!(r.cycles_per_pkt > r.ns_per_pkt, "a TSC above 1 GHz");

@@ -128,7 +128,7 @@ fn main() -> Result<()> {
         out,
         "Every engine gets what a NIC gives (RSS hash, L4 checksum verdict) and no more. \
          pxio NIC: uses both; sw csum: verifies every checksum itself; sw hash: hashes itself. \
-         rte_gro ns includes rte_net_get_ptype (the header parse it needs) on every packet. \
+         rte_gro ns includes rte_net_get_ptype (the header parse it needs) on every packet; its share in parentheses. \
          gro/pxio: rte_gro ns / pxio NIC ns. pkts/iMTU: packets out per iMTU of payload (ideal \
          1.0; rte_gro's uncapped outputs counted as cut at the iMTU)."
     )?;
