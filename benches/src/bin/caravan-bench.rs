@@ -911,11 +911,11 @@ fn main() -> Result<()> {
                 &lab.napi,
             )?;
             println!(
-                "  {:<15} run {}: {:>9.0} datagrams/s, {:>6.0} ns/datagram rx CPU, {} of {} received",
+                "  {:<15} run {}: {:>9.0} datagrams/s, {:>6.0} rx ns/datagram (thread + NAPI), {} of {} received",
                 mode.name(),
                 rep + 1,
                 s.datagrams_per_s(),
-                s.per_datagram(s.rx_cpu_ns()),
+                s.per_datagram(s.rx_cost_ns()),
                 s.received,
                 s.sent
             );
