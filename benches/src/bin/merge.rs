@@ -38,8 +38,8 @@ struct Args {
     /// rte_gro table items per flow.
     #[arg(long)]
     gro_items: Option<u16>,
-    /// Runs per engine and scenario; the fastest is reported.
-    #[arg(long, default_value_t = 3)]
+    /// Runs per engine and scenario (the engines take turns); the fastest is reported.
+    #[arg(long, default_value_t = 5)]
     reps: u32,
     /// Check every output payload byte against the flow's stream (slower, not timed).
     #[arg(long)]
