@@ -29,6 +29,9 @@ struct Args {
     /// How flows send (repeatable; default: all three, burstiest first).
     #[arg(long = "schedule", value_enum)]
     schedules: Vec<ScheduleArg>,
+    /// The b-network's MTU, bytes (the merge target; yield and packets per iMTU follow it).
+    #[arg(long, default_value_t = 9000)]
+    imtu: usize,
     /// Delay budget, µs of simulated time.
     #[arg(long, default_value_t = 20.0)]
     delay_us: f64,
@@ -81,6 +84,10 @@ fn main() -> Result<()> {
             SCENARIOS.map(|s| s.0)
         );
     }
+    // pxio's iMTU is a u16; below 1514 B nothing would merge.
+    if !(1514..=65535).contains(&args.imtu) {
+        bail!("--imtu must be 1514..=65535 bytes");
+    }
     if !(args.delay_us >= 0.0 && args.delay_us.is_finite()) {
         bail!("--delay-us must be a non-negative number of microseconds");
     }
@@ -100,6 +107,7 @@ fn main() -> Result<()> {
             .collect()
     };
     cfg.delay_budget_ns = (args.delay_us * 1e3).round() as u64;
+    cfg.imtu = args.imtu;
     cfg.verify_payload = args.verify;
     cfg.repetitions = args.reps.max(1);
     if let Some(n) = args.min_packets {
