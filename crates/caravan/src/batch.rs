@@ -13,12 +13,26 @@ use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
 
 use crate::reader::{Malformed, Reader, Refused};
 
+/// Largest buffer a [`BatchReader`] allocates.
+const MAX_BATCH_BYTES: usize = 1 << 30;
+/// Most messages one `recvmmsg` takes (`UIO_MAXIOV`).
+const MAX_MESSAGES: usize = 1024;
+
 /// Why a [`BatchReader`] cannot be made or could not receive.
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
     /// A batch of no message, or of messages of no byte, can receive nothing.
     #[error("a batch needs at least one message of at least one byte ({messages} x {size} B)")]
     Empty {
+        /// Messages asked for.
+        messages: usize,
+        /// Bytes per message asked for.
+        size: usize,
+    },
+    /// More messages than one `recvmmsg` takes (1024, the kernel's `UIO_MAXIOV`), or more
+    /// than 1 GiB of buffers (a batch is meant for tens of messages of at most 64 KiB).
+    #[error("a batch of {messages} x {size} B is too large")]
+    TooLarge {
         /// Messages asked for.
         messages: usize,
         /// Bytes per message asked for.
@@ -77,9 +91,13 @@ impl BatchReader {
         if messages == 0 || size == 0 {
             return Err(BatchError::Empty { messages, size });
         }
+        let bytes = messages
+            .checked_mul(size)
+            .filter(|&b| b <= MAX_BATCH_BYTES && messages <= MAX_MESSAGES)
+            .ok_or(BatchError::TooLarge { messages, size })?;
         Ok(Self {
             headers: MultiHeaders::preallocate(messages, None),
-            buf: vec![0; messages * size],
+            buf: vec![0; bytes],
             size,
             slots: Vec::with_capacity(messages),
         })

@@ -133,11 +133,17 @@ fn one_call_takes_many_caravans_and_judges_each_ipv6() {
 }
 
 #[test]
-fn an_empty_batch_is_refused() {
+fn an_empty_or_huge_batch_is_refused() {
     for (m, s) in [(0, 9000), (4, 0)] {
         assert!(matches!(
             BatchReader::new(m, s),
             Err(BatchError::Empty { .. })
+        ));
+    }
+    for (m, s) in [(usize::MAX, 2), (1 << 20, 65536), (1 << 30, 1), (1025, 1)] {
+        assert!(matches!(
+            BatchReader::new(m, s),
+            Err(BatchError::TooLarge { .. })
         ));
     }
 }
