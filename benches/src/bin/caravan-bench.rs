@@ -872,7 +872,7 @@ fn main() -> Result<()> {
     std::thread::sleep(Duration::from_millis(100));
     drain(&socks[0])?;
     println!(
-        "sender on CPU {tx_cpu}, receiver (thread + RPS) on CPU {rx_cpu}; window {} datagrams; {} runs per case",
+        "sender on CPU {tx_cpu}, receiver (its thread and the NAPI thread) on CPU {rx_cpu}; window {} datagrams; {} runs per case",
         args.window, args.reps
     );
 
