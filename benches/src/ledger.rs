@@ -26,7 +26,10 @@
 use hdrhistogram::Histogram;
 
 use crate::trace::layout::*;
-use crate::trace::Trace;
+use crate::trace::{Layout, Trace};
+
+/// The longest headers a trace has (Ethernet, IPv6, TCP with time stamps).
+const MAX_HEADERS_LEN: usize = ETH_LEN + 40 + TCP_LEN;
 
 /// Longest delay the histogram resolves: a minute.
 const MAX_DELAY_NS: u64 = 60_000_000_000;
@@ -107,7 +110,9 @@ pub struct Ledger<'t> {
     capped_packets: u64,
     faults: Faults,
     /// The headers of the output being recorded.
-    head: [u8; HEADERS_LEN],
+    head: [u8; MAX_HEADERS_LEN],
+    /// Where the fields are in the trace's frames.
+    layout: Layout,
     /// A copy of the output being recorded, when verifying payloads.
     copy: Vec<u8>,
 }
@@ -121,7 +126,7 @@ impl<'t> Ledger<'t> {
             trace,
             engine: engine.to_owned(),
             verify_payload,
-            cap: imtu.saturating_sub(IPV4_LEN + TCP_LEN),
+            cap: imtu.saturating_sub(trace.layout().l3_len + TCP_LEN),
             emitted: vec![0; trace.len()],
             delays_ns: Histogram::new_with_bounds(1, MAX_DELAY_NS, 3)
                 .expect("valid bounds and precision"),
@@ -130,7 +135,8 @@ impl<'t> Ledger<'t> {
             output_packets: 0,
             capped_packets: 0,
             faults: Faults::default(),
-            head: [0; HEADERS_LEN],
+            head: [0; MAX_HEADERS_LEN],
+            layout: trace.layout(),
             copy: Vec::new(),
         }
     }
@@ -142,7 +148,12 @@ impl<'t> Ledger<'t> {
         }
         let whole = payload / self.cap * self.cap;
         let rest = payload - whole;
-        whole + if rest + MSS > self.cap { rest } else { 0 }
+        whole
+            + if rest + self.layout.mss > self.cap {
+                rest
+            } else {
+                0
+            }
     }
 
     /// Records one output packet emitted at simulated time `emit_ns`. `visit` must call its
@@ -155,10 +166,11 @@ impl<'t> Ledger<'t> {
         self.output_packets += 1;
         let mut total = 0usize;
         let (head, copy, verify) = (&mut self.head, &mut self.copy, self.verify_payload);
+        let (hl, mss) = (self.layout.headers_len, self.layout.mss);
         copy.clear();
         visit(&mut |seg: &[u8]| {
-            if total < HEADERS_LEN {
-                let n = (HEADERS_LEN - total).min(seg.len());
+            if total < hl {
+                let n = (hl - total).min(seg.len());
                 head[total..total + n].copy_from_slice(&seg[..n]);
             }
             if verify {
@@ -170,31 +182,31 @@ impl<'t> Ledger<'t> {
             self.faults.malformed += 1;
             return;
         };
-        let payload = total - HEADERS_LEN;
-        let (first_seg, offset) = ((start / MSS) as u32, start % MSS);
+        let payload = total - hl;
+        let (first_seg, offset) = ((start / mss) as u32, start % mss);
         if verify
             && !self
                 .trace
-                .payload_matches(flow, first_seg, offset, &self.copy[HEADERS_LEN..])
+                .payload_matches(flow, first_seg, offset, &self.copy[hl..])
         {
             self.faults.corrupted += 1;
         }
         self.bound_bytes += self.bound_bytes(payload) as u64;
         self.capped_packets += payload.div_ceil(self.cap.max(1)).max(1) as u64;
         let end = start + payload;
-        for seg in first_seg as usize..end.div_ceil(MSS) {
+        for seg in first_seg as usize..end.div_ceil(mss) {
             let Some(slot) = self.trace.slot_of(flow, seg as u32) else {
                 self.faults.malformed += 1;
                 return;
             };
-            let covered = end.min((seg + 1) * MSS) - start.max(seg * MSS);
+            let covered = end.min((seg + 1) * mss) - start.max(seg * mss);
             let bytes = usize::from(self.emitted[slot]) + covered;
             self.emitted[slot] = bytes.min(usize::from(u16::MAX)) as u16;
-            if bytes > MSS {
+            if bytes > mss {
                 self.faults.duplicated += 1;
                 continue;
             }
-            if bytes < MSS {
+            if bytes < mss {
                 continue; // the segment's last byte has not left yet
             }
             let received = self.trace.delivery_ns(slot);
@@ -215,19 +227,28 @@ impl<'t> Ledger<'t> {
         let h = &self.head;
         let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
         let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-        let layout_ok = total > HEADERS_LEN
-            && be16(ETH_TYPE) == 0x0800
-            && h[IP_VHL] == 0x45
-            && h[IP_PROTO] == 6
-            && usize::from(h[TCP_DOFF] >> 4) * 4 == TCP_LEN;
+        let l = self.layout;
+        let network_ok = if l.v6 {
+            be16(ETH_TYPE) == 0x86dd && h[ETH_LEN] >> 4 == 6 && h[ETH_LEN + 6] == 6
+        } else {
+            be16(ETH_TYPE) == 0x0800 && h[IP_VHL] == 0x45 && h[IP_PROTO] == 6
+        };
+        let layout_ok =
+            total > l.headers_len && network_ok && usize::from(h[l.tcp_doff()] >> 4) * 4 == TCP_LEN;
         if !layout_ok {
             return None;
         }
-        if usize::from(be16(IP_TOTAL_LEN)) != total - ETH_LEN {
+        // IPv4 total length counts the IP header; IPv6 payload length does not.
+        let (len_at, len_of) = if l.v6 {
+            (ETH_LEN + 4, total - ETH_LEN - l.l3_len)
+        } else {
+            (IP_TOTAL_LEN, total - ETH_LEN)
+        };
+        if usize::from(be16(len_at)) != len_of {
             self.faults.bad_ip_length += 1;
         }
-        let flow = self.trace.flow_of_source(be32(IP_SRC))?;
-        let start = self.trace.stream_offset(flow, be32(TCP_SEQ))?;
+        let flow = self.trace.flow_of_source(be32(l.src_low32()))?;
+        let start = self.trace.stream_offset(flow, be32(l.tcp_seq()))?;
         Some((flow, start))
     }
 
@@ -236,7 +257,7 @@ impl<'t> Ledger<'t> {
         self.faults.missing = self
             .emitted
             .iter()
-            .filter(|&&e| usize::from(e) < MSS)
+            .filter(|&&e| usize::from(e) < self.layout.mss)
             .count() as u64;
         if !self.faults.is_clean() {
             return Err(LedgerError {
@@ -306,6 +327,40 @@ mod tests {
         // One packet per segment: 8948 / 1448 packets per iMTU of payload.
         assert!((o.packets_per_imtu - 8948.0 / 1448.0).abs() < 1e-9);
         assert_eq!(o.output_packets as usize, t.len());
+    }
+
+    #[test]
+    fn ipv6_output_is_read_with_its_own_layout() {
+        let t = Trace::generate(TraceConfig {
+            min_packets: 2_000,
+            reorder_prob: 0.0,
+            ipv6: true,
+            ..TraceConfig::new(1, 10.0)
+        })
+        .unwrap();
+        let mut l = Ledger::new(&t, "identity-v6", 9000, true);
+        // Cap 9000 - 40 - 32 = 8928: six 1428 B segments (8568) cannot take a seventh.
+        assert_eq!(l.bound_bytes(6 * 1428), 6 * 1428);
+        assert_eq!(l.bound_bytes(5 * 1428), 0);
+        for b in t.bursts() {
+            for slot in b.slots.clone() {
+                let f = t.frame(slot);
+                l.record(|v| v(&f), b.time_ns);
+            }
+        }
+        let o = l.finish().unwrap();
+        assert_eq!(o.output_packets as usize, t.len());
+        assert!((o.packets_per_imtu - 8928.0 / 1428.0).abs() < 1e-9);
+        // An IPv4 ledger's reading of the same frames finds none of them.
+        let v4 = Trace::generate(TraceConfig {
+            min_packets: 2_000,
+            ..TraceConfig::new(1, 10.0)
+        })
+        .unwrap();
+        let mut l = Ledger::new(&v4, "v4", 9000, false);
+        let f = t.frame(0);
+        l.record(|v| v(&f), 0);
+        assert_eq!(l.faults.malformed, 1);
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct MergeBenchConfig {
     pub pxio_max_window_ns: u64,
     /// The b-network's MTU (9000 B).
     pub imtu: usize,
+    /// IPv6 frames instead of IPv4. DPDK 22.11's `rte_gro` has no TCP/IPv6 GRO: it passes
+    /// IPv6 through.
+    pub ipv6: bool,
     /// Each trace holds at least this many packets on average.
     pub min_packets: u64,
     /// ...and lasts for at least this many bursts per flow on average.
@@ -61,6 +64,7 @@ impl MergeBenchConfig {
             delay_budget_ns: 20_000,
             pxio_max_window_ns: 100_000,
             imtu: DEFAULT_IMTU,
+            ipv6: false,
             min_packets: trace.min_packets,
             min_bursts_per_flow: trace.min_bursts_per_flow,
             gro_items_per_flow: 32,
@@ -77,6 +81,7 @@ impl MergeBenchConfig {
             schedule: self.schedule,
             min_packets: self.min_packets,
             min_bursts_per_flow: self.min_bursts_per_flow,
+            ipv6: self.ipv6,
             ..TraceConfig::new(flows, gbps_per_flow)
         }
     }
@@ -162,6 +167,7 @@ pub fn run_scenario(
         imtu: cfg.imtu,
         seed: cfg.seed,
         schedule: cfg.schedule.name().to_owned(),
+        ipv6: cfg.ipv6,
         rte_gro_held_at_flush: gro.held_at_flush,
     };
     let cost = ScenarioCost {

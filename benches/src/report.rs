@@ -96,6 +96,10 @@ pub struct MergeRow {
     pub seed: u64,
     /// How flows sent: `poisson-tso` (the model), `paced` or `round-robin`.
     pub schedule: String,
+    /// IPv6 frames (1428 B segments) instead of IPv4 (1448 B). rte_gro (DPDK 22.11) passes
+    /// IPv6 through unmerged.
+    #[serde(default)]
+    pub ipv6: bool,
     /// Mean packets (merged or not) rte_gro held when it flushed: how full its linearly
     /// scanned table was.
     pub rte_gro_held_at_flush: Option<f64>,
@@ -145,6 +149,7 @@ pub struct ScenarioCost {
 pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
     let headers = [
         "schedule",
+        "IP",
         "flows",
         "Gb/s/flow",
         "in pkts",
@@ -166,6 +171,7 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
             let flag = r.neither_merges();
             vec![
                 r.schedule.clone(),
+                if r.ipv6 { "v6" } else { "v4" }.into(),
                 r.flows.to_string(),
                 format!("{}", r.gbps_per_flow),
                 r.input_packets.to_string(),
@@ -202,10 +208,10 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
                     "{:.1} / {:.1}",
                     r.rte_gro_mean_delay_us, r.rte_gro_p99_delay_us
                 ),
-                if flag {
-                    "* NEITHER MERGES".into()
-                } else {
-                    String::new()
+                match (flag, r.ipv6) {
+                    (true, _) => "* NEITHER MERGES".into(),
+                    (false, true) => "rte_gro 22.11: no TCP/IPv6 GRO".into(),
+                    (false, false) => String::new(),
                 },
             ]
         })
@@ -341,6 +347,7 @@ mod tests {
             imtu: 9000,
             seed: 1,
             schedule: "poisson-tso".into(),
+            ipv6: false,
             rte_gro_held_at_flush: Some(7.5),
         }
     }

@@ -105,6 +105,29 @@ fn rte_gro_gets_only_what_a_nic_gives_and_parses_on_the_clock() {
     assert!(r.cycles_per_pkt > r.ns_per_pkt, "a TSC above 1 GHz");
 }
 
+/// IPv6 traces: pxio merges them; DPDK 22.11's rte_gro passes them through (no TCP/IPv6 GRO),
+/// every packet accounted for either way.
+#[test]
+fn ipv6_traces_merge_in_pxio_and_pass_through_rte_gro() {
+    use pxbench::pxio_engine::{run_pxio, NicInfo};
+    let cfg = MergeBenchConfig {
+        ipv6: true,
+        ..config()
+    };
+    let trace = Trace::generate(cfg.trace_config(8, 10.0)).unwrap();
+    let pxio = run_pxio(eal(), &trace, &cfg, NicInfo::FULL).unwrap();
+    assert!(pxio.outcome.conversion_yield > 0.8, "{:?}", pxio.outcome);
+    assert!(
+        (1.0..1.3).contains(&pxio.outcome.packets_per_imtu),
+        "{:?}",
+        pxio.outcome
+    );
+    let gro = run_rte_gro(eal(), &trace, &cfg).unwrap();
+    assert_eq!(gro.outcome.conversion_yield, 0.0, "{:?}", gro.outcome);
+    assert_eq!(gro.outcome.output_packets as usize, trace.len());
+    assert_eq!(gro.parsed_in_timed_region, Some(trace.len() as u64));
+}
+
 /// pxio's three NIC variants see the same frames and differ only in time: same outputs.
 #[test]
 fn pxio_variants_agree_on_everything_but_time() {

@@ -29,6 +29,9 @@ struct Args {
     /// How flows send (repeatable; default: all three, burstiest first).
     #[arg(long = "schedule", value_enum)]
     schedules: Vec<ScheduleArg>,
+    /// IPv6 frames instead of IPv4 (rte_gro, DPDK 22.11, passes IPv6 through unmerged).
+    #[arg(long)]
+    ipv6: bool,
     /// The b-network's MTU, bytes (the merge target; yield and packets per iMTU follow it).
     #[arg(long, default_value_t = 9000)]
     imtu: usize,
@@ -108,6 +111,7 @@ fn main() -> Result<()> {
     };
     cfg.delay_budget_ns = (args.delay_us * 1e3).round() as u64;
     cfg.imtu = args.imtu;
+    cfg.ipv6 = args.ipv6;
     cfg.verify_payload = args.verify;
     cfg.repetitions = args.reps.max(1);
     if let Some(n) = args.min_packets {
@@ -124,8 +128,9 @@ fn main() -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "merge: pxio vs rte_gro, {} traffic, delay budget {} µs, iMTU {} B, seed {}, TSC {:.3} GHz, one core",
+        "merge: pxio vs rte_gro, {} traffic, IPv{}, delay budget {} µs, iMTU {} B, seed {}, TSC {:.3} GHz, one core",
         schedules.iter().map(|s| s.name()).collect::<Vec<_>>().join(" / "),
+        if cfg.ipv6 { 6 } else { 4 },
         args.delay_us,
         cfg.imtu,
         cfg.seed,
