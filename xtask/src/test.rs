@@ -137,6 +137,36 @@ const INTEGRATION_SUITES: &[Suite] = &[
             "20000",
         ],
     },
+    // The same on IPv6 at a 4000 B iMTU, where cuts leave remainders (issue 12 §3): pxio's
+    // output verified byte for byte; rte_gro (DPDK 22.11) passes IPv6 through.
+    Suite {
+        name: "bench-smoke-v6",
+        program: "cargo",
+        args: &[
+            "run",
+            "--release",
+            "-j2",
+            "-p",
+            "pxbench",
+            "--bin",
+            "merge",
+            "--",
+            "--ipv6",
+            "--imtu",
+            "4000",
+            "--flows",
+            "8",
+            "--flows",
+            "800",
+            "--schedule",
+            "poisson-tso",
+            "--reps",
+            "1",
+            "--verify",
+            "--min-packets",
+            "20000",
+        ],
+    },
     // The caravan receive benchmark, small: all six receive paths (plain recv, recvmmsg,
     // UDP_GRO, eBPF decapsulation, Reader, BatchReader) between two namespaces; fails unless
     // each delivered every datagram intact and in order. No timing is asserted.
