@@ -191,6 +191,28 @@ const INTEGRATION_SUITES: &[Suite] = &[
             "--check",
         ],
     },
+    Suite {
+        name: "caravan-bench-smoke-v6",
+        program: "cargo",
+        args: &[
+            "run",
+            "--release",
+            "-j2",
+            "-p",
+            "pxbench",
+            "--bin",
+            "caravan-bench",
+            "--",
+            "--ipv6",
+            "--datagrams",
+            "20000",
+            "--reps",
+            "1",
+            "--quiet-wait",
+            "1",
+            "--check",
+        ],
+    },
 ];
 
 /// Tests that are `#[ignore = "needs ..."]` because they need something a machine may lack: the

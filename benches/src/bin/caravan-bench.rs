@@ -3,7 +3,8 @@
 //! network namespaces and loads the eBPF program).
 //!
 //! # Setup
-//! A sender and a receiver namespace joined by a veth at MTU 9000 (addresses 198.18.9.0/24).
+//! A sender and a receiver namespace joined by a veth at MTU 9000 (addresses 198.18.9.0/24 and
+//! 2001:db8:9::/64; `--ipv6` sends over IPv6).
 //! The sender neither merges nor splits packets (`gro gso tso off`) and computes checksums in
 //! software (`tx off`), so the receiver verifies every UDP checksum itself. The receiving veth
 //! runs as a NIC's receive queue with its interrupt on the receiver's CPU: GRO on (a NIC's
@@ -65,7 +66,7 @@
 #![forbid(unsafe_code)]
 
 use std::io::ErrorKind;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
@@ -85,6 +86,35 @@ use serde_json::json;
 
 const TX_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 9, 1);
 const RX_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 9, 2);
+const TX_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 1);
+const RX_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 2);
+
+/// The sender's address in the run's family.
+fn tx_ip(v6: bool) -> IpAddr {
+    if v6 {
+        TX_IP6.into()
+    } else {
+        TX_IP.into()
+    }
+}
+
+/// The receiver's address in the run's family.
+fn rx_ip(v6: bool) -> IpAddr {
+    if v6 {
+        RX_IP6.into()
+    } else {
+        RX_IP.into()
+    }
+}
+
+/// Outer IP + UDP headers of a caravan in the run's family.
+fn outer(v6: bool) -> usize {
+    if v6 {
+        wire::ipv6::field::HEADER_LEN + UDP_HDR
+    } else {
+        OUTER
+    }
+}
 const SPORT: u16 = 42000;
 const PLAIN_PORT: u16 = 6001;
 const DECAP_PORT: u16 = 6002;
@@ -143,6 +173,9 @@ struct Args {
     /// the receive cost the cases are compared by leaves other processes out).
     #[arg(long, default_value_t = 10)]
     quiet_wait: u64,
+    /// The stream over IPv6 instead of IPv4.
+    #[arg(long)]
+    ipv6: bool,
     /// Fail unless every run of every case delivered every datagram intact, in order (the CI
     /// smoke run).
     #[arg(long)]
@@ -275,20 +308,28 @@ fn payload(seq: u64, size: usize, out: &mut Vec<u8>) {
     out.extend((8..size).map(|j| (j as u8) ^ (seq as u8)));
 }
 
-/// One datagram as an Ethernet/IPv4/UDP frame (DF, ID 1) with a correct UDP checksum (pxio
-/// packs frames).
-fn datagram_frame(dport: u16, payload: &[u8]) -> Result<Vec<u8>> {
+/// One datagram as an Ethernet/IP/UDP frame (IPv4: DF, ID 1) with a correct UDP checksum
+/// (pxio packs frames).
+fn datagram_frame(dport: u16, payload: &[u8], v6: bool) -> Result<Vec<u8>> {
     let ethernet = wire::EthernetRepr {
         dst: [2, 0, 0, 0, 0, 2],
         src: [2, 0, 0, 0, 0, 1],
         vlan_tci: None,
-        ethertype: wire::ethernet::ethertype::IPV4,
+        ethertype: if v6 {
+            wire::ethernet::ethertype::IPV6
+        } else {
+            wire::ethernet::ethertype::IPV4
+        },
     };
-    let ip = wire::IpRepr::V4(wire::Ipv4Repr {
-        ident: 1,
-        dont_frag: true,
-        ..wire::Ipv4Repr::new(TX_IP.octets(), RX_IP.octets())
-    });
+    let ip = if v6 {
+        wire::IpRepr::V6(wire::Ipv6Repr::new(TX_IP6.octets(), RX_IP6.octets()))
+    } else {
+        wire::IpRepr::V4(wire::Ipv4Repr {
+            ident: 1,
+            dont_frag: true,
+            ..wire::Ipv4Repr::new(TX_IP.octets(), RX_IP.octets())
+        })
+    };
     let udp = wire::UdpRepr {
         src_port: SPORT,
         dst_port: dport,
@@ -302,20 +343,25 @@ struct Caravan {
     datagrams: u64,
 }
 
-fn finish(builder: CaravanBuilder<HeapBuf>, datagrams: u64) -> Result<Caravan> {
+fn finish(builder: CaravanBuilder<HeapBuf>, datagrams: u64, v6: bool) -> Result<Caravan> {
     let frame = builder.finish().to_vec();
+    let dscp = if v6 {
+        wire::Ipv6Packet::new_unchecked(&frame[ETH..]).dscp()
+    } else {
+        wire::Ipv4Packet::new_unchecked(&frame[ETH..]).dscp()
+    };
     ensure!(
-        wire::Ipv4Packet::new_unchecked(&frame[ETH..]).dscp() == caravan::DEFAULT_DSCP,
+        dscp == caravan::DEFAULT_DSCP,
         "pxio did not mark the caravan"
     );
     Ok(Caravan {
-        payload: frame[ETH + OUTER..].to_vec(),
+        payload: frame[ETH + outer(v6)..].to_vec(),
         datagrams,
     })
 }
 
 /// The stream packed greedily by pxio's encoder into caravans of at most the iMTU.
-fn build_caravans(dport: u16, n: u64, size: usize) -> Result<Vec<Caravan>> {
+fn build_caravans(dport: u16, n: u64, size: usize, v6: bool) -> Result<Vec<Caravan>> {
     let pool = HeapPool::new(16384);
     let cfg = CaravanConfig {
         imtu: IMTU,
@@ -326,7 +372,7 @@ fn build_caravans(dport: u16, n: u64, size: usize) -> Result<Vec<Caravan>> {
     let mut buf = Vec::with_capacity(size);
     for seq in 0..n {
         payload(seq, size, &mut buf);
-        let pkt = pool.packet(&datagram_frame(dport, &buf)?);
+        let pkt = pool.packet(&datagram_frame(dport, &buf, v6)?);
         let pkt = match open.take() {
             None => pkt,
             Some((mut b, k)) => match b.push(pkt) {
@@ -335,7 +381,7 @@ fn build_caravans(dport: u16, n: u64, size: usize) -> Result<Vec<Caravan>> {
                     continue;
                 }
                 Err((CaravanError::Full, pkt)) => {
-                    out.push(finish(b, k)?);
+                    out.push(finish(b, k, v6)?);
                     pkt
                 }
                 Err((e, _)) => bail!("packing datagram {seq}: {e}"),
@@ -346,7 +392,7 @@ fn build_caravans(dport: u16, n: u64, size: usize) -> Result<Vec<Caravan>> {
         open = Some((b, 1));
     }
     if let Some((b, k)) = open {
-        out.push(finish(b, k)?);
+        out.push(finish(b, k, v6)?);
     }
     Ok(out)
 }
@@ -473,6 +519,10 @@ fn lab(rx_cpu: usize) -> Result<Lab> {
         "cb",
         9000,
     )?;
+    // IPv6 beside IPv4 (`--ipv6`), without duplicate address detection, so usable at once.
+    for (ns, dev, ip) in [(&tx, &a, TX_IP6), (&rx, &b, RX_IP6)] {
+        ns.ip(&["addr", "add", &format!("{ip}/64"), "dev", dev, "nodad"])?;
+    }
     // The sender neither merges nor splits packets, and computes checksums in software, so the
     // receiver verifies every one.
     tx.exec(
@@ -650,7 +700,7 @@ fn receive(
 /// (datagrams sent, packets sent, send errors, window stalls).
 fn send(
     sock: &UdpSocket,
-    to: SocketAddrV4,
+    to: SocketAddr,
     offered: &Offered<'_>,
     window: u64,
     progress: &AtomicU64,
@@ -710,7 +760,11 @@ fn run_case(
     } else {
         u32::from(caravan::DEFAULT_DSCP) << 2
     };
-    setsockopt(tx_sock, sockopt::Ipv4Tos, &(tos as i32))?;
+    if args.ipv6 {
+        setsockopt(tx_sock, sockopt::Ipv6TClass, &(tos as i32))?;
+    } else {
+        setsockopt(tx_sock, sockopt::Ipv4Tos, &(tos as i32))?;
+    }
     // Background load of the receiver's CPU; wait (bounded) for a quiet machine, since other
     // work on the receiver's CPU would take its time from the receiver.
     let (mut bg_rate, mut bg_irq_rate) = (1.0, 0.0);
@@ -746,7 +800,7 @@ fn run_case(
     let progress = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let barrier = Barrier::new(3);
-    let to = SocketAddrV4::new(RX_IP, mode.port());
+    let to = SocketAddr::new(rx_ip(args.ipv6), mode.port());
     let (snap0, drops0, t0, tx, rx) = std::thread::scope(|s| -> Result<_> {
         let rxh = s.spawn(|| -> Result<RxResult> {
             let pinned = pin(rx_cpu);
@@ -807,9 +861,9 @@ fn main() -> Result<()> {
         bail!("caravan-bench needs root (namespaces, eBPF); run `sudo cargo xtask bench caravan`");
     }
     ensure!(
-        (8..=usize::from(IMTU) - OUTER - UDP_HDR).contains(&args.size),
+        (8..=usize::from(IMTU) - outer(args.ipv6) - UDP_HDR).contains(&args.size),
         "--size must be 8..={}",
-        usize::from(IMTU) - OUTER - UDP_HDR
+        usize::from(IMTU) - outer(args.ipv6) - UDP_HDR
     );
     ensure!(
         args.datagrams > 0 && args.reps > 0 && args.window > 0,
@@ -831,11 +885,13 @@ fn main() -> Result<()> {
     let (tx_cpu, rx_cpu) = (0, cpus - 1);
 
     println!(
-        "offered stream: {} datagrams of {} B payload; building caravans with pxio (iMTU {IMTU})",
-        args.datagrams, args.size
+        "offered stream: {} datagrams of {} B payload over IPv{}; building caravans with pxio (iMTU {IMTU})",
+        args.datagrams,
+        args.size,
+        if args.ipv6 { 6 } else { 4 }
     );
-    let decap_caravans = build_caravans(DECAP_PORT, args.datagrams, args.size)?;
-    let pass_caravans = build_caravans(PASS_PORT, args.datagrams, args.size)?;
+    let decap_caravans = build_caravans(DECAP_PORT, args.datagrams, args.size, args.ipv6)?;
+    let pass_caravans = build_caravans(PASS_PORT, args.datagrams, args.size, args.ipv6)?;
     let per = args.datagrams as f64 / decap_caravans.len() as f64;
     println!(
         "  {} caravans, {per:.2} datagrams each, outer UDP payload up to {} B",
@@ -852,7 +908,7 @@ fn main() -> Result<()> {
         [PLAIN_PORT, DECAP_PORT, PASS_PORT, GRO_PORT]
             .iter()
             .map(|&p| -> Result<UdpSocket> {
-                let s = UdpSocket::bind(SocketAddrV4::new(RX_IP, p))?;
+                let s = UdpSocket::bind(SocketAddr::new(rx_ip(args.ipv6), p))?;
                 s.set_read_timeout(Some(READ_TIMEOUT))?;
                 setsockopt(&s, sockopt::RcvBufForce, &(64 << 20))?;
                 if p == GRO_PORT {
@@ -864,10 +920,10 @@ fn main() -> Result<()> {
     })??;
     let tx_sock = lab
         .tx
-        .enter(|| UdpSocket::bind(SocketAddrV4::new(TX_IP, SPORT)))??;
+        .enter(|| UdpSocket::bind(SocketAddr::new(tx_ip(args.ipv6), SPORT)))??;
     // Resolve ARP before anything is measured.
     for _ in 0..10 {
-        tx_sock.send_to(b"warm-up!", SocketAddrV4::new(RX_IP, PLAIN_PORT))?;
+        tx_sock.send_to(b"warm-up!", SocketAddr::new(rx_ip(args.ipv6), PLAIN_PORT))?;
     }
     std::thread::sleep(Duration::from_millis(100));
     drain(&socks[0])?;
