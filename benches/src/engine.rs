@@ -9,6 +9,14 @@ pub struct EngineResult {
     /// CPU time of the engine's own work (merge and flush, not building input or recording
     /// output) per input packet, ns, on one core.
     pub ns_per_pkt: f64,
+    /// The same in TSC cycles.
+    pub cycles_per_pkt: f64,
+    /// Packets whose headers the run parsed for the engine inside its timed sections, when the
+    /// engine needs the application to do it (rte_gro: `rte_net_get_ptype`); `None` when the
+    /// engine parses for itself (pxio classifies inside `rx`).
+    pub parsed_in_timed_region: Option<u64>,
+    /// The share of [`ns_per_pkt`](Self::ns_per_pkt) spent in that parse, ns per packet.
+    pub parse_ns_per_pkt: Option<f64>,
     /// Yield, delay and output counts.
     pub outcome: Outcome,
     /// Bytes of per-flow state the engine keeps.
@@ -74,13 +82,18 @@ impl CycleTimer {
 
     /// Total timed nanoseconds, extrapolated over the sections set aside.
     pub fn ns(&self) -> f64 {
+        self.cycles() * 1e9 / self.tsc_hz.max(1) as f64
+    }
+
+    /// Total timed TSC cycles, extrapolated over the sections set aside.
+    pub fn cycles(&self) -> f64 {
         let sections = (self.kept + self.discarded) as f64;
         let scale = if self.kept == 0 {
             0.0
         } else {
             sections / self.kept as f64
         };
-        self.cycles as f64 * scale * 1e9 / self.tsc_hz.max(1) as f64
+        self.cycles as f64 * scale
     }
 }
 
@@ -92,16 +105,33 @@ pub fn best_of(
     repetitions: u32,
     mut run: impl FnMut() -> Result<EngineResult, BenchError>,
 ) -> Result<EngineResult, BenchError> {
-    let mut best = run()?;
+    let runs = (0..repetitions.max(1))
+        .map(|_| run())
+        .collect::<Result<Vec<_>, _>>()?;
+    fastest(runs)
+}
+
+/// The fastest of `runs` of one engine on one trace (made in any order, e.g. interleaved with
+/// another engine's so that both sample the same moments of a shared machine), checked as in
+/// [`best_of`]. `wall_s` becomes the total. An empty list is an error.
+pub fn fastest(runs: Vec<EngineResult>) -> Result<EngineResult, BenchError> {
+    let mut runs = runs.into_iter();
+    let mut best = runs
+        .next()
+        .ok_or_else(|| BenchError::Config("no run to pick from".into()))?;
     let mut wall_s = best.wall_s;
-    for _ in 1..repetitions {
-        let next = run()?;
+    for next in runs {
         wall_s += next.wall_s;
         if next.outcome != best.outcome {
             return Err(BenchError::Config(format!(
                 "two runs on the same trace differ: {:?} vs {:?}",
                 best.outcome, next.outcome
             )));
+        }
+        if next.parsed_in_timed_region != best.parsed_in_timed_region {
+            return Err(BenchError::Config(
+                "two runs on the same trace parsed different packet counts".into(),
+            ));
         }
         if next.ns_per_pkt < best.ns_per_pkt {
             best = next;

@@ -1,9 +1,15 @@
 //! The baseline: a trace through DPDK's `rte_gro` (heavyweight mode, TCP/IPv4) on real mbufs.
 //!
 //! For each RX burst:
-//! 1. **Not timed:** take 32 mbufs from a mempool, write the trace's frames into them, set
-//!    `packet_type` (Ether/IPv4/TCP) and the header lengths, as a NIC's RX path would.
-//! 2. **Timed:** `rte_gro_reassemble` on the burst, and, when due, the flush.
+//! 1. **Not timed:** take 32 mbufs from a mempool, write the trace's frames into them, and add
+//!    what a NIC writes into the mbuf and no more: the RSS hash (`RTE_MBUF_F_RX_RSS_HASH`) and
+//!    the L4 checksum verdict (`RTE_MBUF_F_RX_L4_CKSUM_GOOD`). pxio gets exactly the same.
+//! 2. **Timed:** the header parse `rte_gro` relies on, then `rte_gro_reassemble` on the burst,
+//!    and, when due, the flush. `rte_gro` trusts `packet_type` and `l2/l3/l4_len` and parses
+//!    nothing itself; a NIC does not fill in the lengths, so an application must parse first, as
+//!    testpmd does before GRO. Here that is `rte_net_get_ptype` (all layers) per packet
+//!    ([`Mbuf::parse_packet_type`]), inside the timed region, as pxio's own classify is inside
+//!    its. [`EngineResult::parsed_in_timed_region`] counts the parses.
 //! 3. **Not timed:** record what came out in the [`Ledger`] and free it (a TX path would).
 //!
 //! **The flush emulates "timeout flush with the same delay budget".** `rte_gro` stamps each held
@@ -28,11 +34,11 @@
 
 use std::time::Instant;
 
-use dpdk::{ptype, Burst, Eal, GroContext, Mbuf, Mempool};
+use dpdk::{Burst, Eal, GroContext, Mbuf, Mempool};
 
 use crate::engine::{best_of, CycleTimer, EngineResult};
 use crate::ledger::Ledger;
-use crate::trace::layout::{ETH_LEN, FRAME_LEN, IPV4_LEN, TCP_LEN};
+use crate::trace::layout::FRAME_LEN;
 use crate::trace::Trace;
 use crate::{BenchError, MergeBenchConfig};
 
@@ -87,6 +93,8 @@ fn run_once(eal: &Eal, trace: &Trace, cfg: &MergeBenchConfig) -> Result<EngineRe
         ledger: Ledger::new(trace, "rte_gro", cfg.imtu, cfg.verify_payload),
         flushes: 0,
         held_at_flushes: 0,
+        parsed: 0,
+        parse_timer: CycleTimer::new(cfg.tsc_hz),
     };
     let mut rx = Burst::<RX_CAPACITY>::new();
 
@@ -102,6 +110,14 @@ fn run_once(eal: &Eal, trace: &Trace, cfg: &MergeBenchConfig) -> Result<EngineRe
         for (m, slot) in rx.as_mut_slice().iter_mut().zip(burst.slots.clone()) {
             fill(m, trace, slot)?;
         }
+        // Two sections, to tell the parse's share; their sum is rte_gro's cost.
+        let parsed = &mut run.parsed;
+        run.parse_timer.time(|| {
+            for m in rx.as_mut_slice() {
+                m.parse_packet_type();
+            }
+            *parsed += rx.len() as u64;
+        });
         run.timer.time(|| run.gro.reassemble(&mut rx));
         // What rte_gro hands back (nothing, for this trace's pure-ACK data segments, unless the
         // table is full) leaves at once.
@@ -121,13 +137,17 @@ fn run_once(eal: &Eal, trace: &Trace, cfg: &MergeBenchConfig) -> Result<EngineRe
     debug_assert_eq!(run.gro.item_count(), 0);
 
     let held_at_flush = run.held_at_flushes as f64 / run.flushes.max(1) as f64;
-    let (timer, ledger) = (run.timer, run.ledger);
+    let (timer, ledger, parsed, parse) = (run.timer, run.ledger, run.parsed, run.parse_timer);
+    let n = trace.len().max(1) as f64;
     Ok(EngineResult {
-        ns_per_pkt: timer.ns() / trace.len().max(1) as f64,
+        ns_per_pkt: (timer.ns() + parse.ns()) / n,
+        cycles_per_pkt: (timer.cycles() + parse.cycles()) / n,
+        parsed_in_timed_region: Some(parsed),
+        parse_ns_per_pkt: Some(parse.ns() / n),
         outcome: ledger.finish()?,
         flow_entry_bytes: u64::from(cfg.gro_items_per_flow) * (GRO_FLOW_BYTES + GRO_ITEM_BYTES),
         wall_s: wall.elapsed().as_secs_f64(),
-        discarded_sections: timer.discarded(),
+        discarded_sections: timer.discarded() + parse.discarded(),
         held_at_flush: Some(held_at_flush),
     })
 }
@@ -141,6 +161,10 @@ struct Run<'t> {
     flushes: u64,
     /// Packets the table held, summed over flushes.
     held_at_flushes: u64,
+    /// Packets parsed (`rte_net_get_ptype`) inside the timed sections.
+    parsed: u64,
+    /// The parse's sections.
+    parse_timer: CycleTimer,
 }
 
 impl Run<'_> {
@@ -163,12 +187,13 @@ impl Run<'_> {
     }
 }
 
-/// Writes slot `slot`'s frame into the empty mbuf `m` and sets what `rte_gro` reads.
-fn fill(m: &mut Mbuf, trace: &Trace, slot: usize) -> Result<(), BenchError> {
+/// Writes slot `slot`'s frame into the empty mbuf `m` with what a NIC adds (RSS hash, L4
+/// checksum verdict), and nothing else: no packet type, no header lengths.
+pub fn fill(m: &mut Mbuf, trace: &Trace, slot: usize) -> Result<(), BenchError> {
     let room = m.append(FRAME_LEN)?;
     trace.write_frame(slot, room);
-    m.set_packet_type(ptype::ETHER_IPV4_TCP);
-    m.set_header_lens(ETH_LEN as u8, IPV4_LEN as u16, TCP_LEN as u8);
+    m.set_rss_hash(trace.rss_hash(slot));
+    m.mark_rx_l4_checksum_good();
     Ok(())
 }
 

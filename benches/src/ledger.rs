@@ -10,6 +10,11 @@
 //! could not take one more segment. For an engine that respects the cap (`P <= cap`) the rule
 //! reduces to the plain definition, so one rule serves both.
 //!
+//! **Packets per iMTU** (issue 12, §3) is what the yield hides: how many packets leave per
+//! iMTU's worth of payload, `outputs / (input payload / cap)`; 1.0 is ideal, and every runt a cut
+//! leaves behind raises it. An uncapped output of `P` bytes (rte_gro) counts as the
+//! `ceil(P / cap)` packets it would be cut into, by the same rule as the yield.
+//!
 //! **Added delay** of an input packet is its emission time minus the time the engine received
 //! it, both in simulated time: the emission time is the time of the RX burst (or final flush)
 //! during which the engine handed the packet out, the receive time is its RX burst's time
@@ -21,7 +26,10 @@
 use hdrhistogram::Histogram;
 
 use crate::trace::layout::*;
-use crate::trace::Trace;
+use crate::trace::{Layout, Trace};
+
+/// The longest headers a trace has (Ethernet, IPv6, TCP with time stamps).
+const MAX_HEADERS_LEN: usize = ETH_LEN + 40 + TCP_LEN;
 
 /// Longest delay the histogram resolves: a minute.
 const MAX_DELAY_NS: u64 = 60_000_000_000;
@@ -79,6 +87,9 @@ pub struct Outcome {
     pub output_packets: u64,
     /// Mean input segments per output packet.
     pub segments_per_output: f64,
+    /// Output packets (an uncapped one counted as cut at the iMTU) per iMTU of input payload;
+    /// 1.0 is ideal.
+    pub packets_per_imtu: f64,
 }
 
 /// Records an engine's outputs against the trace. Feed it every packet the engine emits, then
@@ -95,9 +106,13 @@ pub struct Ledger<'t> {
     delay_sum_ns: u128,
     bound_bytes: u64,
     output_packets: u64,
+    /// Output packets with each uncapped one counted as the packets it would be cut into.
+    capped_packets: u64,
     faults: Faults,
     /// The headers of the output being recorded.
-    head: [u8; HEADERS_LEN],
+    head: [u8; MAX_HEADERS_LEN],
+    /// Where the fields are in the trace's frames.
+    layout: Layout,
     /// A copy of the output being recorded, when verifying payloads.
     copy: Vec<u8>,
 }
@@ -111,15 +126,17 @@ impl<'t> Ledger<'t> {
             trace,
             engine: engine.to_owned(),
             verify_payload,
-            cap: imtu.saturating_sub(IPV4_LEN + TCP_LEN),
+            cap: imtu.saturating_sub(trace.layout().l3_len + TCP_LEN),
             emitted: vec![0; trace.len()],
             delays_ns: Histogram::new_with_bounds(1, MAX_DELAY_NS, 3)
                 .expect("valid bounds and precision"),
             delay_sum_ns: 0,
             bound_bytes: 0,
             output_packets: 0,
+            capped_packets: 0,
             faults: Faults::default(),
-            head: [0; HEADERS_LEN],
+            head: [0; MAX_HEADERS_LEN],
+            layout: trace.layout(),
             copy: Vec::new(),
         }
     }
@@ -131,7 +148,12 @@ impl<'t> Ledger<'t> {
         }
         let whole = payload / self.cap * self.cap;
         let rest = payload - whole;
-        whole + if rest + MSS > self.cap { rest } else { 0 }
+        whole
+            + if rest + self.layout.mss > self.cap {
+                rest
+            } else {
+                0
+            }
     }
 
     /// Records one output packet emitted at simulated time `emit_ns`. `visit` must call its
@@ -144,10 +166,11 @@ impl<'t> Ledger<'t> {
         self.output_packets += 1;
         let mut total = 0usize;
         let (head, copy, verify) = (&mut self.head, &mut self.copy, self.verify_payload);
+        let (hl, mss) = (self.layout.headers_len, self.layout.mss);
         copy.clear();
         visit(&mut |seg: &[u8]| {
-            if total < HEADERS_LEN {
-                let n = (HEADERS_LEN - total).min(seg.len());
+            if total < hl {
+                let n = (hl - total).min(seg.len());
                 head[total..total + n].copy_from_slice(&seg[..n]);
             }
             if verify {
@@ -159,30 +182,31 @@ impl<'t> Ledger<'t> {
             self.faults.malformed += 1;
             return;
         };
-        let payload = total - HEADERS_LEN;
-        let (first_seg, offset) = ((start / MSS) as u32, start % MSS);
+        let payload = total - hl;
+        let (first_seg, offset) = ((start / mss) as u32, start % mss);
         if verify
             && !self
                 .trace
-                .payload_matches(flow, first_seg, offset, &self.copy[HEADERS_LEN..])
+                .payload_matches(flow, first_seg, offset, &self.copy[hl..])
         {
             self.faults.corrupted += 1;
         }
         self.bound_bytes += self.bound_bytes(payload) as u64;
+        self.capped_packets += payload.div_ceil(self.cap.max(1)).max(1) as u64;
         let end = start + payload;
-        for seg in first_seg as usize..end.div_ceil(MSS) {
+        for seg in first_seg as usize..end.div_ceil(mss) {
             let Some(slot) = self.trace.slot_of(flow, seg as u32) else {
                 self.faults.malformed += 1;
                 return;
             };
-            let covered = end.min((seg + 1) * MSS) - start.max(seg * MSS);
+            let covered = end.min((seg + 1) * mss) - start.max(seg * mss);
             let bytes = usize::from(self.emitted[slot]) + covered;
             self.emitted[slot] = bytes.min(usize::from(u16::MAX)) as u16;
-            if bytes > MSS {
+            if bytes > mss {
                 self.faults.duplicated += 1;
                 continue;
             }
-            if bytes < MSS {
+            if bytes < mss {
                 continue; // the segment's last byte has not left yet
             }
             let received = self.trace.delivery_ns(slot);
@@ -203,19 +227,28 @@ impl<'t> Ledger<'t> {
         let h = &self.head;
         let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
         let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-        let layout_ok = total > HEADERS_LEN
-            && be16(ETH_TYPE) == 0x0800
-            && h[IP_VHL] == 0x45
-            && h[IP_PROTO] == 6
-            && usize::from(h[TCP_DOFF] >> 4) * 4 == TCP_LEN;
+        let l = self.layout;
+        let network_ok = if l.v6 {
+            be16(ETH_TYPE) == 0x86dd && h[ETH_LEN] >> 4 == 6 && h[ETH_LEN + 6] == 6
+        } else {
+            be16(ETH_TYPE) == 0x0800 && h[IP_VHL] == 0x45 && h[IP_PROTO] == 6
+        };
+        let layout_ok =
+            total > l.headers_len && network_ok && usize::from(h[l.tcp_doff()] >> 4) * 4 == TCP_LEN;
         if !layout_ok {
             return None;
         }
-        if usize::from(be16(IP_TOTAL_LEN)) != total - ETH_LEN {
+        // IPv4 total length counts the IP header; IPv6 payload length does not.
+        let (len_at, len_of) = if l.v6 {
+            (ETH_LEN + 4, total - ETH_LEN - l.l3_len)
+        } else {
+            (IP_TOTAL_LEN, total - ETH_LEN)
+        };
+        if usize::from(be16(len_at)) != len_of {
             self.faults.bad_ip_length += 1;
         }
-        let flow = self.trace.flow_of_source(be32(IP_SRC))?;
-        let start = self.trace.stream_offset(flow, be32(TCP_SEQ))?;
+        let flow = self.trace.flow_of_source(be32(l.src_low32()))?;
+        let start = self.trace.stream_offset(flow, be32(l.tcp_seq()))?;
         Some((flow, start))
     }
 
@@ -224,7 +257,7 @@ impl<'t> Ledger<'t> {
         self.faults.missing = self
             .emitted
             .iter()
-            .filter(|&&e| usize::from(e) < MSS)
+            .filter(|&&e| usize::from(e) < self.layout.mss)
             .count() as u64;
         if !self.faults.is_clean() {
             return Err(LedgerError {
@@ -241,6 +274,8 @@ impl<'t> Ledger<'t> {
             max_delay_us: us(self.delays_ns.max()),
             output_packets: self.output_packets,
             segments_per_output: self.trace.len() as f64 / self.output_packets.max(1) as f64,
+            packets_per_imtu: self.capped_packets as f64 * self.cap as f64
+                / self.trace.payload_bytes().max(1) as f64,
         })
     }
 }
@@ -289,7 +324,43 @@ mod tests {
         let o = l.finish().unwrap();
         assert_eq!(o.conversion_yield, 0.0);
         assert_eq!(o.mean_delay_us, 0.0);
+        // One packet per segment: 8948 / 1448 packets per iMTU of payload.
+        assert!((o.packets_per_imtu - 8948.0 / 1448.0).abs() < 1e-9);
         assert_eq!(o.output_packets as usize, t.len());
+    }
+
+    #[test]
+    fn ipv6_output_is_read_with_its_own_layout() {
+        let t = Trace::generate(TraceConfig {
+            min_packets: 2_000,
+            reorder_prob: 0.0,
+            ipv6: true,
+            ..TraceConfig::new(1, 10.0)
+        })
+        .unwrap();
+        let mut l = Ledger::new(&t, "identity-v6", 9000, true);
+        // Cap 9000 - 40 - 32 = 8928: six 1428 B segments (8568) cannot take a seventh.
+        assert_eq!(l.bound_bytes(6 * 1428), 6 * 1428);
+        assert_eq!(l.bound_bytes(5 * 1428), 0);
+        for b in t.bursts() {
+            for slot in b.slots.clone() {
+                let f = t.frame(slot);
+                l.record(|v| v(&f), b.time_ns);
+            }
+        }
+        let o = l.finish().unwrap();
+        assert_eq!(o.output_packets as usize, t.len());
+        assert!((o.packets_per_imtu - 8928.0 / 1428.0).abs() < 1e-9);
+        // An IPv4 ledger's reading of the same frames finds none of them.
+        let v4 = Trace::generate(TraceConfig {
+            min_packets: 2_000,
+            ..TraceConfig::new(1, 10.0)
+        })
+        .unwrap();
+        let mut l = Ledger::new(&v4, "v4", 9000, false);
+        let f = t.frame(0);
+        l.record(|v| v(&f), 0);
+        assert_eq!(l.faults.malformed, 1);
     }
 
     #[test]
@@ -348,5 +419,39 @@ mod tests {
         );
         assert!(o.p99_delay_us <= o.max_delay_us);
         assert!(o.segments_per_output > 39.0);
+        // Under this ledger's 99,948 B cap each 40-segment output is one packet.
+        let cap = 100_000.0 - 52.0;
+        let outputs = t.len().div_ceil(40) as f64;
+        assert!((o.packets_per_imtu - outputs * cap / t.payload_bytes() as f64).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_uncapped_output_counts_as_the_packets_it_would_be_cut_into() {
+        let t = trace();
+        let mut l = Ledger::new(&t, "gro-like", 9000, false);
+        // Runs of 45 segments (65,160 B): 8 packets at the 8948 B cap (7 full, one of 2524 B).
+        let mut seg = 0u32;
+        let mut outputs = 0u64;
+        while (seg as usize) < t.len() {
+            let n = 45.min(t.len() as u32 - seg);
+            let mut out = t.frame(t.slot_of(0, seg).unwrap())[..HEADERS_LEN].to_vec();
+            for s in seg..seg + n {
+                out.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
+            }
+            let ip_len = (out.len() - ETH_LEN) as u16;
+            out[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+            l.record(|v| v(&out), t.end_ns());
+            outputs += (n as usize * 1448).div_ceil(8948) as u64;
+            seg += n;
+        }
+        let o = l.finish().unwrap();
+        let expected = outputs as f64 * 8948.0 / t.payload_bytes() as f64;
+        assert!((o.packets_per_imtu - expected).abs() < 1e-9);
+        // 8 packets for 65,160 B: 8 x 8948 / 65160 = 1.099.
+        assert!(
+            (1.05..1.15).contains(&o.packets_per_imtu),
+            "{}",
+            o.packets_per_imtu
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! pxio's side of the merge benchmark (SIGCOMM'26 §4, §7.1), measured exactly like rte_gro's
 //! (`gro_baseline.rs`):
-//! - the same trace, on real mbufs of the same size, filled outside the timed sections;
-//! - timed: the engine's own work per RX burst (`rx` of each packet, then `settle`), the polls a
+//! - the same trace, on real mbufs of the same size, filled outside the timed sections, with
+//!   what a NIC adds ([`NicInfo`]): the RSS hash and the L4 checksum verdict, each of which a
+//!   variant withholds, to measure ports that give neither;
+//! - timed: the engine's own work per RX burst (`rx_burst`: each packet, then settling), the polls a
 //!   worker makes at each ETM deadline between bursts (dated at the deadline), and the final
 //!   flush;
 //! - not timed: recording each output in the [`Ledger`] at its simulated emission time, and
@@ -22,6 +24,43 @@ use crate::{BenchError, MergeBenchConfig};
 const RX_CAPACITY: usize = 64;
 /// A 1514 B frame after DPDK's 128 B headroom.
 const DATA_ROOM: u16 = 2048 + 128;
+
+/// What the emulated NIC writes into each mbuf besides the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NicInfo {
+    /// The L4 checksum verdict (`RTE_MBUF_F_RX_L4_CKSUM_GOOD`), and the engine leaves
+    /// checksums to the NIC (`MergeConfig::checksum_offload`). Without it, pxio verifies every
+    /// segment's checksum in software.
+    pub csum: bool,
+    /// The RSS hash (`RTE_MBUF_F_RX_RSS_HASH`). Without it, pxio hashes in software.
+    pub hash: bool,
+}
+
+impl NicInfo {
+    /// Everything a NIC gives (the main column).
+    pub const FULL: NicInfo = NicInfo {
+        csum: true,
+        hash: true,
+    };
+    /// The RSS hash but no checksum verdict: every segment verified in software.
+    pub const SOFTWARE_CSUM: NicInfo = NicInfo {
+        csum: false,
+        hash: true,
+    };
+    /// The checksum verdict but no RSS hash: the flow hash computed in software.
+    pub const SOFTWARE_HASH: NicInfo = NicInfo {
+        csum: true,
+        hash: false,
+    };
+
+    fn engine_name(self) -> String {
+        format!(
+            "pxio ({} csum, {} hash)",
+            if self.csum { "NIC" } else { "software" },
+            if self.hash { "NIC" } else { "software" }
+        )
+    }
+}
 
 /// The merge configuration the benchmark runs: the engine's defaults (1 Gb/s delay threshold,
 /// 93 % yield bypass, p = 0.95), with the ETM window capped at `cap_ns`.
@@ -46,26 +85,25 @@ pub fn bench_merge_config(
 }
 
 /// Runs `trace` through pxio's merge engine [`MergeBenchConfig::repetitions`] times and reports
-/// the fastest run. With `checksum_offload`, every input is marked as checksum-verified by the
-/// NIC (outside the timed sections) and the engine leaves checksums to the NIC, as on the
-/// paper's hardware; without it, the engine derives every checksum in software.
+/// the fastest run. `nic` says what the emulated NIC wrote into each mbuf (outside the timed
+/// sections); with its checksum verdict the engine also leaves checksums to the NIC, as on the
+/// paper's hardware, and without it the engine verifies and derives every checksum itself.
 pub fn run_pxio(
     eal: &Eal,
     trace: &Trace,
     cfg: &MergeBenchConfig,
-    checksum_offload: bool,
+    nic: NicInfo,
 ) -> Result<EngineResult, BenchError> {
-    best_of(cfg.repetitions, || {
-        run_once(eal, trace, cfg, checksum_offload)
-    })
+    best_of(cfg.repetitions, || run_once(eal, trace, cfg, nic))
 }
 
 fn run_once(
     eal: &Eal,
     trace: &Trace,
     cfg: &MergeBenchConfig,
-    checksum_offload: bool,
+    nic: NicInfo,
 ) -> Result<EngineResult, BenchError> {
+    let checksum_offload = nic.csum;
     let wall = Instant::now();
     let name = format!("pxio{}", unique());
     // Items are held for at most a window; the pool covers everything a window can gather.
@@ -76,12 +114,7 @@ fn run_once(
         headers.clone(),
     )
     .map_err(|e| BenchError::Config(e.to_string()))?;
-    let engine = if checksum_offload {
-        "pxio (NIC checksums)"
-    } else {
-        "pxio"
-    };
-    let mut ledger = Ledger::new(trace, engine, cfg.imtu, cfg.verify_payload);
+    let mut ledger = Ledger::new(trace, &nic.engine_name(), cfg.imtu, cfg.verify_payload);
     let mut timer = CycleTimer::new(cfg.tsc_hz);
     let mut rx = Burst::<RX_CAPACITY>::new();
     let mut out: Vec<Mbuf> = Vec::with_capacity(4096);
@@ -95,16 +128,16 @@ fn run_once(
         for (m, slot) in rx.as_mut_slice().iter_mut().zip(burst.slots.clone()) {
             let room = m.append(FRAME_LEN)?;
             trace.write_frame(slot, room);
-            if checksum_offload {
+            if nic.csum {
                 m.mark_rx_l4_checksum_good();
+            }
+            if nic.hash {
+                m.set_rss_hash(trace.rss_hash(slot));
             }
         }
         let now = burst.time_ns;
         timer.time(|| {
-            for m in rx.drain() {
-                merger.rx(m, now, &mut out);
-            }
-            merger.settle(now, &mut out);
+            merger.rx_burst(rx.drain(), now, &mut out);
         });
         record(&mut ledger, &mut out, now);
     }
@@ -130,6 +163,9 @@ fn run_once(
     }
     Ok(EngineResult {
         ns_per_pkt: timer.ns() / trace.len().max(1) as f64,
+        cycles_per_pkt: timer.cycles() / trace.len().max(1) as f64,
+        parsed_in_timed_region: None,
+        parse_ns_per_pkt: None,
         outcome: ledger.finish()?,
         flow_entry_bytes: FLOW_ENTRY_BYTES as u64,
         wall_s: wall.elapsed().as_secs_f64(),

@@ -1,11 +1,19 @@
 //! The merge benchmark's report: one [`MergeRow`] per scenario, printed as a table and written
 //! as JSON (`cargo xtask bench merge --json FILE`).
 //!
-//! The JSON is an array of [`MergeRow`] objects. The issue's fields come first: `flows,
-//! gbps_per_flow, pxio_ns_per_pkt, rte_gro_ns_per_pkt, speedup, yield, mean_delay_us,
-//! p99_delay_us, flow_entry_bytes`; `yield`, the delays and `flow_entry_bytes` are pxio's (the
-//! system under test), and `null` while pxio's engine is not wired in. Extra fields follow:
-//! rte_gro's own yield, delays and table bytes, and how the scenario was sized.
+//! The JSON is an array of [`MergeRow`] objects, one per scenario and schedule. The issue's
+//! fields come first: `flows, gbps_per_flow, pxio_ns_per_pkt, rte_gro_ns_per_pkt, speedup,
+//! yield, mean_delay_us, p99_delay_us, flow_entry_bytes`, then issue 12's `schedule`,
+//! `packets_per_imtu`, `rte_gro_parse_in_timed_region` (always `true`: rte_gro's cost includes
+//! the `rte_net_get_ptype` parse it depends on) and `cycles_per_pkt`.
+//!
+//! Which pxio: `pxio_ns_per_pkt` (and `speedup`, as before issue 12) is pxio verifying every
+//! checksum in software; `pxio_offload_ns_per_pkt`, `speedup_nic_csum` and `cycles_per_pkt`
+//! are pxio with everything a NIC gives (checksum verdict and RSS hash), the headline;
+//! `pxio_sw_hash_ns_per_pkt` is pxio with the verdict but no RSS hash. `yield`,
+//! `packets_per_imtu`, the delays and `flow_entry_bytes` are the headline pxio's. Extra fields
+//! follow: rte_gro's own yield, delays and table bytes, how the scenario was sized, and `ipv6`
+//! (IPv6 frames; rte_gro, DPDK 22.11, passes those through unmerged).
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -28,11 +36,30 @@ pub struct MergeRow {
     /// pxio's CPU time per input packet when the NIC verified and fills checksums
     /// (`MergeConfig::checksum_offload`, as on the paper's ConnectX NICs), ns.
     pub pxio_offload_ns_per_pkt: Option<f64>,
-    /// `rte_gro_ns_per_pkt / pxio_ns_per_pkt`: how many times faster pxio is.
+    /// pxio's CPU time per input packet with the NIC's checksum verdict but no RSS hash (the
+    /// flow hash in software), ns.
+    pub pxio_sw_hash_ns_per_pkt: Option<f64>,
+    /// `rte_gro_ns_per_pkt / pxio_ns_per_pkt`: how many times faster pxio is, verifying every
+    /// checksum in software.
     pub speedup: Option<f64>,
+    /// `rte_gro_ns_per_pkt / pxio_offload_ns_per_pkt`: how many times faster pxio is with what a
+    /// NIC gives (the issue's target).
+    pub speedup_nic_csum: Option<f64>,
+    /// pxio's (NIC verdict and hash) TSC cycles per input packet.
+    pub cycles_per_pkt: Option<f64>,
+    /// pxio's (software checksums) TSC cycles per input packet.
+    pub pxio_sw_csum_cycles_per_pkt: Option<f64>,
+    /// rte_gro's TSC cycles per input packet, its header parse included.
+    pub rte_gro_cycles_per_pkt: f64,
     /// pxio's conversion yield: share of input bytes leaving in iMTU-bound packets, 0..=1.
     #[serde(rename = "yield")]
     pub conversion_yield: Option<f64>,
+    /// pxio's output packets per iMTU of input payload (1.0 is ideal).
+    pub packets_per_imtu: Option<f64>,
+    /// rte_gro's, each output counted as the packets it would be cut into at the iMTU.
+    pub rte_gro_packets_per_imtu: f64,
+    /// pxio's yield when it verifies checksums in software (the same traffic; it should match).
+    pub pxio_sw_csum_yield: Option<f64>,
     /// pxio's mean added delay, µs.
     pub mean_delay_us: Option<f64>,
     /// pxio's 99th-percentile added delay, µs.
@@ -45,6 +72,13 @@ pub struct MergeRow {
     pub rte_gro_mean_delay_us: f64,
     /// rte_gro's 99th-percentile added delay, µs.
     pub rte_gro_p99_delay_us: f64,
+    /// Whether rte_gro's timed region includes the header parse it needs (`rte_net_get_ptype`
+    /// and the header lengths); always `true` since issue 12.
+    pub rte_gro_parse_in_timed_region: bool,
+    /// Packets parsed inside rte_gro's timed region (every input packet).
+    pub rte_gro_parsed_packets: u64,
+    /// The parse's share of `rte_gro_ns_per_pkt`, ns.
+    pub rte_gro_parse_ns_per_pkt: f64,
     /// Bytes rte_gro's table reserves per flow it is sized for.
     pub rte_gro_flow_entry_bytes: u64,
     /// Mean input segments per rte_gro output packet.
@@ -61,16 +95,33 @@ pub struct MergeRow {
     pub imtu: usize,
     /// The trace generator's seed.
     pub seed: u64,
-    /// How flows sent: `poisson-tso` (the issue's model) or `round-robin`.
+    /// How flows sent: `poisson-tso` (the issue's model), `paced` or `round-robin`.
     pub schedule: String,
+    /// IPv6 frames (1428 B segments) instead of IPv4 (1448 B). rte_gro (DPDK 22.11) passes
+    /// IPv6 through unmerged.
+    #[serde(default)]
+    pub ipv6: bool,
     /// Mean packets (merged or not) rte_gro held when it flushed: how full its linearly
     /// scanned table was.
     pub rte_gro_held_at_flush: Option<f64>,
 }
 
+/// A "win" below this yield on both sides compares two engines that merge nothing.
+pub const NO_MERGE_YIELD: f64 = 0.05;
+
+impl MergeRow {
+    /// Whether neither engine merged (both yields under [`NO_MERGE_YIELD`]): a speedup there
+    /// says only which engine gives up faster.
+    pub fn neither_merges(&self) -> bool {
+        self.conversion_yield.unwrap_or(0.0) < NO_MERGE_YIELD && self.rte_gro_yield < NO_MERGE_YIELD
+    }
+}
+
 /// What a scenario cost to run (printed, not in the JSON).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScenarioCost {
+    /// The schedule.
+    pub schedule: String,
     /// Flows.
     pub flows: u32,
     /// Rate per flow, Gb/s.
@@ -92,37 +143,64 @@ pub struct ScenarioCost {
     pub peak_rss_bytes: Option<u64>,
 }
 
-/// Prints the comparison table.
+/// Prints the comparison table: per scenario and schedule, pxio with what a NIC gives
+/// ("NIC"), pxio verifying checksums in software ("sw csum"), pxio hashing in software
+/// ("sw hash"), rte_gro with its header parse, the ratio, and each engine's yield and packets
+/// per iMTU. A ratio where neither engine merges is starred and flagged in the last column.
 pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
     let headers = [
+        "schedule",
+        "IP",
         "flows",
         "Gb/s/flow",
         "in pkts",
-        "pxio ns/pkt",
-        "pxio ns/pkt (NIC csum)",
-        "rte_gro ns/pkt",
-        "speedup",
-        "pxio yield",
-        "rte_gro yield",
-        "pxio delay µs mean/p99",
-        "rte_gro delay µs mean/p99",
-        "pxio B/flow",
-        "rte_gro B/flow",
-        "rte_gro held@flush",
+        "pxio NIC ns",
+        "pxio sw csum",
+        "pxio sw hash",
+        "rte_gro ns (parse)",
+        "gro/pxio",
+        "cyc/pkt pxio/gro",
+        "yield pxio/gro",
+        "pkts/iMTU pxio/gro",
+        "delay µs pxio mean/p99",
+        "delay µs gro mean/p99",
+        "note",
     ];
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
+            let flag = r.neither_merges();
             vec![
+                r.schedule.clone(),
+                if r.ipv6 { "v6" } else { "v4" }.into(),
                 r.flows.to_string(),
                 format!("{}", r.gbps_per_flow),
                 r.input_packets.to_string(),
-                opt(r.pxio_ns_per_pkt, |v| format!("{v:.1}")),
                 opt(r.pxio_offload_ns_per_pkt, |v| format!("{v:.1}")),
-                format!("{:.1}", r.rte_gro_ns_per_pkt),
-                opt(r.speedup, |v| format!("{v:.2}x")),
-                opt(r.conversion_yield, percent),
-                percent(r.rte_gro_yield),
+                opt(r.pxio_ns_per_pkt, |v| format!("{v:.1}")),
+                opt(r.pxio_sw_hash_ns_per_pkt, |v| format!("{v:.1}")),
+                format!(
+                    "{:.1} ({:.1})",
+                    r.rte_gro_ns_per_pkt, r.rte_gro_parse_ns_per_pkt
+                ),
+                opt(r.speedup_nic_csum, |v| {
+                    format!("{v:.2}x{}", if flag { "*" } else { "" })
+                }),
+                format!(
+                    "{} / {:.0}",
+                    opt(r.cycles_per_pkt, |v| format!("{v:.0}")),
+                    r.rte_gro_cycles_per_pkt
+                ),
+                format!(
+                    "{} / {}",
+                    opt(r.conversion_yield, percent),
+                    percent(r.rte_gro_yield)
+                ),
+                format!(
+                    "{} / {:.2}",
+                    opt(r.packets_per_imtu, |v| format!("{v:.2}")),
+                    r.rte_gro_packets_per_imtu
+                ),
                 match (r.mean_delay_us, r.p99_delay_us) {
                     (Some(m), Some(p)) => format!("{m:.1} / {p:.1}"),
                     _ => "n/a".into(),
@@ -131,9 +209,11 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
                     "{:.1} / {:.1}",
                     r.rte_gro_mean_delay_us, r.rte_gro_p99_delay_us
                 ),
-                opt(r.flow_entry_bytes, |v| v.to_string()),
-                r.rte_gro_flow_entry_bytes.to_string(),
-                opt(r.rte_gro_held_at_flush, |v| format!("{v:.1}")),
+                match (flag, r.ipv6) {
+                    (true, _) => "* NEITHER MERGES".into(),
+                    (false, true) => "rte_gro 22.11: no TCP/IPv6 GRO".into(),
+                    (false, false) => String::new(),
+                },
             ]
         })
         .collect();
@@ -143,12 +223,13 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
 /// Prints what each scenario cost to run.
 pub fn print_costs(out: &mut impl Write, costs: &[ScenarioCost]) -> io::Result<()> {
     let headers = [
+        "schedule",
         "flows",
         "Gb/s/flow",
         "generate s",
         "trace MB",
         "rte_gro run s",
-        "pxio run s",
+        "pxio runs s",
         "descheduled sections gro/pxio",
         "peak RSS MB",
     ];
@@ -157,6 +238,7 @@ pub fn print_costs(out: &mut impl Write, costs: &[ScenarioCost]) -> io::Result<(
         .iter()
         .map(|c| {
             vec![
+                c.schedule.clone(),
                 c.flows.to_string(),
                 format!("{}", c.gbps_per_flow),
                 format!("{:.2}", c.generate_s),
@@ -237,15 +319,26 @@ mod tests {
             gbps_per_flow: 2.0,
             pxio_ns_per_pkt: pxio,
             pxio_offload_ns_per_pkt: pxio,
+            pxio_sw_hash_ns_per_pkt: pxio,
             rte_gro_ns_per_pkt: 240.0,
             speedup: pxio.map(|p| 240.0 / p),
-            conversion_yield: None,
+            speedup_nic_csum: pxio.map(|p| 240.0 / p),
+            cycles_per_pkt: pxio.map(|p| p * 2.0),
+            pxio_sw_csum_cycles_per_pkt: pxio.map(|p| p * 2.0),
+            rte_gro_cycles_per_pkt: 480.0,
+            conversion_yield: pxio.map(|_| 0.9),
+            packets_per_imtu: pxio.map(|_| 1.1),
+            rte_gro_packets_per_imtu: 1.2,
+            pxio_sw_csum_yield: None,
             mean_delay_us: None,
             p99_delay_us: None,
             flow_entry_bytes: None,
             rte_gro_yield: 0.5,
             rte_gro_mean_delay_us: 10.0,
             rte_gro_p99_delay_us: 20.0,
+            rte_gro_parse_in_timed_region: true,
+            rte_gro_parsed_packets: 300_000,
+            rte_gro_parse_ns_per_pkt: 10.0,
             rte_gro_flow_entry_bytes: 2304,
             rte_gro_segments_per_output: 4.0,
             pxio_segments_per_output: None,
@@ -255,6 +348,7 @@ mod tests {
             imtu: 9000,
             seed: 1,
             schedule: "poisson-tso".into(),
+            ipv6: false,
             rte_gro_held_at_flush: Some(7.5),
         }
     }
@@ -273,10 +367,15 @@ mod tests {
             "mean_delay_us",
             "p99_delay_us",
             "flow_entry_bytes",
+            "schedule",
+            "packets_per_imtu",
+            "rte_gro_parse_in_timed_region",
+            "cycles_per_pkt",
         ] {
             assert!(obj.contains_key(field), "{field} missing");
         }
         assert!(obj["pxio_ns_per_pkt"].is_null());
+        assert_eq!(obj["rte_gro_parse_in_timed_region"], true);
         assert_eq!(obj["rte_gro_ns_per_pkt"], 240.0);
         let back: Vec<MergeRow> = serde_json::from_value(v).unwrap();
         assert_eq!(back, [row(None)]);
@@ -293,5 +392,26 @@ mod tests {
         assert!(lines.iter().all(|l| l.chars().count() == w), "{text}");
         assert!(lines[2].contains("n/a"));
         assert!(lines[3].contains("12.00x"));
+        assert!(!lines[3].contains("NEITHER"));
+    }
+
+    #[test]
+    fn a_win_where_neither_engine_merges_is_flagged() {
+        let mut r = row(Some(20.0));
+        r.conversion_yield = Some(0.01);
+        r.rte_gro_yield = 0.0;
+        assert!(r.neither_merges());
+        let mut out = Vec::new();
+        print_table(&mut out, &[r.clone(), row(Some(20.0))]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[2].contains("12.00x*") && lines[2].contains("NEITHER MERGES"),
+            "{text}"
+        );
+        assert!(!lines[3].contains("NEITHER MERGES"), "{text}");
+        // One engine merging is enough for the ratio to mean something.
+        r.rte_gro_yield = 0.5;
+        assert!(!r.neither_merges());
     }
 }

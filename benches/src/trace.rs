@@ -18,8 +18,18 @@
 //! 5. **RX bursts.** The sequence is cut into bursts of [`TraceConfig::rx_burst`] (32), each
 //!    stamped with the arrival time of its last packet: the engine sees the burst at that time.
 //!
-//! [`Schedule::RoundRobin`] replaces steps 1 to 3 with a strict round robin of the flows at the
-//! same average rates (DESIGN.md's anchor setup), for comparison.
+//! Two other schedules replace steps 1 and 2, at the same average rates:
+//! - [`Schedule::RoundRobin`]: a strict round robin of the flows (DESIGN.md's anchor setup), the
+//!   finest interleaving there is;
+//! - [`Schedule::Paced`]: each flow sends one segment at a time, at its average rate, with
+//!   jitter (every gap uniform in 0.5..1.5 times the mean, a random phase per flow), as flows
+//!   arrive after an upstream bottleneck that spread their bursts out. Between the two
+//!   extremes: flows interleave finely, but not in lockstep.
+//!
+//! **What the NIC would add** (and the engines are given outside their timed regions, as a NIC
+//! writes it into the mbuf): the RSS hash, a Toeplitz hash over the 5-tuple with the default
+//! key of `pxio::toeplitz` (Microsoft's, which NICs ship with), per flow ([`Trace::rss_hash`]);
+//! and the verdict that the L4 checksum is good (every frame's is).
 //!
 //! **Length.** A scenario lasts long enough for at least [`TraceConfig::min_packets`] packets
 //! (so per-packet CPU cost is measured on a few hundred thousand packets) and for every flow to
@@ -103,6 +113,79 @@ pub mod layout {
 
 use layout::*;
 
+/// Where the fields are in one trace's frames: Ethernet II, then IPv4 without options
+/// ([`layout`]'s constants) or IPv6 without extension headers, then TCP with NOP, NOP, time
+/// stamps. Frames are 1514 B either way, so IPv6 segments carry 20 B less payload (1428 B).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Whether the network layer is IPv6.
+    pub v6: bool,
+    /// Network-layer header bytes (20 or 40).
+    pub l3_len: usize,
+    /// Offset of the TCP header.
+    pub tcp: usize,
+    /// All headers.
+    pub headers_len: usize,
+    /// TCP payload per segment.
+    pub mss: usize,
+}
+
+impl Layout {
+    /// The layout of IPv4 (`v6 == false`) or IPv6 frames.
+    pub const fn new(v6: bool) -> Self {
+        let l3_len = if v6 { 40 } else { IPV4_LEN };
+        let tcp = ETH_LEN + l3_len;
+        let headers_len = tcp + TCP_LEN;
+        Self {
+            v6,
+            l3_len,
+            tcp,
+            headers_len,
+            mss: FRAME_LEN - headers_len,
+        }
+    }
+
+    /// TCP sequence number.
+    pub const fn tcp_seq(&self) -> usize {
+        self.tcp + 4
+    }
+
+    /// TCP data offset.
+    pub const fn tcp_doff(&self) -> usize {
+        self.tcp + 12
+    }
+
+    /// TCP checksum.
+    pub const fn tcp_csum(&self) -> usize {
+        self.tcp + 16
+    }
+
+    /// TCP options.
+    pub const fn tcp_opts(&self) -> usize {
+        self.tcp + 20
+    }
+
+    /// TSval.
+    pub const fn tcp_tsval(&self) -> usize {
+        self.tcp + 24
+    }
+
+    /// The source address's last four bytes, which tell the flow.
+    pub const fn src_low32(&self) -> usize {
+        if self.v6 {
+            ETH_LEN + 8 + 12
+        } else {
+            IP_SRC
+        }
+    }
+}
+
+/// The IPv6 sources: `2001:2::` (the benchmarking range) with the IPv4 trace's source address
+/// in the last four bytes.
+const SRC6_PREFIX: [u8; 12] = [0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0];
+/// The IPv6 receiver.
+const DST6_ADDR: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
 /// The first source address; flow `i` sends from `SRC_BASE + i` (198.18.0.0/15, the
 /// benchmarking range, holds 131072 flows).
 const SRC_BASE: u32 = u32::from_be_bytes([198, 18, 0, 0]);
@@ -131,7 +214,27 @@ pub enum Schedule {
     /// Every flow sends one segment in turn, evenly spaced (flow 0, 1, ..., F-1, 0, ...): the
     /// interleaving of DESIGN.md's rte_gro anchors, the worst case for a per-flow table.
     RoundRobin,
+    /// Every flow sends one segment at a time at its average rate, each gap uniform in 0.5..1.5
+    /// times the mean, from a random phase: flows after an upstream bottleneck.
+    Paced,
 }
+
+impl Schedule {
+    /// All schedules, burstiest first.
+    pub const ALL: [Schedule; 3] = [Schedule::PoissonTso, Schedule::Paced, Schedule::RoundRobin];
+
+    /// The name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::PoissonTso => "poisson-tso",
+            Schedule::RoundRobin => "round-robin",
+            Schedule::Paced => "paced",
+        }
+    }
+}
+
+/// How far a paced flow's gaps stray from their mean, either way (0.5: uniform in 0.5..1.5).
+pub const PACED_JITTER: f64 = 0.5;
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq)]
@@ -156,6 +259,8 @@ pub struct TraceConfig {
     pub min_packets: u64,
     /// ...and for each flow to send this many bursts on average.
     pub min_bursts_per_flow: f64,
+    /// IPv6 frames instead of IPv4 ([`Layout`]).
+    pub ipv6: bool,
 }
 
 impl TraceConfig {
@@ -172,12 +277,18 @@ impl TraceConfig {
             rx_burst: 32,
             min_packets: 300_000,
             min_bursts_per_flow: 5.0,
+            ipv6: false,
         }
+    }
+
+    /// Where the fields are in this trace's frames.
+    pub fn layout(&self) -> Layout {
+        Layout::new(self.ipv6)
     }
 
     /// Full segments per TSO burst.
     pub fn segments_per_burst(&self) -> u32 {
-        self.tso_bytes / MSS as u32
+        self.tso_bytes / self.layout().mss as u32
     }
 
     /// Mean time between a flow's burst starts: `tso_bytes * 8 / R` (Gb/s is bits per ns).
@@ -236,7 +347,7 @@ pub struct TraceError(String);
 /// One flow's fixed header and the partial checksums that exclude the per-packet fields.
 #[derive(Clone, Debug)]
 struct FlowHeader {
-    template: [u8; HEADERS_LEN],
+    template: Vec<u8>,
     isn: u32,
     ip_id0: u16,
     salt: u8,
@@ -244,6 +355,8 @@ struct FlowHeader {
     ip_partial: u64,
     /// Pseudo-header plus TCP header with sequence, TSval and checksum zero.
     tcp_partial: u64,
+    /// The Toeplitz hash a NIC would report for the flow.
+    rss: u32,
 }
 
 /// One packet of the trace, in delivery order.
@@ -307,7 +420,7 @@ impl Trace {
         let duration = config.duration_ns();
 
         let flows: Vec<FlowHeader> = (0..config.flows)
-            .map(|f| FlowHeader::new(f, &mut rng))
+            .map(|f| FlowHeader::new(f, config.layout(), &mut rng))
             .collect();
 
         // Steps 1 and 2: every flow's bursts and segments.
@@ -331,6 +444,22 @@ impl Trace {
                         }
                         free_at = begin + f64::from(segs) * spacing;
                         start += gaps.sample(&mut rng);
+                    }
+                }
+            }
+            Schedule::Paced => {
+                let mean = interval / f64::from(segs);
+                for (f, seg_count) in flow_segs.iter_mut().enumerate() {
+                    let ts_base = flows[f].isn.rotate_left(7);
+                    let mut t = rng.gen::<f64>() * mean;
+                    while t < duration {
+                        let tsval = ts_base.wrapping_add((t / 1e6) as u32);
+                        let (flow, seg) = (f as u32, *seg_count);
+                        timed.push((t.round() as u64, PacketRec { flow, seg, tsval }));
+                        *seg_count += 1;
+                        let jitter = PACED_JITTER * (2.0 * rng.gen::<f64>() - 1.0);
+                        // Never closer than the line rate lets two frames be.
+                        t += (mean * (1.0 + jitter)).max(spacing);
                     }
                 }
             }
@@ -381,7 +510,7 @@ impl Trace {
             slot_of[(flow_start[p.flow as usize] + p.seg) as usize] = slot as u32;
         }
 
-        let pattern = (0..PATTERN_PERIOD + MSS)
+        let pattern = (0..PATTERN_PERIOD + config.layout().mss)
             .map(|k| (k % PATTERN_PERIOD) as u8)
             .collect();
         Ok(Self {
@@ -402,6 +531,11 @@ impl Trace {
         &self.config
     }
 
+    /// Where the fields are in this trace's frames.
+    pub fn layout(&self) -> Layout {
+        self.config.layout()
+    }
+
     /// Input packets.
     pub fn len(&self) -> usize {
         self.packets.len()
@@ -414,7 +548,7 @@ impl Trace {
 
     /// Input TCP payload bytes (every packet carries a full segment).
     pub fn payload_bytes(&self) -> u64 {
-        self.packets.len() as u64 * MSS as u64
+        self.packets.len() as u64 * self.layout().mss as u64
     }
 
     /// Arrival time of slot `slot`'s packet on the wire.
@@ -460,20 +594,24 @@ impl Trace {
     pub fn write_frame(&self, slot: usize, out: &mut [u8]) -> usize {
         let p = self.packets[slot];
         let flow = &self.flows[p.flow as usize];
+        let l = self.layout();
         let out = &mut out[..FRAME_LEN];
-        out[..HEADERS_LEN].copy_from_slice(&flow.template);
+        out[..l.headers_len].copy_from_slice(&flow.template);
 
-        let seq = flow.isn.wrapping_add(p.seg.wrapping_mul(MSS as u32));
-        let ip_id = flow.ip_id0.wrapping_add(p.seg as u16);
-        out[IP_ID..IP_ID + 2].copy_from_slice(&ip_id.to_be_bytes());
-        let ip_sum = flow.ip_partial + u64::from(ip_id);
-        out[IP_CSUM..IP_CSUM + 2].copy_from_slice(&(!fold(ip_sum)).to_be_bytes());
-        out[TCP_SEQ..TCP_SEQ + 4].copy_from_slice(&seq.to_be_bytes());
-        out[TCP_TSVAL..TCP_TSVAL + 4].copy_from_slice(&p.tsval.to_be_bytes());
+        let seq = flow.isn.wrapping_add(p.seg.wrapping_mul(l.mss as u32));
+        if !l.v6 {
+            let ip_id = flow.ip_id0.wrapping_add(p.seg as u16);
+            out[IP_ID..IP_ID + 2].copy_from_slice(&ip_id.to_be_bytes());
+            let ip_sum = flow.ip_partial + u64::from(ip_id);
+            out[IP_CSUM..IP_CSUM + 2].copy_from_slice(&(!fold(ip_sum)).to_be_bytes());
+        }
+        let (seq_at, tsval_at) = (l.tcp_seq(), l.tcp_tsval());
+        out[seq_at..seq_at + 4].copy_from_slice(&seq.to_be_bytes());
+        out[tsval_at..tsval_at + 4].copy_from_slice(&p.tsval.to_be_bytes());
 
-        let start = (p.seg as usize * MSS) % PATTERN_PERIOD;
-        let payload = &mut out[HEADERS_LEN..];
-        for (d, s) in payload.iter_mut().zip(&self.pattern[start..start + MSS]) {
+        let start = (p.seg as usize * l.mss) % PATTERN_PERIOD;
+        let payload = &mut out[l.headers_len..];
+        for (d, s) in payload.iter_mut().zip(&self.pattern[start..start + l.mss]) {
             *d = s ^ flow.salt;
         }
         let tcp_sum = flow.tcp_partial
@@ -482,8 +620,15 @@ impl Trace {
             + u64::from(p.tsval >> 16)
             + u64::from(p.tsval & 0xffff)
             + sum_be16(payload);
-        out[TCP_CSUM..TCP_CSUM + 2].copy_from_slice(&(!fold(tcp_sum)).to_be_bytes());
+        let csum_at = l.tcp_csum();
+        out[csum_at..csum_at + 2].copy_from_slice(&(!fold(tcp_sum)).to_be_bytes());
         FRAME_LEN
+    }
+
+    /// The RSS hash a NIC would have written into slot `slot`'s mbuf: Toeplitz over the
+    /// 5-tuple, with the default key of `pxio::toeplitz`.
+    pub fn rss_hash(&self, slot: usize) -> u32 {
+        self.flows[self.packets[slot].flow as usize].rss
     }
 
     /// Slot `slot`'s frame, in a new vector (tests, slow paths).
@@ -504,13 +649,14 @@ impl Trace {
         let off = seq.wrapping_sub(self.flows.get(flow as usize)?.isn) as usize;
         let f = flow as usize;
         let segs = (self.flow_start.get(f + 1)? - self.flow_start.get(f)?) as usize;
-        (off < segs * MSS).then_some(off)
+        (off < segs * self.layout().mss).then_some(off)
     }
 
     /// The segment of flow `flow` that starts at sequence number `seq`, if any.
     pub fn segment_of(&self, flow: u32, seq: u32) -> Option<u32> {
         let off = seq.wrapping_sub(self.flows.get(flow as usize)?.isn);
-        (off % MSS as u32 == 0).then_some(off / MSS as u32)
+        let mss = self.layout().mss as u32;
+        (off % mss == 0).then_some(off / mss)
     }
 
     /// The slot of flow `flow`'s segment `seg`, if the flow sent it.
@@ -531,7 +677,7 @@ impl Trace {
         let Some(h) = self.flows.get(flow as usize) else {
             return false;
         };
-        let base = seg as usize * MSS + offset_in_output;
+        let base = seg as usize * self.layout().mss + offset_in_output;
         bytes
             .iter()
             .enumerate()
@@ -550,40 +696,66 @@ impl Trace {
 }
 
 impl FlowHeader {
-    fn new(flow: u32, rng: &mut Pcg64) -> Self {
+    fn new(flow: u32, l: Layout, rng: &mut Pcg64) -> Self {
         let src = (SRC_BASE + flow).to_be_bytes();
-        let src_port = 32768 + (flow % 28232) as u16;
+        // A random ephemeral port (Linux's 32768..61000). Not `32768 + flow`: under the
+        // gateway's symmetric RSS key the hash depends on the XOR of the tuple's 16-bit words,
+        // and address and port counting up together gave every flow the same hash.
+        let src_port = 32768 + rng.gen_range(0..28232u16);
         let isn: u32 = rng.gen();
         let ip_id0: u16 = rng.gen();
         let ack: u32 = rng.gen();
         let tsecr: u32 = rng.gen();
 
-        let mut h = [0u8; HEADERS_LEN];
+        let mut h = vec![0u8; l.headers_len];
         h[0..6].copy_from_slice(&DST_MAC);
         h[6..12].copy_from_slice(&SRC_MAC);
-        h[ETH_TYPE..ETH_TYPE + 2].copy_from_slice(&0x0800u16.to_be_bytes());
-        h[IP_VHL] = 0x45;
-        let ip_total = (IPV4_LEN + TCP_LEN + MSS) as u16;
-        h[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_total.to_be_bytes());
-        h[IP_FRAG..IP_FRAG + 2].copy_from_slice(&0x4000u16.to_be_bytes()); // DF
-        h[IP_TTL] = TTL;
-        h[IP_PROTO] = 6;
-        h[IP_SRC..IP_SRC + 4].copy_from_slice(&src);
-        h[IP_DST..IP_DST + 4].copy_from_slice(&DST_ADDR);
-        h[TCP_SRC_PORT..TCP_SRC_PORT + 2].copy_from_slice(&src_port.to_be_bytes());
-        h[TCP_DST_PORT..TCP_DST_PORT + 2].copy_from_slice(&DST_PORT.to_be_bytes());
-        h[TCP_ACK..TCP_ACK + 4].copy_from_slice(&ack.to_be_bytes());
-        h[TCP_DOFF] = ((TCP_LEN / 4) as u8) << 4;
-        h[TCP_FLAGS] = 0x10; // ACK
-        h[TCP_WINDOW..TCP_WINDOW + 2].copy_from_slice(&WINDOW.to_be_bytes());
-        h[TCP_OPTS..TCP_OPTS + 4].copy_from_slice(&[1, 1, 8, 10]); // NOP, NOP, TS
-        h[TCP_TSECR..TCP_TSECR + 4].copy_from_slice(&tsecr.to_be_bytes());
+        let tcp_len = TCP_LEN + l.mss;
+        let (pseudo, ip_partial, rss) = if l.v6 {
+            let src6: [u8; 16] = [&SRC6_PREFIX[..], &src[..]]
+                .concat()
+                .try_into()
+                .expect("16");
+            h[ETH_TYPE..ETH_TYPE + 2].copy_from_slice(&0x86ddu16.to_be_bytes());
+            h[ETH_LEN] = 0x60;
+            h[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+            h[ETH_LEN + 6] = 6; // next header: TCP
+            h[ETH_LEN + 7] = TTL;
+            h[ETH_LEN + 8..ETH_LEN + 24].copy_from_slice(&src6);
+            h[ETH_LEN + 24..ETH_LEN + 40].copy_from_slice(&DST6_ADDR);
+            let pseudo = sum_be16(&h[ETH_LEN + 8..ETH_LEN + 40]) + 6 + tcp_len as u64;
+            let rss =
+                pxio::toeplitz::Toeplitz::default().hash_v6(src6, DST6_ADDR, src_port, DST_PORT);
+            (pseudo, 0, rss)
+        } else {
+            h[ETH_TYPE..ETH_TYPE + 2].copy_from_slice(&0x0800u16.to_be_bytes());
+            h[IP_VHL] = 0x45;
+            let ip_total = (IPV4_LEN + tcp_len) as u16;
+            h[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_total.to_be_bytes());
+            h[IP_FRAG..IP_FRAG + 2].copy_from_slice(&0x4000u16.to_be_bytes()); // DF
+            h[IP_TTL] = TTL;
+            h[IP_PROTO] = 6;
+            h[IP_SRC..IP_SRC + 4].copy_from_slice(&src);
+            h[IP_DST..IP_DST + 4].copy_from_slice(&DST_ADDR);
+            let pseudo = sum_be16(&h[IP_SRC..IP_DST + 4]) + 6 + tcp_len as u64;
+            let rss =
+                pxio::toeplitz::Toeplitz::default().hash_v4(src, DST_ADDR, src_port, DST_PORT);
+            (pseudo, sum_be16(&h[ETH_LEN..TCP]), rss)
+        };
+        let t = l.tcp;
+        h[t..t + 2].copy_from_slice(&src_port.to_be_bytes());
+        h[t + 2..t + 4].copy_from_slice(&DST_PORT.to_be_bytes());
+        h[t + 8..t + 12].copy_from_slice(&ack.to_be_bytes());
+        h[l.tcp_doff()] = ((TCP_LEN / 4) as u8) << 4;
+        h[t + 13] = 0x10; // ACK
+        h[t + 14..t + 16].copy_from_slice(&WINDOW.to_be_bytes());
+        let o = l.tcp_opts();
+        h[o..o + 4].copy_from_slice(&[1, 1, 8, 10]); // NOP, NOP, TS
+        h[o + 8..o + 12].copy_from_slice(&tsecr.to_be_bytes());
 
-        let ip_partial = sum_be16(&h[ETH_LEN..TCP]);
-        let tcp_len = (TCP_LEN + MSS) as u64;
-        let pseudo = sum_be16(&h[IP_SRC..IP_DST + 4]) + 6 + tcp_len;
-        let tcp_partial = pseudo + sum_be16(&h[TCP..HEADERS_LEN]);
+        let tcp_partial = pseudo + sum_be16(&h[t..l.headers_len]);
         Self {
+            rss,
             template: h,
             isn,
             ip_id0,
@@ -720,6 +892,55 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_frames_are_valid_tcp_with_correct_checksums_and_map_back() {
+        use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+        let t = Trace::generate(TraceConfig {
+            ipv6: true,
+            ..small(100, 2.0)
+        })
+        .unwrap();
+        let l = t.layout();
+        assert_eq!((l.headers_len, l.mss), (86, 1428));
+        let toeplitz = pxio::toeplitz::Toeplitz::default();
+        for slot in (0..t.len()).step_by(101) {
+            let frame = t.frame(slot);
+            assert_eq!(frame.len(), 1514);
+            let p = SlicedPacket::from_ethernet(&frame).unwrap();
+            let Some(NetSlice::Ipv6(ip)) = &p.net else {
+                panic!("not IPv6")
+            };
+            let ip_hdr = ip.header().to_header();
+            assert_eq!(ip_hdr.payload_length as usize, 32 + 1428);
+            let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
+                panic!("not TCP")
+            };
+            let tcp_hdr = tcp.to_header();
+            assert_eq!(tcp.payload().len(), 1428);
+            assert_eq!(
+                tcp_hdr.checksum,
+                tcp_hdr.calc_checksum_ipv6(&ip_hdr, tcp.payload()).unwrap()
+            );
+            assert_eq!(&frame[l.tcp_opts()..l.tcp_opts() + 4], &[1, 1, 8, 10]);
+            let hash = toeplitz.hash_v6(
+                ip_hdr.source,
+                ip_hdr.destination,
+                tcp.source_port(),
+                tcp.destination_port(),
+            );
+            assert_eq!(t.rss_hash(slot), hash);
+            let src =
+                u32::from_be_bytes(frame[l.src_low32()..l.src_low32() + 4].try_into().unwrap());
+            let seq = u32::from_be_bytes(frame[l.tcp_seq()..l.tcp_seq() + 4].try_into().unwrap());
+            let flow = t.flow_of_source(src).unwrap();
+            let seg = t.segment_of(flow, seq).unwrap();
+            assert_eq!(t.slot_of(flow, seg), Some(slot));
+            assert!(t.payload_matches(flow, seg, 0, &frame[86..]));
+        }
+        // 45 segments of 1428 B fit a 64 KiB TSO burst (65,536 / 1428 = 45.9).
+        assert_eq!(t.config().segments_per_burst(), 45);
+    }
+
+    #[test]
     fn round_robin_cycles_through_the_flows() {
         let t = Trace::generate(TraceConfig {
             schedule: Schedule::RoundRobin,
@@ -734,6 +955,110 @@ mod tests {
             .enumerate()
             .all(|(k, p)| p.flow as usize == k % 64));
         assert!(t.arrival_ns.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    /// What the NIC and the sender give both engines: Linux's NOP, NOP, time-stamp options with
+    /// a TSval that moves with the (millisecond) clock, and the flow's Toeplitz hash.
+    #[test]
+    fn frames_carry_linux_time_stamps_and_the_nic_hash() {
+        use etherparse::{SlicedPacket, TcpOptionElement, TransportSlice};
+        let t = Trace::generate(TraceConfig {
+            min_packets: 200_000,
+            ..TraceConfig::new(8, 10.0)
+        })
+        .unwrap();
+        let toeplitz = pxio::toeplitz::Toeplitz::default();
+        let mut last_tsval: Vec<Option<u32>> = vec![None; 8];
+        let mut tsvals_seen = std::collections::BTreeSet::new();
+        for slot in 0..t.len() {
+            let frame = t.frame(slot);
+            let p = SlicedPacket::from_ethernet(&frame).unwrap();
+            let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
+                panic!("not TCP")
+            };
+            assert_eq!(&frame[TCP_OPTS..TCP_OPTS + 4], &[1, 1, 8, 10], "NOP NOP TS");
+            let opts: Vec<_> = tcp.options_iterator().map(Result::unwrap).collect();
+            let [TcpOptionElement::Noop, TcpOptionElement::Noop, TcpOptionElement::Timestamp(tsval, _)] =
+                opts[..]
+            else {
+                panic!("options {opts:?}")
+            };
+            let src: [u8; 4] = frame[IP_SRC..IP_SRC + 4].try_into().unwrap();
+            let flow = t.flow_of_source(u32::from_be_bytes(src)).unwrap() as usize;
+            let hash = toeplitz.hash_v4(src, DST_ADDR, tcp.source_port(), tcp.destination_port());
+            assert_eq!(t.rss_hash(slot), hash);
+            // Time stamps never go back within a flow (swaps aside, one millisecond apart at most).
+            if let Some(prev) = last_tsval[flow] {
+                assert!(tsval.wrapping_sub(prev) < 1000 || prev.wrapping_sub(tsval) <= 1);
+            }
+            last_tsval[flow] = Some(tsval);
+            tsvals_seen.insert((flow, tsval));
+        }
+        // The trace lasts milliseconds: every flow's TSval advanced at least once.
+        let ms = t.end_ns() / 1_000_000;
+        assert!(ms >= 2, "{ms} ms");
+        for f in 0..8 {
+            assert!(tsvals_seen.iter().filter(|(g, _)| *g == f).count() as u64 >= ms);
+        }
+        let hashes: std::collections::BTreeSet<u32> = (0..t.len()).map(|s| t.rss_hash(s)).collect();
+        assert_eq!(hashes.len(), 8, "one hash per flow");
+        // Under the symmetric key hashes can only take 2^16 values; 3200 flows still spread.
+        let many = Trace::generate(TraceConfig {
+            min_packets: 1,
+            min_bursts_per_flow: 0.01,
+            ..TraceConfig::new(3200, 0.054)
+        })
+        .unwrap();
+        let spread: std::collections::BTreeSet<u32> = many.flows.iter().map(|f| f.rss).collect();
+        assert!(spread.len() > 3000, "{} distinct hashes", spread.len());
+    }
+
+    #[test]
+    fn paced_flows_interleave_with_jitter_at_their_rate() {
+        let cfg = TraceConfig {
+            schedule: Schedule::Paced,
+            reorder_prob: 0.0,
+            ..small(64, 2.0)
+        };
+        let t = Trace::generate(cfg.clone()).unwrap();
+        let mean = cfg.mean_burst_interval_ns() / f64::from(cfg.segments_per_burst());
+        let mut gaps = Vec::new();
+        let mut last = vec![None; 64];
+        for (slot, p) in t.packets.iter().enumerate() {
+            if let Some(prev) = last[p.flow as usize] {
+                gaps.push((t.arrival_ns[slot] - prev) as f64);
+            }
+            last[p.flow as usize] = Some(t.arrival_ns[slot]);
+        }
+        let avg = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        assert!((avg - mean).abs() / mean < 0.02, "{avg} vs {mean}");
+        let (lo, hi) = gaps
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(l, h), &g| (l.min(g), h.max(g)));
+        assert!(
+            lo >= 0.5 * mean - 1.0 && hi <= 1.5 * mean + 1.0,
+            "{lo}..{hi}"
+        );
+        assert!(lo < 0.6 * mean && hi > 1.4 * mean, "jitter spans the range");
+        // Not round robin: the order of the flows drifts.
+        let rr_like = t
+            .packets
+            .iter()
+            .enumerate()
+            .filter(|(k, p)| p.flow as usize == k % 64)
+            .count();
+        assert!(rr_like < t.len() / 4, "{rr_like}");
+        // But no TSO trains either: runs of one flow stay short.
+        let mut longest = (0, 1);
+        for w in t.packets.windows(2) {
+            longest.1 = if w[0].flow == w[1].flow {
+                longest.1 + 1
+            } else {
+                1
+            };
+            longest.0 = longest.0.max(longest.1);
+        }
+        assert!(longest.0 < 10, "{}", longest.0);
     }
 
     #[test]

@@ -20,9 +20,17 @@ fn one_flow_merges_whole_bursts_and_waits_half_a_budget() {
     let cfg = config();
     let trace = Trace::generate(cfg.trace_config(1, 10.0)).unwrap();
     let r = run_rte_gro(eal(), &trace, &cfg).unwrap();
-    // A 45-segment burst counted as if cut at 8948 B keeps 7 x 8948 of its 65160 bytes.
+    // A 45-segment burst counted as if cut at 8948 B keeps 7 x 8948 of its 65160 bytes
+    // (96.1 %); the few bursts that start back to back merge across and keep a little more.
     assert!(r.outcome.conversion_yield > 0.9, "{:?}", r.outcome);
-    assert!(r.outcome.conversion_yield <= 7.0 * 8948.0 / 65160.0 + 1e-9);
+    assert!(r.outcome.conversion_yield < 0.97, "{:?}", r.outcome);
+    // ...and as packets: 8 per burst, 8 x 8948 / 65160 = 1.099 per iMTU, or more when a flush
+    // cuts a burst in two.
+    assert!(
+        (1.09..1.2).contains(&r.outcome.packets_per_imtu),
+        "{:?}",
+        r.outcome
+    );
     // Full flushes every 20 µs of simulated time: delays spread over 0..20 µs.
     assert!(
         (8.0..12.0).contains(&r.outcome.mean_delay_us),
@@ -61,4 +69,83 @@ fn no_budget_means_a_flush_after_every_burst() {
         "bursts still merge within themselves"
     );
     assert!(r.outcome.conversion_yield < 0.9);
+}
+
+/// Fairness (issue 12): rte_gro is handed what a NIC gives, no packet type and no header
+/// lengths, and parses every packet inside its timed region.
+#[test]
+fn rte_gro_gets_only_what_a_nic_gives_and_parses_on_the_clock() {
+    use pxbench::gro_baseline::fill;
+    let cfg = config();
+    let trace = Trace::generate(cfg.trace_config(8, 10.0)).unwrap();
+    let pool = dpdk::testing::pool(8, 2048 + 128);
+    for slot in [0, 1, trace.len() - 1] {
+        let mut m = pool.alloc().unwrap();
+        fill(&mut m, &trace, slot).unwrap();
+        assert_eq!(m.to_vec(), trace.frame(slot));
+        assert_eq!(m.rss_hash(), Some(trace.rss_hash(slot)));
+        assert!(m.rx_l4_checksum_good());
+        assert_eq!(
+            m.packet_type(),
+            0,
+            "a NIC's packet type is not rte_gro's to rely on"
+        );
+        assert_eq!(m.header_lens(), (0, 0, 0), "nor are header lengths");
+    }
+    let r = run_rte_gro(eal(), &trace, &cfg).unwrap();
+    assert_eq!(r.parsed_in_timed_region, Some(trace.len() as u64));
+    let parse = r.parse_ns_per_pkt.unwrap();
+    assert!(
+        parse > 0.0 && parse < r.ns_per_pkt,
+        "{parse} of {}",
+        r.ns_per_pkt
+    );
+    // Without the parse rte_gro would pass every packet through: yield 0.
+    assert!(r.outcome.conversion_yield > 0.8, "{:?}", r.outcome);
+    assert!(r.cycles_per_pkt > r.ns_per_pkt, "a TSC above 1 GHz");
+}
+
+/// IPv6 traces: pxio merges them; DPDK 22.11's rte_gro passes them through (no TCP/IPv6 GRO),
+/// every packet accounted for either way.
+#[test]
+fn ipv6_traces_merge_in_pxio_and_pass_through_rte_gro() {
+    use pxbench::pxio_engine::{run_pxio, NicInfo};
+    let cfg = MergeBenchConfig {
+        ipv6: true,
+        ..config()
+    };
+    let trace = Trace::generate(cfg.trace_config(8, 10.0)).unwrap();
+    let pxio = run_pxio(eal(), &trace, &cfg, NicInfo::FULL).unwrap();
+    assert!(pxio.outcome.conversion_yield > 0.8, "{:?}", pxio.outcome);
+    assert!(
+        (1.0..1.3).contains(&pxio.outcome.packets_per_imtu),
+        "{:?}",
+        pxio.outcome
+    );
+    let gro = run_rte_gro(eal(), &trace, &cfg).unwrap();
+    assert_eq!(gro.outcome.conversion_yield, 0.0, "{:?}", gro.outcome);
+    assert_eq!(gro.outcome.output_packets as usize, trace.len());
+    assert_eq!(gro.parsed_in_timed_region, Some(trace.len() as u64));
+}
+
+/// pxio's three NIC variants see the same frames and differ only in time: same outputs.
+#[test]
+fn pxio_variants_agree_on_everything_but_time() {
+    use pxbench::pxio_engine::{run_pxio, NicInfo};
+    let cfg = config();
+    for (flows, gbps) in [(8, 10.0), (64, 2.0)] {
+        let trace = Trace::generate(cfg.trace_config(flows, gbps)).unwrap();
+        let full = run_pxio(eal(), &trace, &cfg, NicInfo::FULL).unwrap();
+        assert!(full.outcome.conversion_yield > 0.8, "{:?}", full.outcome);
+        assert!(
+            (1.0..1.3).contains(&full.outcome.packets_per_imtu),
+            "{:?}",
+            full.outcome
+        );
+        assert_eq!(full.parsed_in_timed_region, None);
+        for nic in [NicInfo::SOFTWARE_CSUM, NicInfo::SOFTWARE_HASH] {
+            let other = run_pxio(eal(), &trace, &cfg, nic).unwrap();
+            assert_eq!(other.outcome, full.outcome, "{nic:?}");
+        }
+    }
 }

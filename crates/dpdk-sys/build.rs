@@ -83,6 +83,10 @@ fn main() {
         .allowlist_function("rte_gso_segment")
         .allowlist_type("rte_gro_param|rte_gso_ctx")
         .allowlist_var("RTE_GRO_.*|RTE_GSO_.*")
+        // Software packet-type parse: what an application runs before rte_gro when the NIC
+        // gives no header lengths (testpmd's csum engine, the merge bench's baseline).
+        .allowlist_function("rte_net_get_ptype")
+        .allowlist_type("rte_net_hdr_lens")
         // Wire headers, for rte_flow specs and tests.
         .allowlist_type("rte_(ether|ipv4|ipv6|tcp|udp)_hdr")
         // Telemetry: an application's own `/...` commands on DPDK's telemetry socket.

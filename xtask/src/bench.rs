@@ -2,10 +2,13 @@
 //! table; with `--json FILE` the benchmark also writes its JSON report there.
 //!
 //! `merge`: pxio's merge engine against DPDK's `rte_gro` on the same deterministic traces
-//! (SIGCOMM'26 §7.1), via `cargo run --release -p pxbench --bin merge`.
+//! (SIGCOMM'26 §7.1): six flow counts under three schedules (Poisson TSO bursts, paced, round
+//! robin), both engines given what a NIC gives and parsing headers on the clock, via
+//! `cargo run --release -p pxbench --bin merge`.
 //!
-//! `caravan`: the receive cost of plain UDP against PX-caravans, decapsulated by caravan-ebpf or
-//! read whole with `caravan::Reader` (SIGCOMM'26 §7.2), between two network namespaces. It
+//! `caravan`: the receive cost of plain UDP (one `recv` per datagram, `recvmmsg`, `UDP_GRO`)
+//! against PX-caravans, decapsulated by caravan-ebpf or read whole with `caravan::Reader` and
+//! `caravan::BatchReader` (SIGCOMM'26 §7.2), between two network namespaces. It
 //! builds the eBPF object first (`cargo xtask build-ebpf`), then runs
 //! `cargo run --release -p pxbench --bin caravan-bench`.
 //!
@@ -24,9 +27,10 @@ use crate::{build_ebpf, cargo, deps, describe, run_status};
 /// The benchmarks `cargo xtask bench` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BenchKind {
-    /// pxio's merge engine against DPDK's rte_gro, six flow-count scenarios.
+    /// pxio's merge engine against DPDK's rte_gro, six flow-count scenarios, three schedules.
     Merge,
-    /// Plain UDP against PX-caravans (eBPF-decapsulated, or read whole) at a receiver.
+    /// Plain UDP (recv, recvmmsg, UDP_GRO) against PX-caravans (eBPF-decapsulated, or read
+    /// whole, one or many per syscall) at a receiver.
     Caravan,
     /// F-PMTUD's PMTU cache: Bloom filter false-positive rate, lookup ns of hits and misses.
     PmtuCache,

@@ -26,9 +26,15 @@ struct Args {
     /// Trace generator seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// How flows send: the issue's Poisson TSO bursts, or DESIGN.md's round robin.
-    #[arg(long, value_enum, default_value_t = ScheduleArg::PoissonTso)]
-    schedule: ScheduleArg,
+    /// How flows send (repeatable; default: all three, burstiest first).
+    #[arg(long = "schedule", value_enum)]
+    schedules: Vec<ScheduleArg>,
+    /// IPv6 frames instead of IPv4 (rte_gro, DPDK 22.11, passes IPv6 through unmerged).
+    #[arg(long)]
+    ipv6: bool,
+    /// The b-network's MTU, bytes (the merge target; yield and packets per iMTU follow it).
+    #[arg(long, default_value_t = 9000)]
+    imtu: usize,
     /// Delay budget, µs of simulated time.
     #[arg(long, default_value_t = 20.0)]
     delay_us: f64,
@@ -38,8 +44,8 @@ struct Args {
     /// rte_gro table items per flow.
     #[arg(long)]
     gro_items: Option<u16>,
-    /// Runs per engine and scenario; the fastest is reported.
-    #[arg(long, default_value_t = 3)]
+    /// Runs per engine and scenario (the engines take turns); the fastest is reported.
+    #[arg(long, default_value_t = 5)]
     reps: u32,
     /// Check every output payload byte against the flow's stream (slower, not timed).
     #[arg(long)]
@@ -53,6 +59,18 @@ enum ScheduleArg {
     PoissonTso,
     /// One segment per flow in turn (DESIGN.md's anchors).
     RoundRobin,
+    /// One segment at a time per flow at its rate, with jitter (after a bottleneck).
+    Paced,
+}
+
+impl From<ScheduleArg> for Schedule {
+    fn from(s: ScheduleArg) -> Self {
+        match s {
+            ScheduleArg::PoissonTso => Schedule::PoissonTso,
+            ScheduleArg::RoundRobin => Schedule::RoundRobin,
+            ScheduleArg::Paced => Schedule::Paced,
+        }
+    }
 }
 
 fn main() -> Result<()> {
@@ -69,6 +87,10 @@ fn main() -> Result<()> {
             SCENARIOS.map(|s| s.0)
         );
     }
+    // pxio's iMTU is a u16; below 1514 B nothing would merge.
+    if !(1514..=65535).contains(&args.imtu) {
+        bail!("--imtu must be 1514..=65535 bytes");
+    }
     if !(args.delay_us >= 0.0 && args.delay_us.is_finite()) {
         bail!("--delay-us must be a non-negative number of microseconds");
     }
@@ -79,11 +101,17 @@ fn main() -> Result<()> {
         .context("starting the DPDK EAL (--no-huge; run as root)")?;
     let mut cfg = MergeBenchConfig::new(&eal);
     cfg.seed = args.seed;
-    cfg.schedule = match args.schedule {
-        ScheduleArg::PoissonTso => Schedule::PoissonTso,
-        ScheduleArg::RoundRobin => Schedule::RoundRobin,
+    let schedules: Vec<Schedule> = if args.schedules.is_empty() {
+        Schedule::ALL.to_vec()
+    } else {
+        Schedule::ALL
+            .into_iter()
+            .filter(|s| args.schedules.iter().any(|&a| Schedule::from(a) == *s))
+            .collect()
     };
     cfg.delay_budget_ns = (args.delay_us * 1e3).round() as u64;
+    cfg.imtu = args.imtu;
+    cfg.ipv6 = args.ipv6;
     cfg.verify_payload = args.verify;
     cfg.repetitions = args.reps.max(1);
     if let Some(n) = args.min_packets {
@@ -93,21 +121,30 @@ fn main() -> Result<()> {
         cfg.gro_items_per_flow = n;
     }
 
-    let runs = run_merge(&eal, &scenarios, &cfg)?;
+    let runs = run_merge(&eal, &scenarios, &schedules, &cfg)?;
     let rows: Vec<_> = runs.iter().map(|r| r.row.clone()).collect();
     let costs: Vec<_> = runs.iter().map(|r| r.cost.clone()).collect();
 
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "merge: pxio vs rte_gro, {:?} traffic, delay budget {} µs, iMTU {} B, seed {}, TSC {:.3} GHz, one core",
-        args.schedule,
+        "merge: pxio vs rte_gro, {} traffic, IPv{}, delay budget {} µs, iMTU {} B, seed {}, TSC {:.3} GHz, one core",
+        schedules.iter().map(|s| s.name()).collect::<Vec<_>>().join(" / "),
+        if cfg.ipv6 { 6 } else { 4 },
         args.delay_us,
         cfg.imtu,
         cfg.seed,
         cfg.tsc_hz as f64 / 1e9
     )?;
     print_table(&mut out, &rows)?;
+    writeln!(
+        out,
+        "Every engine gets what a NIC gives (RSS hash, L4 checksum verdict) and no more. \
+         pxio NIC: uses both; sw csum: verifies every checksum itself; sw hash: hashes itself. \
+         rte_gro ns includes rte_net_get_ptype (the header parse it needs) on every packet; its share in parentheses. \
+         gro/pxio: rte_gro ns / pxio NIC ns. pkts/iMTU: packets out per iMTU of payload (ideal \
+         1.0; rte_gro's uncapped outputs counted as cut at the iMTU)."
+    )?;
     writeln!(out)?;
     writeln!(out, "cost of each scenario:")?;
     print_costs(&mut out, &costs)?;

@@ -8,14 +8,18 @@
 //!   [`Decap::persist`] pinned it for the `caravan` CLI.
 //! * [`Reader`] splits a caravan that was delivered whole to a pass-through port into its inner
 //!   datagrams: one `recv` brings many datagrams, like `UDP_GRO` (beyond the paper).
+//! * [`BatchReader`] receives many caravans per system call (`recvmmsg`), for [`Reader`] to
+//!   split: the receive path to set against `recvmmsg` and `UDP_GRO` on plain UDP.
 //!
 //! The map layouts are shared with the eBPF program through `caravan-common`.
 
 #![forbid(unsafe_code)]
 
+mod batch;
 mod decap;
 mod reader;
 
+pub use batch::{BatchError, BatchReader, Received};
 pub use caravan_common::{Counter, DEFAULT_DSCP, MAX_DATAGRAMS, VERSION};
 pub use decap::{
     detach_pinned, pinned_passthrough, pinned_stats, Decap, DecapConfig, Error, Stats, PIN_ROOT,

@@ -21,4 +21,5 @@
 #include <rte_gro.h>
 #include <rte_gso.h>
 #include <rte_telemetry.h>
+#include <rte_net.h>
 #include "px_shim.h"

@@ -62,8 +62,12 @@ pub mod ptype {
     pub const L2_ETHER: u32 = dpdk_sys::RTE_PTYPE_L2_ETHER;
     /// IPv4 without options.
     pub const L3_IPV4: u32 = dpdk_sys::RTE_PTYPE_L3_IPV4;
+    /// IPv6 without extension headers.
+    pub const L3_IPV6: u32 = dpdk_sys::RTE_PTYPE_L3_IPV6;
     /// TCP.
     pub const L4_TCP: u32 = dpdk_sys::RTE_PTYPE_L4_TCP;
+    /// UDP.
+    pub const L4_UDP: u32 = dpdk_sys::RTE_PTYPE_L4_UDP;
     /// Ethernet / IPv4 / TCP: what `rte_gro` merges.
     pub const ETHER_IPV4_TCP: u32 = L2_ETHER | L3_IPV4 | L4_TCP;
 }

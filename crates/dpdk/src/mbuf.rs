@@ -536,6 +536,35 @@ impl Mbuf {
         }
     }
 
+    /// Records `hash` as the RX hash a NIC computed (`RTE_MBUF_F_RX_RSS_HASH`): for traces and
+    /// vdevs that stand in for an RSS-capable NIC.
+    #[inline]
+    pub fn set_rss_hash(&mut self, hash: u32) {
+        // SAFETY: we own the head struct; writing the `rss` member of the hash union and the
+        // flag that says it is the valid one.
+        let m = unsafe { self.raw.as_mut() };
+        m.__bindgen_anon_2.hash.rss = hash;
+        m.ol_flags |= u64::from(dpdk_sys::RTE_MBUF_F_RX_RSS_HASH);
+    }
+
+    /// Parses the headers in software with DPDK's `rte_net_get_ptype` (all layers), as an
+    /// application does before `rte_gro` when the NIC reports no packet type or header lengths
+    /// (testpmd's csum engine). Records the result in the mbuf ([`packet_type`](Self::packet_type),
+    /// [`header_lens`](Self::header_lens)) and returns the packet type (`RTE_PTYPE_*` bits; 0
+    /// when not even the L2 header is recognised).
+    #[inline]
+    pub fn parse_packet_type(&mut self) -> u32 {
+        let mut lens = dpdk_sys::rte_net_hdr_lens::default();
+        // SAFETY: `self.raw` is a valid mbuf chain we own; rte_net_get_ptype only reads it
+        // (bounds-checked against data_len/pkt_len) and writes `lens`.
+        let ptype = unsafe {
+            dpdk_sys::rte_net_get_ptype(self.raw.as_ptr(), &mut lens, dpdk_sys::RTE_PTYPE_ALL_MASK)
+        };
+        self.set_packet_type(ptype);
+        self.set_header_lens(lens.l2_len, lens.l3_len, lens.l4_len);
+        ptype
+    }
+
     /// The port the packet was received on.
     #[inline]
     pub fn port(&self) -> u16 {

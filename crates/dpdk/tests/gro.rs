@@ -60,6 +60,73 @@ fn pattern(len: usize, salt: u8) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8 ^ salt).collect()
 }
 
+/// What the merge bench's rte_gro baseline does inside its timed region: the software parse
+/// fills in exactly what `tcp_mbuf` sets by hand, so GRO merges the same.
+#[test]
+fn a_software_parse_types_the_packet_as_rte_gro_needs() {
+    let pool = pool(16, 2048 + 128);
+    let (p1, p2) = (pattern(1448, 1), pattern(1448, 2));
+    let raw = |frame: &[u8]| {
+        let mut m = pool.alloc().unwrap();
+        m.extend_from_slice(frame).unwrap();
+        m
+    };
+    let mut first = raw(&tcp_frame(40000, 1000, 5, &p1));
+    assert_eq!(first.packet_type(), 0, "a fresh mbuf is untyped");
+    assert_eq!(first.parse_packet_type(), ptype::ETHER_IPV4_TCP);
+    assert_eq!(first.packet_type(), ptype::ETHER_IPV4_TCP);
+    assert_eq!(first.header_lens(), (ETH_LEN, IP_LEN, TCP_LEN));
+    let mut second = raw(&tcp_frame(40000, 1000 + 1448, 5, &p2));
+    second.parse_packet_type();
+    let mut gro = GroContext::new(eal(), 4, 8).unwrap();
+    let mut burst = Burst::<4>::new();
+    burst.push(first).unwrap();
+    burst.push(second).unwrap();
+    assert_eq!(gro.reassemble(&mut burst), 2);
+    assert_eq!(gro.item_count(), 1, "merged on the parsed lengths");
+    let mut out = Burst::<4>::new();
+    gro.timeout_flush(0, &mut out);
+    assert_eq!(out.as_slice()[0].len(), HDRS + 2 * 1448);
+
+    let mut udp = raw(&udp_frame(b"not tcp"));
+    assert_eq!(
+        udp.parse_packet_type(),
+        ptype::L2_ETHER | ptype::L3_IPV4 | ptype::L4_UDP
+    );
+    assert_eq!(udp.header_lens(), (14, 20, 8));
+    let v6 = {
+        let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])
+            .ipv6([0x20; 16], [0x30; 16], 64)
+            .tcp(1, 2, 3, 512)
+            .options(&[
+                TcpOptionElement::Noop,
+                TcpOptionElement::Noop,
+                TcpOptionElement::Timestamp(1, 2),
+            ])
+            .unwrap();
+        let mut f = Vec::new();
+        b.write(&mut f, b"v6").unwrap();
+        f
+    };
+    let mut v6 = raw(&v6);
+    assert_eq!(
+        v6.parse_packet_type(),
+        ptype::L2_ETHER | ptype::L3_IPV6 | ptype::L4_TCP
+    );
+    assert_eq!(v6.header_lens(), (14, 40, 32));
+    // A frame cut inside its IPv4 header: typed no further than Ethernet, no read past the end.
+    let mut short = raw(&tcp_frame(40000, 1, 5, b"x")[..20]);
+    assert_eq!(short.parse_packet_type() & !ptype::L2_ETHER, 0);
+
+    let mut hashed = raw(&udp_frame(b"h"));
+    assert_eq!(hashed.rss_hash(), None);
+    hashed.set_rss_hash(0xdead_beef);
+    assert_eq!(hashed.rss_hash(), Some(0xdead_beef));
+
+    drop((gro, out, udp, v6, short, hashed));
+    assert_no_leaks(&pool);
+}
+
 #[test]
 fn in_order_segments_merge_into_one_chain_and_other_packets_pass() {
     let pool = pool(64, 2048 + 128);

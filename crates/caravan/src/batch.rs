@@ -1,0 +1,200 @@
+//! [`BatchReader`]: many caravans per system call (`recvmmsg`), each split by [`Reader`].
+//!
+//! One caravan already carries many datagrams per `recv` (SIGCOMM'26 §6). A pass-through port
+//! under load also has many caravans queued at once; `recvmmsg` takes all of them (up to the
+//! batch size) in one system call, as `UDP_GRO` and `recvmmsg` do for plain UDP. Beyond the
+//! paper.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd};
+
+use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
+
+use crate::reader::{Malformed, Reader, Refused};
+
+/// Largest buffer a [`BatchReader`] allocates.
+const MAX_BATCH_BYTES: usize = 1 << 30;
+/// Most messages one `recvmmsg` takes (`UIO_MAXIOV`).
+const MAX_MESSAGES: usize = 1024;
+
+/// Why a [`BatchReader`] cannot be made or could not receive.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// A batch of no message, or of messages of no byte, can receive nothing.
+    #[error("a batch needs at least one message of at least one byte ({messages} x {size} B)")]
+    Empty {
+        /// Messages asked for.
+        messages: usize,
+        /// Bytes per message asked for.
+        size: usize,
+    },
+    /// More messages than one `recvmmsg` takes (1024, the kernel's `UIO_MAXIOV`), or more
+    /// than 1 GiB of buffers (a batch is meant for tens of messages of at most 64 KiB).
+    #[error("a batch of {messages} x {size} B is too large")]
+    TooLarge {
+        /// Messages asked for.
+        messages: usize,
+        /// Bytes per message asked for.
+        size: usize,
+    },
+    /// `recvmmsg` failed: `WouldBlock` on a non-blocking socket with nothing queued,
+    /// `TimedOut`/`WouldBlock` after the socket's read timeout, or a socket error.
+    #[error("recvmmsg: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Where one received message sits in the batch's buffer.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    len: usize,
+    truncated: bool,
+    peer: Option<SocketAddr>,
+}
+
+/// Receives up to `messages` UDP payloads of up to `size` bytes per system call (`recvmmsg`
+/// with `MSG_WAITFORONE`: it blocks, as the socket is set to, for the first message only, then
+/// takes what is queued), and hands each out as a [`Received`] to split with [`Reader`].
+///
+/// Buffers are allocated once, in [`new`](Self::new); [`recv`](Self::recv) allocates one small
+/// vector of I/O slices per call (not per message).
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let sock = std::net::UdpSocket::bind("[::]:5002")?;
+/// let mut batch = caravan::BatchReader::new(32, 9000)?;
+/// loop {
+///     batch.recv(&sock)?;
+///     for msg in batch.iter() {
+///         match msg.caravan() {
+///             Ok(reader) => reader.for_each(|d| println!("{} B", d.payload.len())),
+///             Err(caravan::Refused::NotCaravan) => println!("a plain datagram"),
+///             Err(e) => eprintln!("dropped: {e}"),
+///         }
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct BatchReader {
+    headers: MultiHeaders<SockaddrStorage>,
+    buf: Vec<u8>,
+    size: usize,
+    slots: Vec<Slot>,
+}
+
+impl BatchReader {
+    /// A reader of up to `messages` messages of up to `size` bytes per call. A caravan is at
+    /// most the iMTU minus the outer IP and UDP headers; a bigger message is cut to `size` and
+    /// reported as truncated.
+    pub fn new(messages: usize, size: usize) -> Result<Self, BatchError> {
+        if messages == 0 || size == 0 {
+            return Err(BatchError::Empty { messages, size });
+        }
+        let bytes = messages
+            .checked_mul(size)
+            .filter(|&b| b <= MAX_BATCH_BYTES && messages <= MAX_MESSAGES)
+            .ok_or(BatchError::TooLarge { messages, size })?;
+        Ok(Self {
+            headers: MultiHeaders::preallocate(messages, None),
+            buf: vec![0; bytes],
+            size,
+            slots: Vec::with_capacity(messages),
+        })
+    }
+
+    /// Messages one call can take.
+    pub fn capacity(&self) -> usize {
+        self.buf.len() / self.size
+    }
+
+    /// Receives what `sock` has queued, up to [`capacity`](Self::capacity) messages, in one
+    /// system call; returns how many. Blocks like the socket (its read timeout, or not at all
+    /// when non-blocking) until the first message, never for the rest. The previous batch is
+    /// forgotten, even when this call fails.
+    pub fn recv(&mut self, sock: &impl AsFd) -> Result<usize, BatchError> {
+        self.slots.clear();
+        let mut iovs: Vec<[io::IoSliceMut<'_>; 1]> = self
+            .buf
+            .chunks_exact_mut(self.size)
+            .map(|chunk| [io::IoSliceMut::new(chunk)])
+            .collect();
+        let results = recvmmsg(
+            sock.as_fd().as_raw_fd(),
+            &mut self.headers,
+            iovs.iter_mut(),
+            MsgFlags::MSG_WAITFORONE,
+            None,
+        )
+        .map_err(io::Error::from)?;
+        for msg in results {
+            self.slots.push(Slot {
+                len: msg.bytes.min(self.size),
+                truncated: msg.flags.contains(MsgFlags::MSG_TRUNC),
+                peer: msg.address.as_ref().and_then(socket_addr),
+            });
+        }
+        Ok(self.slots.len())
+    }
+
+    /// Messages the last [`recv`](Self::recv) took.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the last [`recv`](Self::recv) took nothing.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The messages of the last [`recv`](Self::recv), in arrival order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Received<'_>> + '_ {
+        self.slots.iter().enumerate().map(|(i, s)| Received {
+            payload: &self.buf[i * self.size..i * self.size + s.len],
+            truncated: s.truncated,
+            peer: s.peer,
+        })
+    }
+}
+
+/// One UDP payload a [`BatchReader`] received: a caravan, or an ordinary datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received<'a> {
+    /// The bytes received (at most the batch's message size).
+    pub payload: &'a [u8],
+    /// Whether the datagram was longer than the message size and was cut.
+    pub truncated: bool,
+    /// The sender, when the kernel reported one.
+    pub peer: Option<SocketAddr>,
+}
+
+impl<'a> Received<'a> {
+    /// The message as a caravan ([`Reader::new`]); a truncated message is
+    /// [`Malformed::Truncated`] whatever its bytes say.
+    pub fn caravan(&self) -> Result<Reader<'a>, Refused> {
+        self.whole()?;
+        Reader::new(self.payload)
+    }
+
+    /// The message as a caravan of the flow `src_port` → `dst_port` ([`Reader::with_ports`]).
+    pub fn caravan_with_ports(&self, src_port: u16, dst_port: u16) -> Result<Reader<'a>, Refused> {
+        self.whole()?;
+        Reader::with_ports(self.payload, src_port, dst_port)
+    }
+
+    fn whole(&self) -> Result<(), Refused> {
+        if self.truncated {
+            Err(Refused::Malformed(Malformed::Truncated))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = s.as_sockaddr_in() {
+        return Some(SocketAddr::from((v4.ip(), v4.port())));
+    }
+    let v6 = s.as_sockaddr_in6()?;
+    Some(SocketAddr::from((v6.ip(), v6.port())))
+}
