@@ -58,11 +58,17 @@ pub enum FlowAction {
     Rss(Vec<u16>),
     /// Dropped by the device.
     Drop,
+    /// Matched again against the rules of this group (a higher one than the rule's own): PXIO
+    /// keeps hairpin opt-in rules in group 0 and the RX-queue subset rules behind them
+    /// (SIGCOMM'26 §4.3, §4.4).
+    Jump(u32),
 }
 
 /// A rule: ingress, an optional IP match, an optional L4 match, one action.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlowRule {
+    /// The rule's group (0 is where matching starts; see [`FlowAction::Jump`]).
+    pub group: u32,
     /// Lower values win (0 is the highest priority).
     pub priority: u32,
     /// IP part of the pattern (any IP packet when `None` and `l4` is `None`; any Ethernet frame).
@@ -77,6 +83,7 @@ impl FlowRule {
     /// A rule matching every frame, with `action`, at priority 0.
     pub fn new(action: FlowAction) -> Self {
         Self {
+            group: 0,
             priority: 0,
             ip: None,
             l4: None,
@@ -87,6 +94,12 @@ impl FlowRule {
     /// Sets the priority.
     pub fn priority(mut self, priority: u32) -> Self {
         self.priority = priority;
+        self
+    }
+
+    /// Sets the group.
+    pub fn group(mut self, group: u32) -> Self {
+        self.group = group;
         self
     }
 
@@ -152,7 +165,7 @@ impl Port {
     /// Asks the driver whether it would accept `rule`, without installing it.
     pub fn flow_validate(&self, rule: &FlowRule) -> Result<()> {
         let port = self.id().0;
-        let spec = Spec::new(rule, self.rx_queue_count(), port)?;
+        let spec = Spec::new(rule, self.shared.hairpin_rx.end.max(self.rx_queue_count()), port)?;
         let mut error = dpdk_sys::rte_flow_error::default();
         let (attr, pattern, actions) = spec.raw();
         // SAFETY: every pointer in pattern/actions points into `spec`, alive for the call.
@@ -166,7 +179,7 @@ impl Port {
     /// and [`Error::Unsupported`] when the driver has no rte_flow at all.
     pub fn flow_create(&self, rule: &FlowRule) -> Result<Flow> {
         let port = self.id().0;
-        let spec = Spec::new(rule, self.rx_queue_count(), port)?;
+        let spec = Spec::new(rule, self.shared.hairpin_rx.end.max(self.rx_queue_count()), port)?;
         let mut error = dpdk_sys::rte_flow_error::default();
         let (attr, pattern, actions) = spec.raw();
         // SAFETY: as in flow_validate; the driver copies what it keeps.
@@ -221,6 +234,7 @@ fn flow_error(
 
 /// The C structures of one rule, owned together so every pointer stays valid.
 struct Spec {
+    group: u32,
     priority: u32,
     ip: Option<IpSpec>,
     l4: Option<L4Spec>,
@@ -245,6 +259,7 @@ enum ActionSpec {
         _queues: Box<[u16]>,
     },
     Drop,
+    Jump(dpdk_sys::rte_flow_action_jump),
 }
 
 impl Spec {
@@ -298,8 +313,18 @@ impl Spec {
                 }
             }
             FlowAction::Drop => ActionSpec::Drop,
+            FlowAction::Jump(group) => {
+                if *group <= rule.group {
+                    return Err(Error::InvalidArgument(format!(
+                        "a rule in group {} may only jump to a higher group, not {group}",
+                        rule.group
+                    )));
+                }
+                ActionSpec::Jump(dpdk_sys::rte_flow_action_jump { group: *group })
+            }
         };
         Ok(Self {
+            group: rule.group,
             priority: rule.priority,
             ip,
             l4,
@@ -316,6 +341,7 @@ impl Spec {
         Vec<dpdk_sys::rte_flow_action>,
     ) {
         let mut attr = dpdk_sys::rte_flow_attr {
+            group: self.group,
             priority: self.priority,
             ..Default::default()
         };
@@ -352,6 +378,10 @@ impl Spec {
                 (rss as *const dpdk_sys::rte_flow_action_rss).cast(),
             ),
             ActionSpec::Drop => action(dpdk_sys::RTE_FLOW_ACTION_TYPE_DROP, std::ptr::null()),
+            ActionSpec::Jump(jump) => action(
+                dpdk_sys::RTE_FLOW_ACTION_TYPE_JUMP,
+                (jump as *const dpdk_sys::rte_flow_action_jump).cast(),
+            ),
         };
         let actions = vec![
             first,

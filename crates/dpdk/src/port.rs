@@ -26,6 +26,9 @@ bitflags::bitflags! {
         const SCATTER = dpdk_sys::RTE_ETH_RX_OFFLOAD_SCATTER as u64;
         /// The RSS hash is delivered in the mbuf.
         const RSS_HASH = dpdk_sys::RTE_ETH_RX_OFFLOAD_RSS_HASH as u64;
+        /// Each frame is split over two buffers from two pools: header-only DMA (SIGCOMM'26
+        /// §4.2). Requested with [`PortBuilder::header_split`], never through `rx_offloads`.
+        const BUFFER_SPLIT = dpdk_sys::RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT as u64;
     }
 }
 
@@ -271,6 +274,8 @@ pub struct PortBuilder {
     promiscuous: bool,
     rx_offloads: RxOffloads,
     tx_offloads: TxOffloads,
+    hairpin_queues: u16,
+    header_split: Option<(u16, Arc<Mempool>)>,
 }
 
 impl PortBuilder {
@@ -289,7 +294,27 @@ impl PortBuilder {
             promiscuous: true,
             rx_offloads: RxOffloads::empty(),
             tx_offloads: TxOffloads::empty(),
+            hairpin_queues: 0,
+            header_split: None,
         }
+    }
+
+    /// Also sets up `n` hairpin queue pairs (SIGCOMM'26 §4.4), after the ordinary queues: RX
+    /// hairpin queue `rx_queues + i` forwards to TX queue `tx_queues + i` in the NIC.
+    /// [`PortBuilder::start`] fails with [`Error::HairpinUnsupported`] when the device has
+    /// none (every vdev), before configuring anything.
+    pub fn hairpin_queues(mut self, n: u16) -> Self {
+        self.hairpin_queues = n;
+        self
+    }
+
+    /// Header-only DMA (SIGCOMM'26 §4.2, `RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT`): the first
+    /// `header_len` bytes of each frame land in an mbuf of `header_pool`, the rest in one of the
+    /// RX pool, chained. [`PortBuilder::start`] fails with [`Error::OffloadUnsupported`] when the
+    /// device does not offer buffer split (every vdev): it is never emulated by copying.
+    pub fn header_split(mut self, header_len: u16, header_pool: Arc<Mempool>) -> Self {
+        self.header_split = Some((header_len, header_pool));
+        self
     }
 
     /// Number of RX queues.
@@ -359,6 +384,36 @@ impl PortBuilder {
             errno: Errno::from_ret(ret),
         };
         let config_error = |what: String| Error::PortConfig { port, what };
+        // Refusals that depend only on the device come first, so nothing is configured.
+        let hairpin = if self.hairpin_queues > 0 {
+            let cap = crate::hairpin::capability(port, &info.driver)?;
+            if self.hairpin_queues > cap.max_queues {
+                return Err(Error::HairpinUnsupported {
+                    port,
+                    driver: info.driver.clone(),
+                    reason: format!(
+                        "{} hairpin queues asked, the device has {}",
+                        self.hairpin_queues, cap.max_queues
+                    ),
+                });
+            }
+            Some(cap)
+        } else {
+            None
+        };
+        if let Some((header_len, _)) = &self.header_split {
+            if !info.rx_offloads.contains(RxOffloads::BUFFER_SPLIT) {
+                return Err(Error::OffloadUnsupported {
+                    port,
+                    driver: info.driver.clone(),
+                    offload: "RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT (header-only DMA)",
+                });
+            }
+            if *header_len == 0 {
+                return Err(config_error("header split with a 0-byte header".into()));
+            }
+        }
+        let (ring_rx, ring_tx) = (self.rx_queues, self.tx_queues);
         if self.rx_queues == 0 || self.rx_queues > info.max_rx_queues {
             return Err(config_error(format!(
                 "{} RX queues asked, the device allows 1..={}",
@@ -382,7 +437,10 @@ impl PortBuilder {
             })?;
         }
 
-        let rx_granted = info.rx_offloads & self.rx_offloads;
+        let mut rx_granted = info.rx_offloads & self.rx_offloads & !RxOffloads::BUFFER_SPLIT;
+        if self.header_split.is_some() {
+            rx_granted |= RxOffloads::BUFFER_SPLIT | (info.rx_offloads & RxOffloads::SCATTER);
+        }
         let tx_granted = info.tx_offloads & self.tx_offloads;
         let rss = info.rss & self.rss;
         let mut conf = dpdk_sys::rte_eth_conf::default();
@@ -404,8 +462,14 @@ impl PortBuilder {
         }
         let driver = info.driver.clone();
         // SAFETY: valid port id (dev_info succeeded) and a fully initialised conf.
-        let ret =
-            unsafe { dpdk_sys::rte_eth_dev_configure(port, self.rx_queues, self.tx_queues, &conf) };
+        let ret = unsafe {
+            dpdk_sys::rte_eth_dev_configure(
+                port,
+                ring_rx + self.hairpin_queues,
+                ring_tx + self.hairpin_queues,
+                &conf,
+            )
+        };
         if ret < 0 {
             return Err(fail("rte_eth_dev_configure", ret));
         }
@@ -429,6 +493,8 @@ impl PortBuilder {
                 .then(|| (info.if_index, AtomicU64::new(0))),
             driver: info.driver,
             mtu_set: AtomicBool::new(false),
+            hairpin_rx: ring_rx..ring_rx + self.hairpin_queues,
+            _header_pool: self.header_split.as_ref().map(|(_, p)| p.clone()),
             _pool: pool.clone(),
             _eal: self.eal.inner.clone(),
         });
@@ -444,19 +510,37 @@ impl PortBuilder {
         }
         // SAFETY: reads the NUMA socket of a valid port.
         let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(port) }.max(0) as u32;
-        for q in 0..self.rx_queues {
-            // SAFETY: configured port, q < rx_queues, a live pool that the port keeps alive
-            // (PortShared holds the Arc); NULL rxconf means the driver's defaults.
-            let ret = unsafe {
-                dpdk_sys::rte_eth_rx_queue_setup(
-                    port,
-                    q,
-                    rx_desc,
-                    socket,
-                    std::ptr::null(),
-                    pool.as_ptr(),
-                )
+        // Header split: segment 0 (the header) from the header pool, the rest from `pool`; the
+        // mempool argument is then NULL, as rte_eth_rx_queue_setup requires.
+        let mut segments = self.header_split.as_ref().map(|(len, header_pool)| {
+            let mut seg = [dpdk_sys::rte_eth_rxseg::default(); 2];
+            seg[0].split = dpdk_sys::rte_eth_rxseg_split {
+                mp: header_pool.as_ptr(),
+                length: *len,
+                ..Default::default()
             };
+            seg[1].split = dpdk_sys::rte_eth_rxseg_split {
+                mp: pool.as_ptr(),
+                ..Default::default()
+            };
+            seg
+        });
+        for q in 0..self.rx_queues {
+            let mut rxconf = dpdk_sys::rte_eth_rxconf::default();
+            let (conf_ptr, mp) = match segments.as_mut() {
+                Some(seg) => {
+                    rxconf.offloads = rx_granted.bits();
+                    rxconf.rx_nseg = 2;
+                    rxconf.rx_seg = seg.as_mut_ptr();
+                    (&rxconf as *const _, std::ptr::null_mut())
+                }
+                None => (std::ptr::null(), pool.as_ptr()),
+            };
+            // SAFETY: configured port, q < rx_queues, live pools that the port keeps alive
+            // (PortShared holds their Arcs); NULL rxconf means the driver's defaults, else
+            // `rxconf` and the segments it points to outlive the call (DPDK copies them).
+            let ret =
+                unsafe { dpdk_sys::rte_eth_rx_queue_setup(port, q, rx_desc, socket, conf_ptr, mp) };
             if ret < 0 {
                 return Err(fail("rte_eth_rx_queue_setup", ret));
             }
@@ -470,6 +554,9 @@ impl PortBuilder {
             if ret < 0 {
                 return Err(fail("rte_eth_tx_queue_setup", ret));
             }
+        }
+        if let Some(cap) = &hairpin {
+            crate::hairpin::setup_queues(port, &driver, ring_rx, ring_tx, self.hairpin_queues, cap)?;
         }
         // SAFETY: all queues are set up.
         let ret = unsafe { dpdk_sys::rte_eth_dev_start(port) };
@@ -564,6 +651,10 @@ pub(crate) struct PortShared {
     driver: String,
     /// Serialises MTU changes on a started port (they are control-path calls).
     mtu_set: AtomicBool,
+    /// RX hairpin queue indices (after the ordinary queues), targets for flow rules only.
+    pub(crate) hairpin_rx: std::ops::Range<u16>,
+    /// The header pool of a header-split port, kept alive as long as its queues.
+    _header_pool: Option<Arc<Mempool>>,
     /// `net_af_packet`: the interface index, and the kernel ring drops read so far (reading them
     /// clears the kernel's count; see [`crate::af_packet`]).
     ring_drops: Option<(u32, AtomicU64)>,
