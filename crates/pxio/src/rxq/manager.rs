@@ -1,0 +1,609 @@
+//! The asynchronous rule manager (SIGCOMM'26 §4.4, `px_flow`, Figure 7).
+//!
+//! Rule updates through `rte_flow` are synchronous and slow on real NICs (over 330 µs each on
+//! ConnectX, §4.4): a worker that made them itself would stop forwarding meanwhile. Instead one
+//! manager thread serves every port. Each worker gets a [`FlowClient`]: a pair of lock-free
+//! bounded queues (crossbeam's `ArrayQueue`), one for submissions and one for completions.
+//! [`FlowClient::submit`] never blocks: a full queue hands the request back. Every request gets
+//! exactly one [`Completion`]; a rule the driver refuses comes back as an `Err` in it.
+//!
+//! The same thread runs RX queue scaling ([`Scaler`]): at the end of every window it reads the
+//! workers' active-flow gauges, asks the [`ScalingPolicy`], and moves between configurations by
+//! insert-then-evict (§4.3), so each transition is atomic in the NIC.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::rxq::layout::QueueLayout;
+use crate::rxq::policy::{active_flows, ActiveConfig, ActiveFlowGauge, Decision, ScalingPolicy};
+use crate::wire::FlowKey;
+
+/// Why a rule request failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// The port's driver has no flow rules at all.
+    #[error("{port}: the driver has no rte_flow support")]
+    Unsupported {
+        /// The port.
+        port: String,
+    },
+    /// The driver refused this rule; `message` is its own explanation.
+    #[error("{port}: rule refused: {message}")]
+    Refused {
+        /// The port.
+        port: String,
+        /// The driver's message.
+        message: String,
+    },
+    /// The port has no hairpin queues, so flows cannot be left on the NIC.
+    #[error("{port}: no hairpin queues ({reason}); every flow goes to the CPU")]
+    NoHairpin {
+        /// The port.
+        port: String,
+        /// Why.
+        reason: String,
+    },
+    /// No port with this index.
+    #[error("no port {0}")]
+    NoSuchPort(usize),
+    /// No installed rule with this id.
+    #[error("no rule {0}")]
+    UnknownRule(u64),
+}
+
+/// A port the manager can install rules on.
+pub trait FlowPort: Send + 'static {
+    /// A rule, as the port takes it.
+    type Rule: Send + 'static;
+    /// An installed rule.
+    type Handle: Send + 'static;
+    /// The port's name, for errors.
+    fn name(&self) -> String;
+    /// Installs `rule` (synchronously: the manager thread is the one that waits).
+    fn insert(&mut self, rule: &Self::Rule) -> Result<Self::Handle, RuleError>;
+    /// Removes an installed rule.
+    fn remove(&mut self, handle: Self::Handle) -> Result<(), RuleError>;
+    /// Every packet of `group`, spread by RSS over `queues`, at `priority`.
+    fn subset_rule(&self, group: u32, priority: u32, queues: &[u16]) -> Self::Rule;
+    /// The flow `key` (exactly, in the direction given), sent on to `group` for the CPU.
+    fn target_rule(&self, key: &FlowKey, priority: u32, group: u32) -> Self::Rule;
+    /// Every packet to the NIC's hairpin queue, at `priority` in group 0; `Err` with the reason
+    /// when the port has none.
+    fn hairpin_rule(&self, priority: u32) -> Result<Self::Rule, String>;
+}
+
+/// An installed rule's id (unique in one manager).
+pub type RuleId = u64;
+
+/// What a worker asks for.
+pub enum Op<R> {
+    /// Install `rule` on port `port`.
+    Insert {
+        /// Port index (in the manager's port list).
+        port: usize,
+        /// The rule.
+        rule: R,
+    },
+    /// Remove a rule installed by an earlier request.
+    Remove(RuleId),
+    /// Steer flow `key` of port `port` to the merging workers (hairpin opt-in, §4.4). Where the
+    /// port has no hairpin queues every flow already goes to the CPU: the completion says so
+    /// with [`Outcome::AlreadyOnCpu`].
+    OptIn {
+        /// Port index.
+        port: usize,
+        /// The flow.
+        key: FlowKey,
+    },
+}
+
+/// What a request achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A rule was installed.
+    Installed(RuleId),
+    /// The rule was removed.
+    Removed(RuleId),
+    /// Nothing to do: the port has no hairpin queues, so the flow is on the CPU already.
+    AlreadyOnCpu,
+}
+
+/// The answer to one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The id [`FlowClient::submit`] returned.
+    pub request: u64,
+    /// What happened.
+    pub result: Result<Outcome, RuleError>,
+}
+
+struct Request<R> {
+    id: u64,
+    op: Op<R>,
+}
+
+struct Channel<R> {
+    submit: ArrayQueue<Request<R>>,
+    complete: ArrayQueue<Completion>,
+}
+
+/// A worker's end of its queue pair. `Send`, used by one worker.
+pub struct FlowClient<R> {
+    channel: Arc<Channel<R>>,
+    worker: u64,
+    next: u64,
+    outstanding: usize,
+    capacity: usize,
+    manager: std::thread::Thread,
+}
+
+impl<R> FlowClient<R> {
+    /// Submits `op` without blocking; returns the request id, or hands `op` back when this
+    /// worker already has as many requests outstanding as its queues hold.
+    pub fn submit(&mut self, op: Op<R>) -> Result<u64, Op<R>> {
+        if self.outstanding >= self.capacity {
+            return Err(op);
+        }
+        let id = (self.worker << 48) | self.next;
+        match self.channel.submit.push(Request { id, op }) {
+            Ok(()) => {
+                self.next += 1;
+                self.outstanding += 1;
+                self.manager.unpark();
+                Ok(id)
+            }
+            Err(r) => Err(r.op),
+        }
+    }
+
+    /// The next completion, if one is ready (never blocks).
+    pub fn poll(&mut self) -> Option<Completion> {
+        let c = self.channel.complete.pop()?;
+        self.outstanding -= 1;
+        Some(c)
+    }
+
+    /// Requests submitted and not yet polled back.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+}
+
+/// What the manager thread has done; plain atomics, for metrics.
+#[derive(Debug, Default)]
+pub struct ManagerStats {
+    /// Requests completed.
+    pub completed: AtomicU64,
+    /// Of those, completed with an error.
+    pub errors: AtomicU64,
+    /// Rules installed (requests and scaling).
+    pub inserted: AtomicU64,
+    /// Rules removed (requests and scaling).
+    pub removed: AtomicU64,
+    /// Time spent in driver calls, nanoseconds.
+    pub driver_ns: AtomicU64,
+}
+
+/// One RX queue transition, as the metrics show it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Transition {
+    /// When, nanoseconds since the manager started.
+    pub at_ns: u64,
+    /// Active queues before.
+    pub from: u16,
+    /// Active queues after.
+    pub to: u16,
+    /// The active-flow count that triggered it.
+    pub active_flows: f64,
+}
+
+/// Whether RX queue scaling can act on the ports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScalingState {
+    /// Rules are applied; the active configuration follows the policy.
+    Active,
+    /// A port refused the subset rules: all queues stay active and polled, and the policy only
+    /// advises ([`Scaler::advised`]).
+    Unavailable(String),
+}
+
+/// RX queue scaling on every port: the policy, the installed subset rules, and the published
+/// configuration (§4.3). Run by the manager thread; tests may drive it directly.
+pub struct Scaler<P: FlowPort> {
+    policy: ScalingPolicy,
+    advisory: ScalingPolicy,
+    gauges: Arc<[ActiveFlowGauge]>,
+    config: Arc<ActiveConfig>,
+    installed: Vec<Option<P::Handle>>,
+    group: u32,
+    state: ScalingState,
+    history: Arc<Mutex<Vec<Transition>>>,
+}
+
+impl<P: FlowPort> Scaler<P> {
+    /// Scaling over `layout` for `ports` ports; `gauges` one per worker. Subset rules go in
+    /// `group` (0, or 1 behind hairpin opt-in rules).
+    pub fn new(
+        policy: ScalingPolicy,
+        ports: usize,
+        gauges: Arc<[ActiveFlowGauge]>,
+        group: u32,
+    ) -> Self {
+        let config = Arc::new(ActiveConfig::new(policy.current()));
+        Self {
+            advisory: policy.clone(),
+            policy,
+            gauges,
+            config,
+            installed: (0..ports).map(|_| None).collect(),
+            group,
+            state: ScalingState::Active,
+            history: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The configuration workers poll.
+    pub fn config(&self) -> Arc<ActiveConfig> {
+        self.config.clone()
+    }
+
+    /// Transitions so far (for metrics).
+    pub fn history(&self) -> Arc<Mutex<Vec<Transition>>> {
+        self.history.clone()
+    }
+
+    /// Whether rules can be applied.
+    pub fn state(&self) -> &ScalingState {
+        &self.state
+    }
+
+    /// The queue count the policy would run at; equals the active count unless scaling is
+    /// [`ScalingState::Unavailable`].
+    pub fn advised(&self) -> u16 {
+        self.advisory.current()
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &QueueLayout {
+        self.policy.layout()
+    }
+
+    /// Call often; at the end of each window, judges it and applies the decision to every port.
+    pub fn tick(&mut self, now_ns: u64, ports: &mut [P], stats: &ManagerStats) -> Option<Decision> {
+        if !self.policy.window_over(now_ns) {
+            return None;
+        }
+        self.advisory.window_over(now_ns);
+        let flows = active_flows(&self.gauges);
+        if let ScalingState::Unavailable(_) = self.state {
+            let d = self.advisory.end_window(now_ns, flows)?;
+            self.advisory.applied(&d);
+            return None;
+        }
+        let d = self.policy.end_window(now_ns, flows)?;
+        match self.apply(&d, ports, stats) {
+            Ok(()) => {
+                self.policy.applied(&d);
+                self.advisory = self.policy.clone();
+                if let Ok(mut h) = self.history.lock() {
+                    h.push(Transition {
+                        at_ns: now_ns,
+                        from: d.from,
+                        to: d.to,
+                        active_flows: d.active_flows,
+                    });
+                }
+                Some(d)
+            }
+            Err(e) => {
+                self.policy.failed(&d);
+                self.advisory.applied(&d);
+                tracing_free_log(&format!(
+                    "RX queue scaling unavailable, all {} queues stay active: {e}",
+                    self.policy.layout().total()
+                ));
+                self.state = ScalingState::Unavailable(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// Insert-then-evict on every port. A larger configuration is published before the rules
+    /// change (workers start polling the new queues, empty until then), a smaller one after
+    /// (workers then drain the queues that left). On a failure the ports are put back as they
+    /// were.
+    fn apply(&mut self, d: &Decision, ports: &mut [P], stats: &ManagerStats) -> Result<(), RuleError> {
+        let layout = self.policy.layout().clone();
+        let growing = d.to > d.from;
+        if growing {
+            self.config.publish(d.to);
+        }
+        let mut new_rules: Vec<Option<P::Handle>> = Vec::with_capacity(ports.len());
+        for (i, port) in ports.iter_mut().enumerate() {
+            let inserted = match layout.priority(d.to) {
+                None => Ok(None),
+                Some(prio) => {
+                    let rule = port.subset_rule(self.group, prio, &layout.queues(d.to));
+                    timed(stats, || port.insert(&rule)).map(Some)
+                }
+            };
+            match inserted {
+                Ok(h) => {
+                    if h.is_some() {
+                        stats.inserted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    new_rules.push(h);
+                }
+                Err(e) => {
+                    for (j, h) in new_rules.into_iter().enumerate() {
+                        if let Some(h) = h {
+                            let _ = ports[j].remove(h);
+                        }
+                    }
+                    let _ = i;
+                    if growing {
+                        self.config.publish(d.from);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // Every port now has the new rule next to the old one; evicting the old one is what
+        // switches a growing port over, and tidies a shrinking one.
+        let mut first_error = None;
+        for (i, new) in new_rules.into_iter().enumerate() {
+            if let Some(old) = std::mem::replace(&mut self.installed[i], new) {
+                match timed(stats, || ports[i].remove(old)) {
+                    Ok(()) => {
+                        stats.removed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        if !growing {
+            self.config.publish(d.to);
+        }
+        match first_error {
+            // The new configuration is in force (a shrinking rule shadows the old one; a growing
+            // port whose old rule stuck stays on the smaller subset, which is still polled).
+            Some(e) => {
+                tracing_free_log(&format!("RX queue scaling: an old rule was not evicted: {e}"));
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// pxio has no logging dependency; control-path messages go to stderr.
+fn tracing_free_log(msg: &str) {
+    eprintln!("pxio: {msg}");
+}
+
+fn timed<T>(stats: &ManagerStats, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let r = f();
+    stats
+        .driver_ns
+        .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    r
+}
+
+/// Hairpin opt-in on one port (§4.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Steering {
+    /// Flows stay on the NIC's hairpin queue unless opted in.
+    Hairpin,
+    /// The port has no hairpin queues: every flow goes to the CPU.
+    CpuOnly(String),
+}
+
+/// Everything the manager thread runs with.
+pub struct ManagerSetup<P: FlowPort> {
+    /// The ports, in the order requests name them.
+    pub ports: Vec<P>,
+    /// Workers (one queue pair each).
+    pub workers: usize,
+    /// Requests each worker may have outstanding.
+    pub capacity: usize,
+    /// RX queue scaling, if on.
+    pub scaler: Option<Scaler<P>>,
+    /// Try hairpin opt-in on every port (default flows stay on the NIC).
+    pub hairpin: bool,
+}
+
+/// The running manager thread.
+pub struct RuleManager {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// Counters.
+    pub stats: Arc<ManagerStats>,
+    /// Per port, whether flows stay on the NIC by default, decided at start.
+    pub steering: Vec<Steering>,
+}
+
+impl RuleManager {
+    /// Starts the manager thread; returns it and one client per worker. With `hairpin`, each
+    /// port first gets its default hairpin rule; a port without hairpin queues is reported (on
+    /// stderr and in [`RuleManager::steering`]) and keeps every flow on the CPU.
+    pub fn spawn<P: FlowPort>(setup: ManagerSetup<P>) -> (Self, Vec<FlowClient<P::Rule>>) {
+        let ManagerSetup {
+            mut ports,
+            workers,
+            capacity,
+            mut scaler,
+            hairpin,
+        } = setup;
+        let capacity = capacity.max(1);
+        let stats = Arc::new(ManagerStats::default());
+        let mut next_rule: RuleId = 1;
+        let mut rules: std::collections::HashMap<RuleId, (usize, P::Handle)> =
+            std::collections::HashMap::new();
+        let mut steering = Vec::with_capacity(ports.len());
+        for (i, port) in ports.iter_mut().enumerate() {
+            if !hairpin {
+                steering.push(Steering::CpuOnly("hairpin opt-in is off".into()));
+                continue;
+            }
+            let installed = port
+                .hairpin_rule(1)
+                .and_then(|rule| port.insert(&rule).map_err(|e| e.to_string()));
+            match installed {
+                Ok(h) => {
+                    rules.insert(next_rule, (i, h));
+                    next_rule += 1;
+                    steering.push(Steering::Hairpin);
+                }
+                Err(reason) => {
+                    tracing_free_log(&format!(
+                        "{}: no hairpin queues ({reason}); every flow goes to the CPU",
+                        port.name()
+                    ));
+                    steering.push(Steering::CpuOnly(reason));
+                }
+            }
+        }
+        let channels: Vec<Arc<Channel<P::Rule>>> = (0..workers)
+            .map(|_| {
+                Arc::new(Channel {
+                    submit: ArrayQueue::new(capacity),
+                    complete: ArrayQueue::new(capacity),
+                })
+            })
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (channels, stop, stats, steering) =
+                (channels.clone(), stop.clone(), stats.clone(), steering.clone());
+            std::thread::Builder::new()
+                .name("px-flow".into())
+                .spawn(move || {
+                    let start = Instant::now();
+                    loop {
+                        let stopping = stop.load(Ordering::Acquire);
+                        let mut served = 0;
+                        for ch in &channels {
+                            while let Some(req) = ch.submit.pop() {
+                                let result = execute(
+                                    req.op,
+                                    &mut ports,
+                                    &mut rules,
+                                    &mut next_rule,
+                                    &steering,
+                                    &stats,
+                                );
+                                if result.is_err() {
+                                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                                }
+                                stats.completed.fetch_add(1, Ordering::Relaxed);
+                                // Cannot fail: a client never has more outstanding requests
+                                // than the completion queue holds.
+                                let _ = ch.complete.push(Completion {
+                                    request: req.id,
+                                    result,
+                                });
+                                served += 1;
+                            }
+                        }
+                        if let Some(s) = scaler.as_mut() {
+                            s.tick(start.elapsed().as_nanos() as u64, &mut ports, &stats);
+                        }
+                        if stopping {
+                            break;
+                        }
+                        if served == 0 {
+                            std::thread::park_timeout(Duration::from_micros(200));
+                        }
+                    }
+                    // Installed rules are removed with the ports (dropping a handle destroys it).
+                    drop(rules);
+                    drop(scaler);
+                })
+                .expect("spawn the rule manager thread")
+        };
+        let manager = thread.thread().clone();
+        let clients = channels
+            .into_iter()
+            .enumerate()
+            .map(|(w, channel)| FlowClient {
+                channel,
+                worker: w as u64,
+                next: 0,
+                outstanding: 0,
+                capacity,
+                manager: manager.clone(),
+            })
+            .collect();
+        (
+            Self {
+                stop,
+                thread: Some(thread),
+                stats,
+                steering,
+            },
+            clients,
+        )
+    }
+
+    /// Stops the thread after it has answered what was already submitted.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RuleManager {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn execute<P: FlowPort>(
+    op: Op<P::Rule>,
+    ports: &mut [P],
+    rules: &mut std::collections::HashMap<RuleId, (usize, P::Handle)>,
+    next_rule: &mut RuleId,
+    steering: &[Steering],
+    stats: &ManagerStats,
+) -> Result<Outcome, RuleError> {
+    let mut install = |port: usize, rule: &P::Rule, ports: &mut [P]| {
+        let p = ports.get_mut(port).ok_or(RuleError::NoSuchPort(port))?;
+        let h = timed(stats, || p.insert(rule))?;
+        stats.inserted.fetch_add(1, Ordering::Relaxed);
+        let id = *next_rule;
+        *next_rule += 1;
+        rules.insert(id, (port, h));
+        Ok(Outcome::Installed(id))
+    };
+    match op {
+        Op::Insert { port, rule } => install(port, &rule, ports),
+        Op::OptIn { port, key } => match steering.get(port) {
+            None => Err(RuleError::NoSuchPort(port)),
+            Some(Steering::CpuOnly(_)) => Ok(Outcome::AlreadyOnCpu),
+            Some(Steering::Hairpin) => {
+                let rule = ports[port].target_rule(&key, 0, 1);
+                install(port, &rule, ports)
+            }
+        },
+        Op::Remove(id) => {
+            let (port, h) = rules.remove(&id).ok_or(RuleError::UnknownRule(id))?;
+            timed(stats, || ports[port].remove(h))?;
+            stats.removed.fetch_add(1, Ordering::Relaxed);
+            Ok(Outcome::Removed(id))
+        }
+    }
+}
