@@ -216,7 +216,7 @@ pub enum ScalingState {
 pub struct Scaler<P: FlowPort> {
     policy: ScalingPolicy,
     advisory: ScalingPolicy,
-    gauges: Arc<[ActiveFlowGauge]>,
+    gauges: Vec<Arc<ActiveFlowGauge>>,
     config: Arc<ActiveConfig>,
     installed: Vec<Option<P::Handle>>,
     group: u32,
@@ -230,7 +230,7 @@ impl<P: FlowPort> Scaler<P> {
     pub fn new(
         policy: ScalingPolicy,
         ports: usize,
-        gauges: Arc<[ActiveFlowGauge]>,
+        gauges: Vec<Arc<ActiveFlowGauge>>,
         group: u32,
     ) -> Self {
         let config = Arc::new(ActiveConfig::new(policy.current()));

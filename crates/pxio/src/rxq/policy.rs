@@ -158,8 +158,8 @@ impl ActiveFlowGauge {
 }
 
 /// The port's active-flow count: the sum of the workers' per-batch averages.
-pub fn active_flows(gauges: &[ActiveFlowGauge]) -> f64 {
-    gauges.iter().map(ActiveFlowGauge::take_average).sum()
+pub fn active_flows(gauges: &[std::sync::Arc<ActiveFlowGauge>]) -> f64 {
+    gauges.iter().map(|g| g.take_average()).sum()
 }
 
 /// The configuration workers poll, published by the rule manager: the active queue count and a
