@@ -967,8 +967,15 @@ impl RxQueue {
     /// Receives into the free slots of `burst`; returns how many arrived.
     #[inline]
     pub fn rx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> usize {
+        self.rx_burst_up_to(burst, usize::MAX)
+    }
+
+    /// Receives at most `max` packets into the free slots of `burst`; returns how many arrived
+    /// (a unified RX over several queues bounds each queue's share).
+    #[inline]
+    pub fn rx_burst_up_to<const N: usize>(&mut self, burst: &mut Burst<N>, max: usize) -> usize {
         let (ptr, spare) = burst.spare_raw();
-        let want = spare.min(usize::from(u16::MAX)) as u16;
+        let want = spare.min(max).min(usize::from(u16::MAX)) as u16;
         // SAFETY: we own this queue (one handle per queue, !Sync), the port is started, and
         // `ptr` has `want` writable slots; DPDK writes `n` owned mbufs there.
         let n = unsafe { dpdk_sys::px_eth_rx_burst(self.port.id.0, self.queue, ptr, want) };

@@ -169,10 +169,10 @@ impl RxRing for dpdk::RxQueue {
         let mut burst = dpdk::Burst::<32>::new();
         let mut total = 0;
         while total < max {
-            let n = self.rx_burst(&mut burst);
+            let n = self.rx_burst_up_to(&mut burst, max - total);
             total += n;
             out.extend(burst.drain());
-            if n < 32 {
+            if n == 0 || total >= max {
                 break;
             }
         }
