@@ -12,5 +12,6 @@ pub mod mss;
 pub mod pipeline;
 pub mod pmtud;
 pub mod ports;
+pub mod queues;
 pub mod stats;
 pub mod worker;

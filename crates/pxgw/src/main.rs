@@ -148,8 +148,8 @@ fn open(cfg: &Config) -> Result<Gateway> {
     .context("creating the packet pool")?;
     let headers =
         Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
-    let (ext, ext_plan) = open_port(&eal, &pool, cfg, 0)?;
-    let (int, int_plan) = open_port(&eal, &pool, cfg, 1)?;
+    let (ext, ext_plan) = open_port(&eal, &pool, &headers, cfg, 0)?;
+    let (int, int_plan) = open_port(&eal, &pool, &headers, cfg, 1)?;
     Ok(Gateway {
         eal,
         pool,
@@ -165,6 +165,7 @@ fn open(cfg: &Config) -> Result<Gateway> {
 fn open_port(
     eal: &Eal,
     pool: &Arc<Mempool>,
+    headers: &Arc<Mempool>,
     cfg: &Config,
     which: usize,
 ) -> Result<(Port, PortPlan)> {
@@ -196,7 +197,7 @@ fn open_port(
     };
     let queues = cfg.workers.count;
     let mut builder = Port::builder(eal, id)
-        .rx_queues(queues)
+        .rx_queues(pxgw::queues::rx_queue_count(cfg))
         .tx_queues(queues)
         .descriptors(pc.rx_descriptors, pc.tx_descriptors)
         .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
@@ -210,6 +211,17 @@ fn open_port(
         );
     if apply_mtu {
         builder = builder.mtu(mtu);
+    }
+    if cfg.queues.header_split {
+        // Refused by start() on a device without buffer split: never emulated.
+        builder = builder.header_split(cfg.queues.header_bytes, headers.clone());
+    }
+    if cfg.queues.hairpin {
+        match dpdk::hairpin_capability(eal, id) {
+            Ok(_) => builder = builder.hairpin_queues(1),
+            // Reported once the rule manager starts; every flow then goes to the CPU.
+            Err(e) => tracing::debug!("ports.{name}: {e}"),
+        }
     }
     let port = builder.start(pool).map_err(|e| match e {
         dpdk::Error::Mtu { .. } => anyhow!("ports.{name}: {e}"),
@@ -361,16 +373,19 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     let clock = TscClock::new(&eal);
     let mut reports = Vec::new();
     let mut handles = Vec::new();
+    let (mut rxq, worker_rx) = pxgw::queues::start(cfg, &ext, &int)?;
+    let mut worker_rx = worker_rx.into_iter();
     for i in 0..queues {
+        let (ext_rx, int_rx) = worker_rx.next().context("one receive side per worker")?;
         let report = Arc::new(Mutex::new(Report::default()));
         reports.push(report.clone());
         let worker = Worker {
             eal: eal.clone(),
             id: usize::from(i),
             core: cores.get(usize::from(i)).copied(),
-            ext_rx: ext.rx_queue(i)?,
+            ext_rx,
             ext_tx: ext.tx_queue(i)?,
-            int_rx: int.rx_queue(i)?,
+            int_rx,
             int_tx: int.tx_queue(i)?,
             pipeline: Pipeline::new(cfg, headers.clone(), headers.clone(), offloads)?,
             clock,
@@ -402,9 +417,11 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         if cfg.stats.interval_s > 0.0 && last.elapsed() >= interval {
             let now = total(&reports);
             let now_ports = sample_ports(cfg, &ext, &int);
+            rxq.sample(started.elapsed().as_secs_f64());
             tracing::info!(
-                "{}",
-                now.line(&prev, last.elapsed().as_secs_f64(), &now_ports, &prev_ports)
+                "{}{}",
+                now.line(&prev, last.elapsed().as_secs_f64(), &now_ports, &prev_ports),
+                rxq.line()
             );
             prev = now;
             prev_ports = now_ports;
@@ -418,6 +435,8 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    rxq.sample(seconds);
+    rxq.stop();
     let fin = total(&reports);
     let fin_ports = sample_ports(cfg, &ext, &int);
     drop((ext, int));
@@ -440,6 +459,7 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     if let Some(path) = &args.stats_json {
         let mut json = fin.to_json(seconds, leaked, &fin_ports);
         json["workers"] = Report::workers_json(&each(&reports));
+        json["rxq"] = rxq.to_json();
         let json = serde_json::to_string_pretty(&json)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }

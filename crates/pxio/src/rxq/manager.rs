@@ -211,6 +211,20 @@ pub enum ScalingState {
     Unavailable(String),
 }
 
+/// What a running [`Scaler`] shows the outside (metrics), shared with it.
+#[derive(Debug)]
+pub struct ScalingView {
+    /// The configuration workers poll.
+    pub config: Arc<ActiveConfig>,
+    /// The queue count the policy wants (equals the active count unless scaling is
+    /// unavailable).
+    pub advised: std::sync::atomic::AtomicU32,
+    /// Why scaling cannot act, once a port refused its rules.
+    pub unavailable: Mutex<Option<String>>,
+    /// Transitions so far.
+    pub history: Mutex<Vec<Transition>>,
+}
+
 /// RX queue scaling on every port: the policy, the installed subset rules, and the published
 /// configuration (§4.3). Run by the manager thread; tests may drive it directly.
 pub struct Scaler<P: FlowPort> {
@@ -222,6 +236,7 @@ pub struct Scaler<P: FlowPort> {
     group: u32,
     state: ScalingState,
     history: Arc<Mutex<Vec<Transition>>>,
+    view: Arc<ScalingView>,
 }
 
 impl<P: FlowPort> Scaler<P> {
@@ -234,7 +249,14 @@ impl<P: FlowPort> Scaler<P> {
         group: u32,
     ) -> Self {
         let config = Arc::new(ActiveConfig::new(policy.current()));
+        let view = Arc::new(ScalingView {
+            config: config.clone(),
+            advised: std::sync::atomic::AtomicU32::new(u32::from(policy.current())),
+            unavailable: Mutex::new(None),
+            history: Mutex::new(Vec::new()),
+        });
         Self {
+            view,
             advisory: policy.clone(),
             policy,
             gauges,
@@ -249,6 +271,27 @@ impl<P: FlowPort> Scaler<P> {
     /// The configuration workers poll.
     pub fn config(&self) -> Arc<ActiveConfig> {
         self.config.clone()
+    }
+
+    /// The shared view, for metrics while the manager thread runs the scaler.
+    pub fn view(&self) -> Arc<ScalingView> {
+        self.view.clone()
+    }
+
+    fn update_view(&self) {
+        self.view
+            .advised
+            .store(u32::from(self.advised()), Ordering::Relaxed);
+        if let ScalingState::Unavailable(why) = &self.state {
+            if let Ok(mut u) = self.view.unavailable.lock() {
+                u.get_or_insert_with(|| why.clone());
+            }
+        }
+        if let (Ok(src), Ok(mut dst)) = (self.history.lock(), self.view.history.lock()) {
+            if dst.len() != src.len() {
+                *dst = src.clone();
+            }
+        }
     }
 
     /// Transitions so far (for metrics).
@@ -277,6 +320,12 @@ impl<P: FlowPort> Scaler<P> {
         if !self.policy.window_over(now_ns) {
             return None;
         }
+        let d = self.judge(now_ns, ports, stats);
+        self.update_view();
+        d
+    }
+
+    fn judge(&mut self, now_ns: u64, ports: &mut [P], stats: &ManagerStats) -> Option<Decision> {
         self.advisory.window_over(now_ns);
         let flows = active_flows(&self.gauges);
         if let ScalingState::Unavailable(_) = self.state {

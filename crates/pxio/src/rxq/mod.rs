@@ -27,7 +27,7 @@ pub use heavy::HeavyHitters;
 pub use layout::{LayoutError, QueueLayout, SUBSET_SIZES};
 pub use manager::{
     Completion, FlowClient, FlowPort, ManagerSetup, ManagerStats, Op, Outcome, RuleError, RuleId,
-    RuleManager, Scaler, ScalingState, Steering, Transition,
+    RuleManager, Scaler, ScalingState, ScalingView, Steering, Transition,
 };
 pub use policy::{
     active_flows, ActiveConfig, ActiveFlowGauge, BatchFlows, Decision, PolicyConfig,
