@@ -62,6 +62,17 @@ pub enum FlowAction {
     /// keeps hairpin opt-in rules in group 0 and the RX-queue subset rules behind them
     /// (SIGCOMM'26 §4.3, §4.4).
     Jump(u32),
+    /// Delivered to `queue` (a hairpin queue, say), and one packet in `ratio` also copied to
+    /// `sample_queue` (`RTE_FLOW_ACTION_TYPE_SAMPLE`): the host sees a sample of traffic it
+    /// otherwise never receives, to find heavy hitters (SIGCOMM'26 §4.4).
+    SampleThenQueue {
+        /// The queue every packet goes to.
+        queue: u16,
+        /// One packet in `ratio` is copied.
+        ratio: u32,
+        /// Where the copies go.
+        sample_queue: u16,
+    },
 }
 
 /// A rule: ingress, an optional IP match, an optional L4 match, one action.
@@ -165,7 +176,11 @@ impl Port {
     /// Asks the driver whether it would accept `rule`, without installing it.
     pub fn flow_validate(&self, rule: &FlowRule) -> Result<()> {
         let port = self.id().0;
-        let spec = Spec::new(rule, self.shared.hairpin_rx.end.max(self.rx_queue_count()), port)?;
+        let spec = Spec::new(
+            rule,
+            self.shared.hairpin_rx.end.max(self.rx_queue_count()),
+            port,
+        )?;
         let mut error = dpdk_sys::rte_flow_error::default();
         let (attr, pattern, actions) = spec.raw();
         // SAFETY: every pointer in pattern/actions points into `spec`, alive for the call.
@@ -179,7 +194,11 @@ impl Port {
     /// and [`Error::Unsupported`] when the driver has no rte_flow at all.
     pub fn flow_create(&self, rule: &FlowRule) -> Result<Flow> {
         let port = self.id().0;
-        let spec = Spec::new(rule, self.shared.hairpin_rx.end.max(self.rx_queue_count()), port)?;
+        let spec = Spec::new(
+            rule,
+            self.shared.hairpin_rx.end.max(self.rx_queue_count()),
+            port,
+        )?;
         let mut error = dpdk_sys::rte_flow_error::default();
         let (attr, pattern, actions) = spec.raw();
         // SAFETY: as in flow_validate; the driver copies what it keeps.
@@ -260,6 +279,13 @@ enum ActionSpec {
     },
     Drop,
     Jump(dpdk_sys::rte_flow_action_jump),
+    Sample {
+        /// `sample.actions` points into `sub`, and `sub[0].conf` to `sample_queue`.
+        sample: dpdk_sys::rte_flow_action_sample,
+        _sub: Box<[dpdk_sys::rte_flow_action; 2]>,
+        _sample_queue: Box<dpdk_sys::rte_flow_action_queue>,
+        queue: dpdk_sys::rte_flow_action_queue,
+    },
 }
 
 impl Spec {
@@ -322,6 +348,39 @@ impl Spec {
                 }
                 ActionSpec::Jump(dpdk_sys::rte_flow_action_jump { group: *group })
             }
+            FlowAction::SampleThenQueue {
+                queue,
+                ratio,
+                sample_queue,
+            } => {
+                queue_ok(*queue)?;
+                queue_ok(*sample_queue)?;
+                if *ratio == 0 {
+                    return Err(Error::InvalidArgument("a sample ratio of 0".into()));
+                }
+                let sq = Box::new(dpdk_sys::rte_flow_action_queue {
+                    index: *sample_queue,
+                });
+                let sub = Box::new([
+                    dpdk_sys::rte_flow_action {
+                        type_: dpdk_sys::RTE_FLOW_ACTION_TYPE_QUEUE,
+                        conf: (&*sq as *const dpdk_sys::rte_flow_action_queue).cast(),
+                    },
+                    dpdk_sys::rte_flow_action {
+                        type_: dpdk_sys::RTE_FLOW_ACTION_TYPE_END,
+                        conf: std::ptr::null(),
+                    },
+                ]);
+                ActionSpec::Sample {
+                    sample: dpdk_sys::rte_flow_action_sample {
+                        ratio: *ratio,
+                        actions: sub.as_ptr(),
+                    },
+                    _sub: sub,
+                    _sample_queue: sq,
+                    queue: dpdk_sys::rte_flow_action_queue { index: *queue },
+                }
+            }
         };
         Ok(Self {
             group: rule.group,
@@ -378,15 +437,23 @@ impl Spec {
                 (rss as *const dpdk_sys::rte_flow_action_rss).cast(),
             ),
             ActionSpec::Drop => action(dpdk_sys::RTE_FLOW_ACTION_TYPE_DROP, std::ptr::null()),
+            ActionSpec::Sample { sample, .. } => action(
+                dpdk_sys::RTE_FLOW_ACTION_TYPE_SAMPLE,
+                (sample as *const dpdk_sys::rte_flow_action_sample).cast(),
+            ),
             ActionSpec::Jump(jump) => action(
                 dpdk_sys::RTE_FLOW_ACTION_TYPE_JUMP,
                 (jump as *const dpdk_sys::rte_flow_action_jump).cast(),
             ),
         };
-        let actions = vec![
-            first,
-            action(dpdk_sys::RTE_FLOW_ACTION_TYPE_END, std::ptr::null()),
-        ];
+        let mut actions = vec![first];
+        if let ActionSpec::Sample { queue, .. } = &self.action {
+            actions.push(action(
+                dpdk_sys::RTE_FLOW_ACTION_TYPE_QUEUE,
+                (queue as *const dpdk_sys::rte_flow_action_queue).cast(),
+            ));
+        }
+        actions.push(action(dpdk_sys::RTE_FLOW_ACTION_TYPE_END, std::ptr::null()));
         (attr, pattern, actions)
     }
 }

@@ -80,7 +80,10 @@ pub(crate) fn setup_queues(
         return Err(Error::HairpinUnsupported {
             port,
             driver: driver.to_owned(),
-            reason: format!("{n} hairpin queues asked, the device has {}", cap.max_queues),
+            reason: format!(
+                "{n} hairpin queues asked, the device has {}",
+                cap.max_queues
+            ),
         });
     }
     for i in 0..n {

@@ -556,7 +556,14 @@ impl PortBuilder {
             }
         }
         if let Some(cap) = &hairpin {
-            crate::hairpin::setup_queues(port, &driver, ring_rx, ring_tx, self.hairpin_queues, cap)?;
+            crate::hairpin::setup_queues(
+                port,
+                &driver,
+                ring_rx,
+                ring_tx,
+                self.hairpin_queues,
+                cap,
+            )?;
         }
         // SAFETY: all queues are set up.
         let ret = unsafe { dpdk_sys::rte_eth_dev_start(port) };

@@ -45,13 +45,17 @@ fn header_split_is_refused_where_the_device_lacks_buffer_split() {
         .start(&pool)
         .unwrap_err();
     match &err {
-        Error::OffloadUnsupported { offload, driver, .. } => {
+        Error::OffloadUnsupported {
+            offload, driver, ..
+        } => {
             assert!(offload.contains("BUFFER_SPLIT"));
             assert_eq!(driver, "net_ring");
         }
         other => panic!("expected OffloadUnsupported, got {other:?}"),
     }
-    assert!(err.to_string().contains("does not offer RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT"));
+    assert!(err
+        .to_string()
+        .contains("does not offer RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT"));
     // Asking for the bit through rx_offloads does not sneak it in either.
     let port = Port::builder(eal(), a)
         .rx_offloads(dpdk::RxOffloads::BUFFER_SPLIT)
@@ -72,6 +76,32 @@ fn a_jump_must_go_to_a_higher_group() {
     // A well-formed jump reaches the driver, which has no rte_flow.
     assert!(matches!(
         port.flow_create(&FlowRule::new(FlowAction::Jump(1))),
+        Err(Error::Unsupported(_))
+    ));
+}
+
+#[test]
+fn a_sampled_hairpin_rule_is_checked_then_reaches_the_driver() {
+    let pool = pool(64, 512);
+    let (a, _b) = eal().ring_pair(&unique("sp"), 64).unwrap();
+    let port = Port::builder(eal(), a).start(&pool).unwrap();
+    let sampled = |queue, ratio, sample_queue| {
+        FlowRule::new(FlowAction::SampleThenQueue {
+            queue,
+            ratio,
+            sample_queue,
+        })
+    };
+    assert!(matches!(
+        port.flow_validate(&sampled(0, 0, 0)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        port.flow_validate(&sampled(0, 16, 5)),
+        Err(Error::QueueOutOfRange { index: 5, .. })
+    ));
+    assert!(matches!(
+        port.flow_create(&sampled(0, 16, 0)),
         Err(Error::Unsupported(_))
     ));
 }

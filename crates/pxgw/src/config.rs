@@ -228,6 +228,12 @@ pub struct Queues {
     /// Hairpin opt-in (§4.4): flows stay on the NIC's hairpin queues unless chosen. Where the
     /// device has no hairpin queues, pxgw says so at start and every flow goes to the CPU.
     pub hairpin: bool,
+    /// With hairpin: one packet in `sample_ratio` of the flows left on the NIC is copied to the
+    /// host, where heavy hitters are found and opted in.
+    pub sample_ratio: u32,
+    /// With hairpin: a flow above this rate (megabits per second, from the sample) is opted in
+    /// to the merging workers.
+    pub heavy_hitter_mbps: u64,
     /// Header-only DMA (§4.2, buffer split): refused at start on a device without
     /// `RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT`, never emulated.
     pub header_split: bool,
@@ -242,6 +248,8 @@ impl Default for Queues {
             scaling: false,
             window_ms: 1000,
             hairpin: false,
+            sample_ratio: 64,
+            heavy_hitter_mbps: 100,
             header_split: false,
             header_bytes: 128,
         }
@@ -570,11 +578,17 @@ impl Config {
             return Err(invalid(
                 "queues.per_worker",
                 q.per_worker,
-                &format!("1..={most} ({} workers, at most 1024 RX queues)", self.workers.count),
+                &format!(
+                    "1..={most} ({} workers, at most 1024 RX queues)",
+                    self.workers.count
+                ),
             ));
         }
         if !(10..=60_000).contains(&q.window_ms) {
             return Err(invalid("queues.window_ms", q.window_ms, "10..=60000"));
+        }
+        if q.sample_ratio == 0 {
+            return Err(invalid("queues.sample_ratio", q.sample_ratio, "at least 1"));
         }
         if !(64..=1024).contains(&q.header_bytes) {
             return Err(invalid("queues.header_bytes", q.header_bytes, "64..=1024"));

@@ -218,7 +218,12 @@ fn open_port(
     }
     if cfg.queues.hairpin {
         match dpdk::hairpin_capability(eal, id) {
-            Ok(_) => builder = builder.hairpin_queues(1),
+            // One more RX queue on the external port: the sample for the heavy-hitter monitor.
+            Ok(_) => {
+                builder = builder
+                    .hairpin_queues(1)
+                    .rx_queues(pxgw::queues::rx_queue_count(cfg) + u16::from(which == 0))
+            }
             // Reported once the rule manager starts; every flow then goes to the CPU.
             Err(e) => tracing::debug!("ports.{name}: {e}"),
         }

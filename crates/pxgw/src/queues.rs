@@ -13,8 +13,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use dpdk::{Burst, Mbuf, Port, RxQueue};
 use pxio::rxq::{
-    ActiveConfig, ActiveFlowGauge, ManagerSetup, PolicyConfig, QueueLayout, RuleManager, Scaler,
-    ScalingPolicy, ScalingView, Steering, UnifiedRx,
+    ActiveConfig, ActiveFlowGauge, HeavyHitterMonitor, ManagerSetup, Monitor, PolicyConfig,
+    QueueLayout, RuleManager, Sample, Scaler, ScalingPolicy, ScalingView, Steering, UnifiedRx,
 };
 
 use crate::config::Config;
@@ -90,10 +90,13 @@ pub fn rx_queue_count(cfg: &Config) -> u16 {
 
 /// Builds every worker's receive sides (external, internal) and starts the rule manager when
 /// scaling or hairpin opt-in is on.
-pub fn start(cfg: &Config, ext: &Port, int: &Port) -> Result<(QueueControl, Vec<(WorkerRx, WorkerRx)>)> {
+pub fn start(
+    cfg: &Config,
+    ext: &Port,
+    int: &Port,
+) -> Result<(QueueControl, Vec<(WorkerRx, WorkerRx)>)> {
     let workers = cfg.workers.count;
-    let layout = QueueLayout::new(rx_queue_count(cfg), workers)
-        .context("queues.per_worker")?;
+    let layout = QueueLayout::new(rx_queue_count(cfg), workers).context("queues.per_worker")?;
     let policy = ScalingPolicy::new(
         layout.clone(),
         PolicyConfig {
@@ -108,9 +111,10 @@ pub fn start(cfg: &Config, ext: &Port, int: &Port) -> Result<(QueueControl, Vec<
         .queues
         .scaling
         .then(|| Scaler::new(policy, 2, gauges.clone(), 0));
-    let config = scaler
-        .as_ref()
-        .map_or_else(|| Arc::new(ActiveConfig::new(layout.total())), |s| s.config());
+    let config = scaler.as_ref().map_or_else(
+        || Arc::new(ActiveConfig::new(layout.total())),
+        |s| s.config(),
+    );
     let view = scaler.as_ref().map(Scaler::view);
     let unified = cfg.queues.per_worker > 1 || cfg.queues.scaling;
     let mut rx = Vec::with_capacity(usize::from(workers));
@@ -124,7 +128,13 @@ pub fn start(cfg: &Config, ext: &Port, int: &Port) -> Result<(QueueControl, Vec<
                 .map(|q| port.rx_queue(q))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(WorkerRx::Unified {
-                rx: Box::new(UnifiedRx::new(&layout, rings, config.clone(), gauge, PER_QUEUE)),
+                rx: Box::new(UnifiedRx::new(
+                    &layout,
+                    rings,
+                    config.clone(),
+                    gauge,
+                    PER_QUEUE,
+                )),
                 pending: VecDeque::with_capacity(PER_QUEUE * rings_per(&layout)),
                 scratch: Vec::with_capacity(PER_QUEUE * rings_per(&layout)),
             })
@@ -136,12 +146,32 @@ pub fn start(cfg: &Config, ext: &Port, int: &Port) -> Result<(QueueControl, Vec<
         rx.push((ext_rx, int_rx));
     }
     let (manager, steering) = if cfg.queues.scaling || cfg.queues.hairpin {
+        // With hairpin queues, the external port has one more RX queue after the workers':
+        // the sample of the traffic left on the NIC, read by the heavy-hitter monitor.
+        let monitor_queue = rx_queue_count(cfg);
+        let sampled = cfg.queues.hairpin && !ext.hairpin_rx_queues().is_empty();
+        let monitor: Option<Box<dyn Monitor>> = if sampled {
+            Some(Box::new(HeavyHitterMonitor::new(
+                ext.rx_queue(monitor_queue)?,
+                0,
+                cfg.queues.sample_ratio,
+                cfg.queues.heavy_hitter_mbps * 1_000_000,
+                cfg.queues.window_ms * 1_000_000,
+                4096,
+            )))
+        } else {
+            None
+        };
         let (manager, _clients) = RuleManager::spawn(ManagerSetup {
-            ports: vec![ext.clone(), int.clone()],
-            workers: 0,
-            capacity: 64,
             scaler,
             hairpin: cfg.queues.hairpin,
+            hairpin_sample: sampled.then_some(Sample {
+                ratio: cfg.queues.sample_ratio,
+                queue: monitor_queue,
+            }),
+            cpu_queues: (0..layout.total()).collect(),
+            monitor,
+            ..ManagerSetup::new(vec![ext.clone(), int.clone()], 0)
         });
         let steering = ["external", "internal"]
             .into_iter()
@@ -191,10 +221,9 @@ fn rings_per(layout: &QueueLayout) -> usize {
 impl QueueControl {
     /// Records the active (and advised) queue count at `t_s` seconds.
     pub fn sample(&mut self, t_s: f64) {
-        let advised = self
-            .view
-            .as_ref()
-            .map_or(self.config.count(), |v| v.advised.load(Ordering::Relaxed) as u16);
+        let advised = self.view.as_ref().map_or(self.config.count(), |v| {
+            v.advised.load(Ordering::Relaxed) as u16
+        });
         let active = self.config.count();
         if self
             .samples

@@ -56,7 +56,11 @@ fn queue_settings_are_validated() {
 #[test]
 fn header_split_is_refused_on_a_device_without_buffer_split() {
     let dir = scratch("split");
-    let out = pxgw(&dir, &config("[queues]\nheader_split = true\n"), &["--check"]);
+    let out = pxgw(
+        &dir,
+        &config("[queues]\nheader_split = true\n"),
+        &["--check"],
+    );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -87,9 +91,15 @@ fn scaling_and_hairpin_fall_back_on_vdevs_and_the_stats_say_so() {
     assert_eq!(rxq["queues_per_port"], 8, "{rxq:#}");
     assert_eq!(rxq["configurations"], serde_json::json!([2, 8]));
     assert_eq!(rxq["active_queues"], 8);
-    assert!(rxq["scaling"].as_str().unwrap().contains("rte_flow"), "{rxq:#}");
+    assert!(
+        rxq["scaling"].as_str().unwrap().contains("rte_flow"),
+        "{rxq:#}"
+    );
     for s in rxq["steering"].as_array().unwrap() {
-        assert!(s["mode"].as_str().unwrap().contains("no hairpin queues"), "{rxq:#}");
+        assert!(
+            s["mode"].as_str().unwrap().contains("no hairpin queues"),
+            "{rxq:#}"
+        );
     }
     let samples = rxq["samples"].as_array().unwrap();
     assert!(!samples.is_empty());

@@ -67,11 +67,10 @@ fn run(frames: &[pxio::HeapBuf], mode: Mode, delay: Duration, secs: f64) -> (f64
     let nic = SimulatedNic::new("bench", 8, 64);
     nic.set_rule_delay(delay);
     let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
-        ports: vec![nic.port()],
-        workers: 1,
         capacity: 64,
         scaler: None,
         hairpin: false,
+        ..ManagerSetup::new(vec![nic.port()], 1)
     });
     let mut direct = nic.port();
     let client = &mut clients[0];

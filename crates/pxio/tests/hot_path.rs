@@ -118,7 +118,9 @@ fn the_unified_receive_allocates_nothing() {
         .map(|q| {
             Prepared(
                 (0..64u32)
-                    .map(|i| pxio::rxq::sim::flow_frame(&heap, q * 100 + i % 20, i % 2 == 0, i, 100))
+                    .map(|i| {
+                        pxio::rxq::sim::flow_frame(&heap, q * 100 + i % 20, i % 2 == 0, i, 100)
+                    })
                     .collect(),
             )
         })
@@ -137,7 +139,14 @@ fn the_unified_receive_allocates_nothing() {
         }
     });
     assert_eq!(out.len(), 4 * 64, "every prepared packet was read");
-    assert_eq!(rx.stats().polled_queues, 1, "the drained queues are no longer polled");
+    assert_eq!(
+        rx.stats().polled_queues,
+        1,
+        "the drained queues are no longer polled"
+    );
     assert!(gauge.take_average() > 1.0, "flows were counted");
-    assert_eq!(info.count_total, 0, "heap allocations in the unified receive");
+    assert_eq!(
+        info.count_total, 0,
+        "heap allocations in the unified receive"
+    );
 }

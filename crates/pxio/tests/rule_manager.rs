@@ -27,11 +27,10 @@ fn every_request_from_every_worker_gets_exactly_one_completion() {
         nic.set_rule_delay(Duration::from_micros(20)); // a slow driver, so queues fill up
     }
     let (manager, clients) = RuleManager::spawn(ManagerSetup {
-        ports: nics.iter().map(SimulatedNic::port).collect(),
-        workers: WORKERS,
         capacity: 16,
         scaler: None,
         hairpin: false,
+        ..ManagerSetup::new(nics.iter().map(SimulatedNic::port).collect(), WORKERS)
     });
     let results: Vec<(usize, usize, usize)> = std::thread::scope(|s| {
         let handles: Vec<_> = clients
@@ -44,21 +43,24 @@ fn every_request_from_every_worker_gets_exactly_one_completion() {
                     let mut installed: Vec<u64> = Vec::new();
                     let mut full = 0usize;
                     let mut i = 0;
-                    let mut handle = |c: pxio::rxq::Completion,
-                                      expect: &HashMap<u64, Expect>,
-                                      installed: &mut Vec<u64>| {
-                        *done.entry(c.request).or_default() += 1;
-                        let want = expect[&c.request];
-                        match (&c.result, want) {
-                            (Ok(Outcome::Installed(id)), Expect::Installed) => installed.push(*id),
-                            (Ok(Outcome::Removed(_)), Expect::Removed) => {}
-                            (Err(RuleError::Refused { message, .. }), Expect::Refused) => {
-                                assert!(message.contains("out of range"), "{message}")
+                    let mut handle =
+                        |c: pxio::rxq::Completion,
+                         expect: &HashMap<u64, Expect>,
+                         installed: &mut Vec<u64>| {
+                            *done.entry(c.request).or_default() += 1;
+                            let want = expect[&c.request];
+                            match (&c.result, want) {
+                                (Ok(Outcome::Installed(id)), Expect::Installed) => {
+                                    installed.push(*id)
+                                }
+                                (Ok(Outcome::Removed(_)), Expect::Removed) => {}
+                                (Err(RuleError::Refused { message, .. }), Expect::Refused) => {
+                                    assert!(message.contains("out of range"), "{message}")
+                                }
+                                (Err(RuleError::UnknownRule(_)), Expect::Unknown) => {}
+                                (got, want) => panic!("worker {w}: {got:?}, expected {want:?}"),
                             }
-                            (Err(RuleError::UnknownRule(_)), Expect::Unknown) => {}
-                            (got, want) => panic!("worker {w}: {got:?}, expected {want:?}"),
-                        }
-                    };
+                        };
                     while i < PER_WORKER {
                         // Drain completions first; the worker never waits for one.
                         while let Some(c) = client.poll() {
@@ -118,8 +120,15 @@ fn every_request_from_every_worker_gets_exactly_one_completion() {
                             None => std::thread::sleep(Duration::from_micros(50)),
                         }
                     }
-                    assert_eq!(done.len(), expect.len(), "worker {w}: a request went unanswered");
-                    assert!(done.values().all(|&n| n == 1), "worker {w}: a request answered twice");
+                    assert_eq!(
+                        done.len(),
+                        expect.len(),
+                        "worker {w}: a request went unanswered"
+                    );
+                    assert!(
+                        done.values().all(|&n| n == 1),
+                        "worker {w}: a request answered twice"
+                    );
                     (expect.len(), installed.len(), full)
                 })
             })
@@ -137,7 +146,10 @@ fn every_request_from_every_worker_gets_exactly_one_completion() {
     let on_nics: usize = nics.iter().map(|n| n.rules().len()).sum();
     assert_eq!(on_nics, left);
     let full: usize = results.iter().map(|r| r.2).sum();
-    assert!(full > 0, "the submission queues never filled: the test did not reach back-pressure");
+    assert!(
+        full > 0,
+        "the submission queues never filled: the test did not reach back-pressure"
+    );
     manager.stop();
 }
 
@@ -154,18 +166,26 @@ fn flow_of(pkt: &pxio::HeapBuf) -> pxio::wire::FlowKey {
 fn hairpin_opt_in_steers_only_target_flows_to_the_cpu() {
     let nic = SimulatedNic::new("hp", 4, 1024).with_hairpin();
     let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
-        ports: vec![nic.port()],
-        workers: 1,
         capacity: 8,
-        scaler: None,
         hairpin: true,
+        cpu_queues: vec![0, 1, 2, 3],
+        ..ManagerSetup::new(vec![nic.port()], 1)
     });
     assert_eq!(manager.steering, vec![Steering::Hairpin]);
     let pool = HeapPool::new(16);
-    let targets = [flow_frame(&pool, 7, false, 0, 100), flow_frame(&pool, 8, true, 0, 100)];
+    let targets = [
+        flow_frame(&pool, 7, false, 0, 100),
+        flow_frame(&pool, 8, true, 0, 100),
+    ];
     let client = &mut clients[0];
     for t in &targets {
-        client.submit(Op::OptIn { port: 0, key: flow_of(t) }).ok().unwrap();
+        client
+            .submit(Op::OptIn {
+                port: 0,
+                key: flow_of(t),
+            })
+            .ok()
+            .unwrap();
     }
     let mut outcomes = Vec::new();
     while outcomes.len() < 2 {
@@ -174,10 +194,21 @@ fn hairpin_opt_in_steers_only_target_flows_to_the_cpu() {
             None => std::thread::sleep(Duration::from_micros(100)),
         }
     }
-    assert!(outcomes.iter().all(|o| matches!(o, Ok(Outcome::Installed(_)))), "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(Outcome::Installed(_)))),
+        "{outcomes:?}"
+    );
     for flow in 0..20u32 {
         for seq in 0..5 {
-            nic.arrive(flow_frame(&pool, flow, flow % 2 == 0 && flow != 7, seq, 100));
+            nic.arrive(flow_frame(
+                &pool,
+                flow,
+                flow % 2 == 0 && flow != 7,
+                seq,
+                100,
+            ));
         }
     }
     let c = nic.counters();
@@ -192,11 +223,10 @@ fn hairpin_opt_in_steers_only_target_flows_to_the_cpu() {
 fn without_hairpin_queues_everything_goes_to_the_cpu_and_it_is_reported() {
     let nic = SimulatedNic::new("nohp", 4, 1024);
     let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
-        ports: vec![nic.port()],
-        workers: 1,
         capacity: 8,
         scaler: None,
         hairpin: true,
+        ..ManagerSetup::new(vec![nic.port()], 1)
     });
     match &manager.steering[0] {
         Steering::CpuOnly(why) => assert!(why.contains("no hairpin"), "{why}"),
@@ -218,5 +248,74 @@ fn without_hairpin_queues_everything_goes_to_the_cpu_and_it_is_reported() {
     assert_eq!(nic.counters().queued, 10);
     assert_eq!(nic.counters().hairpinned, 0);
     assert!(nic.rules().is_empty());
+    manager.stop();
+}
+
+/// Heavy-hitter opt-in (§4.4): flows stay on the NIC's hairpin queue; the manager thread reads a
+/// 1-in-8 sample of them, finds the two elephants (one IPv4, one IPv6) among 100 mice, and opts
+/// them in. From then on the CPU queues carry the elephants and nothing else.
+#[test]
+fn heavy_hitters_found_in_the_sample_are_opted_in_and_mice_stay_on_the_nic() {
+    use pxio::rxq::{HeavyHitterMonitor, RxRing, Sample};
+    let nic = SimulatedNic::new("hh", 5, 1 << 16).with_hairpin();
+    let monitor = HeavyHitterMonitor::new(nic.queue(4), 0, 8, 5_000_000, 50_000_000, 16);
+    let (manager, _clients) = RuleManager::spawn(ManagerSetup {
+        hairpin: true,
+        hairpin_sample: Some(Sample { ratio: 8, queue: 4 }),
+        cpu_queues: vec![0, 1, 2, 3],
+        monitor: Some(Box::new(monitor)),
+        ..ManagerSetup::new(vec![nic.port()], 1)
+    });
+    assert_eq!(manager.steering, vec![Steering::Hairpin]);
+    let pool = HeapPool::new(16);
+    let elephants = [5000u32, 5001];
+    let opted = || {
+        manager
+            .stats
+            .opted_in
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let mut after = 0;
+    for _ in 0..10_000 {
+        for f in 0..100u32 {
+            nic.arrive(flow_frame(&pool, f, f % 2 == 0, 0, 100));
+        }
+        for (i, &e) in elephants.iter().enumerate() {
+            for s in 0..20 {
+                nic.arrive(flow_frame(&pool, e, i == 1, s, 1400));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        if opted() >= 2 {
+            after += 1;
+            if after == 100 {
+                break;
+            }
+        }
+    }
+    assert_eq!(opted(), 2, "exactly the two elephants were opted in");
+    let c = nic.counters();
+    assert!(c.sampled > 0 && c.hairpinned > c.queued, "{c:?}");
+    // What reached the CPU queues belongs to the elephants only (both families).
+    let mut on_cpu = Vec::new();
+    for q in 0..4 {
+        nic.queue(q).rx_into(&mut on_cpu, usize::MAX);
+    }
+    assert!(on_cpu.len() >= 100 * 20, "{}", on_cpu.len());
+    let (mut v4, mut v6) = (0, 0);
+    for p in &on_cpu {
+        let k = flow_of(p);
+        assert_eq!(
+            k.sport,
+            1024 + 5000 + u16::from(k.v6),
+            "a mouse reached the CPU: {k:?}"
+        );
+        if k.v6 {
+            v6 += 1;
+        } else {
+            v4 += 1;
+        }
+    }
+    assert!(v4 > 0 && v6 > 0);
     manager.stop();
 }

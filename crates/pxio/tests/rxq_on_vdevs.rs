@@ -17,13 +17,14 @@ fn hairpin_fallback_is_taken_on_vdevs_and_reported() {
     let pool = pool(512, 512);
     let (a, _b) = eal().ring_pair(&unique("rq"), 64).unwrap();
     let ring = Port::builder(eal(), a).start(&pool).unwrap();
-    let null = Port::builder(eal(), vdev("net_null", "")).start(&pool).unwrap();
+    let null = Port::builder(eal(), vdev("net_null", ""))
+        .start(&pool)
+        .unwrap();
     let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
-        ports: vec![ring, null],
-        workers: 1,
         capacity: 4,
         scaler: None,
         hairpin: true,
+        ..ManagerSetup::new(vec![ring, null], 1)
     });
     for s in &manager.steering {
         match s {
@@ -63,8 +64,9 @@ fn queue_scaling_on_a_vdev_keeps_all_queues_and_unified_rx_reads_them_all() {
     let id = vdev("net_null", "");
     let port = Port::builder(eal(), id).rx_queues(4).start(&pool).unwrap();
     let layout = QueueLayout::new(4, 2).unwrap();
-    let gauges: Vec<Arc<ActiveFlowGauge>> =
-        (0..2).map(|_| Arc::new(ActiveFlowGauge::default())).collect();
+    let gauges: Vec<Arc<ActiveFlowGauge>> = (0..2)
+        .map(|_| Arc::new(ActiveFlowGauge::default()))
+        .collect();
     let policy = ScalingPolicy::new(layout.clone(), PolicyConfig::default());
     let mut scaler = Scaler::new(policy, 1, gauges.clone(), 0);
     let mut workers: Vec<UnifiedRx<dpdk::RxQueue>> = (0..2)
@@ -73,7 +75,13 @@ fn queue_scaling_on_a_vdev_keeps_all_queues_and_unified_rx_reads_them_all() {
                 .worker_pool(w)
                 .map(|q| port.rx_queue(q).unwrap())
                 .collect();
-            UnifiedRx::new(&layout, rings, scaler.config(), gauges[usize::from(w)].clone(), 8)
+            UnifiedRx::new(
+                &layout,
+                rings,
+                scaler.config(),
+                gauges[usize::from(w)].clone(),
+                8,
+            )
         })
         .collect();
     // net_null hands out packets on every queue: each worker reads both of its queues.

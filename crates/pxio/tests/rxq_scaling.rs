@@ -164,7 +164,10 @@ fn figure_11b_scaling_sequence_without_oscillation_or_loss() {
     }
     // Shrinking transitions found packets in the queues that left, and the workers drained them.
     let drained: u64 = rig.workers.iter().map(|w| w.stats().drained).sum();
-    assert!(drained > 0, "no transition had anything to drain: the test would not see a loss");
+    assert!(
+        drained > 0,
+        "no transition had anything to drain: the test would not see a loss"
+    );
     // Exactly the rule of the active subset is left on the NIC.
     assert_eq!(rig.nic.rules().len(), 1);
 }
@@ -173,7 +176,8 @@ fn figure_11b_scaling_sequence_without_oscillation_or_loss() {
 fn a_refused_rule_leaves_all_queues_active_and_says_why() {
     let layout = QueueLayout::new(QUEUES, WORKERS).unwrap();
     let mut rig = Rig::new(layout);
-    rig.nic.set_refusal(Some("no flow engine (simulated refusal)"));
+    rig.nic
+        .set_refusal(Some("no flow engine (simulated refusal)"));
     let (sequence, sent) = run_figure_11b(&mut rig);
     assert_eq!(sequence, vec![128]);
     match rig.scaler.state() {

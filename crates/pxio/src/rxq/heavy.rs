@@ -115,3 +115,69 @@ mod tests {
         assert_eq!(hh.reported().len(), 2);
     }
 }
+
+/// Finds heavy hitters among the traffic left on the NIC: reads the sample queue of a sampled
+/// hairpin rule ([`crate::rxq::Sample`]), counts each sampled packet as `ratio` packets of its
+/// size, and at the end of each window reports flows above a rate (§4.4). Run by the rule
+/// manager thread, so workers do none of it.
+pub struct HeavyHitterMonitor<R: crate::rxq::RxRing> {
+    ring: R,
+    port: usize,
+    ratio: u32,
+    threshold_bytes: u64,
+    window_ns: u64,
+    window_start: Option<u64>,
+    hh: HeavyHitters,
+    scratch: Vec<R::Pkt>,
+}
+
+impl<R: crate::rxq::RxRing> HeavyHitterMonitor<R> {
+    /// Watches `ring` (port `port`'s sample queue, fed one packet in `ratio`); a flow sending
+    /// more than `threshold_bps` bits per second over a window of `window_ns` is opted in, at
+    /// most `max_flows` over the monitor's life (the NIC's rule budget).
+    pub fn new(
+        ring: R,
+        port: usize,
+        ratio: u32,
+        threshold_bps: u64,
+        window_ns: u64,
+        max_flows: usize,
+    ) -> Self {
+        Self {
+            ring,
+            port,
+            ratio: ratio.max(1),
+            threshold_bytes: (threshold_bps as u128 * u128::from(window_ns) / 8_000_000_000) as u64,
+            window_ns,
+            window_start: None,
+            hh: HeavyHitters::new(256, max_flows),
+            scratch: Vec::with_capacity(64),
+        }
+    }
+}
+
+impl<R> crate::rxq::Monitor for HeavyHitterMonitor<R>
+where
+    R: crate::rxq::RxRing + Send,
+    R::Pkt: Send,
+{
+    fn poll(&mut self, now_ns: u64, out: &mut Vec<(usize, FlowKey)>) {
+        use crate::buf::PacketBuf;
+        use crate::wire::{classify, Class};
+        while self.ring.rx_into(&mut self.scratch, 64) > 0 {
+            for pkt in self.scratch.drain(..) {
+                if let Class::Tcp(h) | Class::Udp(h) = classify(pkt.head(), pkt.len()) {
+                    let bytes = (pkt.len() as u64 * u64::from(self.ratio)).min(u64::from(u32::MAX));
+                    self.hh.observe(&h.key, bytes as u32);
+                }
+            }
+        }
+        let start = *self.window_start.get_or_insert(now_ns);
+        if now_ns.saturating_sub(start) >= self.window_ns {
+            let mut keys = Vec::new();
+            self.hh.end_window(self.threshold_bytes, &mut keys);
+            out.extend(keys.into_iter().map(|k| (self.port, k)));
+            self.window_start = Some(now_ns);
+        }
+    }
+}

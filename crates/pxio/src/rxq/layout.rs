@@ -96,7 +96,9 @@ impl QueueLayout {
     /// Every active queue of configuration `count`, worker by worker: the RSS queue list of its
     /// rule.
     pub fn queues(&self, count: u16) -> Vec<u16> {
-        (0..self.workers).flat_map(|w| self.active(w, count)).collect()
+        (0..self.workers)
+            .flat_map(|w| self.active(w, count))
+            .collect()
     }
 
     /// The rule priority of configuration `count`: smaller subsets take higher priority (a lower

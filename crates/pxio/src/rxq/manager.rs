@@ -71,10 +71,30 @@ pub trait FlowPort: Send + 'static {
     fn subset_rule(&self, group: u32, priority: u32, queues: &[u16]) -> Self::Rule;
     /// The flow `key` (exactly, in the direction given), sent on to `group` for the CPU.
     fn target_rule(&self, key: &FlowKey, priority: u32, group: u32) -> Self::Rule;
-    /// Every packet to the NIC's hairpin queue, at `priority` in group 0; `Err` with the reason
-    /// when the port has none.
-    fn hairpin_rule(&self, priority: u32) -> Result<Self::Rule, String>;
+    /// Every packet to the NIC's hairpin queue, at `priority` in group 0, with a `sample` of
+    /// them copied to a host queue; `Err` with the reason when the port has no hairpin queue.
+    fn hairpin_rule(&self, priority: u32, sample: Option<Sample>) -> Result<Self::Rule, String>;
 }
+
+/// One packet in `ratio` of the traffic left on the NIC is copied to RX queue `queue`, where a
+/// [`crate::rxq::HeavyHitterMonitor`] finds the flows to opt in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// One packet in `ratio`.
+    pub ratio: u32,
+    /// The host queue the copies go to.
+    pub queue: u16,
+}
+
+/// Something the manager thread polls for flows to opt in (heavy hitters, §4.4).
+pub trait Monitor: Send {
+    /// Appends `(port, flow)` pairs that should go to the merging workers.
+    fn poll(&mut self, now_ns: u64, out: &mut Vec<(usize, FlowKey)>);
+}
+
+/// Priority of the catch-all rule that spreads opted-in flows over the CPU queues (group 1),
+/// below every subset rule of the scaler.
+pub const CATCH_ALL_PRIORITY: u32 = 1000;
 
 /// An installed rule's id (unique in one manager).
 pub type RuleId = u64;
@@ -186,6 +206,8 @@ pub struct ManagerStats {
     pub removed: AtomicU64,
     /// Time spent in driver calls, nanoseconds.
     pub driver_ns: AtomicU64,
+    /// Flows the monitor opted in (heavy hitters).
+    pub opted_in: AtomicU64,
 }
 
 /// One RX queue transition, as the metrics show it.
@@ -233,7 +255,7 @@ pub struct Scaler<P: FlowPort> {
     gauges: Vec<Arc<ActiveFlowGauge>>,
     config: Arc<ActiveConfig>,
     installed: Vec<Option<P::Handle>>,
-    group: u32,
+    groups: Vec<u32>,
     state: ScalingState,
     history: Arc<Mutex<Vec<Transition>>>,
     view: Arc<ScalingView>,
@@ -262,7 +284,7 @@ impl<P: FlowPort> Scaler<P> {
             gauges,
             config,
             installed: (0..ports).map(|_| None).collect(),
-            group,
+            groups: vec![group; ports],
             state: ScalingState::Active,
             history: Arc::new(Mutex::new(Vec::new())),
         }
@@ -271,6 +293,13 @@ impl<P: FlowPort> Scaler<P> {
     /// The configuration workers poll.
     pub fn config(&self) -> Arc<ActiveConfig> {
         self.config.clone()
+    }
+
+    /// Puts port `port`'s subset rules in `group` (1 behind hairpin opt-in rules).
+    pub fn set_group(&mut self, port: usize, group: u32) {
+        if let Some(g) = self.groups.get_mut(port) {
+            *g = group;
+        }
     }
 
     /// The shared view, for metrics while the manager thread runs the scaler.
@@ -365,7 +394,12 @@ impl<P: FlowPort> Scaler<P> {
     /// change (workers start polling the new queues, empty until then), a smaller one after
     /// (workers then drain the queues that left). On a failure the ports are put back as they
     /// were.
-    fn apply(&mut self, d: &Decision, ports: &mut [P], stats: &ManagerStats) -> Result<(), RuleError> {
+    fn apply(
+        &mut self,
+        d: &Decision,
+        ports: &mut [P],
+        stats: &ManagerStats,
+    ) -> Result<(), RuleError> {
         let layout = self.policy.layout().clone();
         let growing = d.to > d.from;
         if growing {
@@ -376,7 +410,7 @@ impl<P: FlowPort> Scaler<P> {
             let inserted = match layout.priority(d.to) {
                 None => Ok(None),
                 Some(prio) => {
-                    let rule = port.subset_rule(self.group, prio, &layout.queues(d.to));
+                    let rule = port.subset_rule(self.groups[i], prio, &layout.queues(d.to));
                     timed(stats, || port.insert(&rule)).map(Some)
                 }
             };
@@ -423,7 +457,9 @@ impl<P: FlowPort> Scaler<P> {
             // The new configuration is in force (a shrinking rule shadows the old one; a growing
             // port whose old rule stuck stays on the smaller subset, which is still polled).
             Some(e) => {
-                tracing_free_log(&format!("RX queue scaling: an old rule was not evicted: {e}"));
+                tracing_free_log(&format!(
+                    "RX queue scaling: an old rule was not evicted: {e}"
+                ));
                 Ok(())
             }
             None => Ok(()),
@@ -466,6 +502,29 @@ pub struct ManagerSetup<P: FlowPort> {
     pub scaler: Option<Scaler<P>>,
     /// Try hairpin opt-in on every port (default flows stay on the NIC).
     pub hairpin: bool,
+    /// With hairpin: a sample of the traffic left on the NIC, for the monitor.
+    pub hairpin_sample: Option<Sample>,
+    /// With hairpin: the CPU queues opted-in flows are spread over when no subset rule of the
+    /// scaler applies (all of them).
+    pub cpu_queues: Vec<u16>,
+    /// With hairpin: finds flows to opt in (see [`crate::rxq::HeavyHitterMonitor`]).
+    pub monitor: Option<Box<dyn Monitor>>,
+}
+
+impl<P: FlowPort> ManagerSetup<P> {
+    /// `ports` and `workers`, 64 outstanding requests per worker, nothing else on.
+    pub fn new(ports: Vec<P>, workers: usize) -> Self {
+        Self {
+            ports,
+            workers,
+            capacity: 64,
+            scaler: None,
+            hairpin: false,
+            hairpin_sample: None,
+            cpu_queues: Vec::new(),
+            monitor: None,
+        }
+    }
 }
 
 /// The running manager thread.
@@ -489,6 +548,9 @@ impl RuleManager {
             capacity,
             mut scaler,
             hairpin,
+            hairpin_sample,
+            cpu_queues,
+            mut monitor,
         } = setup;
         let capacity = capacity.max(1);
         let stats = Arc::new(ManagerStats::default());
@@ -501,13 +563,31 @@ impl RuleManager {
                 steering.push(Steering::CpuOnly("hairpin opt-in is off".into()));
                 continue;
             }
+            // Group 0: opted-in flows (priority 0) jump to group 1, everything else (priority 1)
+            // stays on the hairpin queue. Group 1: the scaler's subset rules, then a catch-all
+            // over every CPU queue.
             let installed = port
-                .hairpin_rule(1)
-                .and_then(|rule| port.insert(&rule).map_err(|e| e.to_string()));
+                .hairpin_rule(1, hairpin_sample)
+                .and_then(|rule| port.insert(&rule).map_err(|e| e.to_string()))
+                .and_then(|hairpin| {
+                    let all = port.subset_rule(1, CATCH_ALL_PRIORITY, &cpu_queues);
+                    match port.insert(&all) {
+                        Ok(catch_all) => Ok((hairpin, catch_all)),
+                        Err(e) => {
+                            let _ = port.remove(hairpin);
+                            Err(e.to_string())
+                        }
+                    }
+                });
             match installed {
-                Ok(h) => {
-                    rules.insert(next_rule, (i, h));
-                    next_rule += 1;
+                Ok((h, c)) => {
+                    for handle in [h, c] {
+                        rules.insert(next_rule, (i, handle));
+                        next_rule += 1;
+                    }
+                    if let Some(s) = scaler.as_mut() {
+                        s.set_group(i, 1);
+                    }
                     steering.push(Steering::Hairpin);
                 }
                 Err(reason) => {
@@ -529,12 +609,17 @@ impl RuleManager {
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (channels, stop, stats, steering) =
-                (channels.clone(), stop.clone(), stats.clone(), steering.clone());
+            let (channels, stop, stats, steering) = (
+                channels.clone(),
+                stop.clone(),
+                stats.clone(),
+                steering.clone(),
+            );
             std::thread::Builder::new()
                 .name("px-flow".into())
                 .spawn(move || {
                     let start = Instant::now();
+                    let mut heavy = Vec::new();
                     loop {
                         let stopping = stop.load(Ordering::Acquire);
                         let mut served = 0;
@@ -561,8 +646,25 @@ impl RuleManager {
                                 served += 1;
                             }
                         }
+                        let now = start.elapsed().as_nanos() as u64;
+                        if let Some(m) = monitor.as_mut() {
+                            m.poll(now, &mut heavy);
+                            for (port, key) in heavy.drain(..) {
+                                let op = Op::OptIn { port, key };
+                                if let Ok(Outcome::Installed(_)) = execute(
+                                    op,
+                                    &mut ports,
+                                    &mut rules,
+                                    &mut next_rule,
+                                    &steering,
+                                    &stats,
+                                ) {
+                                    stats.opted_in.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
                         if let Some(s) = scaler.as_mut() {
-                            s.tick(start.elapsed().as_nanos() as u64, &mut ports, &stats);
+                            s.tick(now, &mut ports, &stats);
                         }
                         if stopping {
                             break;

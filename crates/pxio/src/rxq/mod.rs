@@ -23,14 +23,15 @@ mod unified;
 #[cfg(feature = "dpdk")]
 mod with_dpdk;
 
-pub use heavy::HeavyHitters;
+pub use heavy::{HeavyHitterMonitor, HeavyHitters};
 pub use layout::{LayoutError, QueueLayout, SUBSET_SIZES};
 pub use manager::{
-    Completion, FlowClient, FlowPort, ManagerSetup, ManagerStats, Op, Outcome, RuleError, RuleId,
-    RuleManager, Scaler, ScalingState, ScalingView, Steering, Transition,
+    Completion, FlowClient, FlowPort, ManagerSetup, ManagerStats, Monitor, Op, Outcome, RuleError,
+    RuleId, RuleManager, Sample, Scaler, ScalingState, ScalingView, Steering, Transition,
+    CATCH_ALL_PRIORITY,
 };
 pub use policy::{
-    active_flows, ActiveConfig, ActiveFlowGauge, BatchFlows, Decision, PolicyConfig,
-    ScalingPolicy, DEFAULT_WINDOW_NS, SCALE_DOWN_SHARE,
+    active_flows, ActiveConfig, ActiveFlowGauge, BatchFlows, Decision, PolicyConfig, ScalingPolicy,
+    DEFAULT_WINDOW_NS, SCALE_DOWN_SHARE,
 };
 pub use unified::{flow_id, RxRing, UnifiedRx, UnifiedRxStats, DRAIN_EMPTY_PASSES};

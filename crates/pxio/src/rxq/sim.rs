@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::buf::{HeapBuf, HeapPool, PacketBuf};
-use crate::rxq::manager::{FlowPort, RuleError};
+use crate::rxq::manager::{FlowPort, RuleError, Sample};
 use crate::rxq::unified::{flow_id, RxRing};
 use crate::wire::{classify, Class, FlowKey};
 
@@ -42,10 +42,13 @@ pub enum SimRule {
         /// Group jumped to.
         group: u32,
     },
-    /// Every packet to the hairpin queue (group 0).
+    /// Every packet to the hairpin queue (group 0), one in `sample.ratio` also copied to
+    /// `sample.queue`.
     Hairpin {
         /// Priority.
         priority: u32,
+        /// The sample for the host, if any.
+        sample: Option<Sample>,
     },
 }
 
@@ -60,7 +63,7 @@ impl SimRule {
         match self {
             SimRule::Subset { priority, .. }
             | SimRule::Target { priority, .. }
-            | SimRule::Hairpin { priority } => *priority,
+            | SimRule::Hairpin { priority, .. } => *priority,
         }
     }
 }
@@ -74,8 +77,10 @@ pub struct SimCounters {
     pub queued: u64,
     /// Packets dropped because their queue was full (a NIC's `imissed`).
     pub missed: u64,
-    /// Packets forwarded by the hairpin queue (never seen by the host).
+    /// Packets forwarded by the hairpin queue (never seen by the host but as samples).
     pub hairpinned: u64,
+    /// Of those, copies put on the sample queue.
+    pub sampled: u64,
     /// Packets read by the host.
     pub read: u64,
     /// Rule insertions accepted.
@@ -176,8 +181,17 @@ impl SimulatedNic {
                     break;
                 }
                 Some(SimRule::Target { group: g, .. }) => group = g,
-                Some(SimRule::Hairpin { .. }) => {
+                Some(SimRule::Hairpin { sample, .. }) => {
                     s.counters.hairpinned += 1;
+                    if let Some(Sample { ratio, queue }) = sample {
+                        if s.counters.hairpinned % u64::from(ratio.max(1)) == 0 {
+                            let q = usize::from(queue);
+                            if q < s.queues.len() && s.queues[q].len() < s.depth {
+                                s.counters.sampled += 1;
+                                s.queues[q].push_back(pkt);
+                            }
+                        }
+                    }
                     return;
                 }
                 None => break,
@@ -280,6 +294,18 @@ impl FlowPort for SimPort {
                 });
             }
         }
+        if let SimRule::Hairpin {
+            sample: Some(Sample { queue, .. }),
+            ..
+        } = rule
+        {
+            if *queue >= total {
+                return Err(RuleError::Refused {
+                    port: self.name(),
+                    message: format!("sample queue {queue} out of range (0..{total})"),
+                });
+            }
+        }
         if matches!(rule, SimRule::Hairpin { .. }) && !s.hairpin {
             return Err(RuleError::Refused {
                 port: self.name(),
@@ -324,9 +350,9 @@ impl FlowPort for SimPort {
         }
     }
 
-    fn hairpin_rule(&self, priority: u32) -> Result<SimRule, String> {
+    fn hairpin_rule(&self, priority: u32, sample: Option<Sample>) -> Result<SimRule, String> {
         if self.nic.lock().hairpin {
-            Ok(SimRule::Hairpin { priority })
+            Ok(SimRule::Hairpin { priority, sample })
         } else {
             Err("the simulated NIC has no hairpin queue".into())
         }

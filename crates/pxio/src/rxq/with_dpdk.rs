@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use dpdk::{Error, Flow, FlowAction, FlowRule, IpMatch, L4Proto, Port};
 
-use crate::rxq::manager::{FlowPort, RuleError};
+use crate::rxq::manager::{FlowPort, RuleError, Sample};
 use crate::wire::{ip_proto, FlowKey};
 
 impl FlowPort for Port {
@@ -62,7 +62,7 @@ impl FlowPort for Port {
             .l4(proto, Some(key.sport), Some(key.dport))
     }
 
-    fn hairpin_rule(&self, priority: u32) -> Result<FlowRule, String> {
+    fn hairpin_rule(&self, priority: u32, sample: Option<Sample>) -> Result<FlowRule, String> {
         let queues = self.hairpin_rx_queues();
         if queues.is_empty() {
             return Err(match self.hairpin_capability() {
@@ -70,6 +70,14 @@ impl FlowPort for Port {
                 Ok(_) => "the port was started without hairpin queues".into(),
             });
         }
-        Ok(FlowRule::new(FlowAction::Queue(queues.start)).priority(priority))
+        let action = match sample {
+            None => FlowAction::Queue(queues.start),
+            Some(s) => FlowAction::SampleThenQueue {
+                queue: queues.start,
+                ratio: s.ratio,
+                sample_queue: s.queue,
+            },
+        };
+        Ok(FlowRule::new(action).priority(priority))
     }
 }
