@@ -101,7 +101,7 @@ impl Rig {
 /// Flows alternate between IPv4 and IPv6.
 fn phase_flows(t: u64, phase: usize) -> Vec<(u32, bool)> {
     let mut flows: Vec<(u32, bool)> = (0..80u32)
-        .filter(|f| (u64::from(*f) + t) % 64 == 0)
+        .filter(|f| (u64::from(*f) + t).is_multiple_of(64))
         .map(|f| (f, f % 2 == 1))
         .collect();
     if phase == 1 {

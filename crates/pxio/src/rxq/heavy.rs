@@ -77,45 +77,6 @@ impl HeavyHitters {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(n: u16) -> FlowKey {
-        FlowKey {
-            src: [n as u8; 16],
-            dst: [1; 16],
-            sport: n,
-            dport: 80,
-            proto: 6,
-            v6: true,
-        }
-    }
-
-    #[test]
-    fn elephants_are_reported_once_and_mice_never() {
-        let mut hh = HeavyHitters::new(16, 8);
-        let mut out = Vec::new();
-        for round in 0..3 {
-            for i in 0..1000u16 {
-                hh.observe(&key(i % 200 + 10), 100); // 200 mice, 500 B each per window
-                if i % 4 == 0 {
-                    hh.observe(&key(1), 1500);
-                    hh.observe(&key(2), 1500);
-                }
-            }
-            hh.end_window(100_000, &mut out);
-            if round == 0 {
-                let mut got = out.clone();
-                got.sort_by_key(|k| k.sport);
-                assert_eq!(got, vec![key(1), key(2)]);
-            }
-        }
-        assert_eq!(out.len(), 2, "reported once each");
-        assert_eq!(hh.reported().len(), 2);
-    }
-}
-
 /// Finds heavy hitters among the traffic left on the NIC: reads the sample queue of a sampled
 /// hairpin rule ([`crate::rxq::Sample`]), counts each sampled packet as `ratio` packets of its
 /// size, and at the end of each window reports flows above a rate (§4.4). Run by the rule
@@ -179,5 +140,44 @@ where
             out.extend(keys.into_iter().map(|k| (self.port, k)));
             self.window_start = Some(now_ns);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u16) -> FlowKey {
+        FlowKey {
+            src: [n as u8; 16],
+            dst: [1; 16],
+            sport: n,
+            dport: 80,
+            proto: 6,
+            v6: true,
+        }
+    }
+
+    #[test]
+    fn elephants_are_reported_once_and_mice_never() {
+        let mut hh = HeavyHitters::new(16, 8);
+        let mut out = Vec::new();
+        for round in 0..3 {
+            for i in 0..1000u16 {
+                hh.observe(&key(i % 200 + 10), 100); // 200 mice, 500 B each per window
+                if i % 4 == 0 {
+                    hh.observe(&key(1), 1500);
+                    hh.observe(&key(2), 1500);
+                }
+            }
+            hh.end_window(100_000, &mut out);
+            if round == 0 {
+                let mut got = out.clone();
+                got.sort_by_key(|k| k.sport);
+                assert_eq!(got, vec![key(1), key(2)]);
+            }
+        }
+        assert_eq!(out.len(), 2, "reported once each");
+        assert_eq!(hh.reported().len(), 2);
     }
 }

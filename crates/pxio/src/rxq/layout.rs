@@ -50,7 +50,7 @@ impl QueueLayout {
         if workers == 0 || total == 0 {
             return Err(LayoutError::Empty { workers, total });
         }
-        if total % workers != 0 {
+        if !total.is_multiple_of(workers) {
             return Err(LayoutError::Uneven { workers, total });
         }
         let mut configs: Vec<u16> = SUBSET_SIZES

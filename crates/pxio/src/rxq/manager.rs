@@ -407,10 +407,11 @@ impl<P: FlowPort> Scaler<P> {
         }
         let mut new_rules: Vec<Option<P::Handle>> = Vec::with_capacity(ports.len());
         for (i, port) in ports.iter_mut().enumerate() {
+            let group = self.groups[i];
             let inserted = match layout.priority(d.to) {
                 None => Ok(None),
                 Some(prio) => {
-                    let rule = port.subset_rule(self.groups[i], prio, &layout.queues(d.to));
+                    let rule = port.subset_rule(group, prio, &layout.queues(d.to));
                     timed(stats, || port.insert(&rule)).map(Some)
                 }
             };
@@ -427,7 +428,6 @@ impl<P: FlowPort> Scaler<P> {
                             let _ = ports[j].remove(h);
                         }
                     }
-                    let _ = i;
                     if growing {
                         self.config.publish(d.from);
                     }

@@ -184,7 +184,10 @@ impl SimulatedNic {
                 Some(SimRule::Hairpin { sample, .. }) => {
                     s.counters.hairpinned += 1;
                     if let Some(Sample { ratio, queue }) = sample {
-                        if s.counters.hairpinned % u64::from(ratio.max(1)) == 0 {
+                        if s.counters
+                            .hairpinned
+                            .is_multiple_of(u64::from(ratio.max(1)))
+                        {
                             let q = usize::from(queue);
                             if q < s.queues.len() && s.queues[q].len() < s.depth {
                                 s.counters.sampled += 1;
