@@ -407,6 +407,7 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     }
 
     let started = Instant::now();
+    rxq.sample(0.0);
     let interval = Duration::from_secs_f64(cfg.stats.interval_s.max(0.05));
     let mut prev = Report::default();
     let mut prev_ports = sample_ports(cfg, &ext, &int);

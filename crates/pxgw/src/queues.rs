@@ -187,9 +187,11 @@ pub fn start(
             Steering::Hairpin if cfg.queues.hairpin => {
                 tracing::info!("ports.{name}: hairpin opt-in: flows stay on the NIC unless chosen")
             }
-            Steering::CpuOnly(why) if cfg.queues.hairpin => tracing::warn!(
-                "ports.{name}: no hairpin queues ({why}): every flow goes to the CPU"
-            ),
+            Steering::CpuOnly(why) if cfg.queues.hairpin => {
+                tracing::warn!(
+                    "ports.{name}: hairpin opt-in off: {why}; every flow goes to the CPU"
+                )
+            }
             _ => {}
         }
     }

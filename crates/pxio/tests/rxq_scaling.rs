@@ -144,6 +144,16 @@ fn figure_11b_scaling_sequence_without_oscillation_or_loss() {
     let history = rig.scaler.history();
     let history = history.lock().unwrap();
     assert_eq!(history.len(), 6);
+    for t in history.iter() {
+        println!(
+            "t = {:>5} ms (phase {}): {:>7.1} active flows -> {:>3} to {:>3} queues",
+            t.at_ns / 1_000_000,
+            t.at_ns / (12 * WINDOW_TICKS * TICK_NS) + 1,
+            t.active_flows,
+            t.from,
+            t.to
+        );
+    }
     for pair in history.windows(2) {
         // At least two windows between transitions: the window after a change is not judged.
         assert!(pair[1].at_ns - pair[0].at_ns >= 2 * WINDOW_TICKS * TICK_NS);
@@ -164,6 +174,11 @@ fn figure_11b_scaling_sequence_without_oscillation_or_loss() {
     }
     // Shrinking transitions found packets in the queues that left, and the workers drained them.
     let drained: u64 = rig.workers.iter().map(|w| w.stats().drained).sum();
+    println!(
+        "{} packets arrived, {} read, {} missed; {drained} read from queues that had left the \
+         configuration",
+        c.arrived, c.read, c.missed
+    );
     assert!(
         drained > 0,
         "no transition had anything to drain: the test would not see a loss"

@@ -539,8 +539,8 @@ pub struct RuleManager {
 
 impl RuleManager {
     /// Starts the manager thread; returns it and one client per worker. With `hairpin`, each
-    /// port first gets its default hairpin rule; a port without hairpin queues is reported (on
-    /// stderr and in [`RuleManager::steering`]) and keeps every flow on the CPU.
+    /// port first gets its default hairpin rule; a port without hairpin queues is reported in
+    /// [`RuleManager::steering`] (with the driver's reason) and keeps every flow on the CPU.
     pub fn spawn<P: FlowPort>(setup: ManagerSetup<P>) -> (Self, Vec<FlowClient<P::Rule>>) {
         let ManagerSetup {
             mut ports,
@@ -590,13 +590,8 @@ impl RuleManager {
                     }
                     steering.push(Steering::Hairpin);
                 }
-                Err(reason) => {
-                    tracing_free_log(&format!(
-                        "{}: no hairpin queues ({reason}); every flow goes to the CPU",
-                        port.name()
-                    ));
-                    steering.push(Steering::CpuOnly(reason));
-                }
+                // The caller reports it (RuleManager::steering), as pxgw does at start.
+                Err(reason) => steering.push(Steering::CpuOnly(reason)),
             }
         }
         let channels: Vec<Arc<Channel<P::Rule>>> = (0..workers)
