@@ -82,9 +82,21 @@ fn scaling_and_hairpin_fall_back_on_vdevs_and_the_stats_say_so() {
         &["--run-for", "1.5", "--stats-json", json.to_str().unwrap()],
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("no hairpin queues"), "{stderr}");
-    assert!(stderr.contains("RX queue scaling unavailable"), "{stderr}");
+    // pxgw's log (stdout) and pxio's control-path messages (stderr).
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for port in ["external", "internal"] {
+        assert!(
+            said.contains(&format!("ports.{port}: hairpin opt-in off")),
+            "{said}"
+        );
+    }
+    assert!(said.contains("no hairpin queues"), "{said}");
+    assert!(said.contains("RX queue scaling unavailable"), "{said}");
+    assert!(said.contains("| rxq 8/8 (advised"), "{said}");
     let stats: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rxq = &stats["rxq"];
