@@ -4,7 +4,7 @@
 //! trip, §4.4); the worker's work is real: the unified RX's per-packet flow identification
 //! (`pxio::rxq::flow_id`, a header parse and a hash) over IPv4 and IPv6 frames.
 //!
-//! `cargo run --release -p pxio --example rule_manager_bench [-- SECONDS]`
+//! `cargo run --release -p pxio --example rule_manager_bench [-- SECONDS_PER_RUN]`
 //!
 //! Numbers are ratios within one run (the machine is shared): worker throughput while rule
 //! updates run, over its throughput with none.
@@ -29,36 +29,54 @@ fn main() {
     let secs: f64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
+        .unwrap_or(1.0);
+    const REPS: usize = 5;
     let pool = HeapPool::new(64);
     let frames: Vec<_> = (0..256u32)
         .map(|f| flow_frame(&pool, f, f % 2 == 1, f, 1400))
         .collect();
-    println!("worker: flow_id over 256 frames (IPv4 + IPv6), {secs} s per run");
     println!(
-        "{:<32} {:>14} {:>16} {:>12}",
+        "worker: flow_id over 256 frames (IPv4 + IPv6); {REPS} rounds of {secs} s per mode, \
+         modes interleaved; medians"
+    );
+    println!(
+        "{:<34} {:>12} {:>15} {:>14}",
         "run", "worker Mpps", "rule updates/s", "vs no updates"
     );
     for delay_us in [330u64, 0] {
-        let mut base = 0.0;
-        for mode in [Mode::None, Mode::Async, Mode::Sync] {
-            let (pps, ups) = run(&frames, mode, Duration::from_micros(delay_us), secs);
-            if mode == Mode::None {
-                base = pps;
-            }
-            let name = match mode {
-                Mode::None => format!("no updates (rule call {delay_us} us)"),
-                Mode::Async => format!("px_flow manager ({delay_us} us)"),
-                Mode::Sync => format!("worker calls the NIC ({delay_us} us)"),
-            };
+        let delay = Duration::from_micros(delay_us);
+        // Per round: (pps, updates/s) for each mode; ratios are taken within the round.
+        let mut rounds = Vec::new();
+        for _ in 0..REPS {
+            let none = run(&frames, Mode::None, delay, secs);
+            let asy = run(&frames, Mode::Async, delay, secs);
+            let syn = run(&frames, Mode::Sync, delay, secs);
+            rounds.push([none, asy, syn]);
+        }
+        for (i, name) in [
+            format!("no updates (rule call {delay_us} us)"),
+            format!("px_flow manager ({delay_us} us)"),
+            format!("worker calls the NIC ({delay_us} us)"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let pps = median(rounds.iter().map(|r| r[i].0).collect());
+            let ups = median(rounds.iter().map(|r| r[i].1).collect());
+            let ratio = median(rounds.iter().map(|r| r[i].0 / r[0].0).collect());
             println!(
-                "{name:<32} {:>14.2} {:>16.0} {:>11.2}x",
+                "{name:<34} {:>12.2} {:>15.0} {:>13.2}x",
                 pps / 1e6,
                 ups,
-                pps / base
+                ratio
             );
         }
     }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// One run: the worker processes frames for `secs`, making rule updates as `mode` says (an
