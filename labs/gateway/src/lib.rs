@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 pub mod accounting;
+pub mod queue_checks;
 pub mod router_checks;
 pub mod wire_checks;
 
