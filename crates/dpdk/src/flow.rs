@@ -56,6 +56,17 @@ pub enum FlowAction {
     Queue(u16),
     /// Spread by RSS over these RX queues.
     Rss(Vec<u16>),
+    /// Spread by RSS over these RX queues, hashing `types` with this 40-byte Toeplitz `key`
+    /// (a symmetric key keeps both directions of a connection on one queue, as
+    /// [`crate::PortBuilder::rss_key`] does for the port's own RSS).
+    RssKeyed {
+        /// The queues.
+        queues: Vec<u16>,
+        /// The hash key.
+        key: [u8; crate::RSS_KEY_LEN],
+        /// The headers hashed.
+        types: crate::RssHash,
+    },
     /// Dropped by the device.
     Drop,
     /// Matched again against the rules of this group (a higher one than the rule's own): PXIO
@@ -276,6 +287,8 @@ enum ActionSpec {
         conf: dpdk_sys::rte_flow_action_rss,
         /// `conf.queue` points here.
         _queues: Box<[u16]>,
+        /// `conf.key` points here, when set.
+        _key: Option<Box<[u8; crate::RSS_KEY_LEN]>>,
     },
     Drop,
     Jump(dpdk_sys::rte_flow_action_jump),
@@ -319,7 +332,14 @@ impl Spec {
                 queue_ok(*q)?;
                 ActionSpec::Queue(dpdk_sys::rte_flow_action_queue { index: *q })
             }
-            FlowAction::Rss(queues) => {
+            FlowAction::Rss(_) | FlowAction::RssKeyed { .. } => {
+                let (queues, key, types) = match &rule.action {
+                    FlowAction::RssKeyed { queues, key, types } => {
+                        (queues, Some(Box::new(*key)), types.bits())
+                    }
+                    FlowAction::Rss(queues) => (queues, None, 0),
+                    _ => unreachable!("matched above"),
+                };
                 if queues.is_empty() {
                     return Err(Error::InvalidArgument("RSS action with no queues".into()));
                 }
@@ -329,6 +349,9 @@ impl Spec {
                 let queues: Box<[u16]> = queues.clone().into_boxed_slice();
                 let rss = dpdk_sys::rte_flow_action_rss {
                     func: dpdk_sys::RTE_ETH_HASH_FUNCTION_DEFAULT,
+                    types,
+                    key_len: key.as_ref().map_or(0, |k| k.len() as u32),
+                    key: key.as_ref().map_or(std::ptr::null(), |k| k.as_ptr()),
                     queue_num: queues.len() as u32,
                     queue: queues.as_ptr(),
                     ..Default::default()
@@ -336,6 +359,7 @@ impl Spec {
                 ActionSpec::Rss {
                     conf: rss,
                     _queues: queues,
+                    _key: key,
                 }
             }
             FlowAction::Drop => ActionSpec::Drop,

@@ -195,10 +195,11 @@ fn open_port(
             info.driver
         ),
     };
-    let queues = cfg.workers.count;
     let mut builder = Port::builder(eal, id)
         .rx_queues(pxgw::queues::rx_queue_count(cfg))
-        .tx_queues(queues)
+        // As many TX queues as RX queues (net_tap requires it); workers use the first
+        // `workers.count`, the others stay empty.
+        .tx_queues(pxgw::queues::rx_queue_count(cfg))
         .descriptors(pc.rx_descriptors, pc.tx_descriptors)
         .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
         // Both directions of a connection on one worker (pxgw::worker docs).

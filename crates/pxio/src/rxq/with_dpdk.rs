@@ -35,9 +35,15 @@ impl FlowPort for Port {
     }
 
     fn subset_rule(&self, group: u32, priority: u32, queues: &[u16]) -> FlowRule {
-        FlowRule::new(FlowAction::Rss(queues.to_vec()))
-            .group(group)
-            .priority(priority)
+        // The symmetric key, as the port's own RSS: both directions of a connection still meet
+        // on one worker inside a subset (pxgw::worker).
+        FlowRule::new(FlowAction::RssKeyed {
+            queues: queues.to_vec(),
+            key: crate::toeplitz::SYMMETRIC_RSS_KEY,
+            types: dpdk::RssHash::IP | dpdk::RssHash::TCP | dpdk::RssHash::UDP,
+        })
+        .group(group)
+        .priority(priority)
     }
 
     fn target_rule(&self, key: &FlowKey, priority: u32, group: u32) -> FlowRule {
