@@ -221,6 +221,24 @@ fn rings_per(layout: &QueueLayout) -> usize {
 }
 
 impl QueueControl {
+    /// RX queues per port now in the active configuration (a gauge for metrics).
+    pub fn active_queues(&self) -> u16 {
+        self.config.count()
+    }
+
+    /// The queue count the scaling policy wants (equals [`Self::active_queues`] unless
+    /// scaling is off or cannot act).
+    pub fn advised_queues(&self) -> u16 {
+        self.view.as_ref().map_or(self.config.count(), |v| {
+            v.advised.load(Ordering::Relaxed) as u16
+        })
+    }
+
+    /// Configuration changes so far (a counter for metrics).
+    pub fn transitions(&self) -> u64 {
+        self.config.transitions()
+    }
+
     /// Records the active (and advised) queue count at `t_s` seconds.
     pub fn sample(&mut self, t_s: f64) {
         let advised = self.view.as_ref().map_or(self.config.count(), |v| {
