@@ -34,7 +34,7 @@ pub use eal::{Eal, EalBuilder, PortId};
 pub use error::{Errno, Error, Result};
 pub use flow::{Flow, FlowAction, FlowRule, IpMatch, L4Match, L4Proto};
 pub use gro::GroContext;
-pub use hairpin::{hairpin_capability, HairpinCapability};
+pub use hairpin::{hairpin_capability, HairpinCapability, HairpinPeer};
 pub use lcore::{current_lcore, LcoreId, LcoreRegistration};
 pub use mbuf::{Mbuf, MbufChain, Segments};
 pub use mempool::Mempool;

@@ -1,7 +1,7 @@
 //! Ethernet ports and their queues.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::af_packet;
@@ -275,6 +275,7 @@ pub struct PortBuilder {
     rx_offloads: RxOffloads,
     tx_offloads: TxOffloads,
     hairpin_queues: u16,
+    hairpin_peer: Option<crate::HairpinPeer>,
     header_split: Option<(u16, Arc<Mempool>)>,
 }
 
@@ -295,6 +296,7 @@ impl PortBuilder {
             rx_offloads: RxOffloads::empty(),
             tx_offloads: TxOffloads::empty(),
             hairpin_queues: 0,
+            hairpin_peer: None,
             header_split: None,
         }
     }
@@ -305,6 +307,14 @@ impl PortBuilder {
     /// none (every vdev), before configuring anything.
     pub fn hairpin_queues(mut self, n: u16) -> Self {
         self.hairpin_queues = n;
+        self
+    }
+
+    /// Makes the hairpin queues forward to another port (a gateway between two ports: what
+    /// arrives on one leaves by the other) instead of back out of this one. The queues are then
+    /// bound manually once both ports run: [`Port::hairpin_bind`].
+    pub fn hairpin_peer(mut self, peer: crate::HairpinPeer) -> Self {
+        self.hairpin_peer = Some(peer);
         self
     }
 
@@ -494,6 +504,7 @@ impl PortBuilder {
             driver: info.driver,
             mtu_set: AtomicBool::new(false),
             hairpin_rx: ring_rx..ring_rx + self.hairpin_queues,
+            hairpin_bound: AtomicU32::new(0),
             _header_pool: self.header_split.as_ref().map(|(_, p)| p.clone()),
             _pool: pool.clone(),
             _eal: self.eal.inner.clone(),
@@ -559,10 +570,10 @@ impl PortBuilder {
             crate::hairpin::setup_queues(
                 port,
                 &driver,
-                ring_rx,
-                ring_tx,
+                (ring_rx, ring_tx),
                 self.hairpin_queues,
                 cap,
+                self.hairpin_peer,
             )?;
         }
         // SAFETY: all queues are set up.
@@ -660,6 +671,9 @@ pub(crate) struct PortShared {
     mtu_set: AtomicBool,
     /// RX hairpin queue indices (after the ordinary queues), targets for flow rules only.
     pub(crate) hairpin_rx: std::ops::Range<u16>,
+    /// The port this one's hairpin TX queues were bound to ([`Port::hairpin_bind`]), plus one
+    /// (0: none); unbound before the port stops.
+    pub(crate) hairpin_bound: AtomicU32,
     /// The header pool of a header-split port, kept alive as long as its queues.
     _header_pool: Option<Arc<Mempool>>,
     /// `net_af_packet`: the interface index, and the kernel ring drops read so far (reading them
@@ -692,6 +706,12 @@ impl Drop for PortShared {
                     break;
                 }
             }
+        }
+        let bound = self.hairpin_bound.load(Ordering::Acquire);
+        if bound > 0 {
+            // SAFETY: this port's hairpin TX queues were bound to that port, which is valid
+            // until closed; unbinding a port already closed only returns an error.
+            unsafe { dpdk_sys::rte_eth_hairpin_unbind(self.id.0, (bound - 1) as u16) };
         }
         // SAFETY: no queue handle remains, so nobody is in rx/tx_burst; stop then close releases
         // the port and the mbufs its descriptor rings hold.

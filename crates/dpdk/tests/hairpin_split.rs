@@ -105,3 +105,61 @@ fn a_sampled_hairpin_rule_is_checked_then_reaches_the_driver() {
         Err(Error::Unsupported(_))
     ));
 }
+
+#[test]
+fn binding_hairpin_queues_between_ports_without_them_is_refused() {
+    let pool = pool(256, 512);
+    let (a, b) = eal().ring_pair(&unique("hb"), 64).unwrap();
+    let (a, b) = (
+        Port::builder(eal(), a).start(&pool).unwrap(),
+        Port::builder(eal(), b).start(&pool).unwrap(),
+    );
+    match a.hairpin_bind(&b) {
+        Err(Error::HairpinUnsupported { reason, .. }) => {
+            assert!(reason.contains("binding its hairpin TX queues"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A two-port set-up is refused like a one-port one, before configuring anything.
+    let (c, d) = eal().ring_pair(&unique("hb"), 64).unwrap();
+    let peer = dpdk::HairpinPeer {
+        port: d,
+        rx_base: 1,
+        tx_base: 1,
+    };
+    assert!(matches!(
+        Port::builder(eal(), c)
+            .hairpin_queues(1)
+            .hairpin_peer(peer)
+            .start(&pool),
+        Err(Error::HairpinUnsupported { .. })
+    ));
+}
+
+#[test]
+fn keyed_rss_rules_are_checked_then_reach_the_driver() {
+    let pool = pool(64, 512);
+    let (a, _b) = eal().ring_pair(&unique("rk"), 64).unwrap();
+    let port = Port::builder(eal(), a).start(&pool).unwrap();
+    let keyed = |queues: Vec<u16>| {
+        FlowRule::new(FlowAction::RssKeyed {
+            queues,
+            key: [0x6d; dpdk::RSS_KEY_LEN],
+            types: dpdk::RssHash::IP | dpdk::RssHash::TCP,
+        })
+        .group(1)
+        .priority(2)
+    };
+    assert!(matches!(
+        port.flow_validate(&keyed(vec![])),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        port.flow_validate(&keyed(vec![0, 4])),
+        Err(Error::QueueOutOfRange { index: 4, .. })
+    ));
+    assert!(matches!(
+        port.flow_create(&keyed(vec![0])),
+        Err(Error::Unsupported(_))
+    ));
+}

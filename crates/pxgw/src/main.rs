@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dpdk::{DeviceInfo, Eal, EalBuilder, Mempool, Port, RssHash, TxOffloads};
+use dpdk::{DeviceInfo, Eal, EalBuilder, HairpinPeer, Mempool, Port, PortId, RssHash, TxOffloads};
 use pxgw::config::{is_pci, parse_mac, Backing, Config, Mode};
 use pxgw::pipeline::Pipeline;
 use pxgw::ports::{self, PortPlan};
@@ -148,8 +148,36 @@ fn open(cfg: &Config) -> Result<Gateway> {
     .context("creating the packet pool")?;
     let headers =
         Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
-    let (ext, ext_plan) = open_port(&eal, &pool, &headers, cfg, 0)?;
-    let (int, int_plan) = open_port(&eal, &pool, &headers, cfg, 1)?;
+    // Hairpin queues only when both ports have them: what one port leaves on the NIC leaves by
+    // the other. Otherwise every flow goes to the CPU (reported when the rule manager starts).
+    let ids: Vec<Option<PortId>> = ports::ports(cfg)
+        .iter()
+        .map(|(_, pc, _)| eal.port_by_name(device_name(&pc.device)).ok())
+        .collect();
+    let hairpin = match (cfg.queues.hairpin, ids[0], ids[1]) {
+        (true, Some(e), Some(i)) => {
+            let caps = [e, i].map(|id| dpdk::hairpin_capability(&eal, id));
+            for (c, name) in caps.iter().zip(["external", "internal"]) {
+                if let Err(e) = c {
+                    tracing::debug!("ports.{name}: {e}");
+                }
+            }
+            caps.iter().all(Result::is_ok).then_some((e, i))
+        }
+        _ => None,
+    };
+    let peer = |port| HairpinPeer {
+        port,
+        rx_base: pxgw::queues::rx_queue_count(cfg) + 1,
+        tx_base: pxgw::queues::rx_queue_count(cfg),
+    };
+    let (ext, ext_plan) = open_port(&eal, &pool, &headers, cfg, 0, hairpin.map(|(_, i)| peer(i)))?;
+    let (int, int_plan) = open_port(&eal, &pool, &headers, cfg, 1, hairpin.map(|(e, _)| peer(e)))?;
+    if hairpin.is_some() {
+        // Frames int hairpins leave by ext, and the other way round.
+        ext.hairpin_bind(&int).context("ports.external: hairpin")?;
+        int.hairpin_bind(&ext).context("ports.internal: hairpin")?;
+    }
     Ok(Gateway {
         eal,
         pool,
@@ -168,6 +196,7 @@ fn open_port(
     headers: &Arc<Mempool>,
     cfg: &Config,
     which: usize,
+    hairpin_peer: Option<HairpinPeer>,
 ) -> Result<(Port, PortPlan)> {
     let (name, pc, mtu) = ports::ports(cfg)[which];
     let device = device_name(&pc.device);
@@ -217,17 +246,13 @@ fn open_port(
         // Refused by start() on a device without buffer split: never emulated.
         builder = builder.header_split(cfg.queues.header_bytes, headers.clone());
     }
-    if cfg.queues.hairpin {
-        match dpdk::hairpin_capability(eal, id) {
-            // One more RX queue on the external port: the sample for the heavy-hitter monitor.
-            Ok(_) => {
-                builder = builder
-                    .hairpin_queues(1)
-                    .rx_queues(pxgw::queues::rx_queue_count(cfg) + u16::from(which == 0))
-            }
-            // Reported once the rule manager starts; every flow then goes to the CPU.
-            Err(e) => tracing::debug!("ports.{name}: {e}"),
-        }
+    if let Some(peer) = hairpin_peer {
+        // One hairpin queue pair, forwarding to the other port, and one more RX queue: the
+        // sample the heavy-hitter monitor reads (pxgw::queues).
+        builder = builder
+            .hairpin_queues(1)
+            .hairpin_peer(peer)
+            .rx_queues(pxgw::queues::rx_queue_count(cfg) + 1);
     }
     let port = builder.start(pool).map_err(|e| match e {
         dpdk::Error::Mtu { .. } => anyhow!("ports.{name}: {e}"),

@@ -261,9 +261,9 @@ fn heavy_hitters_found_in_the_sample_are_opted_in_and_mice_stay_on_the_nic() {
     let monitor = HeavyHitterMonitor::new(nic.queue(4), 0, 8, 5_000_000, 50_000_000, 16);
     let (manager, _clients) = RuleManager::spawn(ManagerSetup {
         hairpin: true,
-        hairpin_sample: Some(Sample { ratio: 8, queue: 4 }),
+        hairpin_sample: vec![Some(Sample { ratio: 8, queue: 4 })],
         cpu_queues: vec![0, 1, 2, 3],
-        monitor: Some(Box::new(monitor)),
+        monitors: vec![Box::new(monitor)],
         ..ManagerSetup::new(vec![nic.port()], 1)
     });
     assert_eq!(manager.steering, vec![Steering::Hairpin]);
@@ -317,5 +317,96 @@ fn heavy_hitters_found_in_the_sample_are_opted_in_and_mice_stay_on_the_nic() {
         }
     }
     assert!(v4 > 0 && v6 > 0);
+    manager.stop();
+}
+
+/// Hairpin opt-in and queue scaling together: the subset rules go in group 1, behind the opt-in
+/// jump. After scaling down to 2 queues, opted-in flows reach exactly those 2 queues (one per
+/// worker), and the rest still stays on the NIC.
+#[test]
+fn scaling_behind_hairpin_opt_in_steers_opted_in_flows_to_the_active_subset() {
+    use pxio::rxq::{
+        ActiveFlowGauge, PolicyConfig, QueueLayout, Scaler, ScalingPolicy, CATCH_ALL_PRIORITY,
+    };
+    use std::sync::Arc;
+    let nic = SimulatedNic::new("hs", 8, 1 << 14).with_hairpin();
+    let layout = QueueLayout::new(8, 2).unwrap();
+    let gauges: Vec<Arc<ActiveFlowGauge>> = (0..2)
+        .map(|_| Arc::new(ActiveFlowGauge::default()))
+        .collect();
+    let policy = ScalingPolicy::new(
+        layout.clone(),
+        PolicyConfig {
+            window_ns: 20_000_000,
+            ..Default::default()
+        },
+    );
+    let scaler = Scaler::new(policy, 1, gauges.clone(), 0);
+    let view = scaler.view();
+    let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
+        hairpin: true,
+        cpu_queues: (0..8).collect(),
+        scaler: Some(scaler),
+        ..ManagerSetup::new(vec![nic.port()], 1)
+    });
+    assert_eq!(manager.steering, vec![Steering::Hairpin]);
+    let pool = HeapPool::new(16);
+    let targets: Vec<_> = (0..6u32)
+        .map(|f| flow_of(&flow_frame(&pool, 100 + f, f % 2 == 0, 0, 10)))
+        .collect();
+    for key in &targets {
+        clients[0]
+            .submit(Op::OptIn { port: 0, key: *key })
+            .ok()
+            .unwrap();
+    }
+    // Low load (0 or 1 flow per batch): 8 -> 2 queues.
+    for _ in 0..5_000 {
+        for g in &gauges {
+            g.record(0);
+        }
+        if view.config.count() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(view.config.count(), 2, "scaled down to 2 queues");
+    let mut done = 0;
+    while done < targets.len() {
+        match clients[0].poll() {
+            Some(c) => {
+                assert!(matches!(c.result, Ok(Outcome::Installed(_))), "{c:?}");
+                done += 1;
+            }
+            None => std::thread::sleep(Duration::from_micros(100)),
+        }
+    }
+    let rules = nic.rules();
+    let subset = rules
+        .iter()
+        .find(|r| matches!(r, SimRule::Subset { priority, .. } if *priority != CATCH_ALL_PRIORITY));
+    assert!(
+        matches!(subset, Some(SimRule::Subset { group: 1, queues, .. }) if *queues == vec![0, 4]),
+        "{rules:?}"
+    );
+    let before = nic.queued_per_queue();
+    for f in 0..200u32 {
+        for seq in 0..3 {
+            nic.arrive(flow_frame(&pool, f, f % 2 == 0, seq, 10));
+        }
+    }
+    let after = nic.queued_per_queue();
+    let added: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(
+        added.iter().sum::<u64>(),
+        6 * 3,
+        "only the opted-in flows reach the CPU"
+    );
+    for (q, n) in added.iter().enumerate() {
+        if q != 0 && q != 4 {
+            assert_eq!(*n, 0, "queue {q} is outside the active subset: {added:?}");
+        }
+    }
+    assert_eq!(nic.counters().hairpinned, 194 * 3);
     manager.stop();
 }

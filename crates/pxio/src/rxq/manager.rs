@@ -502,13 +502,14 @@ pub struct ManagerSetup<P: FlowPort> {
     pub scaler: Option<Scaler<P>>,
     /// Try hairpin opt-in on every port (default flows stay on the NIC).
     pub hairpin: bool,
-    /// With hairpin: a sample of the traffic left on the NIC, for the monitor.
-    pub hairpin_sample: Option<Sample>,
+    /// With hairpin: per port (by index; missing means none), a sample of the traffic left on
+    /// the NIC, for a monitor.
+    pub hairpin_sample: Vec<Option<Sample>>,
     /// With hairpin: the CPU queues opted-in flows are spread over when no subset rule of the
     /// scaler applies (all of them).
     pub cpu_queues: Vec<u16>,
-    /// With hairpin: finds flows to opt in (see [`crate::rxq::HeavyHitterMonitor`]).
-    pub monitor: Option<Box<dyn Monitor>>,
+    /// With hairpin: what finds flows to opt in (see [`crate::rxq::HeavyHitterMonitor`]).
+    pub monitors: Vec<Box<dyn Monitor>>,
 }
 
 impl<P: FlowPort> ManagerSetup<P> {
@@ -520,9 +521,9 @@ impl<P: FlowPort> ManagerSetup<P> {
             capacity: 64,
             scaler: None,
             hairpin: false,
-            hairpin_sample: None,
+            hairpin_sample: Vec::new(),
             cpu_queues: Vec::new(),
-            monitor: None,
+            monitors: Vec::new(),
         }
     }
 }
@@ -550,7 +551,7 @@ impl RuleManager {
             hairpin,
             hairpin_sample,
             cpu_queues,
-            mut monitor,
+            mut monitors,
         } = setup;
         let capacity = capacity.max(1);
         let stats = Arc::new(ManagerStats::default());
@@ -567,7 +568,7 @@ impl RuleManager {
             // stays on the hairpin queue. Group 1: the scaler's subset rules, then a catch-all
             // over every CPU queue.
             let installed = port
-                .hairpin_rule(1, hairpin_sample)
+                .hairpin_rule(1, hairpin_sample.get(i).copied().flatten())
                 .and_then(|rule| port.insert(&rule).map_err(|e| e.to_string()))
                 .and_then(|hairpin| {
                     let all = port.subset_rule(1, CATCH_ALL_PRIORITY, &cpu_queues);
@@ -642,7 +643,7 @@ impl RuleManager {
                             }
                         }
                         let now = start.elapsed().as_nanos() as u64;
-                        if let Some(m) = monitor.as_mut() {
+                        for m in monitors.iter_mut() {
                             m.poll(now, &mut heavy);
                             for (port, key) in heavy.drain(..) {
                                 let op = Op::OptIn { port, key };
