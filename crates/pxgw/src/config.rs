@@ -225,8 +225,10 @@ pub struct Queues {
     pub scaling: bool,
     /// The active-flow averaging window, milliseconds.
     pub window_ms: u64,
-    /// Hairpin opt-in (§4.4): flows stay on the NIC's hairpin queues unless chosen. Where the
-    /// device has no hairpin queues, pxgw says so at start and every flow goes to the CPU.
+    /// Hairpin opt-in (§4.4), inbound: flows from outside stay on the NIC (its hairpin queue
+    /// forwards them to the internal port) unless chosen. Outbound traffic always goes to the
+    /// CPU (it is split to the path MTU). Where the devices have no hairpin queues, pxgw says
+    /// so at start and every flow goes to the CPU.
     pub hairpin: bool,
     /// With hairpin: one packet in `sample_ratio` of the flows left on the NIC is copied to the
     /// host, where heavy hitters are found and opted in.

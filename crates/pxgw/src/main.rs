@@ -148,8 +148,10 @@ fn open(cfg: &Config) -> Result<Gateway> {
     .context("creating the packet pool")?;
     let headers =
         Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
-    // Hairpin queues only when both ports have them: what one port leaves on the NIC leaves by
-    // the other. Otherwise every flow goes to the CPU (reported when the rule manager starts).
+    // Hairpin queues only when both ports have them: what the external port leaves on the NIC
+    // leaves by the internal one (an RX hairpin queue outside, a TX hairpin queue inside; each
+    // port gets a pair, the unused halves stay idle). Otherwise every flow goes to the CPU
+    // (reported when the rule manager starts).
     let ids: Vec<Option<PortId>> = ports::ports(cfg)
         .iter()
         .map(|(_, pc, _)| eal.port_by_name(device_name(&pc.device)).ok())
@@ -174,8 +176,7 @@ fn open(cfg: &Config) -> Result<Gateway> {
     let (ext, ext_plan) = open_port(&eal, &pool, &headers, cfg, 0, hairpin.map(|(_, i)| peer(i)))?;
     let (int, int_plan) = open_port(&eal, &pool, &headers, cfg, 1, hairpin.map(|(e, _)| peer(e)))?;
     if hairpin.is_some() {
-        // Frames int hairpins leave by ext, and the other way round.
-        ext.hairpin_bind(&int).context("ports.external: hairpin")?;
+        // What the external port hairpins leaves by the internal one.
         int.hairpin_bind(&ext).context("ports.internal: hairpin")?;
     }
     Ok(Gateway {

@@ -146,33 +146,35 @@ pub fn start(
         rx.push((ext_rx, int_rx));
     }
     let (manager, steering) = if cfg.queues.scaling || cfg.queues.hairpin {
-        // With hairpin queues (both ports, bound to each other), each port has one more RX
-        // queue after the workers': the sample of the traffic it leaves on the NIC, read by a
-        // heavy-hitter monitor in the rule manager thread. Heavy flows are opted in on the port
-        // they were seen on, in either direction.
+        // With hairpin queues, the external port has one more RX queue after the workers': the
+        // sample of the traffic it leaves on the NIC, read by a heavy-hitter monitor in the rule
+        // manager thread.
         let monitor_queue = rx_queue_count(cfg);
-        let mut samples = Vec::new();
+        let sampled = cfg.queues.hairpin && !ext.hairpin_rx_queues().is_empty();
+        let samples = vec![sampled.then_some(Sample {
+            ratio: cfg.queues.sample_ratio,
+            queue: monitor_queue,
+        })];
         let mut monitors: Vec<Box<dyn Monitor>> = Vec::new();
-        for (i, port) in [ext, int].into_iter().enumerate() {
-            let sampled = cfg.queues.hairpin && !port.hairpin_rx_queues().is_empty();
-            samples.push(sampled.then_some(Sample {
-                ratio: cfg.queues.sample_ratio,
-                queue: monitor_queue,
-            }));
-            if sampled {
-                monitors.push(Box::new(HeavyHitterMonitor::new(
-                    port.rx_queue(monitor_queue)?,
-                    i,
-                    cfg.queues.sample_ratio,
-                    cfg.queues.heavy_hitter_mbps * 1_000_000,
-                    cfg.queues.window_ms * 1_000_000,
-                    4096,
-                )));
-            }
+        if sampled {
+            monitors.push(Box::new(HeavyHitterMonitor::new(
+                ext.rx_queue(monitor_queue)?,
+                0,
+                cfg.queues.sample_ratio,
+                cfg.queues.heavy_hitter_mbps * 1_000_000,
+                cfg.queues.window_ms * 1_000_000,
+                4096,
+            )));
         }
         let (manager, _clients) = RuleManager::spawn(ManagerSetup {
             scaler,
-            hairpin: cfg.queues.hairpin,
+            // Inbound only: outbound traffic always needs the CPU (split to the path MTU, MSS
+            // rewriting, caravans unpacked), so the internal port keeps every flow.
+            hairpin: if cfg.queues.hairpin {
+                vec![0]
+            } else {
+                Vec::new()
+            },
             hairpin_sample: samples,
             cpu_queues: (0..layout.total()).collect(),
             monitors,
@@ -187,7 +189,7 @@ pub fn start(
     } else {
         (None, Vec::new())
     };
-    for (name, s) in &steering {
+    for (name, s) in steering.iter().take(1) {
         match s {
             Steering::Hairpin if cfg.queues.hairpin => {
                 tracing::info!("ports.{name}: hairpin opt-in: flows stay on the NIC unless chosen")

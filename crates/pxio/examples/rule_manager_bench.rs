@@ -87,7 +87,6 @@ fn run(frames: &[pxio::HeapBuf], mode: Mode, delay: Duration, secs: f64) -> (f64
     let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
         capacity: 64,
         scaler: None,
-        hairpin: false,
         ..ManagerSetup::new(vec![nic.port()], 1)
     });
     let mut direct = nic.port();

@@ -29,7 +29,6 @@ fn every_request_from_every_worker_gets_exactly_one_completion() {
     let (manager, clients) = RuleManager::spawn(ManagerSetup {
         capacity: 16,
         scaler: None,
-        hairpin: false,
         ..ManagerSetup::new(nics.iter().map(SimulatedNic::port).collect(), WORKERS)
     });
     let results: Vec<(usize, usize, usize)> = std::thread::scope(|s| {
@@ -167,7 +166,7 @@ fn hairpin_opt_in_steers_only_target_flows_to_the_cpu() {
     let nic = SimulatedNic::new("hp", 4, 1024).with_hairpin();
     let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
         capacity: 8,
-        hairpin: true,
+        hairpin: vec![0],
         cpu_queues: vec![0, 1, 2, 3],
         ..ManagerSetup::new(vec![nic.port()], 1)
     });
@@ -225,7 +224,7 @@ fn without_hairpin_queues_everything_goes_to_the_cpu_and_it_is_reported() {
     let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
         capacity: 8,
         scaler: None,
-        hairpin: true,
+        hairpin: vec![0],
         ..ManagerSetup::new(vec![nic.port()], 1)
     });
     match &manager.steering[0] {
@@ -260,7 +259,7 @@ fn heavy_hitters_found_in_the_sample_are_opted_in_and_mice_stay_on_the_nic() {
     let nic = SimulatedNic::new("hh", 5, 1 << 16).with_hairpin();
     let monitor = HeavyHitterMonitor::new(nic.queue(4), 0, 8, 5_000_000, 50_000_000, 16);
     let (manager, _clients) = RuleManager::spawn(ManagerSetup {
-        hairpin: true,
+        hairpin: vec![0],
         hairpin_sample: vec![Some(Sample { ratio: 8, queue: 4 })],
         cpu_queues: vec![0, 1, 2, 3],
         monitors: vec![Box::new(monitor)],
@@ -344,7 +343,7 @@ fn scaling_behind_hairpin_opt_in_steers_opted_in_flows_to_the_active_subset() {
     let scaler = Scaler::new(policy, 1, gauges.clone(), 0);
     let view = scaler.view();
     let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
-        hairpin: true,
+        hairpin: vec![0],
         cpu_queues: (0..8).collect(),
         scaler: Some(scaler),
         ..ManagerSetup::new(vec![nic.port()], 1)

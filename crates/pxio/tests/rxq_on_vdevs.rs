@@ -23,7 +23,7 @@ fn hairpin_fallback_is_taken_on_vdevs_and_reported() {
     let (manager, mut clients) = RuleManager::spawn(ManagerSetup {
         capacity: 4,
         scaler: None,
-        hairpin: true,
+        hairpin: vec![0, 1],
         ..ManagerSetup::new(vec![ring, null], 1)
     });
     for s in &manager.steering {

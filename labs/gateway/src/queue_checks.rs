@@ -3,7 +3,8 @@
 //!
 //! The lab's ports (`net_tap` outside, `net_af_packet` inside) have neither `rte_flow` nor
 //! hairpin queues, so what this pass can show is the behaviour a user of such ports gets: pxgw
-//! starts, says at start that every flow goes to the CPU and that queue scaling cannot apply its
+//! starts, says at start that every flow goes to the CPU (hairpin opt-in is inbound: the
+//! external port) and that queue scaling cannot apply its
 //! rules, keeps all queues active, reads them all through the unified receive (both workers carry
 //! traffic), and forwards IPv4 and IPv6 byte for byte; `--stats-json`'s `rxq` shows the active
 //! queue count over time and what the policy would have chosen (`advised_queues`). Transitions
@@ -138,10 +139,11 @@ pub fn run(pxgw: &Path, file_bytes: usize, stop: &AtomicBool) -> Result<(Value, 
             per_worker.len() == usize::from(WORKERS) && per_worker.iter().all(|&n| n > 0),
         ),
         (
-            format!("queues: pxgw says hairpin opt-in is off on both ports, every flow to the CPU ({steering:?})"),
+            format!("queues: pxgw says hairpin opt-in is off on the external port (no hairpin queues), every flow to the CPU ({steering:?})"),
             steering.len() == 2
-                && steering.iter().all(|s| s.contains("no hairpin queues"))
-                && log.matches("hairpin opt-in off").count() == 2,
+                && steering[0].contains("no hairpin queues")
+                && steering[1].contains("off on this port")
+                && log.matches("ports.external: hairpin opt-in off").count() == 1,
         ),
         (
             format!("queues: scaling reports the refusal and keeps all {queues} queues active ({scaling})"),

@@ -500,8 +500,9 @@ pub struct ManagerSetup<P: FlowPort> {
     pub capacity: usize,
     /// RX queue scaling, if on.
     pub scaler: Option<Scaler<P>>,
-    /// Try hairpin opt-in on every port (default flows stay on the NIC).
-    pub hairpin: bool,
+    /// The ports (by index) on which to try hairpin opt-in: their flows stay on the NIC unless
+    /// opted in. Every other port sends every flow to the CPU.
+    pub hairpin: Vec<usize>,
     /// With hairpin: per port (by index; missing means none), a sample of the traffic left on
     /// the NIC, for a monitor.
     pub hairpin_sample: Vec<Option<Sample>>,
@@ -520,7 +521,7 @@ impl<P: FlowPort> ManagerSetup<P> {
             workers,
             capacity: 64,
             scaler: None,
-            hairpin: false,
+            hairpin: Vec::new(),
             hairpin_sample: Vec::new(),
             cpu_queues: Vec::new(),
             monitors: Vec::new(),
@@ -560,8 +561,10 @@ impl RuleManager {
             std::collections::HashMap::new();
         let mut steering = Vec::with_capacity(ports.len());
         for (i, port) in ports.iter_mut().enumerate() {
-            if !hairpin {
-                steering.push(Steering::CpuOnly("hairpin opt-in is off".into()));
+            if !hairpin.contains(&i) {
+                steering.push(Steering::CpuOnly(
+                    "hairpin opt-in is off on this port".into(),
+                ));
                 continue;
             }
             // Group 0: opted-in flows (priority 0) jump to group 1, everything else (priority 1)
