@@ -81,6 +81,7 @@ pub struct QueueControl {
     layout: QueueLayout,
     steering: Vec<(String, Steering)>,
     samples: Vec<(f64, u16, u16)>,
+    reported_unavailable: bool,
 }
 
 /// RX queues per port for `cfg`.
@@ -218,6 +219,7 @@ pub fn start(
             layout,
             steering,
             samples: Vec::new(),
+            reported_unavailable: false,
         },
         rx,
     ))
@@ -246,8 +248,18 @@ impl QueueControl {
         self.config.transitions()
     }
 
-    /// Records the active (and advised) queue count at `t_s` seconds.
+    /// Records the active (and advised) queue count at `t_s` seconds, and says once when
+    /// scaling turned out not to be possible.
     pub fn sample(&mut self, t_s: f64) {
+        if let (false, Some(v)) = (self.reported_unavailable, &self.view) {
+            if let Some(why) = v.unavailable.lock().ok().and_then(|u| u.clone()) {
+                tracing::warn!(
+                    "RX queue scaling unavailable, all {} queues stay active: {why}",
+                    self.layout.total()
+                );
+                self.reported_unavailable = true;
+            }
+        }
         let advised = self.view.as_ref().map_or(self.config.count(), |v| {
             v.advised.load(Ordering::Relaxed) as u16
         });

@@ -82,7 +82,7 @@ fn scaling_and_hairpin_fall_back_on_vdevs_and_the_stats_say_so() {
         &["--run-for", "1.5", "--stats-json", json.to_str().unwrap()],
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    // pxgw's log (stdout) and pxio's control-path messages (stderr).
+    // pxgw's log (stdout, and stderr for EAL lines).
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -208,6 +208,9 @@ pub struct ManagerStats {
     pub driver_ns: AtomicU64,
     /// Flows the monitor opted in (heavy hitters).
     pub opted_in: AtomicU64,
+    /// Scaling transitions whose old rule the driver would not remove (the new configuration
+    /// is in force regardless; the stale rule is shadowed or harmless).
+    pub evict_failures: AtomicU64,
 }
 
 /// One RX queue transition, as the metrics show it.
@@ -378,12 +381,9 @@ impl<P: FlowPort> Scaler<P> {
                 Some(d)
             }
             Err(e) => {
+                // Reported through the view (ScalingView::unavailable); pxio does not log.
                 self.policy.failed(&d);
                 self.advisory.applied(&d);
-                tracing_free_log(&format!(
-                    "RX queue scaling unavailable, all {} queues stay active: {e}",
-                    self.policy.layout().total()
-                ));
                 self.state = ScalingState::Unavailable(e.to_string());
                 None
             }
@@ -456,20 +456,13 @@ impl<P: FlowPort> Scaler<P> {
         match first_error {
             // The new configuration is in force (a shrinking rule shadows the old one; a growing
             // port whose old rule stuck stays on the smaller subset, which is still polled).
-            Some(e) => {
-                tracing_free_log(&format!(
-                    "RX queue scaling: an old rule was not evicted: {e}"
-                ));
+            Some(_) => {
+                stats.evict_failures.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             None => Ok(()),
         }
     }
-}
-
-/// pxio has no logging dependency; control-path messages go to stderr.
-fn tracing_free_log(msg: &str) {
-    eprintln!("pxio: {msg}");
 }
 
 fn timed<T>(stats: &ManagerStats, f: impl FnOnce() -> T) -> T {
