@@ -5,6 +5,7 @@
 use crate::buf::PacketBuf;
 use crate::clock::Clock;
 use crate::merge::{ConfigError, MergeConfig, MergeStats, Merger};
+use crate::rxq::{RxRing, UnifiedRx};
 use crate::split::{split_tcp, SplitOffloads};
 
 /// Counters of the transmit side.
@@ -55,6 +56,21 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
         let now = self.clock.now_ns();
         self.merger.poll(now, out);
         self.merger.rx_burst(pkts, now, out);
+    }
+
+    /// The unified RX of §4.3 (`px_eth_rx_burst`) over a worker's share of a port's queues
+    /// ([`UnifiedRx`], which follows the active queue configuration): reads them into `scratch`,
+    /// merges, and appends the result to `out`. Returns how many packets were read. `scratch` is
+    /// emptied again, so once it has grown nothing is allocated.
+    pub fn rx_unified<R: RxRing<Pkt = B>>(
+        &mut self,
+        queues: &mut UnifiedRx<R>,
+        scratch: &mut Vec<B>,
+        out: &mut Vec<B>,
+    ) -> usize {
+        let n = queues.rx_burst(scratch);
+        self.rx(scratch.drain(..), out);
+        n
     }
 
     /// Releases delayed items whose window has passed. Call it when a poll loop finds no
