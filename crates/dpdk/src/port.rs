@@ -895,6 +895,53 @@ impl Port {
         result
     }
 
+    /// Spreads the port's own RSS (what no flow rule steers) over `queues` only, by rewriting
+    /// its redirection table round-robin (`rte_eth_dev_rss_reta_update`). PXIO keeps a queue
+    /// that only flow rules fill (the hairpin sample) out of RSS this way.
+    pub fn set_rss_queues(&self, queues: &[u16]) -> Result<()> {
+        let port = self.id().0;
+        if queues.is_empty() {
+            return Err(Error::InvalidArgument("an RSS table with no queues".into()));
+        }
+        if let Some(&q) = queues.iter().find(|&&q| q >= self.rx_queue_count()) {
+            return Err(Error::QueueOutOfRange {
+                port,
+                kind: "rx",
+                index: q,
+                count: self.rx_queue_count(),
+            });
+        }
+        let size = dev_info_raw(self.id())?.reta_size;
+        if size == 0 {
+            return Err(Error::Port {
+                port,
+                op: "rte_eth_dev_rss_reta_update",
+                errno: Errno(libc::ENOTSUP),
+            });
+        }
+        let group = dpdk_sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+        let mut table: Vec<dpdk_sys::rte_eth_rss_reta_entry64> = (0..usize::from(size)
+            .div_ceil(group))
+            .map(|_| dpdk_sys::rte_eth_rss_reta_entry64 {
+                mask: u64::MAX,
+                reta: [0; 64],
+            })
+            .collect();
+        for i in 0..usize::from(size) {
+            table[i / group].reta[i % group] = queues[i % queues.len()];
+        }
+        // SAFETY: a started port; `table` holds `size` entries (whole groups of 64).
+        let ret = unsafe { dpdk_sys::rte_eth_dev_rss_reta_update(port, table.as_mut_ptr(), size) };
+        if ret < 0 {
+            return Err(Error::Port {
+                port,
+                op: "rte_eth_dev_rss_reta_update",
+                errno: Errno::from_ret(ret),
+            });
+        }
+        Ok(())
+    }
+
     /// The port's MAC address.
     pub fn mac(&self) -> Result<[u8; 6]> {
         let mut addr = dpdk_sys::rte_ether_addr::default();

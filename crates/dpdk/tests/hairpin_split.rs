@@ -163,3 +163,25 @@ fn keyed_rss_rules_are_checked_then_reach_the_driver() {
         Err(Error::Unsupported(_))
     ));
 }
+
+#[test]
+fn the_rss_table_is_checked_then_refused_where_the_driver_has_none() {
+    let pool = pool(64, 512);
+    let (a, _b) = eal().ring_pair(&unique("rt"), 64).unwrap();
+    let port = Port::builder(eal(), a).start(&pool).unwrap();
+    assert!(matches!(
+        port.set_rss_queues(&[]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        port.set_rss_queues(&[0, 3]),
+        Err(Error::QueueOutOfRange { index: 3, .. })
+    ));
+    assert!(matches!(
+        port.set_rss_queues(&[0]),
+        Err(Error::Port {
+            op: "rte_eth_dev_rss_reta_update",
+            ..
+        })
+    ));
+}

@@ -168,14 +168,33 @@ fn open(cfg: &Config) -> Result<Gateway> {
         }
         _ => None,
     };
-    let peer = |port| HairpinPeer {
+    let n = pxgw::queues::rx_queue_count(cfg);
+    let peer = |port, sample_queue: bool| HairpinPeer {
         port,
-        rx_base: pxgw::queues::rx_queue_count(cfg) + 1,
-        tx_base: pxgw::queues::rx_queue_count(cfg),
+        rx_base: n + u16::from(sample_queue),
+        tx_base: n,
     };
-    let (ext, ext_plan) = open_port(&eal, &pool, &headers, cfg, 0, hairpin.map(|(_, i)| peer(i)))?;
-    let (int, int_plan) = open_port(&eal, &pool, &headers, cfg, 1, hairpin.map(|(e, _)| peer(e)))?;
+    let (ext, ext_plan) = open_port(
+        &eal,
+        &pool,
+        &headers,
+        cfg,
+        0,
+        hairpin.map(|(_, i)| peer(i, false)),
+    )?;
+    let (int, int_plan) = open_port(
+        &eal,
+        &pool,
+        &headers,
+        cfg,
+        1,
+        hairpin.map(|(e, _)| peer(e, true)),
+    )?;
     if hairpin.is_some() {
+        // Only flow rules fill the sample queue: the port's own RSS leaves it out, so no frame
+        // lands where no worker reads it, whatever happens to the rules.
+        ext.set_rss_queues(&(0..n).collect::<Vec<_>>())
+            .context("ports.external: keeping the hairpin sample queue out of RSS")?;
         // What the external port hairpins leaves by the internal one.
         int.hairpin_bind(&ext).context("ports.internal: hairpin")?;
     }
@@ -248,12 +267,12 @@ fn open_port(
         builder = builder.header_split(cfg.queues.header_bytes, headers.clone());
     }
     if let Some(peer) = hairpin_peer {
-        // One hairpin queue pair, forwarding to the other port, and one more RX queue: the
+        // One hairpin queue pair, peered with the other port's; outside, one more RX queue: the
         // sample the heavy-hitter monitor reads (pxgw::queues).
         builder = builder
             .hairpin_queues(1)
             .hairpin_peer(peer)
-            .rx_queues(pxgw::queues::rx_queue_count(cfg) + 1);
+            .rx_queues(pxgw::queues::rx_queue_count(cfg) + u16::from(which == 0));
     }
     let port = builder.start(pool).map_err(|e| match e {
         dpdk::Error::Mtu { .. } => anyhow!("ports.{name}: {e}"),
