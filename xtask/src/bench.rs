@@ -12,6 +12,10 @@
 //! `pmtu-cache`: F-PMTUD's PMTU cache, its counting Bloom filter's false-positive rate and the
 //! lookup ns of hits and misses against a plain `HashMap` (SIGCOMM'26 §5.2), via
 //! `cargo run --release -p pxbench --bin pmtu-cache`.
+//!
+//! `rule-manager`: the asynchronous rule manager's update rate, and a worker's throughput while
+//! it runs, against a worker making the rule calls itself, on the simulated NIC (SIGCOMM'26
+//! §4.4), via `cargo run --release -p pxbench --bin rule-manager`.
 
 use std::path::PathBuf;
 
@@ -29,6 +33,8 @@ pub enum BenchKind {
     Caravan,
     /// F-PMTUD's PMTU cache: Bloom filter false-positive rate, lookup ns of hits and misses.
     PmtuCache,
+    /// The px_flow rule manager: update rate, worker throughput while updates run.
+    RuleManager,
 }
 
 impl BenchKind {
@@ -38,6 +44,7 @@ impl BenchKind {
             BenchKind::Merge => "merge",
             BenchKind::Caravan => "caravan",
             BenchKind::PmtuCache => "pmtu-cache",
+            BenchKind::RuleManager => "rule-manager",
         }
     }
 
@@ -46,7 +53,7 @@ impl BenchKind {
     fn needs_root(self) -> bool {
         match self {
             BenchKind::Merge | BenchKind::Caravan => true,
-            BenchKind::PmtuCache => false,
+            BenchKind::PmtuCache | BenchKind::RuleManager => false,
         }
     }
 
@@ -56,6 +63,7 @@ impl BenchKind {
             BenchKind::Merge => "merge",
             BenchKind::Caravan => "caravan-bench",
             BenchKind::PmtuCache => "pmtu-cache",
+            BenchKind::RuleManager => "rule-manager",
         }
     }
 }
