@@ -205,3 +205,62 @@ fn a_refused_rule_leaves_all_queues_active_and_says_why() {
     assert_eq!(rig.received, total_sent);
     assert!(rig.nic.rules().is_empty());
 }
+
+/// Why transitions are insert-then-evict (§4.3): with the old rule evicted first, packets that
+/// arrive before the new rule is in are spread by the port's own RSS over all 128 queues, most of
+/// them outside the next configuration, where no worker reads. Inserted first, the new rule
+/// waits behind the old one (its priority is lower) and takes over when the old one goes: no
+/// packet ever lands outside the subsets in force.
+#[test]
+fn insert_then_evict_never_steers_outside_the_subsets_evict_then_insert_does() {
+    use pxio::rxq::sim::SimRule;
+    use pxio::rxq::FlowPort;
+    let layout = QueueLayout::new(QUEUES, WORKERS).unwrap();
+    let pool = HeapPool::new(64);
+    let subset = |count: u16| SimRule::Subset {
+        group: 0,
+        priority: layout.priority(count).unwrap(),
+        queues: layout.queues(count),
+    };
+    let burst = |nic: &SimulatedNic| {
+        for f in 0..400u32 {
+            nic.arrive(flow_frame(&pool, f, f % 2 == 0, 0, 64));
+        }
+    };
+    // Packets that landed outside the 32-queue configuration (queues no worker polls there).
+    let outside = |nic: &SimulatedNic| -> u64 {
+        let allowed = layout.queues(32);
+        nic.queued_per_queue()
+            .iter()
+            .enumerate()
+            .filter(|(q, _)| !allowed.contains(&(*q as u16)))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    // 8 -> 32, evict first.
+    let nic = SimulatedNic::new("e-i", QUEUES, 4096);
+    let mut port = nic.port();
+    let old = port.insert(&subset(8)).unwrap();
+    burst(&nic);
+    port.remove(old).unwrap();
+    burst(&nic); // arrives between the two calls
+    port.insert(&subset(32)).unwrap();
+    burst(&nic);
+    let stranded = outside(&nic);
+    // 96 of the 128 queues are outside the 32-queue configuration: about 3/4 of the burst.
+    assert!(
+        stranded > 200,
+        "evict-then-insert spread {stranded} of 400 packets"
+    );
+    // 8 -> 32, insert first (what Scaler does).
+    let nic = SimulatedNic::new("i-e", QUEUES, 4096);
+    let mut port = nic.port();
+    let old = port.insert(&subset(8)).unwrap();
+    burst(&nic);
+    port.insert(&subset(32)).unwrap();
+    burst(&nic); // still on the 8 queues: the new rule waits behind the old one
+    port.remove(old).unwrap();
+    burst(&nic);
+    assert_eq!(outside(&nic), 0);
+    assert_eq!(nic.counters().queued, 3 * 400);
+}
