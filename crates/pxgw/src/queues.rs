@@ -120,7 +120,7 @@ pub fn start(
     let unified = cfg.queues.per_worker > 1 || cfg.queues.scaling;
     let mut rx = Vec::with_capacity(usize::from(workers));
     for w in 0..workers {
-        let side = |port: &Port, gauge: Arc<ActiveFlowGauge>| -> Result<WorkerRx> {
+        let side = |port: &Port, gauge: Option<Arc<ActiveFlowGauge>>| -> Result<WorkerRx> {
             if !unified {
                 return Ok(WorkerRx::Single(port.rx_queue(w)?));
             }
@@ -129,21 +129,27 @@ pub fn start(
                 .map(|q| port.rx_queue(q))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(WorkerRx::Unified {
-                rx: Box::new(UnifiedRx::new(
-                    &layout,
-                    rings,
-                    config.clone(),
-                    gauge,
-                    PER_QUEUE,
-                )),
+                rx: Box::new(
+                    UnifiedRx::new(
+                        &layout,
+                        rings,
+                        config.clone(),
+                        gauge.clone().unwrap_or_default(),
+                        PER_QUEUE,
+                    )
+                    .count_flows(gauge.is_some()),
+                ),
                 pending: VecDeque::with_capacity(PER_QUEUE * rings_per(&layout)),
                 scratch: Vec::with_capacity(PER_QUEUE * rings_per(&layout)),
             })
         };
         // The policy follows the external port's flows (inbound merging is what more queues
-        // help); the internal port's gauge is not read.
-        let ext_rx = side(ext, gauges[usize::from(w)].clone())?;
-        let int_rx = side(int, Arc::new(ActiveFlowGauge::default()))?;
+        // help); nothing counts flows on the internal port, nor anywhere without scaling.
+        let ext_rx = side(
+            ext,
+            cfg.queues.scaling.then(|| gauges[usize::from(w)].clone()),
+        )?;
+        let int_rx = side(int, None)?;
         rx.push((ext_rx, int_rx));
     }
     let (manager, steering) = if cfg.queues.scaling || cfg.queues.hairpin {

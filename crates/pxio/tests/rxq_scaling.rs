@@ -264,3 +264,27 @@ fn insert_then_evict_never_steers_outside_the_subsets_evict_then_insert_does() {
     assert_eq!(outside(&nic), 0);
     assert_eq!(nic.counters().queued, 3 * 400);
 }
+
+#[test]
+fn flow_counting_can_be_turned_off_where_nothing_reads_it() {
+    let layout = QueueLayout::new(4, 1).unwrap();
+    let pool = HeapPool::new(64);
+    for on in [true, false] {
+        let nic = SimulatedNic::new("count", 4, 256);
+        let gauge = Arc::new(ActiveFlowGauge::default());
+        let mut rx = UnifiedRx::new(
+            &layout,
+            (0..4).map(|q| nic.queue(q)).collect(),
+            Arc::new(pxio::rxq::ActiveConfig::new(4)),
+            gauge.clone(),
+            64,
+        )
+        .count_flows(on);
+        for f in 0..10 {
+            nic.arrive(flow_frame(&pool, f, f % 2 == 0, 0, 64));
+        }
+        let mut out = Vec::new();
+        assert_eq!(rx.rx_burst(&mut out), 10);
+        assert_eq!(gauge.take_average(), if on { 10.0 } else { 0.0 });
+    }
+}

@@ -76,6 +76,7 @@ pub struct UnifiedRx<R: RxRing> {
     polled: usize,
     empty_passes: u32,
     batch: BatchFlows,
+    count_flows: bool,
     stats: UnifiedRxStats,
 }
 
@@ -102,8 +103,17 @@ impl<R: RxRing> UnifiedRx<R> {
             polled: active,
             empty_passes: 0,
             batch: BatchFlows::default(),
+            count_flows: true,
             stats: UnifiedRxStats::default(),
         }
+    }
+
+    /// Whether to count each batch's distinct flows for the scaling policy (on by default). Off
+    /// where nothing reads the gauge, it saves a header parse per packet when the NIC delivers
+    /// no RSS hash.
+    pub fn count_flows(mut self, on: bool) -> Self {
+        self.count_flows = on;
+        self
     }
 
     /// Reads the active queues (and those still draining) once each, appending to `out`;
@@ -135,7 +145,7 @@ impl<R: RxRing> UnifiedRx<R> {
             }
         }
         let n = out.len() - start;
-        if n > 0 {
+        if n > 0 && self.count_flows {
             for pkt in &out[start..] {
                 if let Some(id) = flow_id(pkt) {
                     self.batch.push(id);
