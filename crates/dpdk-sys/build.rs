@@ -74,6 +74,9 @@ fn main() {
         .allowlist_var("RTE_ETH_.*")
         .allowlist_var("RTE_ETHER_.*")
         .allowlist_type("rte_eth_(conf|dev_info|rxconf|txconf|link|stats|rss_conf)")
+        // Hairpin queues (SIGCOMM'26 §4.4) and buffer split, header-only DMA (§4.2).
+        .allowlist_function("rte_eth_(rx|tx)_hairpin_queue_setup|rte_eth_hairpin_(bind|unbind)")
+        .allowlist_type("rte_eth_hairpin_(cap|conf|peer|queue_cap)|rte_eth_rxseg(_split|_capa)?")
         // rte_flow.
         .allowlist_function("rte_flow_(validate|create|destroy|flush|isolate)")
         .allowlist_type("rte_flow_(attr|item|item_.*|action|action_.*|error)")

@@ -15,6 +15,10 @@
 //! `pmtu-cache`: F-PMTUD's PMTU cache, its counting Bloom filter's false-positive rate and the
 //! lookup ns of hits and misses against a plain `HashMap` (SIGCOMM'26 §5.2), via
 //! `cargo run --release -p pxbench --bin pmtu-cache`.
+//!
+//! `rule-manager`: the asynchronous rule manager's update rate, and a worker's throughput while
+//! it runs, against a worker making the rule calls itself, on the simulated NIC (SIGCOMM'26
+//! §4.4), via `cargo run --release -p pxbench --bin rule-manager`.
 
 use std::path::PathBuf;
 
@@ -36,6 +40,8 @@ pub enum BenchKind {
     PmtuCache,
     /// The UPF, NAT and L4LB of px-nfs, plain against pxio and the 9000 B MTU bound.
     Nf,
+    /// The px_flow rule manager: update rate, worker throughput while updates run.
+    RuleManager,
 }
 
 impl BenchKind {
@@ -46,6 +52,7 @@ impl BenchKind {
             BenchKind::Caravan => "caravan",
             BenchKind::PmtuCache => "pmtu-cache",
             BenchKind::Nf => "nf",
+            BenchKind::RuleManager => "rule-manager",
         }
     }
 
@@ -54,7 +61,7 @@ impl BenchKind {
     fn needs_root(self) -> bool {
         match self {
             BenchKind::Merge | BenchKind::Caravan | BenchKind::Nf => true,
-            BenchKind::PmtuCache => false,
+            BenchKind::PmtuCache | BenchKind::RuleManager => false,
         }
     }
 
@@ -65,6 +72,7 @@ impl BenchKind {
             BenchKind::Caravan => "caravan-bench",
             BenchKind::PmtuCache => "pmtu-cache",
             BenchKind::Nf => "nf-bench",
+            BenchKind::RuleManager => "rule-manager",
         }
     }
 }

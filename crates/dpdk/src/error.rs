@@ -158,6 +158,28 @@ pub enum Error {
     /// The PMD has no `rte_flow` support at all.
     #[error("port {0}: the driver does not support rte_flow")]
     Unsupported(u16),
+    /// The device has no hairpin queues (`rte_eth_dev_hairpin_capability_get` fails), or fewer
+    /// than asked for (SIGCOMM'26 §4.4).
+    #[error("port {port} ({driver}): no hairpin queues: {reason}")]
+    HairpinUnsupported {
+        /// Port id.
+        port: u16,
+        /// The driver's name.
+        driver: String,
+        /// DPDK's answer, or the device's limit.
+        reason: String,
+    },
+    /// The device does not offer an offload that was required (not merely requested): the port
+    /// is not started rather than started without it.
+    #[error("port {port} ({driver}): the device does not offer {offload}")]
+    OffloadUnsupported {
+        /// Port id.
+        port: u16,
+        /// The driver's name.
+        driver: String,
+        /// The offload, by its DPDK name.
+        offload: &'static str,
+    },
     /// The PMD rejected a flow rule; `message` is DPDK's own explanation.
     #[error("port {port}: rte_flow {op} failed: {message} ({errno})")]
     Flow {

@@ -56,13 +56,41 @@ pub enum FlowAction {
     Queue(u16),
     /// Spread by RSS over these RX queues.
     Rss(Vec<u16>),
+    /// Spread by RSS over these RX queues, hashing `types` with this 40-byte Toeplitz `key`
+    /// (a symmetric key keeps both directions of a connection on one queue, as
+    /// [`crate::PortBuilder::rss_key`] does for the port's own RSS).
+    RssKeyed {
+        /// The queues.
+        queues: Vec<u16>,
+        /// The hash key.
+        key: [u8; crate::RSS_KEY_LEN],
+        /// The headers hashed.
+        types: crate::RssHash,
+    },
     /// Dropped by the device.
     Drop,
+    /// Matched again against the rules of this group (a higher one than the rule's own): PXIO
+    /// keeps hairpin opt-in rules in group 0 and the RX-queue subset rules behind them
+    /// (SIGCOMM'26 §4.3, §4.4).
+    Jump(u32),
+    /// Delivered to `queue` (a hairpin queue, say), and one packet in `ratio` also copied to
+    /// `sample_queue` (`RTE_FLOW_ACTION_TYPE_SAMPLE`): the host sees a sample of traffic it
+    /// otherwise never receives, to find heavy hitters (SIGCOMM'26 §4.4).
+    SampleThenQueue {
+        /// The queue every packet goes to.
+        queue: u16,
+        /// One packet in `ratio` is copied.
+        ratio: u32,
+        /// Where the copies go.
+        sample_queue: u16,
+    },
 }
 
 /// A rule: ingress, an optional IP match, an optional L4 match, one action.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlowRule {
+    /// The rule's group (0 is where matching starts; see [`FlowAction::Jump`]).
+    pub group: u32,
     /// Lower values win (0 is the highest priority).
     pub priority: u32,
     /// IP part of the pattern (any IP packet when `None` and `l4` is `None`; any Ethernet frame).
@@ -77,6 +105,7 @@ impl FlowRule {
     /// A rule matching every frame, with `action`, at priority 0.
     pub fn new(action: FlowAction) -> Self {
         Self {
+            group: 0,
             priority: 0,
             ip: None,
             l4: None,
@@ -87,6 +116,12 @@ impl FlowRule {
     /// Sets the priority.
     pub fn priority(mut self, priority: u32) -> Self {
         self.priority = priority;
+        self
+    }
+
+    /// Sets the group.
+    pub fn group(mut self, group: u32) -> Self {
+        self.group = group;
         self
     }
 
@@ -152,7 +187,11 @@ impl Port {
     /// Asks the driver whether it would accept `rule`, without installing it.
     pub fn flow_validate(&self, rule: &FlowRule) -> Result<()> {
         let port = self.id().0;
-        let spec = Spec::new(rule, self.rx_queue_count(), port)?;
+        let spec = Spec::new(
+            rule,
+            self.shared.hairpin_rx.end.max(self.rx_queue_count()),
+            port,
+        )?;
         let mut error = dpdk_sys::rte_flow_error::default();
         let (attr, pattern, actions) = spec.raw();
         // SAFETY: every pointer in pattern/actions points into `spec`, alive for the call.
@@ -166,7 +205,11 @@ impl Port {
     /// and [`Error::Unsupported`] when the driver has no rte_flow at all.
     pub fn flow_create(&self, rule: &FlowRule) -> Result<Flow> {
         let port = self.id().0;
-        let spec = Spec::new(rule, self.rx_queue_count(), port)?;
+        let spec = Spec::new(
+            rule,
+            self.shared.hairpin_rx.end.max(self.rx_queue_count()),
+            port,
+        )?;
         let mut error = dpdk_sys::rte_flow_error::default();
         let (attr, pattern, actions) = spec.raw();
         // SAFETY: as in flow_validate; the driver copies what it keeps.
@@ -221,6 +264,7 @@ fn flow_error(
 
 /// The C structures of one rule, owned together so every pointer stays valid.
 struct Spec {
+    group: u32,
     priority: u32,
     ip: Option<IpSpec>,
     l4: Option<L4Spec>,
@@ -243,8 +287,18 @@ enum ActionSpec {
         conf: dpdk_sys::rte_flow_action_rss,
         /// `conf.queue` points here.
         _queues: Box<[u16]>,
+        /// `conf.key` points here, when set.
+        _key: Option<Box<[u8; crate::RSS_KEY_LEN]>>,
     },
     Drop,
+    Jump(dpdk_sys::rte_flow_action_jump),
+    Sample {
+        /// `sample.actions` points into `sub`, and `sub[0].conf` to `sample_queue`.
+        sample: dpdk_sys::rte_flow_action_sample,
+        _sub: Box<[dpdk_sys::rte_flow_action; 2]>,
+        _sample_queue: Box<dpdk_sys::rte_flow_action_queue>,
+        queue: dpdk_sys::rte_flow_action_queue,
+    },
 }
 
 impl Spec {
@@ -278,7 +332,14 @@ impl Spec {
                 queue_ok(*q)?;
                 ActionSpec::Queue(dpdk_sys::rte_flow_action_queue { index: *q })
             }
-            FlowAction::Rss(queues) => {
+            FlowAction::Rss(_) | FlowAction::RssKeyed { .. } => {
+                let (queues, key, types) = match &rule.action {
+                    FlowAction::RssKeyed { queues, key, types } => {
+                        (queues, Some(Box::new(*key)), types.bits())
+                    }
+                    FlowAction::Rss(queues) => (queues, None, 0),
+                    _ => unreachable!("matched above"),
+                };
                 if queues.is_empty() {
                     return Err(Error::InvalidArgument("RSS action with no queues".into()));
                 }
@@ -288,6 +349,9 @@ impl Spec {
                 let queues: Box<[u16]> = queues.clone().into_boxed_slice();
                 let rss = dpdk_sys::rte_flow_action_rss {
                     func: dpdk_sys::RTE_ETH_HASH_FUNCTION_DEFAULT,
+                    types,
+                    key_len: key.as_ref().map_or(0, |k| k.len() as u32),
+                    key: key.as_ref().map_or(std::ptr::null(), |k| k.as_ptr()),
                     queue_num: queues.len() as u32,
                     queue: queues.as_ptr(),
                     ..Default::default()
@@ -295,11 +359,55 @@ impl Spec {
                 ActionSpec::Rss {
                     conf: rss,
                     _queues: queues,
+                    _key: key,
                 }
             }
             FlowAction::Drop => ActionSpec::Drop,
+            FlowAction::Jump(group) => {
+                if *group <= rule.group {
+                    return Err(Error::InvalidArgument(format!(
+                        "a rule in group {} may only jump to a higher group, not {group}",
+                        rule.group
+                    )));
+                }
+                ActionSpec::Jump(dpdk_sys::rte_flow_action_jump { group: *group })
+            }
+            FlowAction::SampleThenQueue {
+                queue,
+                ratio,
+                sample_queue,
+            } => {
+                queue_ok(*queue)?;
+                queue_ok(*sample_queue)?;
+                if *ratio == 0 {
+                    return Err(Error::InvalidArgument("a sample ratio of 0".into()));
+                }
+                let sq = Box::new(dpdk_sys::rte_flow_action_queue {
+                    index: *sample_queue,
+                });
+                let sub = Box::new([
+                    dpdk_sys::rte_flow_action {
+                        type_: dpdk_sys::RTE_FLOW_ACTION_TYPE_QUEUE,
+                        conf: (&*sq as *const dpdk_sys::rte_flow_action_queue).cast(),
+                    },
+                    dpdk_sys::rte_flow_action {
+                        type_: dpdk_sys::RTE_FLOW_ACTION_TYPE_END,
+                        conf: std::ptr::null(),
+                    },
+                ]);
+                ActionSpec::Sample {
+                    sample: dpdk_sys::rte_flow_action_sample {
+                        ratio: *ratio,
+                        actions: sub.as_ptr(),
+                    },
+                    _sub: sub,
+                    _sample_queue: sq,
+                    queue: dpdk_sys::rte_flow_action_queue { index: *queue },
+                }
+            }
         };
         Ok(Self {
+            group: rule.group,
             priority: rule.priority,
             ip,
             l4,
@@ -316,6 +424,7 @@ impl Spec {
         Vec<dpdk_sys::rte_flow_action>,
     ) {
         let mut attr = dpdk_sys::rte_flow_attr {
+            group: self.group,
             priority: self.priority,
             ..Default::default()
         };
@@ -352,11 +461,23 @@ impl Spec {
                 (rss as *const dpdk_sys::rte_flow_action_rss).cast(),
             ),
             ActionSpec::Drop => action(dpdk_sys::RTE_FLOW_ACTION_TYPE_DROP, std::ptr::null()),
+            ActionSpec::Sample { sample, .. } => action(
+                dpdk_sys::RTE_FLOW_ACTION_TYPE_SAMPLE,
+                (sample as *const dpdk_sys::rte_flow_action_sample).cast(),
+            ),
+            ActionSpec::Jump(jump) => action(
+                dpdk_sys::RTE_FLOW_ACTION_TYPE_JUMP,
+                (jump as *const dpdk_sys::rte_flow_action_jump).cast(),
+            ),
         };
-        let actions = vec![
-            first,
-            action(dpdk_sys::RTE_FLOW_ACTION_TYPE_END, std::ptr::null()),
-        ];
+        let mut actions = vec![first];
+        if let ActionSpec::Sample { queue, .. } = &self.action {
+            actions.push(action(
+                dpdk_sys::RTE_FLOW_ACTION_TYPE_QUEUE,
+                (queue as *const dpdk_sys::rte_flow_action_queue).cast(),
+            ));
+        }
+        actions.push(action(dpdk_sys::RTE_FLOW_ACTION_TYPE_END, std::ptr::null()));
         (attr, pattern, actions)
     }
 }

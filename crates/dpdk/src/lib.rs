@@ -8,6 +8,8 @@
 //! - [`Port`], [`RxQueue`], [`TxQueue`]: port set-up with offloads intersected with what the device
 //!   can do; a `tx_burst` that hands unsent mbufs back to the caller.
 //! - [`FlowRule`]: `rte_flow` steering rules (queue, RSS over a queue subset, drop).
+//! - [`HairpinCapability`], [`PortBuilder::hairpin_queues`]: NIC-side forwarding queues
+//!   (SIGCOMM'26 §4.4); [`PortBuilder::header_split`]: header-only DMA (§4.2).
 //! - `testing` (cargo feature `testing`, for tests and labs only): one EAL per test process, vdevs
 //!   on demand, and the mempool leak check. Product builds do not compile it.
 //!
@@ -19,6 +21,7 @@ mod eal;
 mod error;
 mod flow;
 pub mod gro;
+mod hairpin;
 mod lcore;
 mod mbuf;
 mod mempool;
@@ -32,6 +35,7 @@ pub use eal::{Eal, EalBuilder, PortId};
 pub use error::{Errno, Error, Result};
 pub use flow::{Flow, FlowAction, FlowRule, IpMatch, L4Match, L4Proto};
 pub use gro::GroContext;
+pub use hairpin::{hairpin_capability, HairpinCapability, HairpinPeer};
 pub use lcore::{current_lcore, LcoreId, LcoreRegistration};
 pub use mbuf::{Mbuf, MbufChain, Segments};
 pub use mempool::Mempool;

@@ -1,7 +1,7 @@
 //! Ethernet ports and their queues.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::af_packet;
@@ -26,6 +26,9 @@ bitflags::bitflags! {
         const SCATTER = dpdk_sys::RTE_ETH_RX_OFFLOAD_SCATTER as u64;
         /// The RSS hash is delivered in the mbuf.
         const RSS_HASH = dpdk_sys::RTE_ETH_RX_OFFLOAD_RSS_HASH as u64;
+        /// Each frame is split over two buffers from two pools: header-only DMA (SIGCOMM'26
+        /// §4.2). Requested with [`PortBuilder::header_split`], never through `rx_offloads`.
+        const BUFFER_SPLIT = dpdk_sys::RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT as u64;
     }
 }
 
@@ -271,6 +274,9 @@ pub struct PortBuilder {
     promiscuous: bool,
     rx_offloads: RxOffloads,
     tx_offloads: TxOffloads,
+    hairpin_queues: u16,
+    hairpin_peer: Option<crate::HairpinPeer>,
+    header_split: Option<(u16, Arc<Mempool>)>,
 }
 
 impl PortBuilder {
@@ -289,7 +295,36 @@ impl PortBuilder {
             promiscuous: true,
             rx_offloads: RxOffloads::empty(),
             tx_offloads: TxOffloads::empty(),
+            hairpin_queues: 0,
+            hairpin_peer: None,
+            header_split: None,
         }
+    }
+
+    /// Also sets up `n` hairpin queue pairs (SIGCOMM'26 §4.4), after the ordinary queues: RX
+    /// hairpin queue `rx_queues + i` forwards to TX queue `tx_queues + i` in the NIC.
+    /// [`PortBuilder::start`] fails with [`Error::HairpinUnsupported`] when the device has
+    /// none (every vdev), before configuring anything.
+    pub fn hairpin_queues(mut self, n: u16) -> Self {
+        self.hairpin_queues = n;
+        self
+    }
+
+    /// Makes the hairpin queues forward to another port (a gateway between two ports: what
+    /// arrives on one leaves by the other) instead of back out of this one. The queues are then
+    /// bound manually once both ports run: [`Port::hairpin_bind`].
+    pub fn hairpin_peer(mut self, peer: crate::HairpinPeer) -> Self {
+        self.hairpin_peer = Some(peer);
+        self
+    }
+
+    /// Header-only DMA (SIGCOMM'26 §4.2, `RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT`): the first
+    /// `header_len` bytes of each frame land in an mbuf of `header_pool`, the rest in one of the
+    /// RX pool, chained. [`PortBuilder::start`] fails with [`Error::OffloadUnsupported`] when the
+    /// device does not offer buffer split (every vdev): it is never emulated by copying.
+    pub fn header_split(mut self, header_len: u16, header_pool: Arc<Mempool>) -> Self {
+        self.header_split = Some((header_len, header_pool));
+        self
     }
 
     /// Number of RX queues.
@@ -359,6 +394,36 @@ impl PortBuilder {
             errno: Errno::from_ret(ret),
         };
         let config_error = |what: String| Error::PortConfig { port, what };
+        // Refusals that depend only on the device come first, so nothing is configured.
+        let hairpin = if self.hairpin_queues > 0 {
+            let cap = crate::hairpin::capability(port, &info.driver)?;
+            if self.hairpin_queues > cap.max_queues {
+                return Err(Error::HairpinUnsupported {
+                    port,
+                    driver: info.driver.clone(),
+                    reason: format!(
+                        "{} hairpin queues asked, the device has {}",
+                        self.hairpin_queues, cap.max_queues
+                    ),
+                });
+            }
+            Some(cap)
+        } else {
+            None
+        };
+        if let Some((header_len, _)) = &self.header_split {
+            if !info.rx_offloads.contains(RxOffloads::BUFFER_SPLIT) {
+                return Err(Error::OffloadUnsupported {
+                    port,
+                    driver: info.driver.clone(),
+                    offload: "RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT (header-only DMA)",
+                });
+            }
+            if *header_len == 0 {
+                return Err(config_error("header split with a 0-byte header".into()));
+            }
+        }
+        let (ring_rx, ring_tx) = (self.rx_queues, self.tx_queues);
         if self.rx_queues == 0 || self.rx_queues > info.max_rx_queues {
             return Err(config_error(format!(
                 "{} RX queues asked, the device allows 1..={}",
@@ -382,7 +447,10 @@ impl PortBuilder {
             })?;
         }
 
-        let rx_granted = info.rx_offloads & self.rx_offloads;
+        let mut rx_granted = info.rx_offloads & self.rx_offloads & !RxOffloads::BUFFER_SPLIT;
+        if self.header_split.is_some() {
+            rx_granted |= RxOffloads::BUFFER_SPLIT | (info.rx_offloads & RxOffloads::SCATTER);
+        }
         let tx_granted = info.tx_offloads & self.tx_offloads;
         let rss = info.rss & self.rss;
         let mut conf = dpdk_sys::rte_eth_conf::default();
@@ -404,8 +472,14 @@ impl PortBuilder {
         }
         let driver = info.driver.clone();
         // SAFETY: valid port id (dev_info succeeded) and a fully initialised conf.
-        let ret =
-            unsafe { dpdk_sys::rte_eth_dev_configure(port, self.rx_queues, self.tx_queues, &conf) };
+        let ret = unsafe {
+            dpdk_sys::rte_eth_dev_configure(
+                port,
+                ring_rx + self.hairpin_queues,
+                ring_tx + self.hairpin_queues,
+                &conf,
+            )
+        };
         if ret < 0 {
             return Err(fail("rte_eth_dev_configure", ret));
         }
@@ -429,6 +503,9 @@ impl PortBuilder {
                 .then(|| (info.if_index, AtomicU64::new(0))),
             driver: info.driver,
             mtu_set: AtomicBool::new(false),
+            hairpin_rx: ring_rx..ring_rx + self.hairpin_queues,
+            hairpin_bound: AtomicU32::new(0),
+            _header_pool: self.header_split.as_ref().map(|(_, p)| p.clone()),
             _pool: pool.clone(),
             _eal: self.eal.inner.clone(),
         });
@@ -444,19 +521,37 @@ impl PortBuilder {
         }
         // SAFETY: reads the NUMA socket of a valid port.
         let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(port) }.max(0) as u32;
-        for q in 0..self.rx_queues {
-            // SAFETY: configured port, q < rx_queues, a live pool that the port keeps alive
-            // (PortShared holds the Arc); NULL rxconf means the driver's defaults.
-            let ret = unsafe {
-                dpdk_sys::rte_eth_rx_queue_setup(
-                    port,
-                    q,
-                    rx_desc,
-                    socket,
-                    std::ptr::null(),
-                    pool.as_ptr(),
-                )
+        // Header split: segment 0 (the header) from the header pool, the rest from `pool`; the
+        // mempool argument is then NULL, as rte_eth_rx_queue_setup requires.
+        let mut segments = self.header_split.as_ref().map(|(len, header_pool)| {
+            let mut seg = [dpdk_sys::rte_eth_rxseg::default(); 2];
+            seg[0].split = dpdk_sys::rte_eth_rxseg_split {
+                mp: header_pool.as_ptr(),
+                length: *len,
+                ..Default::default()
             };
+            seg[1].split = dpdk_sys::rte_eth_rxseg_split {
+                mp: pool.as_ptr(),
+                ..Default::default()
+            };
+            seg
+        });
+        for q in 0..self.rx_queues {
+            let mut rxconf = dpdk_sys::rte_eth_rxconf::default();
+            let (conf_ptr, mp) = match segments.as_mut() {
+                Some(seg) => {
+                    rxconf.offloads = rx_granted.bits();
+                    rxconf.rx_nseg = 2;
+                    rxconf.rx_seg = seg.as_mut_ptr();
+                    (&rxconf as *const _, std::ptr::null_mut())
+                }
+                None => (std::ptr::null(), pool.as_ptr()),
+            };
+            // SAFETY: configured port, q < rx_queues, live pools that the port keeps alive
+            // (PortShared holds their Arcs); NULL rxconf means the driver's defaults, else
+            // `rxconf` and the segments it points to outlive the call (DPDK copies them).
+            let ret =
+                unsafe { dpdk_sys::rte_eth_rx_queue_setup(port, q, rx_desc, socket, conf_ptr, mp) };
             if ret < 0 {
                 return Err(fail("rte_eth_rx_queue_setup", ret));
             }
@@ -470,6 +565,16 @@ impl PortBuilder {
             if ret < 0 {
                 return Err(fail("rte_eth_tx_queue_setup", ret));
             }
+        }
+        if let Some(cap) = &hairpin {
+            crate::hairpin::setup_queues(
+                port,
+                &driver,
+                (ring_rx, ring_tx),
+                self.hairpin_queues,
+                cap,
+                self.hairpin_peer,
+            )?;
         }
         // SAFETY: all queues are set up.
         let ret = unsafe { dpdk_sys::rte_eth_dev_start(port) };
@@ -564,6 +669,13 @@ pub(crate) struct PortShared {
     driver: String,
     /// Serialises MTU changes on a started port (they are control-path calls).
     mtu_set: AtomicBool,
+    /// RX hairpin queue indices (after the ordinary queues), targets for flow rules only.
+    pub(crate) hairpin_rx: std::ops::Range<u16>,
+    /// The port this one's hairpin TX queues were bound to ([`Port::hairpin_bind`]), plus one
+    /// (0: none); unbound before the port stops.
+    pub(crate) hairpin_bound: AtomicU32,
+    /// The header pool of a header-split port, kept alive as long as its queues.
+    _header_pool: Option<Arc<Mempool>>,
     /// `net_af_packet`: the interface index, and the kernel ring drops read so far (reading them
     /// clears the kernel's count; see [`crate::af_packet`]).
     ring_drops: Option<(u32, AtomicU64)>,
@@ -594,6 +706,12 @@ impl Drop for PortShared {
                     break;
                 }
             }
+        }
+        let bound = self.hairpin_bound.load(Ordering::Acquire);
+        if bound > 0 {
+            // SAFETY: this port's hairpin TX queues were bound to that port, which is valid
+            // until closed; unbinding a port already closed only returns an error.
+            unsafe { dpdk_sys::rte_eth_hairpin_unbind(self.id.0, (bound - 1) as u16) };
         }
         // SAFETY: no queue handle remains, so nobody is in rx/tx_burst; stop then close releases
         // the port and the mbufs its descriptor rings hold.
@@ -777,6 +895,53 @@ impl Port {
         result
     }
 
+    /// Spreads the port's own RSS (what no flow rule steers) over `queues` only, by rewriting
+    /// its redirection table round-robin (`rte_eth_dev_rss_reta_update`). PXIO keeps a queue
+    /// that only flow rules fill (the hairpin sample) out of RSS this way.
+    pub fn set_rss_queues(&self, queues: &[u16]) -> Result<()> {
+        let port = self.id().0;
+        if queues.is_empty() {
+            return Err(Error::InvalidArgument("an RSS table with no queues".into()));
+        }
+        if let Some(&q) = queues.iter().find(|&&q| q >= self.rx_queue_count()) {
+            return Err(Error::QueueOutOfRange {
+                port,
+                kind: "rx",
+                index: q,
+                count: self.rx_queue_count(),
+            });
+        }
+        let size = dev_info_raw(self.id())?.reta_size;
+        if size == 0 {
+            return Err(Error::Port {
+                port,
+                op: "rte_eth_dev_rss_reta_update",
+                errno: Errno(libc::ENOTSUP),
+            });
+        }
+        let group = dpdk_sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+        let mut table: Vec<dpdk_sys::rte_eth_rss_reta_entry64> = (0..usize::from(size)
+            .div_ceil(group))
+            .map(|_| dpdk_sys::rte_eth_rss_reta_entry64 {
+                mask: u64::MAX,
+                reta: [0; 64],
+            })
+            .collect();
+        for i in 0..usize::from(size) {
+            table[i / group].reta[i % group] = queues[i % queues.len()];
+        }
+        // SAFETY: a started port; `table` holds `size` entries (whole groups of 64).
+        let ret = unsafe { dpdk_sys::rte_eth_dev_rss_reta_update(port, table.as_mut_ptr(), size) };
+        if ret < 0 {
+            return Err(Error::Port {
+                port,
+                op: "rte_eth_dev_rss_reta_update",
+                errno: Errno::from_ret(ret),
+            });
+        }
+        Ok(())
+    }
+
     /// The port's MAC address.
     pub fn mac(&self) -> Result<[u8; 6]> {
         let mut addr = dpdk_sys::rte_ether_addr::default();
@@ -876,8 +1041,15 @@ impl RxQueue {
     /// Receives into the free slots of `burst`; returns how many arrived.
     #[inline]
     pub fn rx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> usize {
+        self.rx_burst_up_to(burst, usize::MAX)
+    }
+
+    /// Receives at most `max` packets into the free slots of `burst`; returns how many arrived
+    /// (a unified RX over several queues bounds each queue's share).
+    #[inline]
+    pub fn rx_burst_up_to<const N: usize>(&mut self, burst: &mut Burst<N>, max: usize) -> usize {
         let (ptr, spare) = burst.spare_raw();
-        let want = spare.min(usize::from(u16::MAX)) as u16;
+        let want = spare.min(max).min(usize::from(u16::MAX)) as u16;
         // SAFETY: we own this queue (one handle per queue, !Sync), the port is started, and
         // `ptr` has `want` writable slots; DPDK writes `n` owned mbufs there.
         let n = unsafe { dpdk_sys::px_eth_rx_burst(self.port.id.0, self.queue, ptr, want) };

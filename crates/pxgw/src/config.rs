@@ -17,6 +17,9 @@ pub struct Config {
     /// Worker cores.
     #[serde(default)]
     pub workers: Workers,
+    /// RX queues: how many per worker, dynamic scaling, hairpin opt-in, header-only DMA.
+    #[serde(default)]
+    pub queues: Queues,
     /// TCP merging (inbound).
     #[serde(default)]
     pub merge: Merge,
@@ -208,6 +211,52 @@ impl Default for Workers {
             count: 1,
             cores: None,
             pool_size: 32767,
+        }
+    }
+}
+
+/// RX queues and the NIC features around them (SIGCOMM'26 §4.2-§4.4; `pxio::rxq`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Queues {
+    /// RX queues each worker owns on each port (the maximum, allocated at start). With more
+    /// than one, a worker polls them through one unified receive.
+    pub per_worker: u16,
+    /// Dynamic RX queue scaling (§4.3): rules steer traffic to subsets of 2/8/32/128 queues or
+    /// to all, following the active-flow count. Needs `rte_flow` RSS rules: where the driver
+    /// refuses them, every queue stays active and pxgw says so.
+    pub scaling: bool,
+    /// The active-flow averaging window, milliseconds.
+    pub window_ms: u64,
+    /// Hairpin opt-in (§4.4), inbound: flows from outside stay on the NIC (its hairpin queue
+    /// forwards them to the internal port) unless chosen. Outbound traffic always goes to the
+    /// CPU (it is split to the path MTU). Where the devices have no hairpin queues, pxgw says
+    /// so at start and every flow goes to the CPU.
+    pub hairpin: bool,
+    /// With hairpin: one packet in `sample_ratio` of the flows left on the NIC is copied to the
+    /// host, where heavy hitters are found and opted in.
+    pub sample_ratio: u32,
+    /// With hairpin: a flow above this rate (megabits per second, from the sample) is opted in
+    /// to the merging workers.
+    pub heavy_hitter_mbps: u64,
+    /// Header-only DMA (§4.2, buffer split): refused at start on a device without
+    /// `RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT`, never emulated.
+    pub header_split: bool,
+    /// Bytes of each frame DMA'd to the header buffer with `header_split`.
+    pub header_bytes: u16,
+}
+
+impl Default for Queues {
+    fn default() -> Self {
+        Self {
+            per_worker: 1,
+            scaling: false,
+            window_ms: 1000,
+            hairpin: false,
+            sample_ratio: 64,
+            heavy_hitter_mbps: 100,
+            header_split: false,
+            header_bytes: 128,
         }
     }
 }
@@ -547,6 +596,27 @@ impl Config {
 
     /// Checks every value.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let q = &self.queues;
+        let most = 1024 / self.workers.count.max(1);
+        if q.per_worker == 0 || q.per_worker > most {
+            return Err(invalid(
+                "queues.per_worker",
+                q.per_worker,
+                &format!(
+                    "1..={most} ({} workers, at most 1024 RX queues)",
+                    self.workers.count
+                ),
+            ));
+        }
+        if !(10..=60_000).contains(&q.window_ms) {
+            return Err(invalid("queues.window_ms", q.window_ms, "10..=60000"));
+        }
+        if q.sample_ratio == 0 {
+            return Err(invalid("queues.sample_ratio", q.sample_ratio, "at least 1"));
+        }
+        if !(64..=1024).contains(&q.header_bytes) {
+            return Err(invalid("queues.header_bytes", q.header_bytes, "64..=1024"));
+        }
         for (name, port) in [
             ("external", &self.ports.external),
             ("internal", &self.ports.internal),
@@ -640,10 +710,14 @@ impl Config {
         }
         // Every RX descriptor holds an mbuf, and a full TX ring holds one per descriptor until
         // the driver frees it; the rest is what workers hold (bursts, merge items, caravans).
+        // RX: `queues.per_worker` queues per worker and port.
         let rings = u32::from(self.workers.count)
             * [&self.ports.external, &self.ports.internal]
                 .iter()
-                .map(|p| u32::from(p.rx_descriptors) + u32::from(p.tx_descriptors))
+                .map(|p| {
+                    u32::from(self.queues.per_worker) * u32::from(p.rx_descriptors)
+                        + u32::from(p.tx_descriptors)
+                })
                 .sum::<u32>();
         let pool_min = rings + 4096;
         if self.workers.pool_size < pool_min {

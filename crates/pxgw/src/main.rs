@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dpdk::{DeviceInfo, Eal, EalBuilder, Mempool, Port, RssHash, TxOffloads};
+use dpdk::{DeviceInfo, Eal, EalBuilder, HairpinPeer, Mempool, Port, PortId, RssHash, TxOffloads};
 use pxgw::config::{is_pci, parse_mac, Backing, Config, Mode};
 use pxgw::metrics::{self, Metrics};
 use pxgw::pipeline::Pipeline;
@@ -207,8 +207,56 @@ fn open(cfg: &Config) -> Result<Gateway> {
     .context("creating the packet pool")?;
     let headers =
         Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
-    let (ext, ext_plan) = open_port(&eal, &pool, cfg, 0)?;
-    let (int, int_plan) = open_port(&eal, &pool, cfg, 1)?;
+    // Hairpin queues only when both ports have them: what the external port leaves on the NIC
+    // leaves by the internal one (an RX hairpin queue outside, a TX hairpin queue inside; each
+    // port gets a pair, the unused halves stay idle). Otherwise every flow goes to the CPU
+    // (reported when the rule manager starts).
+    let ids: Vec<Option<PortId>> = ports::ports(cfg)
+        .iter()
+        .map(|(_, pc, _)| eal.port_by_name(device_name(&pc.device)).ok())
+        .collect();
+    let hairpin = match (cfg.queues.hairpin, ids[0], ids[1]) {
+        (true, Some(e), Some(i)) => {
+            let caps = [e, i].map(|id| dpdk::hairpin_capability(&eal, id));
+            for (c, name) in caps.iter().zip(["external", "internal"]) {
+                if let Err(e) = c {
+                    tracing::debug!("ports.{name}: {e}");
+                }
+            }
+            caps.iter().all(Result::is_ok).then_some((e, i))
+        }
+        _ => None,
+    };
+    let n = pxgw::queues::rx_queue_count(cfg);
+    let peer = |port, sample_queue: bool| HairpinPeer {
+        port,
+        rx_base: n + u16::from(sample_queue),
+        tx_base: n,
+    };
+    let (ext, ext_plan) = open_port(
+        &eal,
+        &pool,
+        &headers,
+        cfg,
+        0,
+        hairpin.map(|(_, i)| peer(i, false)),
+    )?;
+    let (int, int_plan) = open_port(
+        &eal,
+        &pool,
+        &headers,
+        cfg,
+        1,
+        hairpin.map(|(e, _)| peer(e, true)),
+    )?;
+    if hairpin.is_some() {
+        // Only flow rules fill the sample queue: the port's own RSS leaves it out, so no frame
+        // lands where no worker reads it, whatever happens to the rules.
+        ext.set_rss_queues(&(0..n).collect::<Vec<_>>())
+            .context("ports.external: keeping the hairpin sample queue out of RSS")?;
+        // What the external port hairpins leaves by the internal one.
+        int.hairpin_bind(&ext).context("ports.internal: hairpin")?;
+    }
     Ok(Gateway {
         eal,
         pool,
@@ -224,8 +272,10 @@ fn open(cfg: &Config) -> Result<Gateway> {
 fn open_port(
     eal: &Eal,
     pool: &Arc<Mempool>,
+    headers: &Arc<Mempool>,
     cfg: &Config,
     which: usize,
+    hairpin_peer: Option<HairpinPeer>,
 ) -> Result<(Port, PortPlan)> {
     let (name, pc, mtu) = ports::ports(cfg)[which];
     let device = device_name(&pc.device);
@@ -253,10 +303,11 @@ fn open_port(
             info.driver
         ),
     };
-    let queues = cfg.workers.count;
     let mut builder = Port::builder(eal, id)
-        .rx_queues(queues)
-        .tx_queues(queues)
+        .rx_queues(pxgw::queues::rx_queue_count(cfg))
+        // As many TX queues as RX queues (net_tap requires it); workers use the first
+        // `workers.count`, the others stay empty.
+        .tx_queues(pxgw::queues::rx_queue_count(cfg))
         .descriptors(pc.rx_descriptors, pc.tx_descriptors)
         .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
         // Both directions of a connection on one worker (pxgw::worker docs).
@@ -269,6 +320,18 @@ fn open_port(
         );
     if apply_mtu {
         builder = builder.mtu(mtu);
+    }
+    if cfg.queues.header_split {
+        // Refused by start() on a device without buffer split: never emulated.
+        builder = builder.header_split(cfg.queues.header_bytes, headers.clone());
+    }
+    if let Some(peer) = hairpin_peer {
+        // One hairpin queue pair, peered with the other port's; outside, one more RX queue: the
+        // sample the heavy-hitter monitor reads (pxgw::queues).
+        builder = builder
+            .hairpin_queues(1)
+            .hairpin_peer(peer)
+            .rx_queues(pxgw::queues::rx_queue_count(cfg) + u16::from(which == 0));
     }
     let port = builder.start(pool).map_err(|e| match e {
         dpdk::Error::Mtu { .. } => anyhow!("ports.{name}: {e}"),
@@ -421,16 +484,19 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     let clock = TscClock::new(&eal);
     let mut snapshots = Vec::new();
     let mut handles = Vec::new();
+    let (mut rxq, worker_rx) = pxgw::queues::start(cfg, &ext, &int)?;
+    let mut worker_rx = worker_rx.into_iter();
     for i in 0..queues {
+        let (ext_rx, int_rx) = worker_rx.next().context("one receive side per worker")?;
         let (report, snapshot) = metrics::channel();
         snapshots.push(snapshot);
         let worker = Worker {
             eal: eal.clone(),
             id: usize::from(i),
             core: cores.get(usize::from(i)).copied(),
-            ext_rx: ext.rx_queue(i)?,
+            ext_rx,
             ext_tx: ext.tx_queue(i)?,
-            int_rx: int.rx_queue(i)?,
+            int_rx,
             int_tx: int.tx_queue(i)?,
             pipeline: Pipeline::new(cfg, headers.clone(), headers.clone(), offloads)?,
             clock,
@@ -465,7 +531,23 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         tracing::warn!(error = %e, "cannot register the /pxgw/stats telemetry command");
     }
 
+    // RX queue scaling over time ([queues]): what the scaler runs and what its policy wants.
+    let rxq_active = metrics.gauge(
+        "pxgw_rx_queues_active",
+        "RX queues per port in the active configuration (RX queue scaling).",
+    );
+    let rxq_advised = metrics.gauge(
+        "pxgw_rx_queues_advised",
+        "RX queues per port the scaling policy wants (differs from active when scaling cannot act).",
+    );
+    let publish_rxq = |rxq: &pxgw::queues::QueueControl| {
+        rxq_active.store(u64::from(rxq.active_queues()), Ordering::Relaxed);
+        rxq_advised.store(u64::from(rxq.advised_queues()), Ordering::Relaxed);
+    };
+    publish_rxq(&rxq);
+
     let started = Instant::now();
+    rxq.sample(0.0);
     let interval = Duration::from_secs_f64(cfg.stats.interval_s.max(0.05));
     // The ports' counters for the metrics endpoint: fresh enough for a scrape, cheap to read.
     let port_interval = Duration::from_millis(500).min(interval);
@@ -484,25 +566,28 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         }
         if last_ports.elapsed() >= port_interval {
             metrics.set_ports(sample_ports(cfg, &ext, &int));
+            publish_rxq(&rxq);
             last_ports = Instant::now();
         }
         if cfg.stats.interval_s > 0.0 && last.elapsed() >= interval {
             let now = metrics.total();
             let now_ports = sample_ports(cfg, &ext, &int);
+            rxq.sample(started.elapsed().as_secs_f64());
             // The header again every 20 rows, so a scrolled terminal still names the columns.
             if rows.is_multiple_of(20) {
                 tracing::info!("{}", Report::header());
             }
             rows += 1;
             tracing::info!(
-                "{}",
+                "{}{}",
                 now.row(
                     &prev,
                     last.elapsed().as_secs_f64(),
                     started.elapsed().as_secs_f64(),
                     &now_ports,
                     &prev_ports
-                )
+                ),
+                rxq.line()
             );
             prev = now;
             prev_ports = now_ports;
@@ -516,6 +601,8 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    rxq.sample(seconds);
+    rxq.stop();
     let fin = metrics.total();
     let fin_ports = sample_ports(cfg, &ext, &int);
     // The endpoint shows the final counters until pxgw exits.
@@ -527,6 +614,7 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     if let Some(path) = &args.stats_json {
         let mut json = fin.to_json(seconds, leaked, &fin_ports);
         json["workers"] = Report::workers_json(&metrics.reports());
+        json["rxq"] = rxq.to_json();
         let json = serde_json::to_string_pretty(&json)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }

@@ -28,11 +28,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dpdk::{tx_flags, Burst, Eal, LcoreRegistration, Mbuf, Mempool, RxQueue, TxQueue};
+use dpdk::{tx_flags, Burst, Eal, LcoreRegistration, Mbuf, Mempool, TxQueue};
 use pxio::{Clock, PacketBuf, TscClock};
 
 use crate::metrics::Publisher;
 use crate::pipeline::Pipeline;
+use crate::queues::WorkerRx;
 
 /// RX burst size.
 const BURST: usize = 32;
@@ -51,12 +52,12 @@ pub struct Worker {
     pub id: usize,
     /// Core to pin to.
     pub core: Option<usize>,
-    /// Outside port, receive.
-    pub ext_rx: RxQueue,
+    /// Outside port, receive (one queue, or several through a unified receive).
+    pub ext_rx: WorkerRx,
     /// Outside port, transmit.
     pub ext_tx: TxQueue,
     /// Inside port, receive.
-    pub int_rx: RxQueue,
+    pub int_rx: WorkerRx,
     /// Inside port, transmit.
     pub int_tx: TxQueue,
     /// The processing state.
@@ -130,6 +131,20 @@ impl Worker {
             }
         }
         let now = self.clock.now_ns();
+        // What a unified receive read from the NIC but had not handed out yet is processed too.
+        while self.ext_rx.holding() || self.int_rx.holding() {
+            if self.ext_rx.holding() && self.ext_rx.rx_burst(&mut rx) > 0 {
+                for m in rx.drain() {
+                    self.pipeline.inbound(m, now, &mut to_int);
+                }
+                self.pipeline.end_of_burst(now, &mut to_int);
+            }
+            if self.int_rx.holding() && self.int_rx.rx_burst(&mut rx) > 0 {
+                for m in rx.drain() {
+                    self.pipeline.outbound(m, now, &mut to_ext);
+                }
+            }
+        }
         self.pipeline.flush(now, &mut to_int);
         self.send(&mut to_int, true);
         self.send(&mut to_ext, false);

@@ -72,6 +72,7 @@ pub mod checksum;
 pub mod clock;
 pub mod merge;
 pub mod nf;
+pub mod rxq;
 pub mod split;
 pub mod toeplitz;
 pub mod wire;

@@ -32,6 +32,7 @@ use std::net::IpAddr;
 use crate::buf::PacketBuf;
 use crate::clock::Clock;
 use crate::merge::{ConfigError, MergeConfig, MergeStats, Merger};
+use crate::rxq::{RxRing, UnifiedRx};
 use crate::split::{split_tcp, SplitError, SplitOffloads};
 use crate::toeplitz::Toeplitz;
 use crate::wire::{self, Class, FlowKey, Headers};
@@ -513,6 +514,21 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
             let meta = self.meta_of(&pkt);
             RxPacket { pkt, meta }
         }));
+    }
+
+    /// The unified RX of §4.3 (`px_eth_rx_burst`) over a worker's share of a port's queues
+    /// ([`UnifiedRx`], which follows the active queue configuration): reads them into `scratch`,
+    /// merges, and appends the result to `out`. Returns how many packets were read. `scratch` is
+    /// emptied again, so once it has grown nothing is allocated.
+    pub fn rx_unified<R: RxRing<Pkt = B>>(
+        &mut self,
+        queues: &mut UnifiedRx<R>,
+        scratch: &mut Vec<B>,
+        out: &mut Vec<B>,
+    ) -> usize {
+        let n = queues.rx_burst(scratch);
+        self.rx(scratch.drain(..), out);
+        n
     }
 
     /// Releases delayed items whose window has passed. Call it when a poll loop finds no

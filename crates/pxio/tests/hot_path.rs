@@ -93,3 +93,60 @@ fn merging_real_mbufs_allocates_nothing() {
     assert_no_leaks(&rx);
     assert_no_leaks(&headers);
 }
+
+/// A ring that hands out packets made beforehand, so only the unified receive itself can
+/// allocate.
+struct Prepared(Vec<pxio::HeapBuf>);
+
+impl pxio::rxq::RxRing for Prepared {
+    type Pkt = pxio::HeapBuf;
+    fn rx_into(&mut self, out: &mut Vec<pxio::HeapBuf>, max: usize) -> usize {
+        let n = self.0.len().min(max);
+        let at = self.0.len() - n;
+        out.extend(self.0.drain(at..));
+        n
+    }
+}
+
+#[test]
+fn the_unified_receive_allocates_nothing() {
+    use pxio::rxq::{ActiveConfig, ActiveFlowGauge, QueueLayout, UnifiedRx};
+    use std::sync::Arc;
+    let layout = QueueLayout::new(8, 2).unwrap();
+    let heap = pxio::HeapPool::new(64);
+    let rings: Vec<Prepared> = (0..4u32)
+        .map(|q| {
+            Prepared(
+                (0..64u32)
+                    .map(|i| {
+                        pxio::rxq::sim::flow_frame(&heap, q * 100 + i % 20, i % 2 == 0, i, 100)
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    let config = Arc::new(ActiveConfig::new(8));
+    let gauge = Arc::new(ActiveFlowGauge::default());
+    let mut rx = UnifiedRx::new(&layout, rings, config.clone(), gauge.clone(), 16);
+    let mut out = Vec::with_capacity(4 * 64);
+    let info = allocation_counter::measure(|| {
+        for _ in 0..3 {
+            rx.rx_burst(&mut out);
+        }
+        config.publish(2); // shrink: one queue active, three draining
+        for _ in 0..20 {
+            rx.rx_burst(&mut out);
+        }
+    });
+    assert_eq!(out.len(), 4 * 64, "every prepared packet was read");
+    assert_eq!(
+        rx.stats().polled_queues,
+        1,
+        "the drained queues are no longer polled"
+    );
+    assert!(gauge.take_average() > 1.0, "flows were counted");
+    assert_eq!(
+        info.count_total, 0,
+        "heap allocations in the unified receive"
+    );
+}

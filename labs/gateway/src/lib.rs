@@ -33,6 +33,7 @@
 pub mod accounting;
 pub mod observe;
 pub mod plot;
+pub mod queue_checks;
 pub mod router_checks;
 pub mod wire_checks;
 

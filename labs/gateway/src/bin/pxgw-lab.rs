@@ -362,6 +362,10 @@ fn run(
         let (r, c) = lab::wire_checks::fragment_checks(&pxgw, &fpmtud, &stop)?;
         report["fragments"] = r;
         checks.extend(c);
+        // Issue 15 Part A: several RX queues per worker, queue scaling and hairpin opt-in.
+        let (r, c) = lab::queue_checks::run(&pxgw, sizes.file_bytes, &stop)?;
+        report["queues"] = r;
+        checks.extend(c);
     }
     if let Some(p) = &json_path {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
