@@ -101,10 +101,7 @@ fn run_once(
         }
         let now = burst.time_ns;
         timer.time(|| {
-            for m in rx.drain() {
-                merger.rx(m, now, &mut out);
-            }
-            merger.settle(now, &mut out);
+            merger.rx_burst(rx.drain(), now, &mut out);
         });
         record(&mut ledger, &mut out, now);
     }

@@ -163,6 +163,7 @@ impl<B: PacketBuf> Merger<B> {
                 self.schedule(flow, deadline);
             }
         }
+        self.flush_delay_record();
     }
 
     /// The earliest pending ETM deadline, if any: when a poll loop with nothing to receive
@@ -190,10 +191,15 @@ impl<B: PacketBuf> Merger<B> {
         let e = *self.flows.get(flow);
         let it = &self.items[tail as usize];
         let d = &self.cfg.delay;
+        // A flow whose yield is already high needs no wait (the bypass), except for a tail that
+        // holds the rest of a cut: the flow is mid-stream (its last packet left full), and
+        // flushing the rest now would send a runt where waiting for the next RX burst makes a
+        // full packet (issue 12, packet efficiency). Without this, the bypass itself caps the
+        // yield: a flow above it stops waiting, sends runts, and drops below it again.
         let eligible = d.enabled
             && !it.closed()
             && e.rate >= self.etm.rate_threshold
-            && f64::from(e.yield_avg) <= d.yield_bypass;
+            && (it.carried() || f64::from(e.yield_avg) <= d.yield_bypass);
         if !eligible {
             return self.flush_flow(flow, now, out);
         }

@@ -37,8 +37,8 @@ pub(super) struct Item<B: PacketBuf> {
     pub(super) nb_segs: u16,
     /// PSH/FIN of the last segment.
     pub(super) tail_flags: u8,
-    /// Headers must be rewritten before the packet leaves.
-    pub(super) modified: bool,
+    /// [`marks`] bits: whether its headers must be rewritten, whether it was carried over.
+    pub(super) marks: u8,
     /// TCP window of the segment holding the last byte: the merged packet carries it.
     pub(super) last_window: u16,
     pub(super) sig: MergeSig,
@@ -58,7 +58,7 @@ impl<B: PacketBuf> Item<B> {
             segs: 0,
             nb_segs: 0,
             tail_flags: 0,
-            modified: false,
+            marks: 0,
             last_window: 0,
             payload_sum: Sum::default(),
             arrival_sum: 0,
@@ -73,9 +73,27 @@ impl<B: PacketBuf> Item<B> {
     pub(super) fn end_seq(&self) -> u32 {
         self.seq.wrapping_add(self.payload_len)
     }
+    /// Headers must be rewritten before the packet leaves.
+    pub(super) fn modified(&self) -> bool {
+        self.marks & marks::MODIFIED != 0
+    }
+    /// It began as the rest of a cut segment (see [`marks::CARRIED`]).
+    pub(super) fn carried(&self) -> bool {
+        self.marks & marks::CARRIED != 0
+    }
     pub(super) fn closed(&self) -> bool {
         self.tail_flags & (tcp_flags::PSH | tcp_flags::FIN) != 0
     }
+}
+
+/// [`Item::marks`] bits (one byte, so the append bookkeeping stays in one cache line).
+pub(super) mod marks {
+    /// Headers must be rewritten before the packet leaves.
+    pub(crate) const MODIFIED: u8 = 1;
+    /// The item began as the remainder of a cut segment: the flow's previous packet left
+    /// full, and this one is carried into the next burst rather than sent as a runt (see
+    /// `Merger::settle_flow`).
+    pub(crate) const CARRIED: u8 = 2;
 }
 
 /// Where a mergeable segment's headers lie: its [`Headers`] without the flow key (the flow entry

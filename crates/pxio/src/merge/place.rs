@@ -5,7 +5,7 @@
 //! than copied (§4.2, zero-copy chaining). Chaining never copies payload.
 
 use super::flow_table::NIL;
-use super::item::{Item, MergeSig};
+use super::item::{marks, Item, MergeSig};
 use super::segment::{range_sum, Segment};
 use super::Merger;
 use crate::buf::{PacketBuf, PacketChain};
@@ -205,7 +205,7 @@ impl<B: PacketBuf> Merger<B> {
         it.last_window = seg.window;
         it.segs += 1;
         it.tail_flags = tail_flags & (tcp_flags::PSH | tcp_flags::FIN);
-        it.modified = true;
+        it.marks |= marks::MODIFIED;
         it.arrival_sum += now;
         it.oldest = it.oldest.min(now);
         self.stats.merges += 1;
@@ -231,7 +231,7 @@ impl<B: PacketBuf> Merger<B> {
         it.sig = sig;
         it.first_id = seg.ip_id;
         it.segs += 1;
-        it.modified = true;
+        it.marks |= marks::MODIFIED;
         it.arrival_sum += now;
         it.oldest = it.oldest.min(now);
         self.stats.merges += 1;
@@ -293,7 +293,7 @@ impl<B: PacketBuf> Merger<B> {
         a.tail_flags = b_flags;
         a.arrival_sum += b_arr;
         a.oldest = a.oldest.min(b_oldest);
-        a.modified = true;
+        a.marks |= marks::MODIFIED;
         a.next = b_next;
         self.free_item(next);
         let e = self.flows.get_mut(flow);
@@ -350,7 +350,12 @@ impl<B: PacketBuf> Merger<B> {
             segs: 1,
             nb_segs,
             tail_flags: seg.flags & (tcp_flags::PSH | tcp_flags::FIN),
-            modified,
+            // Only the rest of a cut is inserted already modified; it is carried over.
+            marks: if modified {
+                marks::MODIFIED | marks::CARRIED
+            } else {
+                0
+            },
             last_window: seg.window,
             payload_sum: seg.payload_sum,
             arrival_sum: now,

@@ -214,6 +214,70 @@ pub enum Class {
     Malformed(Malformed),
 }
 
+/// A frame's classification, made once on receive and carried with the packet through every
+/// stage that needs it (the gateway's pipeline, the merge engine, an NF), so no stage parses the
+/// headers again (issue 12: one parse per packet).
+///
+/// It can only be made by [`Parsed::of`], from the frame it describes; a stage that is handed
+/// one checks it still fits its packet ([`Parsed::fits`]) before trusting its offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    class: Class,
+    frame_len: u32,
+    head_len: u32,
+}
+
+impl Parsed {
+    /// [`classify`]s the frame whose first segment is `head` and whose length is `frame_len`.
+    #[inline]
+    pub fn of(head: &[u8], frame_len: usize) -> Parsed {
+        Parsed {
+            class: classify(head, frame_len),
+            frame_len: u32::try_from(frame_len).unwrap_or(u32::MAX),
+            head_len: u32::try_from(head.len()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// What the frame is.
+    #[inline]
+    pub fn class(&self) -> &Class {
+        &self.class
+    }
+
+    /// The TCP headers, when the frame is a well-formed TCP segment.
+    #[inline]
+    pub fn tcp(&self) -> Option<&Headers> {
+        match &self.class {
+            Class::Tcp(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The UDP headers, when the frame is a well-formed UDP datagram.
+    #[inline]
+    pub fn udp(&self) -> Option<&Headers> {
+        match &self.class {
+            Class::Udp(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The length of the frame it was made from.
+    #[inline]
+    pub fn frame_len(&self) -> usize {
+        self.frame_len as usize
+    }
+
+    /// Whether it describes a frame of `frame_len` bytes whose first segment holds `head_len`:
+    /// the same shape as the frame it was made from, so its header offsets lie inside it. (A
+    /// stage may rewrite header fields in place, e.g. the MSS option of a SYN, without making
+    /// it stale; a stage that changes a length must parse again.)
+    #[inline]
+    pub fn fits(&self, head_len: usize, frame_len: usize) -> bool {
+        self.frame_len as usize == frame_len && self.head_len as usize == head_len
+    }
+}
+
 /// Why [`classify`] rejected a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Malformed {
