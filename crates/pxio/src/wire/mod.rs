@@ -351,6 +351,7 @@ impl Bounds {
 /// (or ICMPv6) an [`Class::OtherIp`]. An IPv6 packet longer than 65535 bytes in all, which
 /// [`Headers::ip_len`] cannot express, is also [`Class::OtherIp`]. Bytes of `head` beyond
 /// `frame_len` are ignored.
+#[inline]
 pub fn classify(head: &[u8], frame_len: usize) -> Class {
     let head = &head[..head.len().min(frame_len)];
     match plain_ipv4_tcp(head, frame_len) {
@@ -359,7 +360,9 @@ pub fn classify(head: &[u8], frame_len: usize) -> Class {
     }
 }
 
-/// [`classify`] for any frame (`head` already cut to `frame_len`).
+/// [`classify`] for any frame (`head` already cut to `frame_len`). Out of line: the common
+/// frame never gets here, and [`classify`] stays small enough to inline.
+#[inline(never)]
 fn classify_general(head: &[u8], frame_len: usize) -> Class {
     let bounds = Bounds {
         head_len: head.len(),
