@@ -248,15 +248,19 @@ impl<B: PacketBuf> Merger<B> {
         let mut pkts = pkts.into_iter();
         loop {
             let mut pending = std::mem::take(&mut self.pending);
-            pending.extend(pkts.by_ref().take(BURST_CHUNK).map(|pkt| {
-                let parsed = Parsed::of(pkt.head(), pkt.len());
-                Pending {
-                    pkt: Some(pkt),
-                    parsed,
+            for pkt in pkts.by_ref().take(BURST_CHUNK) {
+                // Parsed where it is kept (see `Parsed::parse_into`).
+                pending.push(Pending {
+                    pkt: None,
+                    parsed: Parsed::EMPTY,
                     hash: 0,
                     next: NO_PKT,
+                });
+                if let Some(p) = pending.last_mut() {
+                    p.parsed.parse_into(pkt.head(), pkt.len());
+                    p.pkt = Some(pkt);
                 }
-            }));
+            }
             let full = pending.len() == BURST_CHUNK;
             self.merge_chunk(&mut pending, now, out);
             pending.clear();

@@ -238,6 +238,25 @@ impl Parsed {
         }
     }
 
+    /// Parses the frame into `self` in place: the same result as [`Parsed::of`], written
+    /// where it is kept (see `plain_ipv4_tcp_into`).
+    #[inline]
+    pub fn parse_into(&mut self, head: &[u8], frame_len: usize) {
+        self.frame_len = u32::try_from(frame_len).unwrap_or(u32::MAX);
+        self.head_len = u32::try_from(head.len()).unwrap_or(u32::MAX);
+        let head = &head[..head.len().min(frame_len)];
+        if !plain_ipv4_tcp_into(head, frame_len, &mut self.class) {
+            self.class = classify_general(head, frame_len);
+        }
+    }
+
+    /// A placeholder to parse into.
+    pub const EMPTY: Parsed = Parsed {
+        class: Class::NonIp,
+        frame_len: 0,
+        head_len: 0,
+    };
+
     /// What the frame is.
     #[inline]
     pub fn class(&self) -> &Class {
@@ -381,33 +400,52 @@ fn classify_general(head: &[u8], frame_len: usize) -> Class {
 /// general path, which says what it is.
 #[inline]
 fn plain_ipv4_tcp(head: &[u8], frame_len: usize) -> Option<Headers> {
+    let mut class = Class::NonIp;
+    match plain_ipv4_tcp_into(head, frame_len, &mut class) {
+        true => match class {
+            Class::Tcp(h) => Some(h),
+            _ => None,
+        },
+        false => None,
+    }
+}
+
+/// [`plain_ipv4_tcp`] writing its result straight into `out` (only when it returns true): a
+/// caller that keeps the parse in an array builds it there, field by field, rather than
+/// copying a finished one in (a wide copy of freshly written narrow fields stalls on store
+/// forwarding).
+#[inline]
+fn plain_ipv4_tcp_into(head: &[u8], frame_len: usize, out: &mut Class) -> bool {
     const L2: usize = ethernet::field::HEADER_LEN;
     const L3: usize = ipv4::field::HEADER_LEN;
     const L4: usize = L2 + L3;
     const VER_IHL_PLAIN: u8 = (ipv4::VERSION << ipv4::field::VERSION_SHIFT) | 5;
-    let fixed: &[u8; L4 + tcp::field::HEADER_LEN] = head.first_chunk()?;
+    let fixed: &[u8; L4 + tcp::field::HEADER_LEN] = match head.first_chunk() {
+        Some(f) => f,
+        None => return false,
+    };
     if read_u16(fixed, ethernet::field::ETHERTYPE) != ethernet::ethertype::IPV4
         || fixed[L2 + ipv4::field::VER_IHL] != VER_IHL_PLAIN
         || fixed[L2 + ipv4::field::PROTOCOL] != ip_proto::TCP
     {
-        return None;
+        return false;
     }
     let ip = Ipv4Packet::new_unchecked(&fixed[L2..L4]);
     let ip_len = usize::from(ip.total_len());
     if ip_len < L3 + tcp::field::HEADER_LEN || L2 + ip_len > frame_len || ip.is_fragment() {
-        return None;
+        return false;
     }
     let tcp = TcpPacket::new_unchecked(&fixed[L4..]);
     let l4_len = tcp.header_len();
     if l4_len < tcp::field::HEADER_LEN || l4_len > ip_len - L3 || L4 + l4_len > head.len() {
-        return None;
+        return false;
     }
     let mut src = [0; 16];
     let mut dst = [0; 16];
     src[..IPV4_ADDR_LEN].copy_from_slice(&ip.src_addr());
     dst[..IPV4_ADDR_LEN].copy_from_slice(&ip.dst_addr());
     // `ip_len` came from a u16 and bounds every other length: the casts are lossless.
-    Some(Headers {
+    *out = Class::Tcp(Headers {
         l2_len: L2 as u16,
         l3_len: L3 as u16,
         l4_len: l4_len as u16,
@@ -423,7 +461,8 @@ fn plain_ipv4_tcp(head: &[u8], frame_len: usize) -> Option<Headers> {
             proto: ip_proto::TCP,
             v6: false,
         },
-    })
+    });
+    true
 }
 
 fn classify_frame(head: &[u8], bounds: &Bounds) -> Result<Class, Malformed> {
