@@ -316,25 +316,25 @@ impl<B: PacketBuf> Merger<B> {
             }
         }
         group_by_flow(pending);
+        // The parses are read where they lie (no copies of them: see `Parsed::parse_into`).
         for i in 0..pending.len() {
             let Some(pkt) = pending[i].pkt.take() else {
                 continue; // merged with its group's first packet
             };
-            let parsed = pending[i].parsed;
-            let Class::Tcp(hdr) = parsed.class() else {
-                self.rx_other(pkt, &parsed, now, out);
-                continue;
+            let (hash, mut j) = (pending[i].hash, pending[i].next);
+            let mut flow = match pending[i].parsed.class() {
+                Class::Tcp(hdr) => self.rx_tcp(pkt, hdr, hash, None, now, out),
+                _ => {
+                    self.rx_other(pkt, &pending[i].parsed, now, out);
+                    continue;
+                }
             };
-            let mut flow = self.rx_tcp(pkt, hdr, pending[i].hash, None, now, out);
-            let mut j = pending[i].next;
             while j != NO_PKT {
                 let p = &mut pending[usize::from(j)];
-                let (pkt, hash, next) = (p.pkt.take(), p.hash, p.next);
-                if let (Some(pkt), Some(hdr)) = (pkt, p.parsed.tcp()) {
-                    let hdr = *hdr;
-                    flow = self.rx_tcp(pkt, &hdr, hash, flow, now, out);
+                j = p.next;
+                if let (Some(pkt), Class::Tcp(hdr)) = (p.pkt.take(), p.parsed.class()) {
+                    flow = self.rx_tcp(pkt, hdr, p.hash, flow, now, out);
                 }
-                j = next;
             }
         }
     }
