@@ -239,7 +239,7 @@ impl MergeSig {
 
 /// `a == b` for two equally long header slices of a few dozen bytes, eight bytes at a time and
 /// without a `memcmp` call.
-#[inline]
+#[inline(always)]
 fn short_eq(a: &[u8], b: &[u8]) -> bool {
     debug_assert_eq!(a.len(), b.len());
     let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));

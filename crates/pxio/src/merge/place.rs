@@ -75,6 +75,7 @@ impl<B: PacketBuf> Merger<B> {
     }
 
     /// Whether `seg` may join item `idx` (as its successor when `append`, else predecessor).
+    #[inline]
     fn compatible(&self, idx: u32, pkt: &B, seg: &Segment, append: bool) -> bool {
         let it = &self.items[idx as usize];
         if it.layout != seg.layout
