@@ -348,7 +348,9 @@ impl<B: PacketBuf> Merger<B> {
 
     /// [`rx`](Self::rx) for a packet whose parse the caller already has: nothing is classified
     /// again (one parse per packet, carried through the pipeline). A parse that does not fit
-    /// the packet (made from another frame, or before a length changed) is made again.
+    /// the packet's shape (its length or first segment changed since) is made again. The parse
+    /// must be this packet's: one of another packet of the same shape is not detected, and would
+    /// file the packet under that packet's flow (never read out of bounds).
     pub fn rx_parsed(&mut self, pkt: B, parsed: Parsed, now: u64, out: &mut Vec<B>) {
         let parsed = Self::trusted(&pkt, parsed);
         match parsed.class() {
