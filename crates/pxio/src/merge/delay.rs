@@ -166,7 +166,26 @@ impl<B: PacketBuf> Merger<B> {
                 self.schedule(flow, deadline);
             }
         }
+        self.drop_stale_timers();
         self.flush_delay_record();
+    }
+
+    /// Pops stale entries off the top of the timer heap (their flow's items left, or the flow
+    /// was rescheduled or evicted), so [`next_deadline`](Self::next_deadline) names a live
+    /// deadline and a poll loop does not wake up for nothing.
+    pub(super) fn drop_stale_timers(&mut self) {
+        while let Some(&Reverse((due, flow))) = self.etm.timers.peek() {
+            let e = self.flows.get(flow);
+            let live = e.occupied() && e.scheduled == due;
+            if live && e.deadline != 0 {
+                return;
+            }
+            self.etm.timers.pop();
+            if live {
+                // Its items left before the deadline: a later tail schedules anew.
+                self.flows.get_mut(flow).scheduled = 0;
+            }
+        }
     }
 
     /// The earliest pending ETM deadline, if any: when a poll loop with nothing to receive

@@ -449,6 +449,7 @@ impl<B: PacketBuf> Merger<B> {
         }
         self.touched = touched;
         self.touched.clear();
+        self.drop_stale_timers();
         self.flush_delay_record();
     }
 
