@@ -332,8 +332,12 @@ impl<B: PacketBuf> Merger<B> {
             while j != NO_PKT {
                 let p = &mut pending[usize::from(j)];
                 j = p.next;
-                if let (Some(pkt), Class::Tcp(hdr)) = (p.pkt.take(), p.parsed.class()) {
-                    flow = self.rx_tcp(pkt, hdr, p.hash, flow, now, out);
+                if let Some(pkt) = p.pkt.take() {
+                    match p.parsed.class() {
+                        Class::Tcp(hdr) => flow = self.rx_tcp(pkt, hdr, p.hash, flow, now, out),
+                        // Only TCP segments are linked; should another be, it still gets a fate.
+                        _ => self.rx_other(pkt, &p.parsed, now, out),
+                    }
                 }
             }
         }
