@@ -496,6 +496,15 @@ proptest! {
         // interleave flows differently from the one-by-one path, never a flow's own packets).
         prop_assert_eq!(common::multiset(frames_h.clone()), common::multiset(expected.clone()));
         prop_assert_eq!(common::multiset(frames_s), common::multiset(expected));
+        // And the same counters: the burst path's shortcuts (a lone segment of an idle flow
+        // leaves at once) count exactly what the one-by-one path counts.
+        let counters = |m: &Merger<HeapBuf>| {
+            let s = m.stats();
+            (s.packets_in, s.packets_out, s.payload_in, s.payload_full, s.merges, s.cuts,
+             s.passthrough, s.bad_checksum, s.delay_ns.len(), s.delay_ns.max(), s.delay_ns.min())
+        };
+        prop_assert_eq!(counters(&own), counters(&single));
+        prop_assert_eq!(counters(&handed), counters(&single));
         prop_assert_eq!(pool.in_use(), 0);
     }
 }

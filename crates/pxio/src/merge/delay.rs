@@ -127,6 +127,11 @@ impl Etm {
         }
     }
 
+    /// The rate threshold, bytes/ns.
+    pub(super) fn rate_threshold(&self) -> f32 {
+        self.rate_threshold
+    }
+
     /// Forgets every pending deadline.
     pub(super) fn clear(&mut self) {
         self.timers.clear();

@@ -102,7 +102,7 @@ impl<B: PacketBuf> Merger<B> {
     /// ([`flush_delay_record`](Self::flush_delay_record)): the histogram ends up the same, at a
     /// fraction of the recording cost.
     #[inline]
-    fn record_delay(&mut self, wait: u64, n: u64) {
+    pub(super) fn record_delay(&mut self, wait: u64, n: u64) {
         let (value, count) = &mut self.delay_run;
         if *value == wait {
             *count += n;

@@ -129,7 +129,7 @@ pub use delay::{UnitGammaQuantiles, MAX_K};
 use flow_table::{flags, Slot};
 pub use flow_table::{FlowEntry, FlowTable};
 use item::Item;
-use segment::Refusal;
+use segment::{Refusal, Segment};
 pub use stats::MergeStats;
 
 /// Bytes of per-flow state (the paper keeps 80 B).
@@ -315,15 +315,18 @@ impl<B: PacketBuf> Merger<B> {
                 self.flows.warm(p.hash);
             }
         }
-        group_by_flow(pending);
+        let last_barrier = group_by_flow(pending);
         // The parses are read where they lie (no copies of them: see `Parsed::parse_into`).
         for i in 0..pending.len() {
             let Some(pkt) = pending[i].pkt.take() else {
                 continue; // merged with its group's first packet
             };
             let (hash, mut j) = (pending[i].hash, pending[i].next);
+            // No other packet of its flow in the rest of this chunk: its list ends here and no
+            // barrier follows (a list stops at a barrier; the flow may go on after it).
+            let alone = j == NO_PKT && last_barrier.is_none_or(|b| b < i);
             let mut flow = match pending[i].parsed.class() {
-                Class::Tcp(hdr) => self.rx_tcp(pkt, hdr, hash, None, now, out),
+                Class::Tcp(hdr) => self.rx_tcp(pkt, hdr, hash, None, alone, now, out),
                 _ => {
                     self.rx_other(pkt, &pending[i].parsed, now, out);
                     continue;
@@ -334,7 +337,9 @@ impl<B: PacketBuf> Merger<B> {
                 j = p.next;
                 if let Some(pkt) = p.pkt.take() {
                     match p.parsed.class() {
-                        Class::Tcp(hdr) => flow = self.rx_tcp(pkt, hdr, p.hash, flow, now, out),
+                        Class::Tcp(hdr) => {
+                            flow = self.rx_tcp(pkt, hdr, p.hash, flow, false, now, out)
+                        }
                         // Only TCP segments are linked; should another be, it still gets a fate.
                         _ => self.rx_other(pkt, &p.parsed, now, out),
                     }
@@ -370,7 +375,7 @@ impl<B: PacketBuf> Merger<B> {
                 } else {
                     hash_of(&hdr.key)
                 };
-                self.recent = self.rx_tcp(pkt, hdr, hash, recent, now, out);
+                self.recent = self.rx_tcp(pkt, hdr, hash, recent, false, now, out);
             }
             _ => self.rx_other(pkt, &parsed, now, out),
         }
@@ -402,7 +407,11 @@ impl<B: PacketBuf> Merger<B> {
     }
 
     /// Merges one TCP segment whose key hashes to `hash`, of flow entry `flow` when the caller
-    /// knows it (then `hash` is not used); returns the flow's entry, when it has one.
+    /// knows it (then `hash` is not used); returns the flow's entry, when it has one. `alone`:
+    /// no other packet of the flow is in this burst, so a segment of a flow that holds nothing
+    /// and would not wait for more leaves at once, as the one-segment item it would have made
+    /// (see [`leaves_alone`](Self::leaves_alone)).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn rx_tcp(
         &mut self,
@@ -410,6 +419,7 @@ impl<B: PacketBuf> Merger<B> {
         hdr: &Headers,
         hash: u32,
         flow: Option<u32>,
+        alone: bool,
         now: u64,
         out: &mut Vec<B>,
     ) -> Option<u32> {
@@ -438,9 +448,57 @@ impl<B: PacketBuf> Merger<B> {
             None => self.flow_for(hash, &hdr.key, now, out),
         };
         self.update_flow_on_arrival(flow, &seg, now);
+        if alone && self.leaves_alone(flow, &seg) {
+            self.emit_alone(flow, pkt, &seg, out);
+            return Some(flow);
+        }
         self.merge(flow, pkt, seg, now, out);
         self.touch(flow);
         Some(flow)
+    }
+
+    /// Whether a segment with no other packet of its flow in the burst would become an item of
+    /// its own that the burst's settle sends on unchanged: the flow holds nothing, the segment
+    /// fits the iMTU, a slot is free, and the lone item would not wait for an ETM window (the
+    /// same test `settle_flow` makes, for an item that is no cut's rest).
+    #[inline]
+    fn leaves_alone(&self, flow: u32, seg: &Segment) -> bool {
+        let e = self.flows.get(flow);
+        let d = &self.cfg.delay;
+        let closed = seg.flags & (wire::tcp_flags::PSH | wire::tcp_flags::FIN) != 0;
+        let would_wait = d.enabled
+            && !closed
+            && e.rate >= self.etm.rate_threshold()
+            && f64::from(e.yield_avg) <= d.yield_bypass;
+        e.items == flow_table::NIL
+            && !would_wait
+            && u32::from(seg.ip_len) <= u32::from(self.cfg.imtu)
+            && !self.free_items.is_empty()
+    }
+
+    /// Sends `pkt` on as the one-segment item [`merge`](Self::merge) and the burst's settle
+    /// would have made and sent (see [`leaves_alone`](Self::leaves_alone)): the same bytes
+    /// (Ethernet padding dropped), the same counters, the same yield and delay records, without
+    /// building the item. Round-robin traffic, where nothing merges, takes this path.
+    fn emit_alone(&mut self, flow: u32, mut pkt: B, seg: &Segment, out: &mut Vec<B>) {
+        let frame_len = seg.frame_len();
+        if pkt.len() > frame_len && !pkt.truncate(frame_len) {
+            return self.pass(pkt, out);
+        }
+        let imtu = u32::from(self.cfg.imtu);
+        let ip_len = u32::from(seg.ip_len);
+        let e = self.flows.get_mut(flow);
+        let full = ip_len + u32::from(e.mss) > imtu;
+        e.yield_avg = delay::update_yield(e.yield_avg, full, ip_len as f32 / imtu as f32);
+        e.deadline = 0;
+        self.stats.payload_in += u64::from(seg.payload_len);
+        if full {
+            self.stats.payload_full += u64::from(seg.payload_len);
+        }
+        // It arrived now and leaves in the same burst: the 1 ns an item's record floors at.
+        self.record_delay(1, 1);
+        self.stats.packets_out += 1;
+        out.push(pkt);
     }
 
     /// Settles the flows the last burst touched: everything but a delay-eligible incomplete tail
@@ -514,16 +572,19 @@ impl<B: PacketBuf> Merger<B> {
 /// extension headers, a malformed frame) closes every open list: no segment after it joins a
 /// list that started before it, so none is moved across it. O(n): a small open-addressed table
 /// of the lists' last packets, keyed by the flow hash and checked against the full key.
-fn group_by_flow<B>(pending: &mut [Pending<B>]) {
+/// Returns the index of the last barrier, if any.
+fn group_by_flow<B>(pending: &mut [Pending<B>]) -> Option<usize> {
     const SLOTS: usize = 2 * BURST_CHUNK;
     const EMPTY: u8 = u8::MAX;
     let mut last = [EMPTY; SLOTS];
+    let mut last_barrier = None;
     for i in 0..pending.len() {
         let (key, hash) = match pending[i].parsed.class() {
             Class::Tcp(h) => (h.key, pending[i].hash),
             Class::Udp(_) | Class::NonIp => continue,
             Class::Malformed(_) | Class::Fragment | Class::OtherIp => {
                 last = [EMPTY; SLOTS];
+                last_barrier = Some(i);
                 continue;
             }
         };
@@ -546,4 +607,5 @@ fn group_by_flow<B>(pending: &mut [Pending<B>]) {
             slot = (slot + 1) % SLOTS;
         }
     }
+    last_barrier
 }
