@@ -315,7 +315,9 @@ impl<B: PacketBuf> Pipeline<B> {
                 _ => {}
             }
         }
-        match wire::classify(pkt.head(), pkt.len()) {
+        // Parsed once here; the merge engine takes the same parse (issue 12).
+        let parsed = wire::Parsed::of(pkt.head(), pkt.len());
+        match *parsed.class() {
             Class::Tcp(h) => {
                 let key = conn::inbound_key(&h.key);
                 let seg = conn::Segment::parse(pkt.head(), &h);
@@ -332,7 +334,9 @@ impl<B: PacketBuf> Pipeline<B> {
                     _ => false,
                 };
                 if self.cfg.merge && known {
-                    self.merger.rx(pkt, now, out);
+                    // A SYN's MSS rewrite above keeps every length: the parse still fits (and
+                    // the engine parses again if it did not).
+                    self.merger.rx_parsed(pkt, parsed, now, out);
                 } else {
                     out.push(pkt);
                 }
@@ -357,15 +361,15 @@ impl<B: PacketBuf> Pipeline<B> {
                 if pkt.num_segs() == 1 {
                     self.pmtu.on_inbound(pkt.head(), now, &mut self.replies);
                 }
-                self.inbound_unmergeable(pkt, now, out)
+                self.inbound_unmergeable(pkt, parsed, now, out)
             }
             Class::OtherIp => {
                 if self.inbound_icmp(&pkt, now) {
                     return; // an error for one of the gateway's own probes
                 }
-                self.inbound_unmergeable(pkt, now, out)
+                self.inbound_unmergeable(pkt, parsed, now, out)
             }
-            Class::Malformed(_) => self.inbound_unmergeable(pkt, now, out),
+            Class::Malformed(_) => self.inbound_unmergeable(pkt, parsed, now, out),
             Class::NonIp => out.push(pkt),
         }
     }
@@ -385,7 +389,8 @@ impl<B: PacketBuf> Pipeline<B> {
                     self.report.inbound_oversize.fragmented += 1;
                     self.report.inbound_oversize.fragments_out += n as u64;
                     for frag in frags {
-                        self.inbound_unmergeable(frag, now, out);
+                        let parsed = wire::Parsed::of(frag.head(), frag.len());
+                        self.inbound_unmergeable(frag, parsed, now, out);
                     }
                 }
                 Err(e) => {
@@ -454,9 +459,9 @@ impl<B: PacketBuf> Pipeline<B> {
     /// A packet that is never merged but may belong to a TCP flow with held segments (IPv6
     /// extension headers, a first fragment, a malformed TCP header): the merger passes it on
     /// after that flow's held data, so the flow's order is kept.
-    fn inbound_unmergeable(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
+    fn inbound_unmergeable(&mut self, pkt: B, parsed: wire::Parsed, now: u64, out: &mut Vec<B>) {
         if self.cfg.merge {
-            self.merger.rx(pkt, now, out);
+            self.merger.rx_parsed(pkt, parsed, now, out);
         } else {
             out.push(pkt);
         }

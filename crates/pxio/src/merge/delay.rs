@@ -78,7 +78,10 @@ impl UnitGammaQuantiles {
 /// one RX burst (Δt = 0) simply add up.
 #[inline]
 pub fn update_rate(rate: f32, dt_ns: u64, bytes: u32, inv_tau: f32) -> f32 {
-    let decay = (1.0 - dt_ns as f32 * inv_tau).max(0.0);
+    // Through i64: one instruction (`cvtsi2ss`), where u64 to f32 is a branchy sequence; the
+    // value is the same for every Δt below 2^63 ns.
+    let dt = dt_ns.min(i64::MAX as u64) as i64 as f32;
+    let decay = (1.0 - dt * inv_tau).max(0.0);
     rate * decay + bytes as f32 * inv_tau
 }
 
@@ -124,6 +127,11 @@ impl Etm {
         }
     }
 
+    /// The rate threshold, bytes/ns.
+    pub(super) fn rate_threshold(&self) -> f32 {
+        self.rate_threshold
+    }
+
     /// Forgets every pending deadline.
     pub(super) fn clear(&mut self) {
         self.timers.clear();
@@ -163,6 +171,26 @@ impl<B: PacketBuf> Merger<B> {
                 self.schedule(flow, deadline);
             }
         }
+        self.drop_stale_timers();
+        self.flush_delay_record();
+    }
+
+    /// Pops stale entries off the top of the timer heap (their flow's items left, or the flow
+    /// was rescheduled or evicted), so [`next_deadline`](Self::next_deadline) names a live
+    /// deadline and a poll loop does not wake up for nothing.
+    pub(super) fn drop_stale_timers(&mut self) {
+        while let Some(&Reverse((due, flow))) = self.etm.timers.peek() {
+            let e = self.flows.get(flow);
+            let live = e.occupied() && e.scheduled == due;
+            if live && e.deadline != 0 {
+                return;
+            }
+            self.etm.timers.pop();
+            if live {
+                // Its items left before the deadline: a later tail schedules anew.
+                self.flows.get_mut(flow).scheduled = 0;
+            }
+        }
     }
 
     /// The earliest pending ETM deadline, if any: when a poll loop with nothing to receive
@@ -190,10 +218,15 @@ impl<B: PacketBuf> Merger<B> {
         let e = *self.flows.get(flow);
         let it = &self.items[tail as usize];
         let d = &self.cfg.delay;
+        // A flow whose yield is already high needs no wait (the bypass), except for a tail that
+        // holds the rest of a cut: the flow is mid-stream (its last packet left full), and
+        // flushing the rest now would send a runt where waiting for the next RX burst makes a
+        // full packet (issue 12, packet efficiency). Without this, the bypass itself caps the
+        // yield: a flow above it stops waiting, sends runts, and drops below it again.
         let eligible = d.enabled
             && !it.closed()
             && e.rate >= self.etm.rate_threshold
-            && f64::from(e.yield_avg) <= d.yield_bypass;
+            && (it.carried() || f64::from(e.yield_avg) <= d.yield_bypass);
         if !eligible {
             return self.flush_flow(flow, now, out);
         }

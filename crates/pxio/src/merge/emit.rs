@@ -68,7 +68,7 @@ impl<B: PacketBuf> Merger<B> {
         let weight = it.ip_len() as f32 / f32::from(self.cfg.imtu);
         let (payload, segs, arrival_sum, oldest, next) =
             (it.payload_len, it.segs, it.arrival_sum, it.oldest, it.next);
-        if it.modified && !finalize(&mut pkt, it, self.cfg.checksum_offload, &self.pool) {
+        if it.modified() && !finalize(&mut pkt, it, self.cfg.checksum_offload, &self.pool) {
             // Headers could not be rewritten (no buffer for a private copy): the packet would be
             // wrong on the wire, so it is dropped and counted.
             self.stats.dropped_no_buffer += 1;
@@ -82,7 +82,7 @@ impl<B: PacketBuf> Merger<B> {
         }
         let mean_arrival = arrival_sum / u64::from(segs.max(1));
         let wait = now.saturating_sub(mean_arrival).max(1);
-        let _ = self.stats.delay_ns.record_n(wait, u64::from(segs));
+        self.record_delay(wait, u64::from(segs));
         self.stats.max_hold_ns = self.stats.max_hold_ns.max(now.saturating_sub(oldest));
         let e = self.flows.get_mut(flow);
         e.items = next;
@@ -92,6 +92,33 @@ impl<B: PacketBuf> Merger<B> {
             e.deadline = 0;
         }
         self.free_item(idx);
+    }
+}
+
+impl<B: PacketBuf> Merger<B> {
+    /// Records `n` segments that waited `wait` ns. Runs of equal waits (every item completed in
+    /// the burst its segments came in waited 1 ns) are added up and recorded at once, when the
+    /// value changes and at the end of each burst, poll and flush
+    /// ([`flush_delay_record`](Self::flush_delay_record)): the histogram ends up the same, at a
+    /// fraction of the recording cost.
+    #[inline]
+    pub(super) fn record_delay(&mut self, wait: u64, n: u64) {
+        let (value, count) = &mut self.delay_run;
+        if *value == wait {
+            *count += n;
+        } else {
+            self.flush_delay_record();
+            self.delay_run = (wait, n);
+        }
+    }
+
+    /// Moves the run of equal waits [`record_delay`](Self::record_delay) adds up into the
+    /// histogram.
+    pub(super) fn flush_delay_record(&mut self) {
+        let (value, count) = std::mem::take(&mut self.delay_run);
+        if count > 0 {
+            let _ = self.stats.delay_ns.record_n(value, count);
+        }
     }
 }
 

@@ -37,8 +37,8 @@ pub(super) struct Item<B: PacketBuf> {
     pub(super) nb_segs: u16,
     /// PSH/FIN of the last segment.
     pub(super) tail_flags: u8,
-    /// Headers must be rewritten before the packet leaves.
-    pub(super) modified: bool,
+    /// [`marks`] bits: whether its headers must be rewritten, whether it was carried over.
+    pub(super) marks: u8,
     /// TCP window of the segment holding the last byte: the merged packet carries it.
     pub(super) last_window: u16,
     pub(super) sig: MergeSig,
@@ -58,7 +58,7 @@ impl<B: PacketBuf> Item<B> {
             segs: 0,
             nb_segs: 0,
             tail_flags: 0,
-            modified: false,
+            marks: 0,
             last_window: 0,
             payload_sum: Sum::default(),
             arrival_sum: 0,
@@ -73,9 +73,27 @@ impl<B: PacketBuf> Item<B> {
     pub(super) fn end_seq(&self) -> u32 {
         self.seq.wrapping_add(self.payload_len)
     }
+    /// Headers must be rewritten before the packet leaves.
+    pub(super) fn modified(&self) -> bool {
+        self.marks & marks::MODIFIED != 0
+    }
+    /// It began as the rest of a cut segment (see [`marks::CARRIED`]).
+    pub(super) fn carried(&self) -> bool {
+        self.marks & marks::CARRIED != 0
+    }
     pub(super) fn closed(&self) -> bool {
         self.tail_flags & (tcp_flags::PSH | tcp_flags::FIN) != 0
     }
+}
+
+/// [`Item::marks`] bits (one byte, so the append bookkeeping stays in one cache line).
+pub(super) mod marks {
+    /// Headers must be rewritten before the packet leaves.
+    pub(crate) const MODIFIED: u8 = 1;
+    /// The item began as the remainder of a cut segment: the flow's previous packet left
+    /// full, and this one is carried into the next burst rather than sent as a runt (see
+    /// `Merger::settle_flow`).
+    pub(crate) const CARRIED: u8 = 2;
 }
 
 /// Where a mergeable segment's headers lie: its [`Headers`] without the flow key (the flow entry
@@ -155,7 +173,32 @@ impl MergeSig {
         options: [0; MAX_TCP_OPTIONS],
     };
 
-    /// The signature of `seg`, whose headers are at the start of `frame`.
+    /// Makes this the signature of `seg` (headers at the start of `frame`), in place: the
+    /// same value as [`MergeSig::of`], without building a 104-byte value and copying it (a
+    /// wide copy of freshly written narrow fields stalls on store forwarding).
+    #[inline]
+    pub(super) fn set(&mut self, seg: &Segment, frame: &[u8]) {
+        let (l2, options) = seg.sig_bytes(frame);
+        self.ack = seg.ack;
+        self.flow_label = seg.flow_label;
+        self.ttl = seg.ttl;
+        self.tos = seg.tos;
+        self.df = seg.df;
+        self.flags = seg.merge_flags();
+        self.l2_len = seg.layout.l2_len;
+        self.opt_len = options.len() as u8;
+        // The unused tails are zero, as in `of`: whole signatures are compared.
+        let (l2_used, l2_rest) = self.l2.split_at_mut(l2.len());
+        l2_used.copy_from_slice(l2);
+        l2_rest.fill(0);
+        let (opt_used, opt_rest) = self.options.split_at_mut(options.len());
+        opt_used.copy_from_slice(options);
+        opt_rest.fill(0);
+    }
+
+    /// The signature of `seg`, whose headers are at the start of `frame` (what
+    /// [`set`](Self::set) and [`matches`](Self::matches) are checked against).
+    #[cfg(test)]
     pub(super) fn of(seg: &Segment, frame: &[u8]) -> MergeSig {
         let (l2, options) = seg.sig_bytes(frame);
         let mut sig = MergeSig {
@@ -196,7 +239,7 @@ impl MergeSig {
 
 /// `a == b` for two equally long header slices of a few dozen bytes, eight bytes at a time and
 /// without a `memcmp` call.
-#[inline]
+#[inline(always)]
 fn short_eq(a: &[u8], b: &[u8]) -> bool {
     debug_assert_eq!(a.len(), b.len());
     let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -212,22 +255,59 @@ fn short_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl<B: PacketBuf> Merger<B> {
-    /// Takes a free slot; the caller checked there is one.
-    pub(super) fn alloc_item(&mut self, item: Item<B>) -> u32 {
-        let i = self
-            .free_items
-            .pop()
-            .expect("insert_item checked for a free slot");
-        self.items[i as usize] = item;
-        i
-    }
-
     pub(super) fn free_item(&mut self, idx: u32) {
         let it = &mut self.items[idx as usize];
         it.pkt = None;
         it.next = NIL;
         self.free_items.push(idx);
         self.stats.held_items -= 1;
+    }
+}
+
+#[cfg(test)]
+mod sig_tests {
+    use super::*;
+    use crate::checksum::Sum;
+
+    fn seg(layout: Layout, ack: u32) -> Segment {
+        Segment {
+            layout,
+            ip_len: 1500,
+            payload_len: 1000,
+            seq: 1,
+            ack,
+            window: 7,
+            flags: 0x10,
+            ttl: 64,
+            tos: 0,
+            flow_label: 5,
+            df: true,
+            ip_id: 0,
+            payload_sum: Sum::default(),
+        }
+    }
+
+    #[test]
+    fn a_signature_set_in_place_equals_a_fresh_one() {
+        let frame: Vec<u8> = (0..=255u8).collect();
+        let long = Layout {
+            l2_len: 22,
+            l3_len: 20,
+            l4_len: 60,
+            v6: false,
+        };
+        let short = Layout {
+            l2_len: 14,
+            l3_len: 40,
+            l4_len: 32,
+            v6: true,
+        };
+        // Over a signature with longer L2 and options, so stale tails would show.
+        let mut sig = MergeSig::of(&seg(long, 9), &frame);
+        sig.set(&seg(short, 3), &frame[1..]);
+        assert_eq!(sig, MergeSig::of(&seg(short, 3), &frame[1..]));
+        assert!(sig.matches(&seg(short, 3), &frame[1..]));
+        assert!(!sig.matches(&seg(short, 4), &frame[1..]));
     }
 }
 

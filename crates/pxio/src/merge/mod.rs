@@ -7,7 +7,10 @@
 //!    extension headers) is not merged. When it belongs to a known flow, the flow's held items go
 //!    out first, then the packet, so order is kept; for packets `classify` gives no flow (IPv6
 //!    extension headers, a first fragment, a bad TCP data offset) [`wire::flow_of`] reads it.
-//! 2. Find the flow: the RSS hash (or a software Toeplitz hash), verified against the 5-tuple.
+//! 2. Find the flow: a seeded hash of the 5-tuple picks a bucket of the flow table, and the
+//!    5-tuple is compared in full (not the NIC's RSS hash: see `flow_table` for why). A burst
+//!    is classified and hashed first, then each flow's segments are taken together
+//!    ([`Merger::rx_burst`]), so a flow is looked up once per burst.
 //! 3. Merge into a held item: **append** (it starts where an item ends), **prepend** (it ends
 //!    where an item starts), then **gap-fill** (the grown item now touches its neighbour: all
 //!    join). An append that would overshoot the iMTU is **cut**: the part that fits completes the
@@ -118,8 +121,7 @@ mod segment;
 mod stats;
 
 use crate::buf::PacketBuf;
-use crate::toeplitz::Toeplitz;
-use crate::wire::{self, ip_proto, Class};
+use crate::wire::{self, ip_proto, Class, FlowKey, Headers, Parsed};
 
 pub use config::{ConfigError, DelayConfig, MergeConfig};
 use delay::Etm;
@@ -127,55 +129,85 @@ pub use delay::{UnitGammaQuantiles, MAX_K};
 use flow_table::{flags, Slot};
 pub use flow_table::{FlowEntry, FlowTable};
 use item::Item;
-use segment::Refusal;
+use segment::{Refusal, Segment};
 pub use stats::MergeStats;
 
 /// Bytes of per-flow state (the paper keeps 80 B).
 pub const FLOW_ENTRY_BYTES: usize = std::mem::size_of::<FlowEntry>();
 
-/// A flow-table entry remembered from the previous segment (see [`Merger::rx`]).
-#[derive(Clone, Copy, Debug)]
-struct RecentFlow {
-    flow: u32,
-    /// The NIC hash of that segment (`None`: it was hashed in software, from its key).
-    nic_hash: Option<u32>,
+/// Packets [`Merger::rx_burst`] classifies and groups at a time (a longer burst is taken in
+/// chunks of this many).
+pub const BURST_CHUNK: usize = 64;
+
+/// No packet (end of a group's list in [`Merger::rx_burst`]).
+const NO_PKT: u8 = u8::MAX;
+
+/// A packet of the burst being merged, with its parse and its place in its flow's group.
+struct Pending<B> {
+    pkt: Option<B>,
+    parsed: Parsed,
+    /// The flow-table hash of its key (TCP only).
+    hash: u32,
+    /// The next packet of the same flow in this chunk, or [`NO_PKT`].
+    next: u8,
 }
 
 /// The merge engine, one per worker (run to completion, no locks).
 pub struct Merger<B: PacketBuf> {
     cfg: MergeConfig,
     pool: B::Pool,
-    toeplitz: Toeplitz,
+    /// Seed of the flow-table hash (see [`flow_table::key_hash`]).
+    hash_seed: u64,
     flows: FlowTable,
     items: Vec<Item<B>>,
     free_items: Vec<u32>,
     touched: Vec<u32>,
-    /// The flow of the last TCP segment, and the NIC hash it came with: the next segment of the
-    /// same flow (TSO bursts arrive back to back) needs no hash and no lookup.
-    recent: Option<RecentFlow>,
+    /// The flow of the last TCP segment [`rx`](Self::rx) took: the next segment of the same
+    /// flow (TSO bursts arrive back to back) needs no hash and no lookup.
+    recent: Option<u32>,
+    /// The burst being merged ([`rx_burst`](Self::rx_burst)); kept to reuse its memory.
+    pending: Vec<Pending<B>>,
     /// The ETM scheduler: deadline heap and model constants.
     etm: Etm,
     stats: MergeStats,
+    /// A run of equal added delays not yet in `stats.delay_ns`: (wait ns, segments).
+    delay_run: (u64, u64),
 }
 
 impl<B: PacketBuf> Merger<B> {
-    /// An engine with `cfg`, allocating new headers (for cut segments) from `pool`.
+    /// An engine with `cfg`, allocating new headers (for cut segments) from `pool`. The flow
+    /// table's hash is seeded at random, so which flows share a bucket cannot be chosen from
+    /// outside.
     pub fn new(cfg: MergeConfig, pool: B::Pool) -> Result<Self, ConfigError> {
+        use std::hash::BuildHasher;
+        let seed = std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64);
+        Self::with_hash_seed(cfg, pool, seed)
+    }
+
+    /// [`new`](Self::new) with a given flow-table hash seed: the same seed places the same
+    /// flows in the same buckets (fuzzing and reproducible tests).
+    pub fn with_hash_seed(
+        cfg: MergeConfig,
+        pool: B::Pool,
+        hash_seed: u64,
+    ) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let flows = FlowTable::new(cfg.flow_capacity);
         Ok(Self {
             etm: Etm::new(&cfg.delay, flows.capacity()),
-            toeplitz: Toeplitz::default(),
+            hash_seed,
             // Every slot exists (and its memory is touched) up front: the hot path never grows
             // the slab, and never takes a page fault on it.
             items: (0..cfg.max_items).map(|_| Item::vacant()).collect(),
             free_items: (0..cfg.max_items as u32).rev().collect(),
             touched: Vec::with_capacity(flows.capacity()),
             recent: None,
+            pending: Vec::with_capacity(BURST_CHUNK),
             flows,
             cfg,
             pool,
             stats: MergeStats::new(),
+            delay_run: (0, 0),
         })
     }
 
@@ -184,7 +216,9 @@ impl<B: PacketBuf> Merger<B> {
         &self.cfg
     }
 
-    /// The counters.
+    /// The counters. The delay histogram is complete after each [`settle`](Self::settle),
+    /// [`poll`](Self::poll) and [`flush_all`](Self::flush_all) (and so after each
+    /// [`rx_burst`](Self::rx_burst)); between single [`rx`](Self::rx) calls it may lag.
     pub fn stats(&self) -> &MergeStats {
         &self.stats
     }
@@ -202,31 +236,195 @@ impl<B: PacketBuf> Merger<B> {
     /// Merges one RX burst: every packet of `pkts` is merged, held or passed to `out`; then the
     /// burst is settled: items that are not a delay-eligible tail go to `out` too. `now` is the
     /// burst's arrival time in ns (from the injectable clock).
+    ///
+    /// The burst is worked on as a whole, as vector dataplanes do (VPP, DPDK's l3fwd): every
+    /// packet is classified and hashed first, then the packets of each flow are taken
+    /// together, in their arrival order, so a flow is looked up once per burst and its held
+    /// item stays in cache while its segments join it. Each flow's packets keep their order,
+    /// and a packet that may belong to any flow (a fragment, IPv6 extension headers, a
+    /// malformed frame: see "Order" in the module docs) is a barrier no packet is moved across.
+    /// Packets of different flows may leave in another order than they came.
     pub fn rx_burst(&mut self, pkts: impl IntoIterator<Item = B>, now: u64, out: &mut Vec<B>) {
-        for pkt in pkts {
-            self.rx(pkt, now, out);
+        let mut pkts = pkts.into_iter();
+        loop {
+            let mut pending = std::mem::take(&mut self.pending);
+            for pkt in pkts.by_ref().take(BURST_CHUNK) {
+                // Parsed where it is kept (see `Parsed::parse_into`).
+                pending.push(Pending {
+                    pkt: None,
+                    parsed: Parsed::EMPTY,
+                    hash: 0,
+                    next: NO_PKT,
+                });
+                if let Some(p) = pending.last_mut() {
+                    p.parsed.parse_into(pkt.head(), pkt.len());
+                    p.pkt = Some(pkt);
+                }
+            }
+            let full = pending.len() == BURST_CHUNK;
+            self.merge_chunk(&mut pending, now, out);
+            pending.clear();
+            self.pending = pending;
+            if !full {
+                break;
+            }
         }
         self.settle(now, out);
+    }
+
+    /// [`rx_burst`](Self::rx_burst) for packets whose parse the caller already has (see
+    /// [`Parsed`]): nothing is classified again.
+    pub fn rx_burst_parsed(
+        &mut self,
+        pkts: impl IntoIterator<Item = (B, Parsed)>,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        let mut pkts = pkts.into_iter();
+        loop {
+            let mut pending = std::mem::take(&mut self.pending);
+            pending.extend(
+                pkts.by_ref()
+                    .take(BURST_CHUNK)
+                    .map(|(pkt, parsed)| Pending {
+                        parsed: Self::trusted(&pkt, parsed),
+                        pkt: Some(pkt),
+                        hash: 0,
+                        next: NO_PKT,
+                    }),
+            );
+            let full = pending.len() == BURST_CHUNK;
+            self.merge_chunk(&mut pending, now, out);
+            pending.clear();
+            self.pending = pending;
+            if !full {
+                break;
+            }
+        }
+        self.settle(now, out);
+    }
+
+    /// Groups a chunk of at most [`BURST_CHUNK`] parsed packets by flow and merges them.
+    fn merge_chunk(&mut self, pending: &mut [Pending<B>], now: u64, out: &mut Vec<B>) {
+        debug_assert!(pending.len() <= BURST_CHUNK);
+        // Hash every TCP segment's key, and touch its flow's bucket so the entry is on its way
+        // into the cache while the rest of the burst is grouped.
+        for p in pending.iter_mut() {
+            if let Class::Tcp(h) = p.parsed.class() {
+                p.hash = flow_table::key_hash(&h.key, self.hash_seed);
+                self.flows.warm(p.hash);
+            }
+        }
+        let last_barrier = group_by_flow(pending);
+        // The parses are read where they lie (no copies of them: see `Parsed::parse_into`).
+        for i in 0..pending.len() {
+            let Some(pkt) = pending[i].pkt.take() else {
+                continue; // merged with its group's first packet
+            };
+            let (hash, mut j) = (pending[i].hash, pending[i].next);
+            // No other packet of its flow in the rest of this chunk: its list ends here and no
+            // barrier follows (a list stops at a barrier; the flow may go on after it).
+            let alone = j == NO_PKT && last_barrier.is_none_or(|b| b < i);
+            let mut flow = match pending[i].parsed.class() {
+                Class::Tcp(hdr) => self.rx_tcp(pkt, hdr, hash, None, alone, now, out),
+                _ => {
+                    self.rx_other(pkt, &pending[i].parsed, now, out);
+                    continue;
+                }
+            };
+            while j != NO_PKT {
+                let p = &mut pending[usize::from(j)];
+                j = p.next;
+                if let Some(pkt) = p.pkt.take() {
+                    match p.parsed.class() {
+                        Class::Tcp(hdr) => {
+                            flow = self.rx_tcp(pkt, hdr, p.hash, flow, false, now, out)
+                        }
+                        // Only TCP segments are linked; should another be, it still gets a fate.
+                        _ => self.rx_other(pkt, &p.parsed, now, out),
+                    }
+                }
+            }
+        }
     }
 
     /// Merges one packet. Call [`settle`](Self::settle) after the burst it belongs to (or use
     /// [`rx_burst`](Self::rx_burst)).
     pub fn rx(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
+        let parsed = Parsed::of(pkt.head(), pkt.len());
+        self.rx_parsed(pkt, parsed, now, out)
+    }
+
+    /// [`rx`](Self::rx) for a packet whose parse the caller already has: nothing is classified
+    /// again (one parse per packet, carried through the pipeline). A parse that does not fit
+    /// the packet's shape (its length or first segment changed since) is made again. The parse
+    /// must be this packet's: one of another packet of the same shape is not detected, and would
+    /// file the packet under that packet's flow (never read out of bounds).
+    pub fn rx_parsed(&mut self, pkt: B, parsed: Parsed, now: u64, out: &mut Vec<B>) {
+        let parsed = Self::trusted(&pkt, parsed);
+        match parsed.class() {
+            Class::Tcp(hdr) => {
+                let hash_of = |key: &FlowKey| flow_table::key_hash(key, self.hash_seed);
+                // The previous segment's flow, when this one belongs to it: no hash, no lookup.
+                let recent = self.recent.filter(|&f| {
+                    let e = self.flows.get(f);
+                    e.occupied() && e.key == hdr.key
+                });
+                let hash = if recent.is_some() {
+                    0
+                } else {
+                    hash_of(&hdr.key)
+                };
+                self.recent = self.rx_tcp(pkt, hdr, hash, recent, false, now, out);
+            }
+            _ => self.rx_other(pkt, &parsed, now, out),
+        }
+    }
+
+    /// `parsed` when it fits `pkt`, else a fresh parse.
+    #[inline]
+    fn trusted(pkt: &B, parsed: Parsed) -> Parsed {
+        if parsed.fits(pkt.head().len(), pkt.len()) {
+            parsed
+        } else {
+            Parsed::of(pkt.head(), pkt.len())
+        }
+    }
+
+    /// A packet that is not a well-formed TCP segment: passed on, after its flow's held items
+    /// when it may belong to a TCP flow.
+    fn rx_other(&mut self, pkt: B, parsed: &Parsed, now: u64, out: &mut Vec<B>) {
         self.stats.packets_in += 1;
-        let class = wire::classify(pkt.head(), pkt.len());
-        let hdr = match class {
-            Class::Tcp(h) => h,
-            Class::Udp(_) | Class::NonIp => return self.pass(pkt, out),
+        match parsed.class() {
+            Class::Tcp(_) | Class::Udp(_) | Class::NonIp => self.pass(pkt, out),
             Class::Malformed(_) | Class::Fragment | Class::OtherIp => {
-                if matches!(class, Class::Malformed(_)) {
+                if matches!(parsed.class(), Class::Malformed(_)) {
                     self.stats.malformed += 1;
                 }
-                return self.pass_in_flow_order(pkt, now, out);
+                self.pass_in_flow_order(pkt, now, out)
             }
-        };
-        let nic_hash = pkt.rss_hash();
-        let recent = self.recent_flow(nic_hash, &hdr.key);
-        let seg = match self.segment(&pkt, &hdr) {
+        }
+    }
+
+    /// Merges one TCP segment whose key hashes to `hash`, of flow entry `flow` when the caller
+    /// knows it (then `hash` is not used); returns the flow's entry, when it has one. `alone`:
+    /// no other packet of the flow is in this burst, so a segment of a flow that holds nothing
+    /// and would not wait for more leaves at once, as the one-segment item it would have made
+    /// (see [`leaves_alone`](Self::leaves_alone)).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn rx_tcp(
+        &mut self,
+        pkt: B,
+        hdr: &Headers,
+        hash: u32,
+        flow: Option<u32>,
+        alone: bool,
+        now: u64,
+        out: &mut Vec<B>,
+    ) -> Option<u32> {
+        self.stats.packets_in += 1;
+        let seg = match self.segment(&pkt, hdr) {
             Ok(seg) => seg,
             Err(refusal) => {
                 match refusal {
@@ -237,21 +435,70 @@ impl<B: PacketBuf> Merger<B> {
                 // Not merged: the flow's items go first so the order on the wire is kept; the
                 // segment leaves untouched (a bad one for the receiver to drop, costing only
                 // itself).
-                let flow = recent.or_else(|| self.find(self.hash(nic_hash, &hdr.key), &hdr.key));
+                let flow = flow.or_else(|| self.flows.find(hash, &hdr.key));
                 if let Some(flow) = flow {
                     self.flush_flow(flow, now, out);
                 }
-                return self.pass(pkt, out);
+                self.pass(pkt, out);
+                return flow;
             }
         };
-        let flow = match recent {
+        let flow = match flow {
             Some(flow) => flow,
-            None => self.flow_for(self.hash(nic_hash, &hdr.key), &hdr.key, now, out),
+            None => self.flow_for(hash, &hdr.key, now, out),
         };
-        self.recent = Some(RecentFlow { flow, nic_hash });
         self.update_flow_on_arrival(flow, &seg, now);
+        if alone && self.leaves_alone(flow, &seg) {
+            self.emit_alone(flow, pkt, &seg, out);
+            return Some(flow);
+        }
         self.merge(flow, pkt, seg, now, out);
         self.touch(flow);
+        Some(flow)
+    }
+
+    /// Whether a segment with no other packet of its flow in the burst would become an item of
+    /// its own that the burst's settle sends on unchanged: the flow holds nothing, the segment
+    /// fits the iMTU, a slot is free, and the lone item would not wait for an ETM window (the
+    /// same test `settle_flow` makes, for an item that is no cut's rest).
+    #[inline]
+    fn leaves_alone(&self, flow: u32, seg: &Segment) -> bool {
+        let e = self.flows.get(flow);
+        let d = &self.cfg.delay;
+        let closed = seg.flags & (wire::tcp_flags::PSH | wire::tcp_flags::FIN) != 0;
+        let would_wait = d.enabled
+            && !closed
+            && e.rate >= self.etm.rate_threshold()
+            && f64::from(e.yield_avg) <= d.yield_bypass;
+        e.items == flow_table::NIL
+            && !would_wait
+            && u32::from(seg.ip_len) <= u32::from(self.cfg.imtu)
+            && !self.free_items.is_empty()
+    }
+
+    /// Sends `pkt` on as the one-segment item [`merge`](Self::merge) and the burst's settle
+    /// would have made and sent (see [`leaves_alone`](Self::leaves_alone)): the same bytes
+    /// (Ethernet padding dropped), the same counters, the same yield and delay records, without
+    /// building the item. Round-robin traffic, where nothing merges, takes this path.
+    fn emit_alone(&mut self, flow: u32, mut pkt: B, seg: &Segment, out: &mut Vec<B>) {
+        let frame_len = seg.frame_len();
+        if pkt.len() > frame_len && !pkt.truncate(frame_len) {
+            return self.pass(pkt, out);
+        }
+        let imtu = u32::from(self.cfg.imtu);
+        let ip_len = u32::from(seg.ip_len);
+        let e = self.flows.get_mut(flow);
+        let full = ip_len + u32::from(e.mss) > imtu;
+        e.yield_avg = delay::update_yield(e.yield_avg, full, ip_len as f32 / imtu as f32);
+        e.deadline = 0;
+        self.stats.payload_in += u64::from(seg.payload_len);
+        if full {
+            self.stats.payload_full += u64::from(seg.payload_len);
+        }
+        // It arrived now and leaves in the same burst: the 1 ns an item's record floors at.
+        self.record_delay(1, 1);
+        self.stats.packets_out += 1;
+        out.push(pkt);
     }
 
     /// Settles the flows the last burst touched: everything but a delay-eligible incomplete tail
@@ -264,6 +511,8 @@ impl<B: PacketBuf> Merger<B> {
         }
         self.touched = touched;
         self.touched.clear();
+        self.drop_stale_timers();
+        self.flush_delay_record();
     }
 
     /// Emits everything held (shutdown, or a caller that wants no state left).
@@ -273,6 +522,7 @@ impl<B: PacketBuf> Merger<B> {
             self.flush_flow(flow, now, out);
         }
         self.etm.clear();
+        self.flush_delay_record();
     }
 
     /// Passes on a packet the engine never merges (IPv6 extension headers, a first fragment, a
@@ -282,13 +532,8 @@ impl<B: PacketBuf> Merger<B> {
     fn pass_in_flow_order(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
         let key = wire::flow_of(pkt.head(), pkt.len()).filter(|k| k.proto == ip_proto::TCP);
         if let Some(key) = key {
-            // A NIC may hash such a packet differently from the flow's plain segments (e.g. L3
-            // only for extension headers), so the software hash is tried as well.
-            let nic_hash = pkt.rss_hash();
-            let flow = self
-                .find(self.hash(nic_hash, &key), &key)
-                .or_else(|| nic_hash.and_then(|_| self.find(self.hash(None, &key), &key)));
-            if let Some(flow) = flow {
+            let hash = flow_table::key_hash(&key, self.hash_seed);
+            if let Some(flow) = self.flows.find(hash, &key) {
                 self.flush_flow(flow, now, out);
             }
         }
@@ -297,26 +542,7 @@ impl<B: PacketBuf> Merger<B> {
 
     // ---- per-packet steps ----
 
-    /// The flow-table hash of a packet: the NIC's, else a software Toeplitz hash of `key`.
-    fn hash(&self, nic_hash: Option<u32>, key: &wire::FlowKey) -> u32 {
-        nic_hash.unwrap_or_else(|| key.rss_hash(&self.toeplitz))
-    }
-
-    /// The previous segment's flow entry, when this packet (NIC hash `nic_hash`) belongs to it:
-    /// the entry still holds exactly `key`, and the hash is the one that found it (the software
-    /// hash is a function of the key). That is the entry a lookup would return.
-    #[inline]
-    fn recent_flow(&self, nic_hash: Option<u32>, key: &wire::FlowKey) -> Option<u32> {
-        let recent = self.recent?;
-        let e = self.flows.get(recent.flow);
-        (recent.nic_hash == nic_hash && e.occupied() && e.key == *key).then_some(recent.flow)
-    }
-
-    fn find(&self, hash: u32, key: &wire::FlowKey) -> Option<u32> {
-        self.flows.find(hash, key)
-    }
-
-    fn flow_for(&mut self, hash: u32, key: &wire::FlowKey, now: u64, out: &mut Vec<B>) -> u32 {
+    fn flow_for(&mut self, hash: u32, key: &FlowKey, now: u64, out: &mut Vec<B>) -> u32 {
         match self.flows.lookup(hash, key, now) {
             Slot::Hit(i) | Slot::New(i) => i,
             Slot::Evict(i) => {
@@ -339,4 +565,47 @@ impl<B: PacketBuf> Merger<B> {
             self.touched.push(flow);
         }
     }
+}
+
+/// Links the TCP segments of `pending` that share a flow (`next`), each list in arrival order.
+/// A packet that may belong to a TCP flow without being a plain segment (a fragment, IPv6
+/// extension headers, a malformed frame) closes every open list: no segment after it joins a
+/// list that started before it, so none is moved across it. O(n): a small open-addressed table
+/// of the lists' last packets, keyed by the flow hash and checked against the full key.
+/// Returns the index of the last barrier, if any.
+fn group_by_flow<B>(pending: &mut [Pending<B>]) -> Option<usize> {
+    const SLOTS: usize = 2 * BURST_CHUNK;
+    const EMPTY: u8 = u8::MAX;
+    let mut last = [EMPTY; SLOTS];
+    let mut last_barrier = None;
+    for i in 0..pending.len() {
+        let (key, hash) = match pending[i].parsed.class() {
+            Class::Tcp(h) => (h.key, pending[i].hash),
+            Class::Udp(_) | Class::NonIp => continue,
+            Class::Malformed(_) | Class::Fragment | Class::OtherIp => {
+                last = [EMPTY; SLOTS];
+                last_barrier = Some(i);
+                continue;
+            }
+        };
+        let mut slot = hash as usize % SLOTS;
+        loop {
+            let l = last[slot];
+            if l == EMPTY {
+                last[slot] = i as u8;
+                break;
+            }
+            let same = match pending[usize::from(l)].parsed.class() {
+                Class::Tcp(h) => pending[usize::from(l)].hash == hash && h.key == key,
+                _ => false,
+            };
+            if same {
+                pending[usize::from(l)].next = i as u8;
+                last[slot] = i as u8;
+                break;
+            }
+            slot = (slot + 1) % SLOTS;
+        }
+    }
+    last_barrier
 }

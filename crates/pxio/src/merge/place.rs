@@ -5,7 +5,7 @@
 //! than copied (§4.2, zero-copy chaining). Chaining never copies payload.
 
 use super::flow_table::NIL;
-use super::item::{Item, MergeSig};
+use super::item::marks;
 use super::segment::{range_sum, Segment};
 use super::Merger;
 use crate::buf::{PacketBuf, PacketChain};
@@ -75,6 +75,7 @@ impl<B: PacketBuf> Merger<B> {
     }
 
     /// Whether `seg` may join item `idx` (as its successor when `append`, else predecessor).
+    #[inline]
     fn compatible(&self, idx: u32, pkt: &B, seg: &Segment, append: bool) -> bool {
         let it = &self.items[idx as usize];
         if it.layout != seg.layout
@@ -205,15 +206,15 @@ impl<B: PacketBuf> Merger<B> {
         it.last_window = seg.window;
         it.segs += 1;
         it.tail_flags = tail_flags & (tcp_flags::PSH | tcp_flags::FIN);
-        it.modified = true;
+        it.marks |= marks::MODIFIED;
         it.arrival_sum += now;
         it.oldest = it.oldest.min(now);
         self.stats.merges += 1;
     }
 
     fn prepend(&mut self, idx: u32, pkt: B, seg: Segment, now: u64) {
-        let sig = MergeSig::of(&seg, pkt.head());
         let it = &mut self.items[idx as usize];
+        it.sig.set(&seg, pkt.head());
         let mut old = it.pkt.take().expect("held items have a packet");
         let stripped = old.adj(it.layout.hdr_len());
         debug_assert!(stripped);
@@ -228,10 +229,9 @@ impl<B: PacketBuf> Merger<B> {
         it.seq = seg.seq;
         it.payload_len += u32::from(seg.payload_len);
         it.layout = seg.layout;
-        it.sig = sig;
         it.first_id = seg.ip_id;
         it.segs += 1;
-        it.modified = true;
+        it.marks |= marks::MODIFIED;
         it.arrival_sum += now;
         it.oldest = it.oldest.min(now);
         self.stats.merges += 1;
@@ -293,7 +293,7 @@ impl<B: PacketBuf> Merger<B> {
         a.tail_flags = b_flags;
         a.arrival_sum += b_arr;
         a.oldest = a.oldest.min(b_oldest);
-        a.modified = true;
+        a.marks |= marks::MODIFIED;
         a.next = b_next;
         self.free_item(next);
         let e = self.flows.get_mut(flow);
@@ -332,32 +332,34 @@ impl<B: PacketBuf> Merger<B> {
             self.flush_flow(flow, now, out);
             prev = NIL;
         }
-        if self.free_items.is_empty() {
+        let Some(idx) = self.free_items.pop() else {
             // Every slot is in use: this flow's items go, and the segment passes unmerged.
             self.flush_flow(flow, now, out);
             return self.pass(pkt, out);
-        }
-        let nb_segs = pkt.num_segs() as u16;
-        let sig = MergeSig::of(&seg, pkt.head());
-        let item = Item {
-            pkt: Some(B::Chain::new(pkt)),
-            seq: seg.seq,
-            payload_len: u32::from(seg.payload_len),
-            layout: seg.layout,
-            sig,
-            first_id: seg.ip_id,
-            last_id: seg.ip_id,
-            segs: 1,
-            nb_segs,
-            tail_flags: seg.flags & (tcp_flags::PSH | tcp_flags::FIN),
-            modified,
-            last_window: seg.window,
-            payload_sum: seg.payload_sum,
-            arrival_sum: now,
-            oldest: now,
-            next: NIL,
         };
-        let idx = self.alloc_item(item);
+        // The free slot is filled field by field where it lies (see `MergeSig::set`).
+        let it = &mut self.items[idx as usize];
+        it.sig.set(&seg, pkt.head());
+        it.nb_segs = pkt.num_segs() as u16;
+        it.pkt = Some(B::Chain::new(pkt));
+        it.seq = seg.seq;
+        it.payload_len = u32::from(seg.payload_len);
+        it.layout = seg.layout;
+        it.first_id = seg.ip_id;
+        it.last_id = seg.ip_id;
+        it.segs = 1;
+        it.tail_flags = seg.flags & (tcp_flags::PSH | tcp_flags::FIN);
+        // Only the rest of a cut is inserted already modified; it is carried over.
+        it.marks = if modified {
+            marks::MODIFIED | marks::CARRIED
+        } else {
+            0
+        };
+        it.last_window = seg.window;
+        it.payload_sum = seg.payload_sum;
+        it.arrival_sum = now;
+        it.oldest = now;
+        it.next = NIL;
         let e = self.flows.get_mut(flow);
         if prev == NIL {
             self.items[idx as usize].next = e.items;

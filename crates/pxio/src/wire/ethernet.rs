@@ -82,17 +82,20 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// Wraps `buffer` without checks; accessors may panic if it is shorter than the header.
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         EthernetFrame { buffer }
     }
 
     /// Wraps `buffer` after checking that it holds the whole header, VLAN tags included.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         walk_header(buffer.as_ref()).map_err(|_| WireError::Truncated)?;
         Ok(EthernetFrame { buffer })
     }
 
     /// Gives the buffer back.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -103,6 +106,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// Destination MAC address.
+    #[inline]
     pub fn dst_addr(&self) -> [u8; 6] {
         let mut addr = [0; 6];
         addr.copy_from_slice(&self.buffer.as_ref()[field::DST_ADDR]);
@@ -110,6 +114,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// Source MAC address.
+    #[inline]
     pub fn src_addr(&self) -> [u8; 6] {
         let mut addr = [0; 6];
         addr.copy_from_slice(&self.buffer.as_ref()[field::SRC_ADDR]);
@@ -117,36 +122,43 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// Number of VLAN tags (0 to 2).
+    #[inline]
     pub fn vlan_count(&self) -> usize {
         self.walk().0
     }
 
     /// Header length, VLAN tags included.
+    #[inline]
     pub fn header_len(&self) -> usize {
         self.walk().1
     }
 
     /// The EtherType of the payload, after any VLAN tags.
+    #[inline]
     pub fn ethertype(&self) -> u16 {
         self.walk().2
     }
 
     /// The TPID of VLAN tag `index` (0 is the outermost).
+    #[inline]
     pub fn vlan_tpid(&self, index: usize) -> Option<u16> {
         (index < self.vlan_count()).then(|| read_u16(self.buffer.as_ref(), ethertype_field(index)))
     }
 
     /// The tag control information (PCP, DEI, VLAN ID) of VLAN tag `index` (0 is the outermost).
+    #[inline]
     pub fn vlan_tci(&self, index: usize) -> Option<u16> {
         (index < self.vlan_count()).then(|| read_u16(self.buffer.as_ref(), tci_field(index)))
     }
 
     /// The 12-bit VLAN ID of VLAN tag `index` (0 is the outermost).
+    #[inline]
     pub fn vlan_id(&self, index: usize) -> Option<u16> {
         self.vlan_tci(index).map(|tci| tci & field::VLAN_ID_MASK)
     }
 
     /// The bytes after the header.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         let start = self.header_len();
         &self.buffer.as_ref()[start..]
@@ -160,22 +172,26 @@ fn tci_field(index: usize) -> super::Field {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the destination MAC address.
+    #[inline]
     pub fn set_dst_addr(&mut self, addr: [u8; 6]) {
         self.buffer.as_mut()[field::DST_ADDR].copy_from_slice(&addr);
     }
 
     /// Sets the source MAC address.
+    #[inline]
     pub fn set_src_addr(&mut self, addr: [u8; 6]) {
         self.buffer.as_mut()[field::SRC_ADDR].copy_from_slice(&addr);
     }
 
     /// Sets the EtherType of the payload (after any VLAN tags).
+    #[inline]
     pub fn set_ethertype(&mut self, value: u16) {
         let at = ethertype_field(self.vlan_count());
         write_u16(self.buffer.as_mut(), at, value);
     }
 
     /// Sets the TCI of VLAN tag `index`; false if the frame has no such tag.
+    #[inline]
     pub fn set_vlan_tci(&mut self, index: usize, tci: u16) -> bool {
         if index >= self.vlan_count() {
             return false;
@@ -185,6 +201,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     }
 
     /// The bytes after the header, writable.
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let start = self.header_len();
         &mut self.buffer.as_mut()[start..]

@@ -66,12 +66,14 @@ pub struct Ipv4Packet<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Wraps `buffer` without checks; accessors may panic if it is shorter than the header.
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         Ipv4Packet { buffer }
     }
 
     /// Wraps `buffer` after checking the version, that IHL is at least 5, that the buffer holds
     /// the whole header with options, and that the total length covers the header.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let packet = Ipv4Packet { buffer };
         packet.check_len()?;
@@ -79,6 +81,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// The checks of [`new_checked`](Self::new_checked).
+    #[inline]
     pub fn check_len(&self) -> Result<(), WireError> {
         let len = self.buffer.as_ref().len();
         if len < field::HEADER_LEN {
@@ -101,6 +104,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// Gives the buffer back.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -110,76 +114,91 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// IP version (4 for a checked packet).
+    #[inline]
     pub fn version(&self) -> u8 {
         self.bytes()[field::VER_IHL] >> field::VERSION_SHIFT
     }
 
     /// Internet header length, in 32-bit words.
+    #[inline]
     pub fn ihl(&self) -> u8 {
         self.bytes()[field::VER_IHL] & field::IHL_MASK
     }
 
     /// Header length in bytes, options included.
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.ihl()) * field::IHL_UNIT
     }
 
     /// Differentiated services code point.
+    #[inline]
     pub fn dscp(&self) -> u8 {
         self.bytes()[field::DSCP_ECN] >> field::DSCP_SHIFT
     }
 
     /// Explicit congestion notification bits.
+    #[inline]
     pub fn ecn(&self) -> u8 {
         self.bytes()[field::DSCP_ECN] & field::ECN_MASK
     }
 
     /// Total length of the datagram, header included.
+    #[inline]
     pub fn total_len(&self) -> u16 {
         read_u16(self.bytes(), field::LENGTH)
     }
 
     /// Identification.
+    #[inline]
     pub fn ident(&self) -> u16 {
         read_u16(self.bytes(), field::IDENT)
     }
 
     /// The don't-fragment flag.
+    #[inline]
     pub fn dont_frag(&self) -> bool {
         read_u16(self.bytes(), field::FLG_OFF) & field::FLAG_DF != 0
     }
 
     /// The more-fragments flag.
+    #[inline]
     pub fn more_frags(&self) -> bool {
         read_u16(self.bytes(), field::FLG_OFF) & field::FLAG_MF != 0
     }
 
     /// Fragment offset in bytes (the field counts 8-byte units).
+    #[inline]
     pub fn frag_offset(&self) -> u16 {
         (read_u16(self.bytes(), field::FLG_OFF) & field::FRAG_OFFSET_MASK) * field::FRAG_OFFSET_UNIT
     }
 
     /// Whether this datagram is a fragment (more-fragments set or a nonzero offset).
+    #[inline]
     pub fn is_fragment(&self) -> bool {
         self.more_frags() || self.frag_offset() != 0
     }
 
     /// Time to live.
+    #[inline]
     pub fn ttl(&self) -> u8 {
         self.bytes()[field::TTL]
     }
 
     /// Protocol of the payload.
+    #[inline]
     pub fn protocol(&self) -> u8 {
         self.bytes()[field::PROTOCOL]
     }
 
     /// Header checksum.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         read_u16(self.bytes(), field::CHECKSUM)
     }
 
     /// Source address.
+    #[inline]
     pub fn src_addr(&self) -> [u8; 4] {
         let mut addr = [0; 4];
         addr.copy_from_slice(&self.bytes()[field::SRC_ADDR]);
@@ -187,6 +206,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// Destination address.
+    #[inline]
     pub fn dst_addr(&self) -> [u8; 4] {
         let mut addr = [0; 4];
         addr.copy_from_slice(&self.bytes()[field::DST_ADDR]);
@@ -194,16 +214,19 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// The options, between the fixed header and the payload.
+    #[inline]
     pub fn options(&self) -> &[u8] {
         &self.bytes()[field::HEADER_LEN..self.header_len()]
     }
 
     /// The header, options included.
+    #[inline]
     pub fn header(&self) -> &[u8] {
         &self.bytes()[..self.header_len()]
     }
 
     /// Whether the header checksum is correct.
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         Sum::of(self.header()).checksum() == 0
     }
@@ -211,6 +234,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// The payload bytes this buffer holds: up to [`total_len`](Self::total_len), excluding any
     /// Ethernet padding after it, and possibly fewer when the payload continues in later
     /// segments.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         let start = self.header_len();
         let end = usize::from(self.total_len()).clamp(start, self.bytes().len());
@@ -224,39 +248,46 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
 
     /// Sets the DSCP, keeping the ECN bits.
+    #[inline]
     pub fn set_dscp(&mut self, dscp: u8) {
         let byte = &mut self.bytes_mut()[field::DSCP_ECN];
         *byte = (dscp << field::DSCP_SHIFT) | (*byte & field::ECN_MASK);
     }
 
     /// Sets the ECN bits, keeping the DSCP.
+    #[inline]
     pub fn set_ecn(&mut self, ecn: u8) {
         let byte = &mut self.bytes_mut()[field::DSCP_ECN];
         *byte = (*byte & !field::ECN_MASK) | (ecn & field::ECN_MASK);
     }
 
     /// Sets the total length.
+    #[inline]
     pub fn set_total_len(&mut self, len: u16) {
         write_u16(self.bytes_mut(), field::LENGTH, len);
     }
 
     /// Sets the identification.
+    #[inline]
     pub fn set_ident(&mut self, ident: u16) {
         write_u16(self.bytes_mut(), field::IDENT, ident);
     }
 
     /// Sets or clears the don't-fragment flag.
+    #[inline]
     pub fn set_dont_frag(&mut self, value: bool) {
         self.set_flag(field::FLAG_DF, value);
     }
 
     /// Sets or clears the more-fragments flag.
+    #[inline]
     pub fn set_more_frags(&mut self, value: bool) {
         self.set_flag(field::FLAG_MF, value);
     }
 
     /// Sets the fragment offset, in bytes (a multiple of 8: the field counts 8-byte units, and
     /// the remainder is dropped), keeping the flags.
+    #[inline]
     pub fn set_frag_offset(&mut self, offset: u16) {
         let old = read_u16(self.bytes(), field::FLG_OFF);
         let units = (offset / field::FRAG_OFFSET_UNIT) & field::FRAG_OFFSET_MASK;
@@ -274,31 +305,37 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
 
     /// Sets the time to live.
+    #[inline]
     pub fn set_ttl(&mut self, ttl: u8) {
         self.bytes_mut()[field::TTL] = ttl;
     }
 
     /// Sets the protocol of the payload.
+    #[inline]
     pub fn set_protocol(&mut self, protocol: u8) {
         self.bytes_mut()[field::PROTOCOL] = protocol;
     }
 
     /// Sets the header checksum.
+    #[inline]
     pub fn set_checksum(&mut self, checksum: u16) {
         write_u16(self.bytes_mut(), field::CHECKSUM, checksum);
     }
 
     /// Sets the source address.
+    #[inline]
     pub fn set_src_addr(&mut self, addr: [u8; 4]) {
         self.bytes_mut()[field::SRC_ADDR].copy_from_slice(&addr);
     }
 
     /// Sets the destination address.
+    #[inline]
     pub fn set_dst_addr(&mut self, addr: [u8; 4]) {
         self.bytes_mut()[field::DST_ADDR].copy_from_slice(&addr);
     }
 
     /// Computes the header checksum over the header (options included) and stores it.
+    #[inline]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let checksum = Sum::of(self.header()).checksum();
@@ -306,12 +343,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
 
     /// The options, writable.
+    #[inline]
     pub fn options_mut(&mut self) -> &mut [u8] {
         let end = self.header_len();
         &mut self.bytes_mut()[field::HEADER_LEN..end]
     }
 
     /// The payload bytes this buffer holds, writable (see [`payload`](Self::payload)).
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let start = self.header_len();
         let end = usize::from(self.total_len()).clamp(start, self.bytes().len());

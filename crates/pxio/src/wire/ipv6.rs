@@ -49,11 +49,13 @@ pub struct Ipv6Packet<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// Wraps `buffer` without checks; accessors may panic if it is shorter than the header.
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         Ipv6Packet { buffer }
     }
 
     /// Wraps `buffer` after checking that it holds the fixed header and that the version is 6.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let packet = Ipv6Packet { buffer };
         packet.check_len()?;
@@ -61,6 +63,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// The checks of [`new_checked`](Self::new_checked).
+    #[inline]
     pub fn check_len(&self) -> Result<(), WireError> {
         if self.buffer.as_ref().len() < field::HEADER_LEN {
             return Err(WireError::Truncated);
@@ -72,6 +75,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// Gives the buffer back.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -87,46 +91,55 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// IP version (6 for a checked packet).
+    #[inline]
     pub fn version(&self) -> u8 {
         (self.first_word() >> field::VERSION_SHIFT) as u8
     }
 
     /// Traffic class (DSCP and ECN).
+    #[inline]
     pub fn traffic_class(&self) -> u8 {
         ((self.first_word() >> field::TRAFFIC_CLASS_SHIFT) & field::TRAFFIC_CLASS_MASK) as u8
     }
 
     /// Differentiated services code point: the high six bits of the traffic class.
+    #[inline]
     pub fn dscp(&self) -> u8 {
         self.traffic_class() >> field::DSCP_SHIFT
     }
 
     /// Explicit congestion notification: the low two bits of the traffic class.
+    #[inline]
     pub fn ecn(&self) -> u8 {
         self.traffic_class() & field::ECN_MASK
     }
 
     /// Flow label (20 bits).
+    #[inline]
     pub fn flow_label(&self) -> u32 {
         self.first_word() & field::FLOW_LABEL_MASK
     }
 
     /// Length of the payload after the fixed header.
+    #[inline]
     pub fn payload_len(&self) -> u16 {
         read_u16(self.bytes(), field::PAYLOAD_LEN)
     }
 
     /// Protocol or extension header after the fixed header.
+    #[inline]
     pub fn next_header(&self) -> u8 {
         self.bytes()[field::NEXT_HEADER]
     }
 
     /// Hop limit.
+    #[inline]
     pub fn hop_limit(&self) -> u8 {
         self.bytes()[field::HOP_LIMIT]
     }
 
     /// Source address.
+    #[inline]
     pub fn src_addr(&self) -> [u8; 16] {
         let mut addr = [0; 16];
         addr.copy_from_slice(&self.bytes()[field::SRC_ADDR]);
@@ -134,6 +147,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// Destination address.
+    #[inline]
     pub fn dst_addr(&self) -> [u8; 16] {
         let mut addr = [0; 16];
         addr.copy_from_slice(&self.bytes()[field::DST_ADDR]);
@@ -142,6 +156,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
     /// The payload bytes this buffer holds: up to [`payload_len`](Self::payload_len), excluding
     /// any Ethernet padding, and possibly fewer when the payload continues in later segments.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         let end = self.payload_end();
         &self.bytes()[field::HEADER_LEN..end]
@@ -158,6 +173,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     }
 
     /// Sets the traffic class.
+    #[inline]
     pub fn set_traffic_class(&mut self, tc: u8) {
         let mask = field::TRAFFIC_CLASS_MASK << field::TRAFFIC_CLASS_SHIFT;
         let word = (self.first_word() & !mask) | (u32::from(tc) << field::TRAFFIC_CLASS_SHIFT);
@@ -165,49 +181,58 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     }
 
     /// Sets the DSCP, keeping the ECN bits.
+    #[inline]
     pub fn set_dscp(&mut self, dscp: u8) {
         let tc = (dscp << field::DSCP_SHIFT) | self.ecn();
         self.set_traffic_class(tc);
     }
 
     /// Sets the ECN bits, keeping the DSCP.
+    #[inline]
     pub fn set_ecn(&mut self, ecn: u8) {
         let tc = (self.traffic_class() & !field::ECN_MASK) | (ecn & field::ECN_MASK);
         self.set_traffic_class(tc);
     }
 
     /// Sets the flow label (the high 12 bits of `label` are ignored).
+    #[inline]
     pub fn set_flow_label(&mut self, label: u32) {
         let word = (self.first_word() & !field::FLOW_LABEL_MASK) | (label & field::FLOW_LABEL_MASK);
         self.set_first_word(word);
     }
 
     /// Sets the payload length.
+    #[inline]
     pub fn set_payload_len(&mut self, len: u16) {
         write_u16(self.buffer.as_mut(), field::PAYLOAD_LEN, len);
     }
 
     /// Sets the next header.
+    #[inline]
     pub fn set_next_header(&mut self, next_header: u8) {
         self.buffer.as_mut()[field::NEXT_HEADER] = next_header;
     }
 
     /// Sets the hop limit.
+    #[inline]
     pub fn set_hop_limit(&mut self, hop_limit: u8) {
         self.buffer.as_mut()[field::HOP_LIMIT] = hop_limit;
     }
 
     /// Sets the source address.
+    #[inline]
     pub fn set_src_addr(&mut self, addr: [u8; 16]) {
         self.buffer.as_mut()[field::SRC_ADDR].copy_from_slice(&addr);
     }
 
     /// Sets the destination address.
+    #[inline]
     pub fn set_dst_addr(&mut self, addr: [u8; 16]) {
         self.buffer.as_mut()[field::DST_ADDR].copy_from_slice(&addr);
     }
 
     /// The payload bytes this buffer holds, writable (see [`payload`](Self::payload)).
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = self.payload_end();
         &mut self.buffer.as_mut()[field::HEADER_LEN..end]

@@ -77,23 +77,27 @@ pub enum WireError {
 }
 
 /// Reads the big-endian `u16` at `field`.
+#[inline]
 pub(crate) fn read_u16(bytes: &[u8], field: Field) -> u16 {
     let b = &bytes[field];
     u16::from_be_bytes([b[0], b[1]])
 }
 
 /// Writes `value` big-endian at `field`.
+#[inline]
 pub(crate) fn write_u16(bytes: &mut [u8], field: Field, value: u16) {
     bytes[field].copy_from_slice(&value.to_be_bytes());
 }
 
 /// Reads the big-endian `u32` at `field`.
+#[inline]
 pub(crate) fn read_u32(bytes: &[u8], field: Field) -> u32 {
     let b = &bytes[field];
     u32::from_be_bytes([b[0], b[1], b[2], b[3]])
 }
 
 /// Writes `value` big-endian at `field`.
+#[inline]
 pub(crate) fn write_u32(bytes: &mut [u8], field: Field, value: u32) {
     bytes[field].copy_from_slice(&value.to_be_bytes());
 }
@@ -211,6 +215,89 @@ pub enum Class {
     Malformed(Malformed),
 }
 
+/// A frame's classification, made once on receive and carried with the packet through every
+/// stage that needs it (the gateway's pipeline, the merge engine, an NF), so no stage parses the
+/// headers again (issue 12: one parse per packet).
+///
+/// It can only be made by [`Parsed::of`], from the frame it describes; a stage that is handed
+/// one checks it still fits its packet ([`Parsed::fits`]) before trusting its offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    class: Class,
+    frame_len: u32,
+    head_len: u32,
+}
+
+impl Parsed {
+    /// [`classify`]s the frame whose first segment is `head` and whose length is `frame_len`.
+    #[inline]
+    pub fn of(head: &[u8], frame_len: usize) -> Parsed {
+        Parsed {
+            class: classify(head, frame_len),
+            frame_len: u32::try_from(frame_len).unwrap_or(u32::MAX),
+            head_len: u32::try_from(head.len()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Parses the frame into `self` in place: the same result as [`Parsed::of`], written
+    /// where it is kept (see `plain_ipv4_tcp_into`).
+    #[inline]
+    pub fn parse_into(&mut self, head: &[u8], frame_len: usize) {
+        self.frame_len = u32::try_from(frame_len).unwrap_or(u32::MAX);
+        self.head_len = u32::try_from(head.len()).unwrap_or(u32::MAX);
+        let head = &head[..head.len().min(frame_len)];
+        if !plain_ipv4_tcp_into(head, frame_len, &mut self.class) {
+            self.class = classify_general(head, frame_len);
+        }
+    }
+
+    /// A placeholder to parse into.
+    pub const EMPTY: Parsed = Parsed {
+        class: Class::NonIp,
+        frame_len: 0,
+        head_len: 0,
+    };
+
+    /// What the frame is.
+    #[inline]
+    pub fn class(&self) -> &Class {
+        &self.class
+    }
+
+    /// The TCP headers, when the frame is a well-formed TCP segment.
+    #[inline]
+    pub fn tcp(&self) -> Option<&Headers> {
+        match &self.class {
+            Class::Tcp(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The UDP headers, when the frame is a well-formed UDP datagram.
+    #[inline]
+    pub fn udp(&self) -> Option<&Headers> {
+        match &self.class {
+            Class::Udp(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The length of the frame it was made from.
+    #[inline]
+    pub fn frame_len(&self) -> usize {
+        self.frame_len as usize
+    }
+
+    /// Whether it describes a frame of `frame_len` bytes whose first segment holds `head_len`:
+    /// the same shape as the frame it was made from, so its header offsets lie inside it. (A
+    /// stage may rewrite header fields in place, e.g. the MSS option of a SYN, without making
+    /// it stale; a stage that changes a length must parse again.)
+    #[inline]
+    pub fn fits(&self, head_len: usize, frame_len: usize) -> bool {
+        self.frame_len as usize == frame_len && self.head_len as usize == head_len
+    }
+}
+
 /// Why [`classify`] rejected a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Malformed {
@@ -284,6 +371,7 @@ impl Bounds {
 /// (or ICMPv6) an [`Class::OtherIp`]. An IPv6 packet longer than 65535 bytes in all, which
 /// [`Headers::ip_len`] cannot express, is also [`Class::OtherIp`]. Bytes of `head` beyond
 /// `frame_len` are ignored.
+#[inline]
 pub fn classify(head: &[u8], frame_len: usize) -> Class {
     let head = &head[..head.len().min(frame_len)];
     match plain_ipv4_tcp(head, frame_len) {
@@ -292,7 +380,9 @@ pub fn classify(head: &[u8], frame_len: usize) -> Class {
     }
 }
 
-/// [`classify`] for any frame (`head` already cut to `frame_len`).
+/// [`classify`] for any frame (`head` already cut to `frame_len`). Out of line: the common
+/// frame never gets here, and [`classify`] stays small enough to inline.
+#[inline(never)]
 fn classify_general(head: &[u8], frame_len: usize) -> Class {
     let bounds = Bounds {
         head_len: head.len(),
@@ -311,33 +401,52 @@ fn classify_general(head: &[u8], frame_len: usize) -> Class {
 /// general path, which says what it is.
 #[inline]
 fn plain_ipv4_tcp(head: &[u8], frame_len: usize) -> Option<Headers> {
+    let mut class = Class::NonIp;
+    match plain_ipv4_tcp_into(head, frame_len, &mut class) {
+        true => match class {
+            Class::Tcp(h) => Some(h),
+            _ => None,
+        },
+        false => None,
+    }
+}
+
+/// [`plain_ipv4_tcp`] writing its result straight into `out` (only when it returns true): a
+/// caller that keeps the parse in an array builds it there, field by field, rather than
+/// copying a finished one in (a wide copy of freshly written narrow fields stalls on store
+/// forwarding).
+#[inline]
+fn plain_ipv4_tcp_into(head: &[u8], frame_len: usize, out: &mut Class) -> bool {
     const L2: usize = ethernet::field::HEADER_LEN;
     const L3: usize = ipv4::field::HEADER_LEN;
     const L4: usize = L2 + L3;
     const VER_IHL_PLAIN: u8 = (ipv4::VERSION << ipv4::field::VERSION_SHIFT) | 5;
-    let fixed: &[u8; L4 + tcp::field::HEADER_LEN] = head.first_chunk()?;
+    let fixed: &[u8; L4 + tcp::field::HEADER_LEN] = match head.first_chunk() {
+        Some(f) => f,
+        None => return false,
+    };
     if read_u16(fixed, ethernet::field::ETHERTYPE) != ethernet::ethertype::IPV4
         || fixed[L2 + ipv4::field::VER_IHL] != VER_IHL_PLAIN
         || fixed[L2 + ipv4::field::PROTOCOL] != ip_proto::TCP
     {
-        return None;
+        return false;
     }
     let ip = Ipv4Packet::new_unchecked(&fixed[L2..L4]);
     let ip_len = usize::from(ip.total_len());
     if ip_len < L3 + tcp::field::HEADER_LEN || L2 + ip_len > frame_len || ip.is_fragment() {
-        return None;
+        return false;
     }
     let tcp = TcpPacket::new_unchecked(&fixed[L4..]);
     let l4_len = tcp.header_len();
     if l4_len < tcp::field::HEADER_LEN || l4_len > ip_len - L3 || L4 + l4_len > head.len() {
-        return None;
+        return false;
     }
     let mut src = [0; 16];
     let mut dst = [0; 16];
     src[..IPV4_ADDR_LEN].copy_from_slice(&ip.src_addr());
     dst[..IPV4_ADDR_LEN].copy_from_slice(&ip.dst_addr());
     // `ip_len` came from a u16 and bounds every other length: the casts are lossless.
-    Some(Headers {
+    *out = Class::Tcp(Headers {
         l2_len: L2 as u16,
         l3_len: L3 as u16,
         l4_len: l4_len as u16,
@@ -353,7 +462,8 @@ fn plain_ipv4_tcp(head: &[u8], frame_len: usize) -> Option<Headers> {
             proto: ip_proto::TCP,
             v6: false,
         },
-    })
+    });
+    true
 }
 
 fn classify_frame(head: &[u8], bounds: &Bounds) -> Result<Class, Malformed> {

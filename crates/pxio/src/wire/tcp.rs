@@ -109,12 +109,14 @@ pub struct TcpPacket<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// Wraps `buffer` without checks; accessors may panic if it is shorter than the header.
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         TcpPacket { buffer }
     }
 
     /// Wraps `buffer` after checking that the data offset is at least 5 and that the buffer
     /// holds the whole header with options.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let packet = TcpPacket { buffer };
         packet.check_len()?;
@@ -122,6 +124,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// The checks of [`new_checked`](Self::new_checked).
+    #[inline]
     pub fn check_len(&self) -> Result<(), WireError> {
         let len = self.buffer.as_ref().len();
         if len < field::HEADER_LEN {
@@ -138,6 +141,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// Gives the buffer back.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -147,66 +151,79 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// Source port.
+    #[inline]
     pub fn src_port(&self) -> u16 {
         read_u16(self.bytes(), field::SRC_PORT)
     }
 
     /// Destination port.
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         read_u16(self.bytes(), field::DST_PORT)
     }
 
     /// Sequence number.
+    #[inline]
     pub fn seq_number(&self) -> u32 {
         read_u32(self.bytes(), field::SEQ_NUM)
     }
 
     /// Acknowledgment number.
+    #[inline]
     pub fn ack_number(&self) -> u32 {
         read_u32(self.bytes(), field::ACK_NUM)
     }
 
     /// Data offset, in 32-bit words.
+    #[inline]
     pub fn data_offset(&self) -> u8 {
         self.bytes()[field::DATA_OFFSET] >> field::DATA_OFFSET_SHIFT
     }
 
     /// Header length in bytes, options included (data offset × 4).
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.data_offset()) * field::DATA_OFFSET_UNIT
     }
 
     /// Control bits; test them with [`tcp_flags`].
+    #[inline]
     pub fn flags(&self) -> u8 {
         self.bytes()[field::FLAGS]
     }
 
     /// Whether every bit of `flags` is set.
+    #[inline]
     pub fn has_flags(&self, flags: u8) -> bool {
         self.flags() & flags == flags
     }
 
     /// Receive window (unscaled).
+    #[inline]
     pub fn window(&self) -> u16 {
         read_u16(self.bytes(), field::WINDOW)
     }
 
     /// Checksum.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         read_u16(self.bytes(), field::CHECKSUM)
     }
 
     /// Urgent pointer.
+    #[inline]
     pub fn urgent_ptr(&self) -> u16 {
         read_u16(self.bytes(), field::URGENT)
     }
 
     /// The options, between the fixed header and the payload.
+    #[inline]
     pub fn options(&self) -> &[u8] {
         &self.bytes()[field::HEADER_LEN..self.header_len()]
     }
 
     /// The bytes after the header.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.bytes()[self.header_len()..]
     }
@@ -222,12 +239,14 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// The maximum segment size option, if present and well formed.
+    #[inline]
     pub fn mss(&self) -> Option<u16> {
         Some(read_u16(self.bytes(), self.mss_field()?))
     }
 
     /// Whether the checksum is correct for a segment that fills the whole buffer, given the
     /// pseudo-header sum ([`checksum::pseudo_header_v4`] or [`checksum::pseudo_header_v6`]).
+    #[inline]
     pub fn verify_checksum(&self, pseudo_header: Sum) -> bool {
         pseudo_header.add(Sum::of(self.bytes())).checksum() == 0
     }
@@ -262,41 +281,49 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     }
 
     /// Sets the source port.
+    #[inline]
     pub fn set_src_port(&mut self, port: u16) {
         write_u16(self.bytes_mut(), field::SRC_PORT, port);
     }
 
     /// Sets the destination port.
+    #[inline]
     pub fn set_dst_port(&mut self, port: u16) {
         write_u16(self.bytes_mut(), field::DST_PORT, port);
     }
 
     /// Sets the sequence number.
+    #[inline]
     pub fn set_seq_number(&mut self, seq: u32) {
         write_u32(self.bytes_mut(), field::SEQ_NUM, seq);
     }
 
     /// Sets the acknowledgment number.
+    #[inline]
     pub fn set_ack_number(&mut self, ack: u32) {
         write_u32(self.bytes_mut(), field::ACK_NUM, ack);
     }
 
     /// Sets the control bits.
+    #[inline]
     pub fn set_flags(&mut self, flags: u8) {
         self.bytes_mut()[field::FLAGS] = flags;
     }
 
     /// Sets the receive window.
+    #[inline]
     pub fn set_window(&mut self, window: u16) {
         write_u16(self.bytes_mut(), field::WINDOW, window);
     }
 
     /// Sets the checksum.
+    #[inline]
     pub fn set_checksum(&mut self, checksum: u16) {
         write_u16(self.bytes_mut(), field::CHECKSUM, checksum);
     }
 
     /// Sets the urgent pointer.
+    #[inline]
     pub fn set_urgent_ptr(&mut self, ptr: u16) {
         write_u16(self.bytes_mut(), field::URGENT, ptr);
     }
@@ -304,6 +331,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     /// Rewrites the MSS option's value in place; false if the header carries no (well-formed)
     /// MSS option. Leaves the checksum alone: see
     /// [`set_mss_fix_checksum`](Self::set_mss_fix_checksum).
+    #[inline]
     pub fn set_mss(&mut self, mss: u16) -> bool {
         match self.mss_field() {
             Some(value) => {
@@ -316,6 +344,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
 
     /// Like [`set_mss`](Self::set_mss), and patches the checksum incrementally (RFC 1624), even
     /// when the option sits at an odd offset after a single NOP.
+    #[inline]
     pub fn set_mss_fix_checksum(&mut self, mss: u16) -> bool {
         let Some(value) = self.mss_field() else {
             return false;
@@ -335,12 +364,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     }
 
     /// The options, writable.
+    #[inline]
     pub fn options_mut(&mut self) -> &mut [u8] {
         let end = self.header_len();
         &mut self.bytes_mut()[field::HEADER_LEN..end]
     }
 
     /// The bytes after the header, writable.
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let start = self.header_len();
         &mut self.bytes_mut()[start..]
@@ -348,6 +379,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
 
     /// Computes the checksum of a segment that fills the whole buffer and stores it, given the
     /// pseudo-header sum.
+    #[inline]
     pub fn fill_checksum(&mut self, pseudo_header: Sum) {
         self.set_checksum(0);
         let csum = pseudo_header.add(Sum::of(self.bytes())).checksum();

@@ -690,5 +690,9 @@ proptest! {
         if let Some(h) = plain_ipv4_tcp(head, frame_len) {
             prop_assert_eq!(Class::Tcp(h), classify_general(head, frame_len));
         }
+        // Parsing in place over an earlier, different parse gives what a fresh parse gives.
+        let mut reused = Parsed::of(&v6_udp(10), 62);
+        reused.parse_into(&frame[..head_len], frame_len);
+        prop_assert_eq!(reused, Parsed::of(&frame[..head_len], frame_len));
     }
 }

@@ -33,12 +33,14 @@ pub struct UdpPacket<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> UdpPacket<T> {
     /// Wraps `buffer` without checks; accessors may panic if it is shorter than the header.
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         UdpPacket { buffer }
     }
 
     /// Wraps `buffer` after checking that it holds the header and that the length field covers
     /// at least the header.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let packet = UdpPacket { buffer };
         packet.check_len()?;
@@ -46,6 +48,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
 
     /// The checks of [`new_checked`](Self::new_checked).
+    #[inline]
     pub fn check_len(&self) -> Result<(), WireError> {
         if self.buffer.as_ref().len() < field::HEADER_LEN {
             return Err(WireError::Truncated);
@@ -57,6 +60,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
 
     /// Gives the buffer back.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -66,28 +70,33 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
 
     /// Source port.
+    #[inline]
     pub fn src_port(&self) -> u16 {
         read_u16(self.bytes(), field::SRC_PORT)
     }
 
     /// Destination port.
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         read_u16(self.bytes(), field::DST_PORT)
     }
 
     /// Length of header and payload.
     #[allow(clippy::len_without_is_empty)] // a header field, not a container length
+    #[inline]
     pub fn len(&self) -> u16 {
         read_u16(self.bytes(), field::LENGTH)
     }
 
     /// Checksum.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         read_u16(self.bytes(), field::CHECKSUM)
     }
 
     /// The payload bytes this buffer holds: up to [`len`](Self::len), excluding any Ethernet
     /// padding, and possibly fewer when the payload continues in later segments.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         let end = self.datagram_end();
         &self.bytes()[field::HEADER_LEN..end]
@@ -100,6 +109,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     /// Whether the checksum is correct for a datagram that the buffer holds entirely (up to
     /// [`len`](Self::len)), given the pseudo-header sum. A zero checksum, which over IPv4 means
     /// "none computed", does not verify: check for it first.
+    #[inline]
     pub fn verify_checksum(&self, pseudo_header: Sum) -> bool {
         let datagram = &self.bytes()[..self.datagram_end()];
         self.checksum() != 0 && pseudo_header.add(Sum::of(datagram)).checksum() == 0
@@ -108,26 +118,31 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     /// Sets the source port.
+    #[inline]
     pub fn set_src_port(&mut self, port: u16) {
         write_u16(self.buffer.as_mut(), field::SRC_PORT, port);
     }
 
     /// Sets the destination port.
+    #[inline]
     pub fn set_dst_port(&mut self, port: u16) {
         write_u16(self.buffer.as_mut(), field::DST_PORT, port);
     }
 
     /// Sets the length of header and payload.
+    #[inline]
     pub fn set_len(&mut self, len: u16) {
         write_u16(self.buffer.as_mut(), field::LENGTH, len);
     }
 
     /// Sets the checksum.
+    #[inline]
     pub fn set_checksum(&mut self, checksum: u16) {
         write_u16(self.buffer.as_mut(), field::CHECKSUM, checksum);
     }
 
     /// The payload bytes this buffer holds, writable (see [`payload`](Self::payload)).
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = self.datagram_end();
         &mut self.buffer.as_mut()[field::HEADER_LEN..end]
@@ -135,6 +150,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
 
     /// Computes the checksum of a datagram that the buffer holds entirely and stores it, given
     /// the pseudo-header sum; a computed zero is sent as `0xffff`.
+    #[inline]
     pub fn fill_checksum(&mut self, pseudo_header: Sum) {
         self.set_checksum(0);
         let datagram = &self.bytes()[..self.datagram_end()];
