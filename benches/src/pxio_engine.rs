@@ -109,9 +109,12 @@ fn run_once(
     // Items are held for at most a window; the pool covers everything a window can gather.
     let pool = Mempool::new(eal, &name, 16383, 256, DATA_ROOM)?;
     let headers = Mempool::new(eal, &format!("{name}h"), 4095, 256, 256)?;
-    let mut merger = Merger::<Mbuf>::new(
+    // The flow table's hash seed comes from the trace's seed: every repetition places the same
+    // flows in the same buckets, so repetitions must agree exactly (checked by `run_pxio`).
+    let mut merger = Merger::<Mbuf>::with_hash_seed(
         bench_merge_config(cfg, trace.config().flows, checksum_offload),
         headers.clone(),
+        cfg.seed,
     )
     .map_err(|e| BenchError::Config(e.to_string()))?;
     let mut ledger = Ledger::new(trace, &nic.engine_name(), cfg.imtu, cfg.verify_payload);
