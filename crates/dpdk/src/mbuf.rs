@@ -442,6 +442,22 @@ impl Mbuf {
         m.ol_flags |= u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD);
     }
 
+    /// Sets the L4 checksum verdict as [`Mbuf::rx_l4_checksum_verdict`] reads it:
+    /// `Some(true)` good, `Some(false)` bad, `None` unknown. For software that knows the
+    /// checksum field is right for the bytes (it just computed it, or kept it right with
+    /// incremental updates), or that changed bytes without updating it (then `None`).
+    pub fn set_rx_l4_checksum_verdict(&mut self, verdict: Option<bool>) {
+        let flag = match verdict {
+            Some(true) => dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD,
+            Some(false) => dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_BAD,
+            None => dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_UNKNOWN,
+        };
+        // SAFETY: we own the head struct; ol_flags is plain metadata.
+        let m = unsafe { self.raw.as_mut() };
+        m.ol_flags &= !u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK);
+        m.ol_flags |= u64::from(flag);
+    }
+
     /// Requests TX offloads for this packet: header lengths, the `RTE_MBUF_F_TX_*` flags to set,
     /// and the TSO segment size (0 for none). The port must have been granted the matching
     /// offloads; see [`Port::tx_offloads`](crate::Port::tx_offloads).

@@ -54,9 +54,20 @@ pub trait PacketBuf: Sized {
     fn alloc_with(pool: &Self::Pool, bytes: &[u8]) -> Option<Self>;
     /// The NIC's RSS hash, when it computed one.
     fn rss_hash(&self) -> Option<u32>;
-    /// The NIC's verdict on the L4 (TCP/UDP) checksum on receive: `Some(true)` good,
-    /// `Some(false)` bad, `None` when the buffer carries none (then only the bytes can tell).
+    /// What is known of the L4 (TCP/UDP) checksum field: `Some(true)` **the field is correct
+    /// for the bytes** (the NIC verified it on receive, or software that wrote the field, or
+    /// kept it right with incremental updates, said so with
+    /// [`PacketBuf::set_l4_csum_verdict`]); `Some(false)` the NIC found it wrong; `None`
+    /// nothing is known (then only the bytes can tell).
+    ///
+    /// The merge engine and the split trust `Some(true)` and skip their software verification
+    /// (the split still sums what its pieces' checksums need). An NF that rewrites covered
+    /// bytes without updating the checksum field (an address or port rewrite without the
+    /// RFC 1624 update, a payload edit) must clear it with `set_l4_csum_verdict(None)`, or a
+    /// corrupt packet could leave as freshly checksummed segments.
     fn l4_csum_verdict(&self) -> Option<bool>;
+    /// Sets what [`PacketBuf::l4_csum_verdict`] reports (on an mbuf: its RX L4 checksum flag).
+    fn set_l4_csum_verdict(&mut self, verdict: Option<bool>);
     /// Asks the NIC to finish this packet on transmit: TSO to `tso_segsz` (0: none), and the IP
     /// and L4 checksums. Only called when the port granted those offloads.
     fn request_tx_offload(&mut self, offload: TxOffload);
@@ -153,6 +164,9 @@ impl PacketBuf for dpdk::Mbuf {
     }
     fn l4_csum_verdict(&self) -> Option<bool> {
         self.rx_l4_checksum_verdict()
+    }
+    fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
+        self.set_rx_l4_checksum_verdict(verdict);
     }
     fn request_tx_offload(&mut self, o: TxOffload) {
         use dpdk::tx_flags as f;
@@ -406,6 +420,9 @@ impl PacketBuf for HeapBuf {
     }
     fn l4_csum_verdict(&self) -> Option<bool> {
         self.l4_verdict
+    }
+    fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
+        self.l4_verdict = verdict;
     }
     fn request_tx_offload(&mut self, _offload: TxOffload) {}
 }

@@ -142,6 +142,14 @@ fn prepare_for_nic<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
     true
 }
 
+/// The software split. Everything that is the same for every piece is worked out once per
+/// packet (the header template's checksum sums, the pseudo-header without its length); per
+/// piece only the length, IPv4 ID, sequence number, flags, urgent pointer and checksums are
+/// patched. The payload is read at most once: with checksum offload not at all; otherwise each
+/// piece's payload sum comes from one pass over its view, and the verification of the input's
+/// checksum adds those same sums up. A packet whose checksum field is known to be right
+/// ([`PacketBuf::l4_csum_verdict`] is `Some(true)`) is not verified again, and its last piece's
+/// payload sum is what the field leaves after the others, so that piece is not read either.
 fn software<B: PacketBuf>(
     pkt: B,
     hdr: &Headers,
@@ -154,29 +162,47 @@ fn software<B: PacketBuf>(
     let hdr_len = hdr.hdr_len();
     let payload = usize::from(hdr.payload_len);
     let (l2, l3) = (usize::from(hdr.l2_len), usize::from(hdr.l3_len));
+    let l4 = l2 + l3;
     let head = &pkt.head()[..hdr_len];
     let ip_id = if hdr.v6 {
         0
     } else {
-        wire::Ipv4Packet::new_checked(&head[l2..l2 + l3]).map_or(0, |ip| ip.ident())
+        wire::Ipv4Packet::new_checked(&head[l2..l4]).map_or(0, |ip| ip.ident())
     };
-    let Ok(tcp) = wire::TcpPacket::new_checked(&head[l2 + l3..hdr_len]) else {
+    let Ok(tcp) = wire::TcpPacket::new_checked(&head[l4..hdr_len]) else {
         out.push(pkt);
         return Ok(1);
     };
-    let (seq, flags, orig_csum) = (tcp.seq_number(), tcp.flags(), tcp.checksum());
+    let (seq, flags, orig_csum, orig_urgent) = (
+        tcp.seq_number(),
+        tcp.flags(),
+        tcp.checksum(),
+        tcp.urgent_ptr(),
+    );
     // The urgent point in sequence space (meaningful only with URG).
-    let urgent_at = seq.wrapping_add(u32::from(tcp.urgent_ptr()));
+    let urgent_at = seq.wrapping_add(u32::from(orig_urgent));
     // A SYN takes one sequence number before the data (RFC 9293 §3.4).
     let data_seq = seq.wrapping_add(u32::from(flags & tcp_flags::SYN != 0));
-    let tcp_hdr_sum = Sum::of(&head[l2 + l3..hdr_len]).sub(Sum(u32::from(orig_csum)));
+    let software_sums = !checksum_offload;
+    let trusted = software_sums && pkt.l4_csum_verdict() == Some(true);
+    let template = Template::new(head, hdr, orig_csum, seq, orig_urgent);
+    // What the input's checksum field says its payload sums to.
+    let claimed = || {
+        checksum::covered_sum(orig_csum)
+            .sub(
+                template
+                    .pseudo
+                    .add(Sum(u32::from(hdr.l4_len + hdr.payload_len))),
+            )
+            .sub(template.tcp_full)
+    };
     let mut whole = Sum::default();
     let mut offset = 0usize;
     let mut index = 0u16;
     while offset < payload {
         let len = usize::from(mss).min(payload - offset);
         let last = offset + len == payload;
-        let Some(mut seg) = B::alloc_with(pool, &pkt.head()[..hdr_len]) else {
+        let Some(mut seg) = B::alloc_with(pool, head) else {
             out.truncate(start);
             return Err((SplitError::PoolExhausted, pkt));
         };
@@ -184,19 +210,21 @@ fn software<B: PacketBuf>(
             out.truncate(start);
             return Err((SplitError::PoolExhausted, pkt));
         };
+        // This piece's payload sum, as if it started at an even offset.
         let mut payload_sum = Sum::default();
-        if !checksum_offload {
-            let mut pos = 0usize;
-            view.for_each_segment(|s| {
-                let part = Sum::of(s);
-                payload_sum = payload_sum.add(if pos % 2 == 1 { part.swapped() } else { part });
-                pos += s.len();
-            });
-            whole = whole.add(if offset % 2 == 1 {
-                payload_sum.swapped()
+        if software_sums {
+            let at_odd = |s: Sum, odd: bool| if odd { s.swapped() } else { s };
+            if trusted && last {
+                // The field is right for the bytes: the last piece is what the others leave.
+                payload_sum = at_odd(claimed().sub(whole), offset % 2 == 1);
             } else {
-                payload_sum
-            });
+                let mut pos = 0usize;
+                view.for_each_segment(|s| {
+                    payload_sum = payload_sum.add(at_odd(Sum::of(s), pos % 2 == 1));
+                    pos += s.len();
+                });
+                whole = whole.add(at_odd(payload_sum, offset % 2 == 1));
+            }
         }
         let ip_len = (usize::from(hdr.l3_len) + usize::from(hdr.l4_len) + len) as u16;
         let mut seg_flags = flags;
@@ -208,17 +236,17 @@ fn software<B: PacketBuf>(
         } else {
             data_seq.wrapping_add(offset as u32)
         };
-        let mut urgent_ptr = None;
+        let mut urgent_ptr = orig_urgent;
         if index > 0 {
             seg_flags &= !(tcp_flags::CWR | tcp_flags::SYN);
             if flags & tcp_flags::URG != 0 {
                 // Offsets stay below 64 KiB, so a rebased pointer fits in 16 bits.
                 let ahead = urgent_at.wrapping_sub(seg_seq);
                 if (ahead as i32) > 0 {
-                    urgent_ptr = Some(ahead as u16);
+                    urgent_ptr = ahead as u16;
                 } else {
                     seg_flags &= !tcp_flags::URG;
-                    urgent_ptr = Some(0);
+                    urgent_ptr = 0;
                 }
             }
         }
@@ -229,7 +257,7 @@ fn software<B: PacketBuf>(
             flags: seg_flags,
             urgent_ptr,
         };
-        if !rewrite(&mut seg, hdr, fields, payload_sum, checksum_offload)
+        if !template.rewrite(&mut seg, fields, payload_sum, checksum_offload)
             || seg.chain(view).is_err()
         {
             out.truncate(start);
@@ -239,15 +267,11 @@ fn software<B: PacketBuf>(
         offset += len;
         index += 1;
     }
-    if !checksum_offload {
+    if software_sums && !trusted {
         // The original's checksum must cover exactly these bytes; otherwise the packet was
         // corrupt and must not leave as freshly checksummed segments.
-        let pseudo = pseudo_header(pkt.head(), hdr, u32::from(hdr.l4_len + hdr.payload_len));
-        let expected = checksum::covered_sum(orig_csum)
-            .sub(pseudo)
-            .sub(tcp_hdr_sum);
         let norm = |s: Sum| if s.fold() == 0xffff { 0 } else { s.fold() };
-        if norm(expected) != norm(whole) {
+        if norm(claimed()) != norm(whole) {
             out.truncate(start);
             return Err((SplitError::BadChecksum, pkt));
         }
@@ -261,76 +285,126 @@ struct SegmentFields {
     ip_id: u16,
     seq: u32,
     flags: u8,
-    /// A new urgent pointer (`None`: the header's stays).
-    urgent_ptr: Option<u16>,
+    urgent_ptr: u16,
 }
 
-/// Writes one segment's header fields and checksums (or NIC seeds).
-fn rewrite<B: PacketBuf>(
-    seg: &mut B,
-    hdr: &Headers,
-    f: SegmentFields,
-    payload_sum: Sum,
-    checksum_offload: bool,
-) -> bool {
-    let (l2, l3, end) = (
-        usize::from(hdr.l2_len),
-        usize::from(hdr.l3_len),
-        hdr.hdr_len(),
-    );
-    let Some(bytes) = seg.head_mut() else {
-        return false;
-    };
-    if hdr.v6 {
-        let Ok(mut ip) = wire::Ipv6Packet::new_checked(&mut bytes[l2..l2 + l3]) else {
-            return false;
-        };
-        ip.set_payload_len(f.ip_len - 40);
-    } else {
-        let Ok(mut ip) = wire::Ipv4Packet::new_checked(&mut bytes[l2..l2 + l3]) else {
-            return false;
-        };
-        ip.set_total_len(f.ip_len);
-        ip.set_ident(f.ip_id);
-        if checksum_offload {
-            ip.set_checksum(0);
+/// The input's headers, summed once per packet: each piece's checksums are these sums plus
+/// the few words that differ per piece.
+struct Template<'a> {
+    hdr: &'a Headers,
+    /// The pseudo-header without its length.
+    pseudo: Sum,
+    /// The TCP header as it is, checksum field excluded.
+    tcp_full: Sum,
+    /// The TCP header without its checksum, sequence number, flags word and urgent pointer.
+    tcp_fixed: Sum,
+    /// The high byte of the flags word (data offset, reserved bits).
+    offset_byte: u8,
+    /// The IPv4 header without its checksum, total length and ID.
+    ip_fixed: Sum,
+}
+
+impl<'a> Template<'a> {
+    fn new(head: &[u8], hdr: &'a Headers, orig_csum: u16, seq: u32, urgent: u16) -> Self {
+        let (l2, l4) = (
+            usize::from(hdr.l2_len),
+            usize::from(hdr.l2_len + hdr.l3_len),
+        );
+        let tcp_full = Sum::of(&head[l4..hdr.hdr_len()]).sub(Sum(u32::from(orig_csum)));
+        let flags_word = u16::from_be_bytes([head[l4 + 12], head[l4 + 13]]);
+        let tcp_fixed = tcp_full
+            .sub(Sum(seq))
+            .sub(Sum(u32::from(flags_word)))
+            .sub(Sum(u32::from(urgent)));
+        let ip_fixed = if hdr.v6 {
+            Sum::default()
         } else {
-            ip.fill_checksum();
+            let ip = &head[l2..l4];
+            let word = |i: usize| Sum(u32::from(u16::from_be_bytes([ip[i], ip[i + 1]])));
+            // Total length (bytes 2-3), ID (4-5), checksum (10-11).
+            Sum::of(ip).sub(word(2)).sub(word(4)).sub(word(10))
+        };
+        Self {
+            hdr,
+            pseudo: pseudo_header(head, hdr, 0),
+            tcp_full,
+            tcp_fixed,
+            offset_byte: head[l4 + 12],
+            ip_fixed,
         }
     }
-    let pseudo = pseudo_header(bytes, hdr, u32::from(f.ip_len - hdr.l3_len));
-    let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) else {
-        return false;
-    };
-    tcp.set_seq_number(f.seq);
-    tcp.set_flags(f.flags);
-    if let Some(ptr) = f.urgent_ptr {
-        tcp.set_urgent_ptr(ptr);
-    }
-    tcp.set_checksum(0);
-    let value = if checksum_offload {
-        pseudo.fold()
-    } else {
-        pseudo
-            .add(Sum::of(&bytes[l2 + l3..end]))
-            .add(payload_sum)
-            .checksum()
-    };
-    if let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) {
+
+    /// Writes one segment's header fields and checksums (or NIC seeds) into `seg`, a copy of
+    /// the template's bytes.
+    fn rewrite<B: PacketBuf>(
+        &self,
+        seg: &mut B,
+        f: SegmentFields,
+        payload_sum: Sum,
+        checksum_offload: bool,
+    ) -> bool {
+        let hdr = self.hdr;
+        let (l2, l3, end) = (
+            usize::from(hdr.l2_len),
+            usize::from(hdr.l3_len),
+            hdr.hdr_len(),
+        );
+        let Some(bytes) = seg.head_mut() else {
+            return false;
+        };
+        if bytes.len() < end {
+            return false;
+        }
+        // `classify` validated the template's headers and `seg` holds a copy of them, so the
+        // unchecked views stay in bounds.
+        if hdr.v6 {
+            let mut ip = wire::Ipv6Packet::new_unchecked(&mut bytes[l2..l2 + l3]);
+            ip.set_payload_len(f.ip_len - 40);
+        } else {
+            let mut ip = wire::Ipv4Packet::new_unchecked(&mut bytes[l2..l2 + l3]);
+            ip.set_total_len(f.ip_len);
+            ip.set_ident(f.ip_id);
+            let sum = if checksum_offload {
+                0
+            } else {
+                self.ip_fixed.add_u16(f.ip_len).add_u16(f.ip_id).checksum()
+            };
+            ip.set_checksum(sum);
+        }
+        let l4_len = u32::from(f.ip_len - hdr.l3_len);
+        let pseudo = self.pseudo.add(Sum(l4_len));
+        let mut tcp = wire::TcpPacket::new_unchecked(&mut bytes[l2 + l3..end]);
+        tcp.set_seq_number(f.seq);
+        tcp.set_flags(f.flags);
+        tcp.set_urgent_ptr(f.urgent_ptr);
+        let value = if checksum_offload {
+            pseudo.fold()
+        } else {
+            pseudo
+                .add(self.tcp_fixed)
+                .add(Sum(f.seq))
+                .add_u16(u16::from_be_bytes([self.offset_byte, f.flags]))
+                .add_u16(f.urgent_ptr)
+                .add(payload_sum)
+                .checksum()
+        };
         tcp.set_checksum(value);
+        if checksum_offload {
+            seg.request_tx_offload(TxOffload {
+                l2_len: hdr.l2_len as u8,
+                l3_len: hdr.l3_len,
+                l4_len: hdr.l4_len as u8,
+                ipv4: !hdr.v6,
+                ip_checksum: !hdr.v6,
+                tcp_checksum: true,
+                ..TxOffload::default()
+            });
+        } else {
+            // The field is right for the piece's bytes: a later split need not verify it.
+            seg.set_l4_csum_verdict(Some(true));
+        }
+        true
     }
-    if checksum_offload {
-        seg.request_tx_offload(TxOffload {
-            l2_len: hdr.l2_len as u8,
-            l3_len: hdr.l3_len,
-            l4_len: hdr.l4_len as u8,
-            ipv4: !hdr.v6,
-            ip_checksum: !hdr.v6,
-            tcp_checksum: true,
-            ..TxOffload::default()
-        });
-    }
-    true
 }
 
 /// The TCP pseudo-header sum for an L4 length of `l4_len` (0: without length, for TSO seeds).

@@ -56,13 +56,17 @@ proptest! {
         fin in any::<bool>(),
         cuts in prop::collection::vec(any::<usize>(), 0..4),
         checksum_offload in any::<bool>(),
+        trusted in any::<bool>(),
     ) {
         let f = flow(v6, df);
         let payload: Vec<u8> = (0..len).map(|i| (i * 17 % 253) as u8).collect();
         let flags = SegFlags { psh, fin, ..SegFlags::default() };
         let frame = tcp_frame(&f, f.isn, 1000, 5, flags, &payload);
         let pool = HeapPool::new(256);
-        let pkt = chained(&pool, &frame, 14 + if v6 { 72 } else { 52 }, &cuts);
+        let mut pkt = chained(&pool, &frame, 14 + if v6 { 72 } else { 52 }, &cuts);
+        // A known-good checksum is not verified again, and the last piece's sum is derived
+        // from it: the pieces' checksums must be right either way.
+        pkt.set_l4_csum_verdict(trusted.then_some(true));
         let mut out = Vec::new();
         let offloads = SplitOffloads { tso: false, checksum: checksum_offload };
         let n = split_tcp(pkt, mtu, offloads, &pool, &mut out).map_err(|(e, _)| e).unwrap();
@@ -143,6 +147,63 @@ fn a_corrupt_packet_is_not_laundered_into_valid_segments() {
     assert!(out.is_empty());
     drop(err);
     assert_eq!(pool.in_use(), 0);
+}
+
+/// Whether a split piece's TCP checksum verifies.
+fn piece_checksum_ok(seg: &HeapBuf) -> bool {
+    let bytes = seg.to_vec();
+    let p = SlicedPacket::from_ethernet(&bytes).unwrap();
+    let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
+        panic!("not TCP")
+    };
+    let h = tcp.to_header();
+    let expected = match p.net.as_ref().unwrap() {
+        etherparse::NetSlice::Ipv4(ip) => {
+            h.calc_checksum_ipv4(&ip.header().to_header(), tcp.payload())
+        }
+        etherparse::NetSlice::Ipv6(ip) => {
+            h.calc_checksum_ipv6(&ip.header().to_header(), tcp.payload())
+        }
+        etherparse::NetSlice::Arp(_) => unreachable!("TCP is never carried over ARP"),
+    };
+    expected.unwrap() == h.checksum
+}
+
+#[test]
+fn a_corrupt_packet_is_refused_unless_its_checksum_is_vouched_for() {
+    for v6 in [false, true] {
+        let f = flow(v6, true);
+        let mut frame = tcp_frame(&f, f.isn, 1, 5, SegFlags::default(), &[7u8; 5000]);
+        // In the first piece: only the verification can catch it.
+        let at = frame.len() - 4900;
+        frame[at] ^= 1;
+        let pool = HeapPool::new(256);
+        // No verdict, or the NIC's "bad": verified in software, refused.
+        for verdict in [None, Some(false)] {
+            let mut pkt = pool.packet(&frame);
+            pkt.set_l4_csum_verdict(verdict);
+            let mut out = Vec::new();
+            let r = split_tcp(pkt, 1500, SplitOffloads::default(), &pool, &mut out);
+            assert!(
+                matches!(r, Err((SplitError::BadChecksum, _))),
+                "v6 {v6}, verdict {verdict:?}"
+            );
+            assert!(out.is_empty());
+        }
+        // Vouched for (wrongly, as an NF that rewrote bytes without clearing the flag would):
+        // not verified, but the damage still shows, in the last piece's checksum.
+        let mut pkt = pool.packet(&frame);
+        pkt.set_l4_csum_verdict(Some(true));
+        let mut out = Vec::new();
+        let n = split_tcp(pkt, 1500, SplitOffloads::default(), &pool, &mut out).unwrap();
+        assert_eq!(n, 4);
+        assert!(out[..3].iter().all(piece_checksum_ok));
+        assert!(!piece_checksum_ok(&out[3]), "v6 {v6}");
+        // The pieces say their checksums are right (a later split need not verify them).
+        assert!(out.iter().all(|p| p.l4_csum_verdict() == Some(true)));
+        drop(out);
+        assert_eq!(pool.in_use(), 0);
+    }
 }
 
 #[test]
