@@ -49,6 +49,11 @@ pub trait PacketBuf: Sized {
     /// A zero-copy view of `[offset, offset + len)`, sharing the data by refcount; `None` when the
     /// pool is exhausted or the range is out of bounds.
     fn share_range(&self, offset: usize, len: usize, pool: &Self::Pool) -> Option<Self>;
+    /// Cuts the packet at byte `len` when that is a boundary between segments: `self` keeps
+    /// the first `len` bytes and the rest comes back as a packet of its own, without copying,
+    /// sharing or allocating buffers. `None`, and `self` unchanged, when `len` falls inside a
+    /// segment or is not strictly between 0 and the packet's length.
+    fn detach_at(&mut self, len: usize) -> Option<Self>;
     /// A new single-segment buffer holding a copy of `bytes` (used for headers of split
     /// segments and caravans); `None` when the pool is exhausted or `bytes` does not fit.
     fn alloc_with(pool: &Self::Pool, bytes: &[u8]) -> Option<Self>;
@@ -153,6 +158,9 @@ impl PacketBuf for dpdk::Mbuf {
     }
     fn share_range(&self, offset: usize, len: usize, pool: &Self::Pool) -> Option<Self> {
         dpdk::Mbuf::share_range(self, offset, len, pool).ok()
+    }
+    fn detach_at(&mut self, len: usize) -> Option<Self> {
+        dpdk::Mbuf::detach_at(self, len)
     }
     fn alloc_with(pool: &Self::Pool, bytes: &[u8]) -> Option<Self> {
         let mut m = pool.alloc().ok()?;
@@ -411,6 +419,26 @@ impl PacketBuf for HeapBuf {
             segs,
             l4_verdict: None,
         })
+    }
+    fn detach_at(&mut self, len: usize) -> Option<Self> {
+        if len == 0 || len >= self.len() {
+            return None;
+        }
+        let mut before = 0;
+        for (i, seg) in self.segs.iter().enumerate() {
+            before += seg.len();
+            if before == len {
+                let segs = self.segs.split_off(i + 1);
+                return Some(HeapBuf {
+                    segs,
+                    l4_verdict: None,
+                });
+            }
+            if before > len {
+                return None;
+            }
+        }
+        None
     }
     fn alloc_with(pool: &HeapPool, bytes: &[u8]) -> Option<Self> {
         (bytes.len() <= pool.seg_capacity).then(|| pool.packet(bytes))

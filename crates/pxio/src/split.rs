@@ -95,7 +95,10 @@ pub fn split_tcp<B: PacketBuf>(
         // Shared headers we cannot prepare: fall back to software.
         return software(pkt, &hdr, mss, offloads.checksum, pool, out);
     }
-    software(pkt, &hdr, mss, offloads.checksum, pool, out)
+    match detached(pkt, &hdr, mss, offloads.checksum, pool, out) {
+        Ok(done) => done,
+        Err(pkt) => software(pkt, &hdr, mss, offloads.checksum, pool, out),
+    }
 }
 
 /// Whether the packet carries flags a NIC would copy into every segment (URG with its pointer,
@@ -173,16 +176,8 @@ fn software<B: PacketBuf>(
         out.push(pkt);
         return Ok(1);
     };
-    let (seq, flags, orig_csum, orig_urgent) = (
-        tcp.seq_number(),
-        tcp.flags(),
-        tcp.checksum(),
-        tcp.urgent_ptr(),
-    );
-    // The urgent point in sequence space (meaningful only with URG).
-    let urgent_at = seq.wrapping_add(u32::from(orig_urgent));
-    // A SYN takes one sequence number before the data (RFC 9293 §3.4).
-    let data_seq = seq.wrapping_add(u32::from(flags & tcp_flags::SYN != 0));
+    let (seq, orig_csum, orig_urgent) = (tcp.seq_number(), tcp.checksum(), tcp.urgent_ptr());
+    let plan = Plan::new(hdr, ip_id, &tcp);
     let software_sums = !checksum_offload;
     let trusted = software_sums && pkt.l4_csum_verdict() == Some(true);
     let template = Template::new(head, hdr, orig_csum, seq, orig_urgent);
@@ -226,37 +221,7 @@ fn software<B: PacketBuf>(
                 whole = whole.add(at_odd(payload_sum, offset % 2 == 1));
             }
         }
-        let ip_len = (usize::from(hdr.l3_len) + usize::from(hdr.l4_len) + len) as u16;
-        let mut seg_flags = flags;
-        if !last {
-            seg_flags &= !(tcp_flags::PSH | tcp_flags::FIN | tcp_flags::RST);
-        }
-        let seg_seq = if index == 0 {
-            seq
-        } else {
-            data_seq.wrapping_add(offset as u32)
-        };
-        let mut urgent_ptr = orig_urgent;
-        if index > 0 {
-            seg_flags &= !(tcp_flags::CWR | tcp_flags::SYN);
-            if flags & tcp_flags::URG != 0 {
-                // Offsets stay below 64 KiB, so a rebased pointer fits in 16 bits.
-                let ahead = urgent_at.wrapping_sub(seg_seq);
-                if (ahead as i32) > 0 {
-                    urgent_ptr = ahead as u16;
-                } else {
-                    seg_flags &= !tcp_flags::URG;
-                    urgent_ptr = 0;
-                }
-            }
-        }
-        let fields = SegmentFields {
-            ip_len,
-            ip_id: ip_id.wrapping_add(index),
-            seq: seg_seq,
-            flags: seg_flags,
-            urgent_ptr,
-        };
+        let fields = plan.fields(index, offset, len, last);
         if !template.rewrite(&mut seg, fields, payload_sum, checksum_offload)
             || seg.chain(view).is_err()
         {
@@ -277,6 +242,210 @@ fn software<B: PacketBuf>(
         }
     }
     Ok(out.len() - start)
+}
+
+/// The zero-share split, for a packet whose cut points all fall on boundaries of its buffer
+/// chain (a merged packet holds one buffer per merged segment, so with an iMTU aligned to
+/// whole segments, `PxioBuilder::align_imtu`, every cut is one). The pieces take the packet's
+/// own buffers: the first keeps its head, headers rewritten in place; each later one gets a
+/// fresh header buffer in front of the buffers it detached. No indirect buffer is attached, and
+/// none has to be freed after transmit. Checksums as in [`software`]: each piece's payload sum
+/// in the same single pass that checks the cut points (and verifies the input from those sums
+/// unless its checksum is vouched for, whose last piece is then derived). `Err(pkt)`, the
+/// packet untouched, when it does not apply; on a verification or pool failure the packet is
+/// returned whole, as from [`software`].
+fn detached<B: PacketBuf>(
+    mut pkt: B,
+    hdr: &Headers,
+    mss: u16,
+    checksum_offload: bool,
+    pool: &B::Pool,
+    out: &mut Vec<B>,
+) -> Result<Result<usize, (SplitError, B)>, B> {
+    let hdr_len = hdr.hdr_len();
+    let payload = usize::from(hdr.payload_len);
+    let mss_len = usize::from(mss);
+    let pieces = payload.div_ceil(mss_len);
+    if !(2..=MAX_DETACHED).contains(&pieces)
+        || pkt.head_mut().is_none()
+        || pkt.len() != hdr_len + payload
+    {
+        return Err(pkt);
+    }
+    let software_sums = !checksum_offload;
+    let trusted = software_sums && pkt.l4_csum_verdict() == Some(true);
+    // One pass over the chain: every cut point must be a buffer boundary, and each piece's
+    // payload sum is taken on the way (not the last one's when the input is vouched for).
+    let mut sums = [Sum::default(); MAX_DETACHED];
+    let (mut at, mut aligned) = (0usize, true);
+    pkt.for_each_segment(|s| {
+        let (from, to) = (at.max(hdr_len), at + s.len());
+        at = to;
+        if !aligned || to <= hdr_len {
+            return;
+        }
+        let piece = (from - hdr_len) / mss_len;
+        let piece_end = hdr_len + ((piece + 1) * mss_len).min(payload);
+        if to > piece_end {
+            aligned = false;
+            return;
+        }
+        if software_sums && !(trusted && piece + 1 == pieces) {
+            let part = Sum::of(&s[s.len() - (to - from)..]);
+            let pos = from - hdr_len - piece * mss_len;
+            sums[piece] = sums[piece].add(if pos % 2 == 1 { part.swapped() } else { part });
+        }
+    });
+    if !aligned {
+        return Err(pkt);
+    }
+    let head = &pkt.head()[..hdr_len];
+    let ip_id = if hdr.v6 {
+        0
+    } else {
+        wire::Ipv4Packet::new_unchecked(&head[usize::from(hdr.l2_len)..]).ident()
+    };
+    let l4 = usize::from(hdr.l2_len + hdr.l3_len);
+    let tcp = wire::TcpPacket::new_unchecked(&head[l4..hdr_len]);
+    let (seq, orig_csum, orig_urgent) = (tcp.seq_number(), tcp.checksum(), tcp.urgent_ptr());
+    let plan = Plan::new(hdr, ip_id, &tcp);
+    let template = Template::new(head, hdr, orig_csum, seq, orig_urgent);
+    let at_odd = |s: Sum, odd: bool| if odd { s.swapped() } else { s };
+    if software_sums {
+        let claimed = checksum::covered_sum(orig_csum)
+            .sub(
+                template
+                    .pseudo
+                    .add(Sum(u32::from(hdr.l4_len + hdr.payload_len))),
+            )
+            .sub(template.tcp_full);
+        let mut whole = Sum::default();
+        let known = if trusted { pieces - 1 } else { pieces };
+        for (i, sum) in sums[..known].iter().enumerate() {
+            whole = whole.add(at_odd(*sum, i * mss_len % 2 == 1));
+        }
+        if trusted {
+            let last = pieces - 1;
+            sums[last] = at_odd(claimed.sub(whole), last * mss_len % 2 == 1);
+        } else {
+            let norm = |s: Sum| if s.fold() == 0xffff { 0 } else { s.fold() };
+            if norm(claimed) != norm(whole) {
+                return Ok(Err((SplitError::BadChecksum, pkt)));
+            }
+        }
+    }
+    // Every header buffer first, so that running out leaves the packet whole.
+    let mut heads: [Option<B>; MAX_DETACHED] = std::array::from_fn(|_| None);
+    for slot in heads.iter_mut().take(pieces).skip(1) {
+        match B::alloc_with(pool, head) {
+            Some(h) => *slot = Some(h),
+            None => return Ok(Err((SplitError::PoolExhausted, pkt))),
+        }
+    }
+    let start = out.len();
+    let mut rest = pkt.detach_at(hdr_len + mss_len);
+    let mut first = pkt;
+    let mut ok = template.rewrite(
+        &mut first,
+        plan.fields(0, 0, mss_len, false),
+        sums[0],
+        checksum_offload,
+    );
+    for (i, slot) in heads.iter_mut().enumerate().take(pieces).skip(1) {
+        let offset = i * mss_len;
+        let len = mss_len.min(payload - offset);
+        let last = i + 1 == pieces;
+        // The cut points were checked above and every header allocated, so none of this
+        // fails; if it did, the pieces are dropped and what is left is returned as an error.
+        let (Some(mut body), Some(mut piece)) = (rest.take(), slot.take()) else {
+            ok = false;
+            break;
+        };
+        if !last {
+            rest = body.detach_at(len);
+        }
+        if piece.chain(body).is_err() {
+            ok = false;
+            break;
+        }
+        let fields = plan.fields(i as u16, offset, len, last);
+        ok &= template.rewrite(&mut piece, fields, sums[i], checksum_offload);
+        out.push(piece);
+    }
+    if !ok {
+        out.truncate(start);
+        return Ok(Err((SplitError::PoolExhausted, first)));
+    }
+    // The first piece goes first.
+    out.push(first);
+    out[start..].rotate_right(1);
+    Ok(Ok(pieces))
+}
+
+/// Most pieces the zero-share split handles (larger counts take the general path).
+const MAX_DETACHED: usize = 64;
+
+/// What is the same for every piece of one packet, for working out each piece's fields.
+struct Plan {
+    ip_len_base: u16,
+    ip_id: u16,
+    seq: u32,
+    data_seq: u32,
+    flags: u8,
+    urgent_at: u32,
+    urgent: u16,
+}
+
+impl Plan {
+    fn new<T: AsRef<[u8]>>(hdr: &Headers, ip_id: u16, tcp: &wire::TcpPacket<T>) -> Self {
+        let (seq, flags, urgent) = (tcp.seq_number(), tcp.flags(), tcp.urgent_ptr());
+        Self {
+            ip_len_base: hdr.l3_len + hdr.l4_len,
+            ip_id,
+            seq,
+            // A SYN takes one sequence number before the data (RFC 9293 §3.4).
+            data_seq: seq.wrapping_add(u32::from(flags & tcp_flags::SYN != 0)),
+            flags,
+            // The urgent point in sequence space (meaningful only with URG).
+            urgent_at: seq.wrapping_add(u32::from(urgent)),
+            urgent,
+        }
+    }
+
+    /// Piece `index`, `len` payload bytes at `offset` (see the module docs for the flags).
+    fn fields(&self, index: u16, offset: usize, len: usize, last: bool) -> SegmentFields {
+        let flags = self.flags;
+        let mut seg_flags = flags;
+        if !last {
+            seg_flags &= !(tcp_flags::PSH | tcp_flags::FIN | tcp_flags::RST);
+        }
+        let seg_seq = if index == 0 {
+            self.seq
+        } else {
+            self.data_seq.wrapping_add(offset as u32)
+        };
+        let mut urgent_ptr = self.urgent;
+        if index > 0 {
+            seg_flags &= !(tcp_flags::CWR | tcp_flags::SYN);
+            if flags & tcp_flags::URG != 0 {
+                // Offsets stay below 64 KiB, so a rebased pointer fits in 16 bits.
+                let ahead = self.urgent_at.wrapping_sub(seg_seq);
+                if (ahead as i32) > 0 {
+                    urgent_ptr = ahead as u16;
+                } else {
+                    seg_flags &= !tcp_flags::URG;
+                    urgent_ptr = 0;
+                }
+            }
+        }
+        SegmentFields {
+            ip_len: self.ip_len_base + len as u16,
+            ip_id: self.ip_id.wrapping_add(index),
+            seq: seg_seq,
+            flags: seg_flags,
+            urgent_ptr,
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -399,6 +568,8 @@ impl<'a> Template<'a> {
                 tcp_checksum: true,
                 ..TxOffload::default()
             });
+            // The field is a seed for the NIC now, not a checksum of the bytes.
+            seg.set_l4_csum_verdict(None);
         } else {
             // The field is right for the piece's bytes: a later split need not verify it.
             seg.set_l4_csum_verdict(Some(true));
