@@ -19,6 +19,10 @@
 //!   cut into full 9000 B packets (untimed; the last ones of a flow may be shorter): the upper
 //!   bound of §7.3.
 //!
+//! The pxio versions align their iMTU to the trace's 52 B headers (`PxioBuilder::align_imtu`,
+//! `--align-imtu 0` turns it off): merged packets hold whole segments, so the split sends one
+//! frame per frame received and takes the packets' own mbufs for its pieces.
+//!
 //! Gbps-equivalent: the trace's bytes on the wire (1514 B frames) × 8 over the timed CPU time,
 //! the same numerator for every variant.
 
