@@ -569,6 +569,11 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
     /// Queues `pkt` for the configured next hop ([`PxioConfig::tx_mtu`]): TCP larger than that
     /// is split (or handed to TSO). Returns how many packets were queued.
     ///
+    /// With software checksums, the packet's TCP checksum is verified before the pieces are
+    /// checksummed, unless [`PacketBuf::l4_csum_verdict`] vouches for it: an NF that changed
+    /// covered bytes without updating the checksum field clears that first
+    /// (`pkt.set_l4_csum_verdict(None)`).
+    ///
     /// # Errors
     /// A packet that cannot be split is dropped, counted in [`TxStats::dropped`], and the reason
     /// returned.
