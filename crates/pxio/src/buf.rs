@@ -57,6 +57,21 @@ pub trait PacketBuf: Sized {
     /// A new single-segment buffer holding a copy of `bytes` (used for headers of split
     /// segments and caravans); `None` when the pool is exhausted or `bytes` does not fit.
     fn alloc_with(pool: &Self::Pool, bytes: &[u8]) -> Option<Self>;
+    /// Fills every slot of `slots` with a new buffer holding a copy of `bytes` (the headers of
+    /// a split's pieces), from one bulk request where the pool has one. All or nothing: false,
+    /// and every slot `None`, when the pool cannot give them all or `bytes` does not fit.
+    fn alloc_many_with(pool: &Self::Pool, bytes: &[u8], slots: &mut [Option<Self>]) -> bool {
+        for i in 0..slots.len() {
+            match Self::alloc_with(pool, bytes) {
+                Some(b) => slots[i] = Some(b),
+                None => {
+                    slots.iter_mut().for_each(|s| *s = None);
+                    return false;
+                }
+            }
+        }
+        true
+    }
     /// The NIC's RSS hash, when it computed one.
     fn rss_hash(&self) -> Option<u32>;
     /// What is known of the L4 (TCP/UDP) checksum field: `Some(true)` **the field is correct
@@ -166,6 +181,30 @@ impl PacketBuf for dpdk::Mbuf {
         let mut m = pool.alloc().ok()?;
         m.extend_from_slice(bytes).ok()?;
         Some(m)
+    }
+    fn alloc_many_with(pool: &Self::Pool, bytes: &[u8], slots: &mut [Option<Self>]) -> bool {
+        const BULK: usize = 64;
+        if slots.len() > BULK {
+            return slots
+                .chunks_mut(BULK)
+                .all(|c| Self::alloc_many_with(pool, bytes, c))
+                || {
+                    slots.iter_mut().for_each(|s| *s = None);
+                    false
+                };
+        }
+        let mut burst = dpdk::Burst::<BULK>::new();
+        if pool.alloc_bulk(&mut burst, slots.len()).is_err() {
+            return false;
+        }
+        for (slot, mut m) in slots.iter_mut().zip(burst.drain()) {
+            if m.extend_from_slice(bytes).is_err() {
+                slots.iter_mut().for_each(|s| *s = None);
+                return false;
+            }
+            *slot = Some(m);
+        }
+        true
     }
     fn rss_hash(&self) -> Option<u32> {
         dpdk::Mbuf::rss_hash(self)

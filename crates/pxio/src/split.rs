@@ -336,11 +336,8 @@ fn detached<B: PacketBuf>(
     }
     // Every header buffer first, so that running out leaves the packet whole.
     let mut heads: [Option<B>; MAX_DETACHED] = std::array::from_fn(|_| None);
-    for slot in heads.iter_mut().take(pieces).skip(1) {
-        match B::alloc_with(pool, head) {
-            Some(h) => *slot = Some(h),
-            None => return Ok(Err((SplitError::PoolExhausted, pkt))),
-        }
+    if !B::alloc_many_with(pool, head, &mut heads[1..pieces]) {
+        return Ok(Err((SplitError::PoolExhausted, pkt)));
     }
     let start = out.len();
     let mut rest = pkt.detach_at(hdr_len + mss_len);

@@ -185,13 +185,34 @@ fn a_split_on_buffer_boundaries_moves_the_mbufs_and_leaks_none() {
             let payload: Vec<u8> = (0..4 * mss + 33).map(|i| (i % 241) as u8).collect();
             let frame = common::tcp_frame(&flow, 9, 5, 1, Default::default(), &payload);
             // One mbuf per piece, as a merged packet with an aligned iMTU holds them.
-            let mut pkt = mbuf(&rx, &frame[..headers + mss]);
-            for k in 1..5 {
-                let end = (headers + (k + 1) * mss).min(frame.len());
-                pkt.chain(mbuf(&rx, &frame[headers + k * mss..end]))
-                    .map_err(|(e, _)| e)
-                    .unwrap();
+            let build = || {
+                let mut pkt = mbuf(&rx, &frame[..headers + mss]);
+                for k in 1..5 {
+                    let end = (headers + (k + 1) * mss).min(frame.len());
+                    pkt.chain(mbuf(&rx, &frame[headers + k * mss..end]))
+                        .map_err(|(e, _)| e)
+                        .unwrap();
+                }
+                pkt
+            };
+            // Too few header mbufs: refused whole, the packet back unchanged, nothing taken.
+            {
+                let tiny = pool(3, 512);
+                let r = split_tcp(
+                    build(),
+                    1500,
+                    SplitOffloads::default(),
+                    &tiny,
+                    &mut Vec::new(),
+                );
+                let Err((pxio::split::SplitError::PoolExhausted, back)) = r else {
+                    panic!("a pool of 3 cannot head 4 pieces");
+                };
+                assert_eq!((back.num_segs(), back.to_vec()), (5, frame.clone()));
+                drop(back);
+                assert_no_leaks(&tiny);
             }
+            let mut pkt = build();
             // A cut inside a buffer is refused and leaves the chain as it was.
             assert!(pkt.detach_at(headers + 10).is_none());
             assert_eq!((pkt.num_segs(), pkt.len()), (5, frame.len()));
