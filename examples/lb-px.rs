@@ -39,6 +39,7 @@ pub fn run(
     let mut lab = Lab::new(eal, name, input, keep)?;
     let mut burst = Burst::<32>::new();
     let mut px = PxioBuilder::for_ports(&lab.rx_port, &lab.tx_port)?
+        .align_imtu(52) // IPv4 + TCP timestamps: merged packets split back into full segments
         .build(lab.headers.clone(), TscClock::new(eal))?;
     let mut merged = Vec::new();
     let mut calls = 0u64;

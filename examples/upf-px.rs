@@ -35,6 +35,7 @@ pub fn run(
     let mut burst = Burst::<32>::new();
     let mut px = PxioBuilder::for_ports(&lab.rx_port, &lab.tx_port)?
         .tx_mtu(upf.config().n6_mtu)
+        .align_imtu(52) // IPv4 + TCP timestamps: merged packets split back into full segments
         .build(lab.headers.clone(), TscClock::new(eal))?;
     let (mut merged, mut pieces) = (Vec::new(), Vec::new());
     let mut calls = 0u64;

@@ -19,6 +19,10 @@
 //!   cut into full 9000 B packets (untimed; the last ones of a flow may be shorter): the upper
 //!   bound of §7.3.
 //!
+//! The pxio versions align their iMTU to the trace's 52 B headers (`PxioBuilder::align_imtu`,
+//! `--align-imtu 0` turns it off): merged packets hold whole segments, so the split sends one
+//! frame per frame received and takes the packets' own mbufs for its pieces.
+//!
 //! Gbps-equivalent: the trace's bytes on the wire (1514 B frames) × 8 over the timed CPU time,
 //! the same numerator for every variant.
 
@@ -37,7 +41,9 @@ use pxio::{ManualClock, PxioBuilder, RxPacket};
 use serde::Serialize;
 
 use crate::engine::CycleTimer;
-use crate::trace::layout::{FRAME_LEN, IP_DST, IP_SRC, TCP_DST_PORT, TCP_SRC_PORT};
+use crate::trace::layout::{
+    FRAME_LEN, IPV4_LEN, IP_DST, IP_SRC, TCP_DST_PORT, TCP_LEN, TCP_SRC_PORT,
+};
 use crate::trace::{Trace, TraceConfig};
 use crate::BenchError;
 
@@ -56,6 +62,9 @@ pub struct NfBenchConfig {
     pub upf_sessions: u32,
     /// The TSC frequency.
     pub tsc_hz: u64,
+    /// The pxio versions' [`PxioBuilder::align_imtu`] (the trace's IP + TCP headers are
+    /// 52 B: TCP timestamps); `None`: the engine's 9000 B iMTU as it is.
+    pub align_imtu: Option<u16>,
 }
 
 impl NfBenchConfig {
@@ -68,6 +77,7 @@ impl NfBenchConfig {
             reps: 3,
             upf_sessions: 512 * 1024,
             tsc_hz: eal.tsc_hz(),
+            align_imtu: Some((IPV4_LEN + TCP_LEN) as u16),
         }
     }
 }
@@ -83,6 +93,10 @@ pub struct NfRow {
     pub px_calls: u64,
     /// NF invocations: 9000 B MTU.
     pub mtu9000_calls: u64,
+    /// Frames into every variant (the trace's).
+    pub frames_in: u64,
+    /// Frames the `px` variant sent (split pieces; plain sends one per frame in).
+    pub px_frames_out: u64,
     /// Gbps-equivalent per core, plain.
     pub plain_gbps: f64,
     /// Gbps-equivalent per core, pxio with software split.
@@ -299,6 +313,8 @@ struct Run {
     /// rest is pxio's transmit side (split, queue, flush).
     rx_ns: f64,
     nf_ns: f64,
+    /// Frames sent (pxio's TX queue; 0 where not counted).
+    frames_out: u64,
 }
 
 struct Pools {
@@ -337,11 +353,13 @@ fn run_plain(
         calls,
         rx_ns: 0.0,
         nf_ns: 0.0,
+        frames_out: 0,
     })
 }
 
 /// The pxio version; with `feed9000`, instead, the merged packets are copied into contiguous
 /// buffers untimed and the plain NF runs on them (the 9000 B MTU case).
+#[allow(clippy::too_many_arguments)]
 fn run_px(
     trace: &Trace,
     kind: Kind,
@@ -350,10 +368,11 @@ fn run_px(
     tsc_hz: u64,
     tso: bool,
     feed9000: bool,
+    align_imtu: Option<u16>,
 ) -> Result<Run, BenchError> {
     nfs.fresh_state();
     let clock = ManualClock::new(0);
-    let builder = PxioBuilder::new()
+    let mut builder = PxioBuilder::new()
         .flow_capacity(trace.config().flows as usize * 4)
         // TX checksum offload, as every NIC has, except for the UPF, which encapsulates the
         // segments (their offload request would need tunnel lengths).
@@ -362,6 +381,9 @@ fn run_px(
             checksum: kind != Kind::Upf,
         })
         .tx_queue_limit(1 << 16);
+    if let Some(h) = align_imtu {
+        builder = builder.align_imtu(h);
+    }
     let mut px = builder
         .build::<Mbuf, _>(pools.headers.clone(), &clock)
         .map_err(|e| BenchError::Config(e.to_string()))?;
@@ -451,6 +473,7 @@ fn run_px(
         calls,
         rx_ns: rx_timer.ns(),
         nf_ns: nf_timer.ns(),
+        frames_out: px.tx_stats().packets_out,
     })
 }
 
@@ -570,21 +593,47 @@ pub fn run_nf(eal: &Eal, cfg: &NfBenchConfig) -> Result<Vec<NfRow>, BenchError> 
             best.ok_or_else(|| BenchError::Config("no run".into()))
         };
         let plain = best(&mut || run_plain(&trace, kind, &mut nfs, &pools, cfg.tsc_hz))?;
-        let px = best(&mut || run_px(&trace, kind, &mut nfs, &pools, cfg.tsc_hz, false, false))?;
+        let px = best(&mut || {
+            run_px(
+                &trace,
+                kind,
+                &mut nfs,
+                &pools,
+                cfg.tsc_hz,
+                false,
+                false,
+                cfg.align_imtu,
+            )
+        })?;
         let tso = if kind == Kind::Upf {
             None
         } else {
             Some(best(&mut || {
-                run_px(&trace, kind, &mut nfs, &pools, cfg.tsc_hz, true, false)
+                run_px(
+                    &trace,
+                    kind,
+                    &mut nfs,
+                    &pools,
+                    cfg.tsc_hz,
+                    true,
+                    false,
+                    cfg.align_imtu,
+                )
             })?)
         };
-        let big = best(&mut || run_px(&trace, kind, &mut nfs, &pools, cfg.tsc_hz, false, true))?;
+        let big = best(&mut || {
+            run_px(
+                &trace, kind, &mut nfs, &pools, cfg.tsc_hz, false, true, None,
+            )
+        })?;
         let px_best = gbps(&px).max(tso.as_ref().map_or(0.0, gbps));
         rows.push(NfRow {
             nf: kind.name().into(),
             plain_calls: plain.calls,
             px_calls: px.calls,
             mtu9000_calls: big.calls,
+            frames_in: trace.len() as u64,
+            px_frames_out: px.frames_out,
             plain_gbps: gbps(&plain),
             px_gbps: gbps(&px),
             px_tso_gbps: tso.as_ref().map(gbps),
@@ -631,9 +680,15 @@ pub fn print_nf_table(rows: &[NfRow]) {
             100.0 * r.px_of_mtu9000
         );
     }
-    println!("px, ns per input frame: merge (rx_meta, polls) / NF calls / transmit (split, queue)");
+    println!(
+        "px, ns per input frame: merge (rx_meta, polls) / NF calls / transmit (split, queue); frames out per frame in"
+    );
     for r in rows {
         let [rx, nf, tx] = r.px_ns_rx_nf_tx;
-        println!("{:<5} {rx:>8.1} / {nf:>6.1} / {tx:>6.1}", r.nf);
+        println!(
+            "{:<5} {rx:>8.1} / {nf:>6.1} / {tx:>6.1}   {:.3}",
+            r.nf,
+            r.px_frames_out as f64 / r.frames_in.max(1) as f64
+        );
     }
 }

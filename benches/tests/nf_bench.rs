@@ -43,5 +43,15 @@ fn the_nf_bench_runs_every_nf_and_variant() {
             assert!(g.is_finite() && g > 0.0, "{}: {g}", r.nf);
         }
         assert_eq!(r.px_tso_gbps.is_some(), r.nf != "upf");
+        // The iMTU aligned to the trace's segments: a merged packet splits back into full
+        // segments, never one more frame than came in.
+        assert_eq!(r.frames_in, r.plain_calls);
+        assert!(
+            r.px_frames_out <= r.frames_in,
+            "{}: {} frames out of {}",
+            r.nf,
+            r.px_frames_out,
+            r.frames_in
+        );
     }
 }

@@ -467,6 +467,9 @@ impl Upf {
             return Verdict::Drop;
         };
         bytes[..14].copy_from_slice(&eth);
+        // A NIC's checksum verdict was on the outer UDP: nothing is known of the inner
+        // packet's, so pxio's split must verify it before re-checksumming pieces.
+        pkt.set_l4_csum_verdict(None);
         self.pdr_bytes[pdr as usize] += inner_len;
         self.stats.uplink += 1;
         Verdict::Forward

@@ -100,3 +100,30 @@ proptest! {
         prop_assert_eq!(pool.in_use(), 0);
     }
 }
+
+/// The NIC's checksum verdict on a GTP-U frame is about the outer UDP: after decapsulation the
+/// UPF clears it, so pxio's split verifies the inner TCP before re-checksumming its pieces.
+#[test]
+fn uplink_decapsulation_forgets_the_outer_checksum_verdict() {
+    let pool = HeapPool::new(256);
+    let ues: Vec<SessionSpec> = (0..4)
+        .map(|i| SessionSpec::for_host(i, 1_000_000))
+        .collect();
+    let mut upf = Upf::synthetic(UpfConfig::default(), 16, 1_000_000, &ues).unwrap();
+    let mut forwarded = 0;
+    for f in seeds() {
+        let (Class::Tcp(h) | Class::Udp(h)) = classify(&f, f.len()) else {
+            continue;
+        };
+        if !Upf::is_uplink(&h) {
+            continue;
+        }
+        let mut p: HeapBuf = pool.packet(&f);
+        p.set_l4_csum_verdict(Some(true));
+        if upf.uplink(&mut p, &h, 0) == Verdict::Forward {
+            forwarded += 1;
+            assert_eq!(p.l4_csum_verdict(), None);
+        }
+    }
+    assert!(forwarded > 0, "the seeds hold forwarded uplink frames");
+}

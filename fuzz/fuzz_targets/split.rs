@@ -40,6 +40,12 @@ struct Case {
     bad_checksum: bool,
     /// Where the packet is cut into chained buffers (modulo its length).
     cuts: Vec<u16>,
+    /// Cut instead at every piece boundary, as a merged packet with an aligned iMTU is (the
+    /// split then moves the buffers into the pieces).
+    on_boundaries: bool,
+    /// The buffer vouches for its checksum (`l4_csum_verdict() == Some(true)`), even when
+    /// `bad_checksum` made it wrong: not verified, but the damage must still show.
+    vouched: bool,
 }
 
 /// A built packet, or a frame as it is (the seeds: large TCP frames captured in the lab).
@@ -76,6 +82,8 @@ fuzz_target!(|input: Input| {
                 dest_opts: false,
                 bad_checksum: false,
                 cuts: Vec::new(),
+                on_boundaries: false,
+                vouched: false,
             },
             Some(frame),
         ),
@@ -134,13 +142,21 @@ fuzz_target!(|input: Input| {
         Class::Tcp(h) | Class::Udp(h) => h.hdr_len(),
         _ => frame.len(),
     };
-    let mut cuts: Vec<usize> = c
-        .cuts
-        .iter()
-        .take(8)
-        .map(|&x| usize::from(x) % (frame.len() + 1))
-        .filter(|&x| x > hdr_end.max(1) && x < frame.len())
-        .collect();
+    let l2 = match classify(&frame, frame.len()) {
+        Class::Tcp(h) => usize::from(h.l2_len),
+        _ => 0,
+    };
+    let mss = usize::from(mtu).saturating_sub(hdr_end - l2).max(1);
+    let mut cuts: Vec<usize> = if c.on_boundaries {
+        (1..64).map(|k| hdr_end + k * mss).collect()
+    } else {
+        c.cuts
+            .iter()
+            .take(8)
+            .map(|&x| usize::from(x) % (frame.len() + 1))
+            .collect()
+    };
+    cuts.retain(|&x| x > hdr_end.max(1) && x < frame.len());
     cuts.sort_unstable();
     cuts.dedup();
     let mut parts: Vec<&[u8]> = Vec::new();
@@ -150,7 +166,8 @@ fuzz_target!(|input: Input| {
         at = cut;
     }
     parts.push(&frame[at..]);
-    let pkt = HeapBuf::from_segments(&pool, &parts);
+    let mut pkt = HeapBuf::from_segments(&pool, &parts);
+    pkt.set_l4_csum_verdict(c.vouched.then_some(true));
 
     let original = parse_tcp(&frame);
     let mut out = Vec::new();

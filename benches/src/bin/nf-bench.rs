@@ -27,6 +27,10 @@ struct Args {
     /// UPF sessions besides the trace's UEs (4 PDRs, 2 FARs, 1 QER each).
     #[arg(long, default_value_t = 512 * 1024)]
     upf_sessions: u32,
+    /// IP + TCP header bytes the pxio versions align their iMTU to (PxioBuilder::align_imtu;
+    /// the trace's are 52); 0: the unaligned 9000 B iMTU.
+    #[arg(long, default_value_t = 52)]
+    align_imtu: u16,
 }
 
 fn main() -> Result<()> {
@@ -39,6 +43,7 @@ fn main() -> Result<()> {
     cfg.min_packets = args.min_packets;
     cfg.reps = args.reps;
     cfg.upf_sessions = args.upf_sessions;
+    cfg.align_imtu = (args.align_imtu > 0).then_some(args.align_imtu);
     let rows = run_nf(&eal, &cfg)?;
     print_nf_table(&rows);
     if let Some(path) = args.json {

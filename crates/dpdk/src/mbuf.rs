@@ -359,6 +359,46 @@ impl Mbuf {
         Ok(())
     }
 
+    /// Cuts the chain at byte `len` when that is a segment boundary: this packet keeps the
+    /// first `len` bytes, the rest comes back as a chain of its own. Nothing is copied, shared
+    /// or allocated (the segments move). `None`, and this packet unchanged, when `len` falls
+    /// inside a segment or is not strictly between 0 and the packet's length.
+    pub fn detach_at(&mut self, len: usize) -> Option<Mbuf> {
+        let total = self.len();
+        if len == 0 || len >= total {
+            return None;
+        }
+        let head = self.raw.as_ptr();
+        let mut before = 0usize;
+        let mut segs = 0u16;
+        for seg in self.segment_ptrs() {
+            // SAFETY: seg is a valid segment of our chain, borrowed for this loop.
+            let m = unsafe { seg.as_ref() };
+            before += usize::from(m.data_len);
+            segs += 1;
+            if before > len {
+                return None;
+            }
+            if before == len {
+                let tail = NonNull::new(m.next)?;
+                // SAFETY: seg, head and tail are valid segments of the chain we own. Cutting
+                // after seg leaves two well-formed chains once each head's counters are set
+                // (like DPDK, pkt_len and nb_segs are only meaningful in a head); the tail's
+                // ownership moves to the returned Mbuf, nothing else refers to it.
+                unsafe {
+                    (*seg.as_ptr()).next = std::ptr::null_mut();
+                    let all = (*head).nb_segs;
+                    (*head).nb_segs = segs;
+                    (*head).pkt_len = len as u32;
+                    (*tail.as_ptr()).nb_segs = all - segs;
+                    (*tail.as_ptr()).pkt_len = (total - len) as u32;
+                    return Some(Mbuf::from_raw(tail));
+                }
+            }
+        }
+        None
+    }
+
     /// A zero-copy view of bytes `[offset, offset + len)`: a new chain of indirect mbufs from
     /// `pool`, each attached (by refcount) to the segment of this packet it covers.
     pub fn share_range(&self, offset: usize, len: usize, pool: &Mempool) -> Result<Mbuf> {
@@ -440,6 +480,22 @@ impl Mbuf {
         let m = unsafe { self.raw.as_mut() };
         m.ol_flags &= !u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK);
         m.ol_flags |= u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD);
+    }
+
+    /// Sets the L4 checksum verdict as [`Mbuf::rx_l4_checksum_verdict`] reads it:
+    /// `Some(true)` good, `Some(false)` bad, `None` unknown. For software that knows the
+    /// checksum field is right for the bytes (it just computed it, or kept it right with
+    /// incremental updates), or that changed bytes without updating it (then `None`).
+    pub fn set_rx_l4_checksum_verdict(&mut self, verdict: Option<bool>) {
+        let flag = match verdict {
+            Some(true) => dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD,
+            Some(false) => dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_BAD,
+            None => dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_UNKNOWN,
+        };
+        // SAFETY: we own the head struct; ol_flags is plain metadata.
+        let m = unsafe { self.raw.as_mut() };
+        m.ol_flags &= !u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK);
+        m.ol_flags |= u64::from(flag);
     }
 
     /// Requests TX offloads for this packet: header lengths, the `RTE_MBUF_F_TX_*` flags to set,

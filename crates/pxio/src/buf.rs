@@ -49,14 +49,45 @@ pub trait PacketBuf: Sized {
     /// A zero-copy view of `[offset, offset + len)`, sharing the data by refcount; `None` when the
     /// pool is exhausted or the range is out of bounds.
     fn share_range(&self, offset: usize, len: usize, pool: &Self::Pool) -> Option<Self>;
+    /// Cuts the packet at byte `len` when that is a boundary between segments: `self` keeps
+    /// the first `len` bytes and the rest comes back as a packet of its own, without copying,
+    /// sharing or allocating buffers. `None`, and `self` unchanged, when `len` falls inside a
+    /// segment or is not strictly between 0 and the packet's length.
+    fn detach_at(&mut self, len: usize) -> Option<Self>;
     /// A new single-segment buffer holding a copy of `bytes` (used for headers of split
     /// segments and caravans); `None` when the pool is exhausted or `bytes` does not fit.
     fn alloc_with(pool: &Self::Pool, bytes: &[u8]) -> Option<Self>;
+    /// Fills every slot of `slots` with a new buffer holding a copy of `bytes` (the headers of
+    /// a split's pieces), from one bulk request where the pool has one. All or nothing: false,
+    /// and every slot `None`, when the pool cannot give them all or `bytes` does not fit.
+    fn alloc_many_with(pool: &Self::Pool, bytes: &[u8], slots: &mut [Option<Self>]) -> bool {
+        for i in 0..slots.len() {
+            match Self::alloc_with(pool, bytes) {
+                Some(b) => slots[i] = Some(b),
+                None => {
+                    slots.iter_mut().for_each(|s| *s = None);
+                    return false;
+                }
+            }
+        }
+        true
+    }
     /// The NIC's RSS hash, when it computed one.
     fn rss_hash(&self) -> Option<u32>;
-    /// The NIC's verdict on the L4 (TCP/UDP) checksum on receive: `Some(true)` good,
-    /// `Some(false)` bad, `None` when the buffer carries none (then only the bytes can tell).
+    /// What is known of the L4 (TCP/UDP) checksum field: `Some(true)` **the field is correct
+    /// for the bytes** (the NIC verified it on receive, or software that wrote the field, or
+    /// kept it right with incremental updates, said so with
+    /// [`PacketBuf::set_l4_csum_verdict`]); `Some(false)` the NIC found it wrong; `None`
+    /// nothing is known (then only the bytes can tell).
+    ///
+    /// The merge engine and the split trust `Some(true)` and skip their software verification
+    /// (the split still sums what its pieces' checksums need). An NF that rewrites covered
+    /// bytes without updating the checksum field (an address or port rewrite without the
+    /// RFC 1624 update, a payload edit) must clear it with `set_l4_csum_verdict(None)`, or a
+    /// corrupt packet could leave as freshly checksummed segments.
     fn l4_csum_verdict(&self) -> Option<bool>;
+    /// Sets what [`PacketBuf::l4_csum_verdict`] reports (on an mbuf: its RX L4 checksum flag).
+    fn set_l4_csum_verdict(&mut self, verdict: Option<bool>);
     /// Asks the NIC to finish this packet on transmit: TSO to `tso_segsz` (0: none), and the IP
     /// and L4 checksums. Only called when the port granted those offloads.
     fn request_tx_offload(&mut self, offload: TxOffload);
@@ -143,16 +174,46 @@ impl PacketBuf for dpdk::Mbuf {
     fn share_range(&self, offset: usize, len: usize, pool: &Self::Pool) -> Option<Self> {
         dpdk::Mbuf::share_range(self, offset, len, pool).ok()
     }
+    fn detach_at(&mut self, len: usize) -> Option<Self> {
+        dpdk::Mbuf::detach_at(self, len)
+    }
     fn alloc_with(pool: &Self::Pool, bytes: &[u8]) -> Option<Self> {
         let mut m = pool.alloc().ok()?;
         m.extend_from_slice(bytes).ok()?;
         Some(m)
+    }
+    fn alloc_many_with(pool: &Self::Pool, bytes: &[u8], slots: &mut [Option<Self>]) -> bool {
+        const BULK: usize = 64;
+        if slots.len() > BULK {
+            return slots
+                .chunks_mut(BULK)
+                .all(|c| Self::alloc_many_with(pool, bytes, c))
+                || {
+                    slots.iter_mut().for_each(|s| *s = None);
+                    false
+                };
+        }
+        let mut burst = dpdk::Burst::<BULK>::new();
+        if pool.alloc_bulk(&mut burst, slots.len()).is_err() {
+            return false;
+        }
+        for (slot, mut m) in slots.iter_mut().zip(burst.drain()) {
+            if m.extend_from_slice(bytes).is_err() {
+                slots.iter_mut().for_each(|s| *s = None);
+                return false;
+            }
+            *slot = Some(m);
+        }
+        true
     }
     fn rss_hash(&self) -> Option<u32> {
         dpdk::Mbuf::rss_hash(self)
     }
     fn l4_csum_verdict(&self) -> Option<bool> {
         self.rx_l4_checksum_verdict()
+    }
+    fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
+        self.set_rx_l4_checksum_verdict(verdict);
     }
     fn request_tx_offload(&mut self, o: TxOffload) {
         use dpdk::tx_flags as f;
@@ -398,6 +459,26 @@ impl PacketBuf for HeapBuf {
             l4_verdict: None,
         })
     }
+    fn detach_at(&mut self, len: usize) -> Option<Self> {
+        if len == 0 || len >= self.len() {
+            return None;
+        }
+        let mut before = 0;
+        for (i, seg) in self.segs.iter().enumerate() {
+            before += seg.len();
+            if before == len {
+                let segs = self.segs.split_off(i + 1);
+                return Some(HeapBuf {
+                    segs,
+                    l4_verdict: None,
+                });
+            }
+            if before > len {
+                return None;
+            }
+        }
+        None
+    }
     fn alloc_with(pool: &HeapPool, bytes: &[u8]) -> Option<Self> {
         (bytes.len() <= pool.seg_capacity).then(|| pool.packet(bytes))
     }
@@ -406,6 +487,9 @@ impl PacketBuf for HeapBuf {
     }
     fn l4_csum_verdict(&self) -> Option<bool> {
         self.l4_verdict
+    }
+    fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
+        self.l4_verdict = verdict;
     }
     fn request_tx_offload(&mut self, _offload: TxOffload) {}
 }

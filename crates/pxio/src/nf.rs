@@ -171,6 +171,9 @@ pub struct PxioConfig {
     pub tx_mtu: u16,
     /// Packets [`Pxio::flush_tx`] keeps when the sink does not take them (default 4096).
     pub tx_queue_limit: usize,
+    /// Align the iMTU to whole segments of flows with this many IP + TCP header bytes (see
+    /// [`PxioBuilder::align_imtu`]); `None` (the default) keeps `merge.imtu` as it is.
+    pub align_imtu: Option<u16>,
 }
 
 impl Default for PxioConfig {
@@ -180,6 +183,7 @@ impl Default for PxioConfig {
             offloads: SplitOffloads::default(),
             tx_mtu: 1500,
             tx_queue_limit: 4096,
+            align_imtu: None,
         }
     }
 }
@@ -200,6 +204,10 @@ pub enum PxioError {
     /// The TX device cannot send chained mbufs, which merged packets and split segments are.
     #[error("the TX device cannot transmit multi-segment mbufs (no MULTI_SEGS offload)")]
     NoMultiSegs,
+    /// An iMTU alignment for headers shorter than bare IPv4 + TCP (40 B) or longer than IPv4
+    /// and TCP with full options (120 B).
+    #[error("align_imtu {0} is invalid: IP + TCP headers are 40..=120 bytes")]
+    AlignImtu(u16),
     /// The device could not be queried.
     #[error("device query failed: {0}")]
     Device(String),
@@ -215,7 +223,28 @@ impl PxioConfig {
         if self.tx_queue_limit == 0 || self.tx_queue_limit > 1 << 24 {
             return Err(PxioError::TxQueueLimit(self.tx_queue_limit));
         }
+        if let Some(h) = self.align_imtu {
+            if !(40..=120).contains(&h) {
+                return Err(PxioError::AlignImtu(h));
+            }
+        }
         Ok(())
+    }
+
+    /// The iMTU the merge engine runs with: `merge.imtu`, lowered to `h + k × (tx_mtu − h)`
+    /// (the largest such value, k ≥ 1) when [`PxioConfig::align_imtu`] is `Some(h)` and the
+    /// iMTU is larger than the TX MTU.
+    pub fn effective_imtu(&self) -> u16 {
+        let imtu = self.merge.imtu;
+        match self.align_imtu {
+            Some(h) if imtu > self.tx_mtu && (40..=120).contains(&h) => {
+                let seg = u32::from(self.tx_mtu - h);
+                let k = (u32::from(imtu) - u32::from(h)) / seg;
+                // k >= 1 because imtu > tx_mtu; the result is at most imtu.
+                (u32::from(h) + k * seg) as u16
+            }
+            _ => imtu,
+        }
     }
 }
 
@@ -273,6 +302,20 @@ impl PxioBuilder {
     /// Packets kept for a sink that did not take them.
     pub fn tx_queue_limit(mut self, limit: usize) -> Self {
         self.cfg.tx_queue_limit = limit;
+        self
+    }
+
+    /// Lowers the iMTU to a whole number of `tx_mtu`-sized segments of flows whose IP + TCP
+    /// headers are `headers` bytes (40: IPv4 without options; 52: with timestamps, Linux's
+    /// default; 60 and 72: the same over IPv6), see [`PxioConfig::effective_imtu`].
+    ///
+    /// Why: the engine cuts a merged packet at exactly the iMTU (Appendix A's partial
+    /// stashing), so with the default 9000 a merged packet of 1460 B segments holds 6.1 of
+    /// them and splitting it back to 1500 adds a short piece; aligned (8800 for 40 B headers
+    /// and a 1500 B TX MTU) it holds 6 and splits into 6 full ones. Flows with other header
+    /// sizes are merged and split as before (at most one short piece per merged packet).
+    pub fn align_imtu(mut self, headers: u16) -> Self {
+        self.cfg.align_imtu = Some(headers);
         self
     }
 
@@ -403,6 +446,7 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
     pub fn new(mut cfg: PxioConfig, pool: B::Pool, clock: C) -> Result<Self, PxioError> {
         cfg.merge.checksum_offload = cfg.offloads.checksum;
         cfg.validate()?;
+        cfg.merge.imtu = cfg.effective_imtu();
         Ok(Self {
             merger: Merger::new(cfg.merge, pool)?,
             clock,
@@ -540,6 +584,11 @@ impl<B: PacketBuf, C: Clock> Pxio<B, C> {
 
     /// Queues `pkt` for the configured next hop ([`PxioConfig::tx_mtu`]): TCP larger than that
     /// is split (or handed to TSO). Returns how many packets were queued.
+    ///
+    /// With software checksums, the packet's TCP checksum is verified before the pieces are
+    /// checksummed, unless [`PacketBuf::l4_csum_verdict`] vouches for it: an NF that changed
+    /// covered bytes without updating the checksum field clears that first
+    /// (`pkt.set_l4_csum_verdict(None)`).
     ///
     /// # Errors
     /// A packet that cannot be split is dropped, counted in [`TxStats::dropped`], and the reason

@@ -95,7 +95,10 @@ pub fn split_tcp<B: PacketBuf>(
         // Shared headers we cannot prepare: fall back to software.
         return software(pkt, &hdr, mss, offloads.checksum, pool, out);
     }
-    software(pkt, &hdr, mss, offloads.checksum, pool, out)
+    match detached(pkt, &hdr, mss, offloads.checksum, pool, out) {
+        Ok(done) => done,
+        Err(pkt) => software(pkt, &hdr, mss, offloads.checksum, pool, out),
+    }
 }
 
 /// Whether the packet carries flags a NIC would copy into every segment (URG with its pointer,
@@ -142,6 +145,14 @@ fn prepare_for_nic<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
     true
 }
 
+/// The software split. Everything that is the same for every piece is worked out once per
+/// packet (the header template's checksum sums, the pseudo-header without its length); per
+/// piece only the length, IPv4 ID, sequence number, flags, urgent pointer and checksums are
+/// patched. The payload is read at most once: with checksum offload not at all; otherwise each
+/// piece's payload sum comes from one pass over its view, and the verification of the input's
+/// checksum adds those same sums up. A packet whose checksum field is known to be right
+/// ([`PacketBuf::l4_csum_verdict`] is `Some(true)`) is not verified again, and its last piece's
+/// payload sum is what the field leaves after the others, so that piece is not read either.
 fn software<B: PacketBuf>(
     pkt: B,
     hdr: &Headers,
@@ -154,29 +165,39 @@ fn software<B: PacketBuf>(
     let hdr_len = hdr.hdr_len();
     let payload = usize::from(hdr.payload_len);
     let (l2, l3) = (usize::from(hdr.l2_len), usize::from(hdr.l3_len));
+    let l4 = l2 + l3;
     let head = &pkt.head()[..hdr_len];
     let ip_id = if hdr.v6 {
         0
     } else {
-        wire::Ipv4Packet::new_checked(&head[l2..l2 + l3]).map_or(0, |ip| ip.ident())
+        wire::Ipv4Packet::new_checked(&head[l2..l4]).map_or(0, |ip| ip.ident())
     };
-    let Ok(tcp) = wire::TcpPacket::new_checked(&head[l2 + l3..hdr_len]) else {
+    let Ok(tcp) = wire::TcpPacket::new_checked(&head[l4..hdr_len]) else {
         out.push(pkt);
         return Ok(1);
     };
-    let (seq, flags, orig_csum) = (tcp.seq_number(), tcp.flags(), tcp.checksum());
-    // The urgent point in sequence space (meaningful only with URG).
-    let urgent_at = seq.wrapping_add(u32::from(tcp.urgent_ptr()));
-    // A SYN takes one sequence number before the data (RFC 9293 §3.4).
-    let data_seq = seq.wrapping_add(u32::from(flags & tcp_flags::SYN != 0));
-    let tcp_hdr_sum = Sum::of(&head[l2 + l3..hdr_len]).sub(Sum(u32::from(orig_csum)));
+    let (seq, orig_csum, orig_urgent) = (tcp.seq_number(), tcp.checksum(), tcp.urgent_ptr());
+    let plan = Plan::new(hdr, ip_id, &tcp);
+    let software_sums = !checksum_offload;
+    let trusted = software_sums && pkt.l4_csum_verdict() == Some(true);
+    let template = Template::new(head, hdr, orig_csum, seq, orig_urgent);
+    // What the input's checksum field says its payload sums to.
+    let claimed = || {
+        checksum::covered_sum(orig_csum)
+            .sub(
+                template
+                    .pseudo
+                    .add(Sum(u32::from(hdr.l4_len + hdr.payload_len))),
+            )
+            .sub(template.tcp_full)
+    };
     let mut whole = Sum::default();
     let mut offset = 0usize;
     let mut index = 0u16;
     while offset < payload {
         let len = usize::from(mss).min(payload - offset);
         let last = offset + len == payload;
-        let Some(mut seg) = B::alloc_with(pool, &pkt.head()[..hdr_len]) else {
+        let Some(mut seg) = B::alloc_with(pool, head) else {
             out.truncate(start);
             return Err((SplitError::PoolExhausted, pkt));
         };
@@ -184,52 +205,24 @@ fn software<B: PacketBuf>(
             out.truncate(start);
             return Err((SplitError::PoolExhausted, pkt));
         };
+        // This piece's payload sum, as if it started at an even offset.
         let mut payload_sum = Sum::default();
-        if !checksum_offload {
-            let mut pos = 0usize;
-            view.for_each_segment(|s| {
-                let part = Sum::of(s);
-                payload_sum = payload_sum.add(if pos % 2 == 1 { part.swapped() } else { part });
-                pos += s.len();
-            });
-            whole = whole.add(if offset % 2 == 1 {
-                payload_sum.swapped()
+        if software_sums {
+            let at_odd = |s: Sum, odd: bool| if odd { s.swapped() } else { s };
+            if trusted && last {
+                // The field is right for the bytes: the last piece is what the others leave.
+                payload_sum = at_odd(claimed().sub(whole), offset % 2 == 1);
             } else {
-                payload_sum
-            });
-        }
-        let ip_len = (usize::from(hdr.l3_len) + usize::from(hdr.l4_len) + len) as u16;
-        let mut seg_flags = flags;
-        if !last {
-            seg_flags &= !(tcp_flags::PSH | tcp_flags::FIN | tcp_flags::RST);
-        }
-        let seg_seq = if index == 0 {
-            seq
-        } else {
-            data_seq.wrapping_add(offset as u32)
-        };
-        let mut urgent_ptr = None;
-        if index > 0 {
-            seg_flags &= !(tcp_flags::CWR | tcp_flags::SYN);
-            if flags & tcp_flags::URG != 0 {
-                // Offsets stay below 64 KiB, so a rebased pointer fits in 16 bits.
-                let ahead = urgent_at.wrapping_sub(seg_seq);
-                if (ahead as i32) > 0 {
-                    urgent_ptr = Some(ahead as u16);
-                } else {
-                    seg_flags &= !tcp_flags::URG;
-                    urgent_ptr = Some(0);
-                }
+                let mut pos = 0usize;
+                view.for_each_segment(|s| {
+                    payload_sum = payload_sum.add(at_odd(Sum::of(s), pos % 2 == 1));
+                    pos += s.len();
+                });
+                whole = whole.add(at_odd(payload_sum, offset % 2 == 1));
             }
         }
-        let fields = SegmentFields {
-            ip_len,
-            ip_id: ip_id.wrapping_add(index),
-            seq: seg_seq,
-            flags: seg_flags,
-            urgent_ptr,
-        };
-        if !rewrite(&mut seg, hdr, fields, payload_sum, checksum_offload)
+        let fields = plan.fields(index, offset, len, last);
+        if !template.rewrite(&mut seg, fields, payload_sum, checksum_offload)
             || seg.chain(view).is_err()
         {
             out.truncate(start);
@@ -239,20 +232,217 @@ fn software<B: PacketBuf>(
         offset += len;
         index += 1;
     }
-    if !checksum_offload {
+    if software_sums && !trusted {
         // The original's checksum must cover exactly these bytes; otherwise the packet was
         // corrupt and must not leave as freshly checksummed segments.
-        let pseudo = pseudo_header(pkt.head(), hdr, u32::from(hdr.l4_len + hdr.payload_len));
-        let expected = checksum::covered_sum(orig_csum)
-            .sub(pseudo)
-            .sub(tcp_hdr_sum);
         let norm = |s: Sum| if s.fold() == 0xffff { 0 } else { s.fold() };
-        if norm(expected) != norm(whole) {
+        if norm(claimed()) != norm(whole) {
             out.truncate(start);
             return Err((SplitError::BadChecksum, pkt));
         }
     }
     Ok(out.len() - start)
+}
+
+/// The zero-share split, for a packet whose cut points all fall on boundaries of its buffer
+/// chain (a merged packet holds one buffer per merged segment, so with an iMTU aligned to
+/// whole segments, `PxioBuilder::align_imtu`, every cut is one). The pieces take the packet's
+/// own buffers: the first keeps its head, headers rewritten in place; each later one gets a
+/// fresh header buffer in front of the buffers it detached. No indirect buffer is attached, and
+/// none has to be freed after transmit. Checksums as in [`software`]: each piece's payload sum
+/// in the same single pass that checks the cut points (and verifies the input from those sums
+/// unless its checksum is vouched for, whose last piece is then derived). `Err(pkt)`, the
+/// packet untouched, when it does not apply; on a verification or pool failure the packet is
+/// returned whole, as from [`software`].
+fn detached<B: PacketBuf>(
+    mut pkt: B,
+    hdr: &Headers,
+    mss: u16,
+    checksum_offload: bool,
+    pool: &B::Pool,
+    out: &mut Vec<B>,
+) -> Result<Result<usize, (SplitError, B)>, B> {
+    let hdr_len = hdr.hdr_len();
+    let payload = usize::from(hdr.payload_len);
+    let mss_len = usize::from(mss);
+    let pieces = payload.div_ceil(mss_len);
+    if !(2..=MAX_DETACHED).contains(&pieces)
+        || pkt.head_mut().is_none()
+        || pkt.len() != hdr_len + payload
+    {
+        return Err(pkt);
+    }
+    let software_sums = !checksum_offload;
+    let trusted = software_sums && pkt.l4_csum_verdict() == Some(true);
+    // One pass over the chain: every cut point must be a buffer boundary, and each piece's
+    // payload sum is taken on the way (not the last one's when the input is vouched for).
+    let mut sums = [Sum::default(); MAX_DETACHED];
+    let (mut at, mut aligned) = (0usize, true);
+    pkt.for_each_segment(|s| {
+        let (from, to) = (at.max(hdr_len), at + s.len());
+        at = to;
+        if !aligned || to <= hdr_len {
+            return;
+        }
+        let piece = (from - hdr_len) / mss_len;
+        let piece_end = hdr_len + ((piece + 1) * mss_len).min(payload);
+        if to > piece_end {
+            aligned = false;
+            return;
+        }
+        if software_sums && !(trusted && piece + 1 == pieces) {
+            let part = Sum::of(&s[s.len() - (to - from)..]);
+            let pos = from - hdr_len - piece * mss_len;
+            sums[piece] = sums[piece].add(if pos % 2 == 1 { part.swapped() } else { part });
+        }
+    });
+    if !aligned {
+        return Err(pkt);
+    }
+    let head = &pkt.head()[..hdr_len];
+    let ip_id = if hdr.v6 {
+        0
+    } else {
+        wire::Ipv4Packet::new_unchecked(&head[usize::from(hdr.l2_len)..]).ident()
+    };
+    let l4 = usize::from(hdr.l2_len + hdr.l3_len);
+    let tcp = wire::TcpPacket::new_unchecked(&head[l4..hdr_len]);
+    let (seq, orig_csum, orig_urgent) = (tcp.seq_number(), tcp.checksum(), tcp.urgent_ptr());
+    let plan = Plan::new(hdr, ip_id, &tcp);
+    let template = Template::new(head, hdr, orig_csum, seq, orig_urgent);
+    let at_odd = |s: Sum, odd: bool| if odd { s.swapped() } else { s };
+    if software_sums {
+        let claimed = checksum::covered_sum(orig_csum)
+            .sub(
+                template
+                    .pseudo
+                    .add(Sum(u32::from(hdr.l4_len + hdr.payload_len))),
+            )
+            .sub(template.tcp_full);
+        let mut whole = Sum::default();
+        let known = if trusted { pieces - 1 } else { pieces };
+        for (i, sum) in sums[..known].iter().enumerate() {
+            whole = whole.add(at_odd(*sum, i * mss_len % 2 == 1));
+        }
+        if trusted {
+            let last = pieces - 1;
+            sums[last] = at_odd(claimed.sub(whole), last * mss_len % 2 == 1);
+        } else {
+            let norm = |s: Sum| if s.fold() == 0xffff { 0 } else { s.fold() };
+            if norm(claimed) != norm(whole) {
+                return Ok(Err((SplitError::BadChecksum, pkt)));
+            }
+        }
+    }
+    // Every header buffer first, so that running out leaves the packet whole.
+    let mut heads: [Option<B>; MAX_DETACHED] = std::array::from_fn(|_| None);
+    if !B::alloc_many_with(pool, head, &mut heads[1..pieces]) {
+        return Ok(Err((SplitError::PoolExhausted, pkt)));
+    }
+    let start = out.len();
+    let mut rest = pkt.detach_at(hdr_len + mss_len);
+    let mut first = pkt;
+    let mut ok = template.rewrite(
+        &mut first,
+        plan.fields(0, 0, mss_len, false),
+        sums[0],
+        checksum_offload,
+    );
+    for (i, slot) in heads.iter_mut().enumerate().take(pieces).skip(1) {
+        let offset = i * mss_len;
+        let len = mss_len.min(payload - offset);
+        let last = i + 1 == pieces;
+        // The cut points were checked above and every header allocated, so none of this
+        // fails; if it did, the pieces are dropped and what is left is returned as an error.
+        let (Some(mut body), Some(mut piece)) = (rest.take(), slot.take()) else {
+            ok = false;
+            break;
+        };
+        if !last {
+            rest = body.detach_at(len);
+        }
+        if piece.chain(body).is_err() {
+            ok = false;
+            break;
+        }
+        let fields = plan.fields(i as u16, offset, len, last);
+        ok &= template.rewrite(&mut piece, fields, sums[i], checksum_offload);
+        out.push(piece);
+    }
+    if !ok {
+        out.truncate(start);
+        return Ok(Err((SplitError::PoolExhausted, first)));
+    }
+    // The first piece goes first.
+    out.push(first);
+    out[start..].rotate_right(1);
+    Ok(Ok(pieces))
+}
+
+/// Most pieces the zero-share split handles (larger counts take the general path).
+const MAX_DETACHED: usize = 64;
+
+/// What is the same for every piece of one packet, for working out each piece's fields.
+struct Plan {
+    ip_len_base: u16,
+    ip_id: u16,
+    seq: u32,
+    data_seq: u32,
+    flags: u8,
+    urgent_at: u32,
+    urgent: u16,
+}
+
+impl Plan {
+    fn new<T: AsRef<[u8]>>(hdr: &Headers, ip_id: u16, tcp: &wire::TcpPacket<T>) -> Self {
+        let (seq, flags, urgent) = (tcp.seq_number(), tcp.flags(), tcp.urgent_ptr());
+        Self {
+            ip_len_base: hdr.l3_len + hdr.l4_len,
+            ip_id,
+            seq,
+            // A SYN takes one sequence number before the data (RFC 9293 §3.4).
+            data_seq: seq.wrapping_add(u32::from(flags & tcp_flags::SYN != 0)),
+            flags,
+            // The urgent point in sequence space (meaningful only with URG).
+            urgent_at: seq.wrapping_add(u32::from(urgent)),
+            urgent,
+        }
+    }
+
+    /// Piece `index`, `len` payload bytes at `offset` (see the module docs for the flags).
+    fn fields(&self, index: u16, offset: usize, len: usize, last: bool) -> SegmentFields {
+        let flags = self.flags;
+        let mut seg_flags = flags;
+        if !last {
+            seg_flags &= !(tcp_flags::PSH | tcp_flags::FIN | tcp_flags::RST);
+        }
+        let seg_seq = if index == 0 {
+            self.seq
+        } else {
+            self.data_seq.wrapping_add(offset as u32)
+        };
+        let mut urgent_ptr = self.urgent;
+        if index > 0 {
+            seg_flags &= !(tcp_flags::CWR | tcp_flags::SYN);
+            if flags & tcp_flags::URG != 0 {
+                // Offsets stay below 64 KiB, so a rebased pointer fits in 16 bits.
+                let ahead = self.urgent_at.wrapping_sub(seg_seq);
+                if (ahead as i32) > 0 {
+                    urgent_ptr = ahead as u16;
+                } else {
+                    seg_flags &= !tcp_flags::URG;
+                    urgent_ptr = 0;
+                }
+            }
+        }
+        SegmentFields {
+            ip_len: self.ip_len_base + len as u16,
+            ip_id: self.ip_id.wrapping_add(index),
+            seq: seg_seq,
+            flags: seg_flags,
+            urgent_ptr,
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -261,76 +451,128 @@ struct SegmentFields {
     ip_id: u16,
     seq: u32,
     flags: u8,
-    /// A new urgent pointer (`None`: the header's stays).
-    urgent_ptr: Option<u16>,
+    urgent_ptr: u16,
 }
 
-/// Writes one segment's header fields and checksums (or NIC seeds).
-fn rewrite<B: PacketBuf>(
-    seg: &mut B,
-    hdr: &Headers,
-    f: SegmentFields,
-    payload_sum: Sum,
-    checksum_offload: bool,
-) -> bool {
-    let (l2, l3, end) = (
-        usize::from(hdr.l2_len),
-        usize::from(hdr.l3_len),
-        hdr.hdr_len(),
-    );
-    let Some(bytes) = seg.head_mut() else {
-        return false;
-    };
-    if hdr.v6 {
-        let Ok(mut ip) = wire::Ipv6Packet::new_checked(&mut bytes[l2..l2 + l3]) else {
-            return false;
-        };
-        ip.set_payload_len(f.ip_len - 40);
-    } else {
-        let Ok(mut ip) = wire::Ipv4Packet::new_checked(&mut bytes[l2..l2 + l3]) else {
-            return false;
-        };
-        ip.set_total_len(f.ip_len);
-        ip.set_ident(f.ip_id);
-        if checksum_offload {
-            ip.set_checksum(0);
+/// The input's headers, summed once per packet: each piece's checksums are these sums plus
+/// the few words that differ per piece.
+struct Template<'a> {
+    hdr: &'a Headers,
+    /// The pseudo-header without its length.
+    pseudo: Sum,
+    /// The TCP header as it is, checksum field excluded.
+    tcp_full: Sum,
+    /// The TCP header without its checksum, sequence number, flags word and urgent pointer.
+    tcp_fixed: Sum,
+    /// The high byte of the flags word (data offset, reserved bits).
+    offset_byte: u8,
+    /// The IPv4 header without its checksum, total length and ID.
+    ip_fixed: Sum,
+}
+
+impl<'a> Template<'a> {
+    fn new(head: &[u8], hdr: &'a Headers, orig_csum: u16, seq: u32, urgent: u16) -> Self {
+        let (l2, l4) = (
+            usize::from(hdr.l2_len),
+            usize::from(hdr.l2_len + hdr.l3_len),
+        );
+        let tcp_full = Sum::of(&head[l4..hdr.hdr_len()]).sub(Sum(u32::from(orig_csum)));
+        let flags_word = u16::from_be_bytes([head[l4 + 12], head[l4 + 13]]);
+        let tcp_fixed = tcp_full
+            .sub(Sum(seq))
+            .sub(Sum(u32::from(flags_word)))
+            .sub(Sum(u32::from(urgent)));
+        let ip_fixed = if hdr.v6 {
+            Sum::default()
         } else {
-            ip.fill_checksum();
+            let ip = &head[l2..l4];
+            let word = |i: usize| Sum(u32::from(u16::from_be_bytes([ip[i], ip[i + 1]])));
+            // Total length (bytes 2-3), ID (4-5), checksum (10-11).
+            Sum::of(ip).sub(word(2)).sub(word(4)).sub(word(10))
+        };
+        Self {
+            hdr,
+            pseudo: pseudo_header(head, hdr, 0),
+            tcp_full,
+            tcp_fixed,
+            offset_byte: head[l4 + 12],
+            ip_fixed,
         }
     }
-    let pseudo = pseudo_header(bytes, hdr, u32::from(f.ip_len - hdr.l3_len));
-    let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) else {
-        return false;
-    };
-    tcp.set_seq_number(f.seq);
-    tcp.set_flags(f.flags);
-    if let Some(ptr) = f.urgent_ptr {
-        tcp.set_urgent_ptr(ptr);
-    }
-    tcp.set_checksum(0);
-    let value = if checksum_offload {
-        pseudo.fold()
-    } else {
-        pseudo
-            .add(Sum::of(&bytes[l2 + l3..end]))
-            .add(payload_sum)
-            .checksum()
-    };
-    if let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) {
+
+    /// Writes one segment's header fields and checksums (or NIC seeds) into `seg`, a copy of
+    /// the template's bytes.
+    fn rewrite<B: PacketBuf>(
+        &self,
+        seg: &mut B,
+        f: SegmentFields,
+        payload_sum: Sum,
+        checksum_offload: bool,
+    ) -> bool {
+        let hdr = self.hdr;
+        let (l2, l3, end) = (
+            usize::from(hdr.l2_len),
+            usize::from(hdr.l3_len),
+            hdr.hdr_len(),
+        );
+        let Some(bytes) = seg.head_mut() else {
+            return false;
+        };
+        if bytes.len() < end {
+            return false;
+        }
+        // `classify` validated the template's headers and `seg` holds a copy of them, so the
+        // unchecked views stay in bounds.
+        if hdr.v6 {
+            let mut ip = wire::Ipv6Packet::new_unchecked(&mut bytes[l2..l2 + l3]);
+            ip.set_payload_len(f.ip_len - 40);
+        } else {
+            let mut ip = wire::Ipv4Packet::new_unchecked(&mut bytes[l2..l2 + l3]);
+            ip.set_total_len(f.ip_len);
+            ip.set_ident(f.ip_id);
+            let sum = if checksum_offload {
+                0
+            } else {
+                self.ip_fixed.add_u16(f.ip_len).add_u16(f.ip_id).checksum()
+            };
+            ip.set_checksum(sum);
+        }
+        let l4_len = u32::from(f.ip_len - hdr.l3_len);
+        let pseudo = self.pseudo.add(Sum(l4_len));
+        let mut tcp = wire::TcpPacket::new_unchecked(&mut bytes[l2 + l3..end]);
+        tcp.set_seq_number(f.seq);
+        tcp.set_flags(f.flags);
+        tcp.set_urgent_ptr(f.urgent_ptr);
+        let value = if checksum_offload {
+            pseudo.fold()
+        } else {
+            pseudo
+                .add(self.tcp_fixed)
+                .add(Sum(f.seq))
+                .add_u16(u16::from_be_bytes([self.offset_byte, f.flags]))
+                .add_u16(f.urgent_ptr)
+                .add(payload_sum)
+                .checksum()
+        };
         tcp.set_checksum(value);
+        if checksum_offload {
+            seg.request_tx_offload(TxOffload {
+                l2_len: hdr.l2_len as u8,
+                l3_len: hdr.l3_len,
+                l4_len: hdr.l4_len as u8,
+                ipv4: !hdr.v6,
+                ip_checksum: !hdr.v6,
+                tcp_checksum: true,
+                ..TxOffload::default()
+            });
+            // The field is a seed for the NIC now, not a checksum of the bytes.
+            seg.set_l4_csum_verdict(None);
+        } else {
+            // The field is right for the piece's bytes: a later split need not verify it.
+            seg.set_l4_csum_verdict(Some(true));
+        }
+        true
     }
-    if checksum_offload {
-        seg.request_tx_offload(TxOffload {
-            l2_len: hdr.l2_len as u8,
-            l3_len: hdr.l3_len,
-            l4_len: hdr.l4_len as u8,
-            ipv4: !hdr.v6,
-            ip_checksum: !hdr.v6,
-            tcp_checksum: true,
-            ..TxOffload::default()
-        });
-    }
-    true
 }
 
 /// The TCP pseudo-header sum for an L4 length of `l4_len` (0: without length, for TSO seeds).

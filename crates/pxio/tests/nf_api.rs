@@ -520,3 +520,115 @@ fn the_unified_receive_feeds_the_merge() {
     );
     assert!(out.iter().all(|p| p.len() <= 14 + 9000));
 }
+
+/// Frames out of `tx` for `n` back-to-back full segments of one flow whose segments fill
+/// `tx_mtu`, merged with or without iMTU alignment; checks the stream comes out intact.
+fn frames_out(v6: bool, tx_mtu: u16, n: u32, align: bool) -> (usize, u16) {
+    let pool = HeapPool::new(256);
+    let headers: u16 = if v6 { 72 } else { 52 }; // the test frames carry TCP timestamps
+    let mss = usize::from(tx_mtu - headers);
+    let mut b = PxioBuilder::new().tx_mtu(tx_mtu).delay(false);
+    if align {
+        b = b.align_imtu(headers);
+    }
+    let imtu = b.config().effective_imtu();
+    let mut px = b
+        .build::<HeapBuf, _>(HeapPool::new(256), ManualClock::new(0))
+        .unwrap();
+    assert_eq!(px.merge_config().imtu, imtu);
+    let fl = flow(v6, 7, 3001);
+    let mut merged = Vec::new();
+    px.rx(segments(&pool, &fl, n, mss), &mut merged);
+    px.flush(&mut merged);
+    assert!(merged.len() < n as usize, "merged");
+    for m in merged {
+        px.tx(m).unwrap();
+    }
+    let mut wire: Vec<HeapBuf> = Vec::new();
+    px.flush_tx(&mut wire);
+    let l2l3l4 = 14 + usize::from(headers);
+    let stream: Vec<u8> = wire
+        .iter()
+        .flat_map(|p| p.to_vec()[l2l3l4..].to_vec())
+        .collect();
+    let expected: Vec<u8> = (0..n as usize * mss).map(|k| k as u8).collect();
+    assert_eq!(stream, expected, "the stream is intact");
+    assert!(wire.iter().all(|p| p.len() - 14 <= usize::from(tx_mtu)));
+    let frames = wire.len();
+    drop((wire, px));
+    assert_eq!(pool.in_use(), 0);
+    (frames, imtu)
+}
+
+#[test]
+fn an_aligned_imtu_splits_back_into_full_segments_only() {
+    for v6 in [false, true] {
+        for tx_mtu in [1500u16, 1400, 4000] {
+            let (plain, imtu) = frames_out(v6, tx_mtu, 120, false);
+            let (aligned, aimtu) = frames_out(v6, tx_mtu, 120, true);
+            assert_eq!(imtu, 9000);
+            let h = if v6 { 72 } else { 52 };
+            assert_eq!((aimtu - h) % (tx_mtu - h), 0, "whole segments");
+            assert!(
+                aimtu <= 9000 && aimtu + (tx_mtu - h) > 9000,
+                "the most that fit"
+            );
+            assert_eq!(
+                aligned, 120,
+                "v6 {v6}, tx_mtu {tx_mtu}: one frame out per frame in"
+            );
+            assert!(
+                plain > 120,
+                "v6 {v6}, tx_mtu {tx_mtu}: unaligned cuts add pieces"
+            );
+        }
+    }
+    assert_eq!(
+        PxioBuilder::new().align_imtu(40).config().effective_imtu(),
+        8800
+    );
+    assert_eq!(
+        PxioBuilder::new()
+            .imtu(1400)
+            .align_imtu(40)
+            .config()
+            .effective_imtu(),
+        1400,
+        "an iMTU below the TX MTU is left alone"
+    );
+    for bad in [0u16, 39, 121, u16::MAX] {
+        let r = PxioBuilder::new()
+            .align_imtu(bad)
+            .build::<HeapBuf, _>(HeapPool::new(256), ManualClock::new(0));
+        assert!(matches!(r, Err(PxioError::AlignImtu(h)) if h == bad));
+    }
+}
+
+/// A merged packet whose checksum the merger computed (over bytes it verified) is marked good,
+/// so the split does not verify it again; with checksum offload its field is only the NIC's
+/// seed, and it carries no verdict.
+#[test]
+fn merged_packets_say_whether_their_checksum_can_be_trusted() {
+    for (offload, verdict) in [(false, Some(true)), (true, None)] {
+        for v6 in [false, true] {
+            let pool = HeapPool::new(256);
+            let mut px = PxioBuilder::new()
+                .delay(false)
+                .offloads(SplitOffloads {
+                    tso: false,
+                    checksum: offload,
+                })
+                .build::<HeapBuf, _>(HeapPool::new(256), ManualClock::new(0))
+                .unwrap();
+            let mut out = Vec::new();
+            px.rx(segments(&pool, &flow(v6, 9, 9000), 5, 1448), &mut out);
+            px.flush(&mut out);
+            assert_eq!(out.len(), 1, "v6 {v6}: five segments merged into one");
+            assert_eq!(
+                out[0].l4_csum_verdict(),
+                verdict,
+                "v6 {v6}, offload {offload}"
+            );
+        }
+    }
+}

@@ -164,3 +164,84 @@ fn an_mbufs_checksum_verdict_is_the_nics() {
     drop(m);
     assert_no_leaks(&rx);
 }
+
+#[test]
+fn a_split_on_buffer_boundaries_moves_the_mbufs_and_leaks_none() {
+    let rx = pool(256, 2048 + 128);
+    let small = pool(256, 512);
+    for v6 in [false, true] {
+        for (vouched, offload) in [(false, false), (true, false), (false, true)] {
+            let flow = common::FlowSpec {
+                v6,
+                id: 2,
+                sport: 80,
+                dport: 4000,
+                isn: 9,
+                ack: 1,
+                ..common::FlowSpec::default()
+            };
+            let headers = 14 + if v6 { 72 } else { 52 };
+            let mss = 1500 - (headers - 14);
+            let payload: Vec<u8> = (0..4 * mss + 33).map(|i| (i % 241) as u8).collect();
+            let frame = common::tcp_frame(&flow, 9, 5, 1, Default::default(), &payload);
+            // One mbuf per piece, as a merged packet with an aligned iMTU holds them.
+            let build = || {
+                let mut pkt = mbuf(&rx, &frame[..headers + mss]);
+                for k in 1..5 {
+                    let end = (headers + (k + 1) * mss).min(frame.len());
+                    pkt.chain(mbuf(&rx, &frame[headers + k * mss..end]))
+                        .map_err(|(e, _)| e)
+                        .unwrap();
+                }
+                pkt
+            };
+            // Too few header mbufs: refused whole, the packet back unchanged, nothing taken.
+            {
+                let tiny = pool(3, 512);
+                let r = split_tcp(
+                    build(),
+                    1500,
+                    SplitOffloads::default(),
+                    &tiny,
+                    &mut Vec::new(),
+                );
+                let Err((pxio::split::SplitError::PoolExhausted, back)) = r else {
+                    panic!("a pool of 3 cannot head 4 pieces");
+                };
+                assert_eq!((back.num_segs(), back.to_vec()), (5, frame.clone()));
+                drop(back);
+                assert_no_leaks(&tiny);
+            }
+            let mut pkt = build();
+            // A cut inside a buffer is refused and leaves the chain as it was.
+            assert!(pkt.detach_at(headers + 10).is_none());
+            assert_eq!((pkt.num_segs(), pkt.len()), (5, frame.len()));
+            PacketBuf::set_l4_csum_verdict(&mut pkt, vouched.then_some(true));
+            let offloads = SplitOffloads {
+                tso: false,
+                checksum: offload,
+            };
+            let mut out = Vec::new();
+            let n = split_tcp(pkt, 1500, offloads, &small, &mut out)
+                .map_err(|(e, _)| e)
+                .unwrap();
+            assert_eq!(n, 5);
+            let segs: Vec<usize> = out.iter().map(|m| m.num_segs()).collect();
+            assert_eq!(segs, [1, 2, 2, 2, 2], "the mbufs moved, none attached");
+            let mut rebuilt = Vec::new();
+            for seg in &out {
+                let bytes = seg.to_vec();
+                assert!(bytes.len() - 14 <= 1500);
+                if !offload {
+                    let (_, _, valid, _) = common::tcp_verdict(&bytes).unwrap();
+                    assert!(valid, "v6 {v6}, vouched {vouched}");
+                }
+                rebuilt.extend_from_slice(&bytes[headers..]);
+            }
+            assert_eq!(rebuilt, payload);
+            drop(out);
+            assert_no_leaks(&rx);
+            assert_no_leaks(&small);
+        }
+    }
+}

@@ -56,13 +56,27 @@ proptest! {
         fin in any::<bool>(),
         cuts in prop::collection::vec(any::<usize>(), 0..4),
         checksum_offload in any::<bool>(),
+        trusted in any::<bool>(),
+        on_boundaries in any::<bool>(),
     ) {
         let f = flow(v6, df);
         let payload: Vec<u8> = (0..len).map(|i| (i * 17 % 253) as u8).collect();
         let flags = SegFlags { psh, fin, ..SegFlags::default() };
         let frame = tcp_frame(&f, f.isn, 1000, 5, flags, &payload);
         let pool = HeapPool::new(256);
-        let pkt = chained(&pool, &frame, 14 + if v6 { 72 } else { 52 }, &cuts);
+        let headers = 14 + if v6 { 72 } else { 52 };
+        let mss = usize::from(mtu) - (headers - 14);
+        let mut pkt = if on_boundaries {
+            // One buffer per piece, as a merged packet with an aligned iMTU has: the pieces
+            // take the packet's own buffers.
+            let cuts: Vec<usize> = (1..len.div_ceil(mss)).map(|k| k * mss - 1).collect();
+            chained(&pool, &frame, headers, &cuts)
+        } else {
+            chained(&pool, &frame, headers, &cuts)
+        };
+        // A known-good checksum is not verified again, and the last piece's sum is derived
+        // from it: the pieces' checksums must be right either way.
+        pkt.set_l4_csum_verdict(trusted.then_some(true));
         let mut out = Vec::new();
         let offloads = SplitOffloads { tso: false, checksum: checksum_offload };
         let n = split_tcp(pkt, mtu, offloads, &pool, &mut out).map_err(|(e, _)| e).unwrap();
@@ -143,6 +157,109 @@ fn a_corrupt_packet_is_not_laundered_into_valid_segments() {
     assert!(out.is_empty());
     drop(err);
     assert_eq!(pool.in_use(), 0);
+}
+
+/// Whether a split piece's TCP checksum verifies.
+fn piece_checksum_ok(seg: &HeapBuf) -> bool {
+    let bytes = seg.to_vec();
+    let p = SlicedPacket::from_ethernet(&bytes).unwrap();
+    let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
+        panic!("not TCP")
+    };
+    let h = tcp.to_header();
+    let expected = match p.net.as_ref().unwrap() {
+        etherparse::NetSlice::Ipv4(ip) => {
+            h.calc_checksum_ipv4(&ip.header().to_header(), tcp.payload())
+        }
+        etherparse::NetSlice::Ipv6(ip) => {
+            h.calc_checksum_ipv6(&ip.header().to_header(), tcp.payload())
+        }
+        etherparse::NetSlice::Arp(_) => unreachable!("TCP is never carried over ARP"),
+    };
+    expected.unwrap() == h.checksum
+}
+
+#[test]
+fn a_packet_cut_on_its_buffer_boundaries_gives_its_buffers_to_the_pieces() {
+    for v6 in [false, true] {
+        let f = flow(v6, true);
+        let headers = 14 + if v6 { 72 } else { 52 };
+        let mss = 1500 - (headers - 14);
+        let payload: Vec<u8> = (0..5 * mss + 100).map(|i| (i % 251) as u8).collect();
+        let frame = tcp_frame(&f, f.isn, 1, 5, SegFlags::default(), &payload);
+        let pool = HeapPool::new(256);
+        let parts: Vec<&[u8]> = (0..6)
+            .map(|k| {
+                &frame[if k == 0 { 0 } else { headers + k * mss }
+                    ..(headers + (k + 1) * mss).min(frame.len())]
+            })
+            .collect();
+        for corrupt in [false, true] {
+            let mut owned: Vec<Vec<u8>> = parts.iter().map(|p| p.to_vec()).collect();
+            if corrupt {
+                owned[2][7] ^= 0x40;
+            }
+            let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            let pkt = HeapBuf::from_segments(&pool, &refs);
+            let mut out = Vec::new();
+            let r = split_tcp(pkt, 1500, SplitOffloads::default(), &pool, &mut out);
+            if corrupt {
+                assert!(matches!(r, Err((SplitError::BadChecksum, _))), "v6 {v6}");
+                assert!(out.is_empty());
+                continue;
+            }
+            assert_eq!(r.map_err(|(e, _)| e), Ok(6));
+            // The first piece is the packet's own head, each later one a header in front of
+            // the packet's next buffer: no view of shared bytes.
+            let segs: Vec<usize> = out.iter().map(PacketBuf::num_segs).collect();
+            assert_eq!(segs, [1, 2, 2, 2, 2, 2], "v6 {v6}");
+            assert_eq!(pool.in_use(), 6 + 5, "the six buffers and five headers");
+            assert!(out.iter().all(piece_checksum_ok));
+            let mut rebuilt = Vec::new();
+            for p in &out {
+                rebuilt.extend_from_slice(&p.to_vec()[headers..]);
+            }
+            assert_eq!(rebuilt, payload);
+        }
+        assert_eq!(pool.in_use(), 0);
+    }
+}
+
+#[test]
+fn a_corrupt_packet_is_refused_unless_its_checksum_is_vouched_for() {
+    for v6 in [false, true] {
+        let f = flow(v6, true);
+        let mut frame = tcp_frame(&f, f.isn, 1, 5, SegFlags::default(), &[7u8; 5000]);
+        // In the first piece: only the verification can catch it.
+        let at = frame.len() - 4900;
+        frame[at] ^= 1;
+        let pool = HeapPool::new(256);
+        // No verdict, or the NIC's "bad": verified in software, refused.
+        for verdict in [None, Some(false)] {
+            let mut pkt = pool.packet(&frame);
+            pkt.set_l4_csum_verdict(verdict);
+            let mut out = Vec::new();
+            let r = split_tcp(pkt, 1500, SplitOffloads::default(), &pool, &mut out);
+            assert!(
+                matches!(r, Err((SplitError::BadChecksum, _))),
+                "v6 {v6}, verdict {verdict:?}"
+            );
+            assert!(out.is_empty());
+        }
+        // Vouched for (wrongly, as an NF that rewrote bytes without clearing the flag would):
+        // not verified, but the damage still shows, in the last piece's checksum.
+        let mut pkt = pool.packet(&frame);
+        pkt.set_l4_csum_verdict(Some(true));
+        let mut out = Vec::new();
+        let n = split_tcp(pkt, 1500, SplitOffloads::default(), &pool, &mut out).unwrap();
+        assert_eq!(n, 4);
+        assert!(out[..3].iter().all(piece_checksum_ok));
+        assert!(!piece_checksum_ok(&out[3]), "v6 {v6}");
+        // The pieces say their checksums are right (a later split need not verify them).
+        assert!(out.iter().all(|p| p.l4_csum_verdict() == Some(true)));
+        drop(out);
+        assert_eq!(pool.in_use(), 0);
+    }
 }
 
 #[test]

@@ -184,6 +184,9 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
             ..TxOffload::default()
         });
     }
+    // What the split may trust: a checksum computed here over verified bytes is correct (it
+    // need not be verified again); with offload the field is only the NIC's seed.
+    pkt.set_l4_csum_verdict(if offload { None } else { Some(true) });
     true
 }
 
