@@ -45,8 +45,6 @@ enum What {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
-    /// Smaller transfers, a second topology (router, eMTU 1400, iMTU 4000), and assertions: the
-    /// integration suite.
     /// Records the small captures `pxgw replay`'s tests ship: tcpdump on the outside host
     /// while TCP (IPv4, IPv6, both ways) and UDP (both families) cross pxgw.
     Capture {
@@ -54,6 +52,8 @@ enum What {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// Smaller transfers, a second topology (router, eMTU 1400, iMTU 4000), and assertions: the
+    /// integration suite.
     Test {
         /// Also write the results as JSON.
         #[arg(long)]
