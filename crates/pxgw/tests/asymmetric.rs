@@ -14,24 +14,14 @@
 
 mod common;
 
+use common::{FROM_INSIDE, FROM_OUTSIDE};
+
 use pxgw::pipeline::Pipeline;
-use pxio::wire::{self, tcp_flags, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr};
+use pxio::wire::{self, tcp_flags, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 const IMTU: usize = 9000;
 const EMTU: usize = 1500;
-const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 2],
-    src: [2, 0, 0, 0, 0, 1],
-    vlan_tci: None,
-    ethertype: 0,
-};
-const FROM_INSIDE: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 1],
-    src: [2, 0, 0, 0, 0, 2],
-    vlan_tci: None,
-    ethertype: 0,
-};
 
 /// One TCP connection from an outside client to an inside server, in either family.
 struct Conn {

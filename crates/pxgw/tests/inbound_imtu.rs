@@ -7,9 +7,11 @@
 
 mod common;
 
+use common::FROM_OUTSIDE;
+
 use etherparse::{Icmpv4Type, Icmpv6Type, Ipv4Header, NetSlice, SlicedPacket, TransportSlice};
 use pxgw::pipeline::Pipeline;
-use pxio::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr, UdpRepr};
+use pxio::wire::{self, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr, UdpRepr};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 const IMTU: u16 = 9000;
@@ -17,12 +19,6 @@ const OUTSIDE: [u8; 4] = [198, 51, 100, 7];
 const INSIDE: [u8; 4] = [198, 18, 8, 2];
 const OUTSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
 const INSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
-const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 2],
-    src: [2, 0, 0, 0, 0, 1],
-    vlan_tci: None,
-    ethertype: 0,
-};
 /// The largest reassembled packet the issue saw: a 10,174 B frame.
 const BIG_PAYLOAD: usize = 10_174 - 14 - 20 - 8;
 

@@ -6,23 +6,13 @@
 
 mod common;
 
+use common::{FROM_INSIDE, FROM_OUTSIDE};
+
 use pxgw::pipeline::Pipeline;
-use pxio::wire::{self, tcp_flags, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
+use pxio::wire::{self, tcp_flags, IpRepr, Ipv4Repr, TcpRepr};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 const SERVER: [u8; 4] = [198, 51, 100, 2];
-const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 2],
-    src: [2, 0, 0, 0, 0, 1],
-    vlan_tci: None,
-    ethertype: 0,
-};
-const FROM_INSIDE: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 1],
-    src: [2, 0, 0, 0, 0, 2],
-    vlan_tci: None,
-    ethertype: 0,
-};
 const MSS: usize = 1448;
 /// IP bytes of one segment (no TCP options).
 const SEGMENT: usize = MSS + 40;

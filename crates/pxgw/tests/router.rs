@@ -6,34 +6,21 @@
 
 mod common;
 
+use common::{FROM_INSIDE, FROM_OUTSIDE};
+
 use etherparse::{
     Icmpv4Type, Icmpv6Type, IpHeaders, IpNumber, Ipv4Header, Ipv4Options, NetSlice, PacketBuilder,
     SlicedPacket, TransportSlice,
 };
 use pxgw::pipeline::Pipeline;
 use pxgw::pmtud::PROBE_SOURCE_PORT;
-use pxio::wire::{
-    self, tcp_flags, EthernetRepr, IcmpRepr, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr, UdpRepr,
-};
+use pxio::wire::{self, tcp_flags, IcmpRepr, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr, UdpRepr};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 const INSIDE: [u8; 4] = [198, 18, 8, 2];
 const OUTSIDE: [u8; 4] = [198, 51, 100, 7];
 const INSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
 const OUTSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
-/// Frames from inside: the inside host's MAC to the next hop's.
-const FROM_INSIDE: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 1],
-    src: [2, 0, 0, 0, 0, 2],
-    vlan_tci: None,
-    ethertype: 0,
-};
-const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 2],
-    src: [2, 0, 0, 0, 0, 1],
-    vlan_tci: None,
-    ethertype: 0,
-};
 const EMTU: u16 = 1400;
 
 fn pipeline(extra: &str) -> Pipeline<HeapBuf> {

@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::{FROM_INSIDE, FROM_OUTSIDE};
+
 use std::time::Instant;
 
 use pxgw::pipeline::Pipeline;
@@ -14,18 +16,6 @@ use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 const SERVER: [u8; 4] = [198, 51, 100, 2];
 const CLIENT: [u8; 4] = [198, 19, 255, 1];
-const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 2],
-    src: [2, 0, 0, 0, 0, 1],
-    vlan_tci: None,
-    ethertype: 0,
-};
-const FROM_INSIDE: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 1],
-    src: [2, 0, 0, 0, 0, 2],
-    vlan_tci: None,
-    ethertype: 0,
-};
 /// The MSS option 1460.
 const MSS_1460: [u8; 4] = [2, 4, 0x05, 0xb4];
 /// Segments of the bulk transfer, and their payload.

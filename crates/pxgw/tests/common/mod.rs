@@ -3,6 +3,7 @@
 use pxgw::config::Config;
 use pxgw::pipeline::Pipeline;
 use pxio::split::SplitOffloads;
+use pxio::wire::EthernetRepr;
 use pxio::{HeapBuf, HeapPool};
 
 /// A pipeline on heap buffers for `net_null` ports: `external` adds keys to `[ports.external]`,
@@ -21,3 +22,21 @@ pub fn pipeline_with(external: &str, extra: &str) -> Pipeline<HeapBuf> {
     )
     .unwrap()
 }
+
+/// The Ethernet header of a frame arriving from outside (the outside router's MAC to pxgw's).
+#[allow(dead_code)] // not every test binary that includes this module sends frames
+pub const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
+    dst: [2, 0, 0, 0, 0, 2],
+    src: [2, 0, 0, 0, 0, 1],
+    vlan_tci: None,
+    ethertype: 0,
+};
+
+/// The Ethernet header of a frame arriving from inside.
+#[allow(dead_code)]
+pub const FROM_INSIDE: EthernetRepr = EthernetRepr {
+    dst: [2, 0, 0, 0, 0, 1],
+    src: [2, 0, 0, 0, 0, 2],
+    vlan_tci: None,
+    ethertype: 0,
+};
