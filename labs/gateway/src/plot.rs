@@ -144,7 +144,6 @@ impl Figure {
         let inside_c = RGBColor(0xff, 0x7f, 0x0e);
 
         // (a) Frame sizes, grouped bars.
-        let n = self.size_labels.len().max(1);
         let top = self
             .outside
             .iter()
@@ -152,31 +151,18 @@ impl Figure {
             .fold(0.0f64, |a, &b| a.max(b))
             .max(1.0)
             * 1.1;
-        let mut c = ChartBuilder::on(&panels[0])
-            .caption("Inbound frame sizes", ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(55)
-            .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..top)
-            .map_err(|e| err(&e))?;
-        let labels = self.size_labels.clone();
-        c.configure_mesh()
-            .disable_x_mesh()
-            .x_labels(n)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 0.01 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .x_label_style(("sans-serif", 13))
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .x_desc("frame size (Ethernet, bytes)")
-            .y_desc("% of frames")
-            .draw()
-            .map_err(|e| err(&e))?;
+        let mut c = bar_chart(
+            &panels[0],
+            (
+                "Inbound frame sizes",
+                "frame size (Ethernet, bytes)",
+                "% of frames",
+            ),
+            &self.size_labels,
+            13,
+            top,
+        )
+        .map_err(|e| err(&e))?;
         let bars = |v: &[f64], off: f64, col: RGBColor| -> Vec<Rectangle<(f64, f64)>> {
             v.iter()
                 .enumerate()
@@ -247,33 +233,15 @@ impl Figure {
             .map_err(|e| err(&e))?;
 
         // (c) Added delay.
-        let n = self.delay_labels.len().max(1);
         let top = self.delay.iter().fold(0.0f64, |a, &b| a.max(b)).max(1.0) * 1.1;
-        let mut c = ChartBuilder::on(&panels[2])
-            .caption("Delay added per segment", ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(55)
-            .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..top)
-            .map_err(|e| err(&e))?;
-        let labels = self.delay_labels.clone();
-        c.configure_mesh()
-            .disable_x_mesh()
-            .x_labels(n)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 0.01 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .x_label_style(("sans-serif", 12))
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .x_desc("delay added")
-            .y_desc("% of segments")
-            .draw()
-            .map_err(|e| err(&e))?;
+        let mut c = bar_chart(
+            &panels[2],
+            ("Delay added per segment", "delay added", "% of segments"),
+            &self.delay_labels,
+            12,
+            top,
+        )
+        .map_err(|e| err(&e))?;
         c.draw_series(self.delay.iter().enumerate().map(|(i, &y)| {
             Rectangle::new(
                 [(i as f64 - 0.35, 0.0), (i as f64 + 0.35, y)],
@@ -284,6 +252,51 @@ impl Figure {
         root.present().map_err(|e| err(&e))?;
         Ok(())
     }
+}
+
+/// A bar chart's axes and mesh on `area`: one bar slot per label (x = 0, 1, ...), percentages
+/// up to `top`. `text` is (caption, x description, y description).
+fn bar_chart<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    text: (&str, &str, &str),
+    labels: &[String],
+    label_size: u32,
+    top: f64,
+) -> std::result::Result<
+    ChartContext<
+        'a,
+        SVGBackend<'b>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    String,
+> {
+    let (caption, x_desc, y_desc) = text;
+    let n = labels.len().max(1);
+    let mut c = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(55)
+        .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..top)
+        .map_err(|e| e.to_string())?;
+    c.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 0.01 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_label_style(("sans-serif", label_size))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(c)
 }
 
 /// Registers the font plotters measures text with (once per process).
