@@ -219,8 +219,9 @@ pub enum Class {
 /// stage that needs it (the gateway's pipeline, the merge engine, an NF), so no stage parses the
 /// headers again (issue 12: one parse per packet).
 ///
-/// It can only be made by [`Parsed::of`], from the frame it describes; a stage that is handed
-/// one checks it still fits its packet ([`Parsed::fits`]) before trusting its offsets.
+/// It can only be made from the frame it describes ([`Parsed::of`], [`Parsed::parse_into`]); a
+/// stage that is handed one checks it still fits its packet ([`Parsed::fits`]) before trusting
+/// its offsets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Parsed {
     class: Class,
@@ -251,8 +252,11 @@ impl Parsed {
         }
     }
 
-    /// A placeholder to parse into.
-    pub const EMPTY: Parsed = Parsed {
+    /// The value a burst's parse slot holds for the instant before [`Parsed::parse_into`]
+    /// fills it where it is kept (building a `Parsed` elsewhere and copying it in stalled on
+    /// store forwarding). It describes a zero-length non-IP frame, so [`Parsed::fits`] refuses
+    /// it for any real packet. Crate-private: outside pxio a `Parsed` comes only from a frame.
+    pub(crate) const EMPTY: Parsed = Parsed {
         class: Class::NonIp,
         frame_len: 0,
         head_len: 0,
