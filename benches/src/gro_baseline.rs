@@ -187,13 +187,13 @@ impl Run<'_> {
     }
 }
 
-/// Writes slot `slot`'s frame into the empty mbuf `m` with what a NIC adds (RSS hash, L4
+/// Writes slot `slot`'s frame into the empty mbuf `m` with what a NIC adds (RSS hash, IP and L4
 /// checksum verdict), and nothing else: no packet type, no header lengths.
 pub fn fill(m: &mut Mbuf, trace: &Trace, slot: usize) -> Result<(), BenchError> {
     let room = m.append(FRAME_LEN)?;
     trace.write_frame(slot, room);
     m.set_rss_hash(trace.rss_hash(slot));
-    m.mark_rx_l4_checksum_good();
+    m.mark_rx_checksums_good();
     Ok(())
 }
 

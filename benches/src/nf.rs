@@ -218,7 +218,7 @@ fn fill(
             swap(room, IP_SRC, IP_DST, 4);
             swap(room, TCP_SRC_PORT, TCP_DST_PORT, 2);
         }
-        m.mark_rx_l4_checksum_good();
+        m.mark_rx_checksums_good();
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! pxio's side of the merge benchmark (SIGCOMM'26 §4, §7.1), measured exactly like rte_gro's
 //! (`gro_baseline.rs`):
 //! - the same trace, on real mbufs of the same size, filled outside the timed sections, with
-//!   what a NIC adds ([`NicInfo`]): the RSS hash and the L4 checksum verdict, each of which a
+//!   what a NIC adds ([`NicInfo`]): the RSS hash and the IP and L4 checksum verdicts, each of which a
 //!   variant withholds, to measure ports that give neither;
 //! - timed: the engine's own work per RX burst (`rx_burst`: each packet, then settling), the polls a
 //!   worker makes at each ETM deadline between bursts (dated at the deadline), and the final
@@ -28,7 +28,7 @@ const DATA_ROOM: u16 = 2048 + 128;
 /// What the emulated NIC writes into each mbuf besides the frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NicInfo {
-    /// The L4 checksum verdict (`RTE_MBUF_F_RX_L4_CKSUM_GOOD`), and the engine leaves
+    /// The IP and L4 checksum verdicts (`RTE_MBUF_F_RX_IP_CKSUM_GOOD`, `RTE_MBUF_F_RX_L4_CKSUM_GOOD`), and the engine leaves
     /// checksums to the NIC (`MergeConfig::checksum_offload`). Without it, pxio verifies every
     /// segment's checksum in software.
     pub csum: bool,
@@ -132,7 +132,7 @@ fn run_once(
             let room = m.append(FRAME_LEN)?;
             trace.write_frame(slot, room);
             if nic.csum {
-                m.mark_rx_l4_checksum_good();
+                m.mark_rx_checksums_good();
             }
             if nic.hash {
                 m.set_rss_hash(trace.rss_hash(slot));

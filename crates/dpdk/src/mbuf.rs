@@ -482,6 +482,14 @@ impl Mbuf {
         m.ol_flags |= u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD);
     }
 
+    /// Marks the packet as a NIC with RX checksum offload marks a good IP/TCP or IP/UDP frame:
+    /// IP and L4 checksums verified (`RTE_MBUF_F_RX_IP_CKSUM_GOOD | RTE_MBUF_F_RX_L4_CKSUM_GOOD`).
+    /// For traces and vdevs that stand in for such a NIC.
+    pub fn mark_rx_checksums_good(&mut self) {
+        self.set_rx_ip_checksum_verdict(Some(true));
+        self.set_rx_l4_checksum_verdict(Some(true));
+    }
+
     /// Sets the L4 checksum verdict as [`Mbuf::rx_l4_checksum_verdict`] reads it:
     /// `Some(true)` good, `Some(false)` bad, `None` unknown. For software that knows the
     /// checksum field is right for the bytes (it just computed it, or kept it right with
@@ -495,6 +503,34 @@ impl Mbuf {
         // SAFETY: we own the head struct; ol_flags is plain metadata.
         let m = unsafe { self.raw.as_mut() };
         m.ol_flags &= !u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK);
+        m.ol_flags |= u64::from(flag);
+    }
+
+    /// The NIC's verdict on the IPv4 header checksum on receive: `Some(true)` good
+    /// (`RTE_MBUF_F_RX_IP_CKSUM_GOOD`), `Some(false)` wrong (`RTE_MBUF_F_RX_IP_CKSUM_BAD`),
+    /// `None` not checked (`UNKNOWN`, or `NONE`: the field was never filled in).
+    #[inline]
+    pub fn rx_ip_checksum_verdict(&self) -> Option<bool> {
+        let mask = u64::from(dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK);
+        match self.head().ol_flags & mask {
+            f if f == u64::from(dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD) => Some(true),
+            f if f == u64::from(dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD) => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Sets the IPv4 header checksum verdict as [`Mbuf::rx_ip_checksum_verdict`] reads it: for
+    /// traces and vdevs that stand in for a NIC that verifies it, and for software that
+    /// rewrote the header (then `None`).
+    pub fn set_rx_ip_checksum_verdict(&mut self, verdict: Option<bool>) {
+        let flag = match verdict {
+            Some(true) => dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD,
+            Some(false) => dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD,
+            None => dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_UNKNOWN,
+        };
+        // SAFETY: we own the head struct; ol_flags is plain metadata.
+        let m = unsafe { self.raw.as_mut() };
+        m.ol_flags &= !u64::from(dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK);
         m.ol_flags |= u64::from(flag);
     }
 

@@ -88,6 +88,14 @@ pub trait PacketBuf: Sized {
     fn l4_csum_verdict(&self) -> Option<bool>;
     /// Sets what [`PacketBuf::l4_csum_verdict`] reports (on an mbuf: its RX L4 checksum flag).
     fn set_l4_csum_verdict(&mut self, verdict: Option<bool>);
+    /// What the NIC said of the IPv4 header checksum on receive: `Some(true)` it verified it
+    /// (DPDK's `RTE_MBUF_F_RX_IP_CKSUM_GOOD`), `Some(false)` it found it wrong (`_BAD`), `None`
+    /// it did not check (then the merge engine sums the 20 bytes itself). Like the L4 verdict,
+    /// it describes the header as received: software that rewrites the IPv4 header without
+    /// fixing its checksum must clear it with [`PacketBuf::set_ip_csum_verdict`].
+    fn ip_csum_verdict(&self) -> Option<bool>;
+    /// Sets what [`PacketBuf::ip_csum_verdict`] reports (on an mbuf: its RX IP checksum flag).
+    fn set_ip_csum_verdict(&mut self, verdict: Option<bool>);
     /// Asks the NIC to finish this packet on transmit: TSO to `tso_segsz` (0: none), and the IP
     /// and L4 checksums. Only called when the port granted those offloads.
     fn request_tx_offload(&mut self, offload: TxOffload);
@@ -215,6 +223,12 @@ impl PacketBuf for dpdk::Mbuf {
     fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
         self.set_rx_l4_checksum_verdict(verdict);
     }
+    fn ip_csum_verdict(&self) -> Option<bool> {
+        self.rx_ip_checksum_verdict()
+    }
+    fn set_ip_csum_verdict(&mut self, verdict: Option<bool>) {
+        self.set_rx_ip_checksum_verdict(verdict);
+    }
     fn request_tx_offload(&mut self, o: TxOffload) {
         use dpdk::tx_flags as f;
         let mut flags = if o.ipv4 { f::IPV4 } else { f::IPV6 };
@@ -292,6 +306,7 @@ impl HeapPool {
         HeapBuf {
             segs: vec![Seg::new(Arc::new(SegData::new(bytes.to_vec(), &self.live)))],
             l4_verdict: None,
+            ip_verdict: None,
         }
     }
 }
@@ -351,6 +366,8 @@ pub struct HeapBuf {
     segs: Vec<Seg>,
     /// What a NIC would have said of the L4 checksum on receive (tests; `None` by default).
     l4_verdict: Option<bool>,
+    /// What a NIC would have said of the IPv4 header checksum (tests; `None` by default).
+    ip_verdict: Option<bool>,
 }
 
 impl HeapBuf {
@@ -362,6 +379,7 @@ impl HeapBuf {
                 .map(|p| Seg::new(Arc::new(SegData::new(p.to_vec(), &pool.live))))
                 .collect(),
             l4_verdict: None,
+            ip_verdict: None,
         }
     }
 
@@ -369,6 +387,12 @@ impl HeapBuf {
     /// ([`PacketBuf::l4_csum_verdict`]): for tests of the paths that trust it.
     pub fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
         self.l4_verdict = verdict;
+    }
+
+    /// Attaches a NIC's verdict on the IPv4 header checksum, as a receiving port would
+    /// ([`PacketBuf::ip_csum_verdict`]): for tests of the paths that trust it.
+    pub fn set_ip_csum_verdict(&mut self, verdict: Option<bool>) {
+        self.ip_verdict = verdict;
     }
 }
 
@@ -457,6 +481,7 @@ impl PacketBuf for HeapBuf {
         Some(HeapBuf {
             segs,
             l4_verdict: None,
+            ip_verdict: None,
         })
     }
     fn detach_at(&mut self, len: usize) -> Option<Self> {
@@ -471,6 +496,7 @@ impl PacketBuf for HeapBuf {
                 return Some(HeapBuf {
                     segs,
                     l4_verdict: None,
+                    ip_verdict: None,
                 });
             }
             if before > len {
@@ -490,6 +516,12 @@ impl PacketBuf for HeapBuf {
     }
     fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
         self.l4_verdict = verdict;
+    }
+    fn ip_csum_verdict(&self) -> Option<bool> {
+        self.ip_verdict
+    }
+    fn set_ip_csum_verdict(&mut self, verdict: Option<bool>) {
+        self.ip_verdict = verdict;
     }
     fn request_tx_offload(&mut self, _offload: TxOffload) {}
 }

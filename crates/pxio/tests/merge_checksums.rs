@@ -263,3 +263,53 @@ fn the_nics_verdict_is_trusted() {
     assert!(frames.contains(&case.inputs[2].frame), "untouched");
     assert_eq!(merger.stats().bad_checksum, 1);
 }
+
+/// The NIC's IPv4 header checksum verdict is trusted both ways, like its TCP verdict: a segment
+/// it calls bad is never merged (it passes untouched and is counted), even with intact bytes; a
+/// segment it calls good is not summed again, and the merged packet leaves with a fresh header
+/// checksum of its own that verifies.
+#[test]
+fn the_nics_ip_header_verdict_is_trusted() {
+    let f = flow();
+    let mut case = in_order(&f, 6, 1000);
+    // Segment 4's header checksum is wrong, but the NIC calls it good: it is trusted.
+    case.inputs[4].frame[14 + 10] ^= 0x40;
+    let pool = HeapPool::new(256);
+    let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+    let frames = run(&case, &mut merger, |bytes| {
+        let mut b = pool.packet(bytes);
+        // The second segment's header is intact, but the NIC says its checksum is wrong.
+        let second = bytes == case.inputs[1].frame.as_slice();
+        b.set_ip_csum_verdict(Some(!second));
+        b.set_l4_csum_verdict(Some(true));
+        b
+    });
+    let seqs: Vec<(u32, usize)> = frames
+        .iter()
+        .map(|fr| {
+            let (seq, payload, _, _) = tcp_verdict(fr).unwrap();
+            (seq - f.isn, payload.len())
+        })
+        .collect();
+    assert_eq!(
+        seqs,
+        [(0, 1000), (1000, 1000), (2000, 4000)],
+        "the segment the NIC calls bad leaves alone, the others merge around it"
+    );
+    assert!(frames.contains(&case.inputs[1].frame), "untouched");
+    assert_eq!(merger.stats().bad_ip_checksum, 1);
+    // Every header that leaves verifies: the merged one got a fresh checksum.
+    for fr in &frames {
+        let ip = &fr[14..34];
+        let sum: u32 = ip
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        let folded = (sum & 0xffff) + (sum >> 16);
+        assert_eq!(
+            (folded & 0xffff) + (folded >> 16),
+            0xffff,
+            "IPv4 header checksum"
+        );
+    }
+}

@@ -187,6 +187,12 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
     // What the split may trust: a checksum computed here over verified bytes is correct (it
     // need not be verified again); with offload the field is only the NIC's seed.
     pkt.set_l4_csum_verdict(if offload { None } else { Some(true) });
+    // The IPv4 header changed: the NIC's verdict on the received one no longer applies.
+    pkt.set_ip_csum_verdict(if offload || layout.v6 {
+        None
+    } else {
+        Some(true)
+    });
     true
 }
 

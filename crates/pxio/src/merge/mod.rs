@@ -80,7 +80,9 @@
 //! # Checksums
 //! A segment is merged only if its checksums verify, so what the receiver would reject stays
 //! rejected, and costs only itself:
-//! - **IPv4 header checksum**: always verified (20 bytes). A bad one: the segment is not merged
+//! - **IPv4 header checksum**: always verified, by the NIC's verdict where the buffer carries
+//!   one ([`PacketBuf::ip_csum_verdict`]: `RTE_MBUF_F_RX_IP_CKSUM_GOOD`/`BAD`), else by
+//!   summing the 20 bytes. A bad one: the segment is not merged
 //!   (its merged packet would get a fresh, valid header), passes through untouched after its
 //!   flow's held items, and is counted ([`MergeStats::bad_ip_checksum`]).
 //! - **TCP checksum**: the NIC's verdict where the buffer carries one

@@ -1,8 +1,8 @@
 //! What is read from one input segment (SIGCOMM'26 §4.1): once `classify` found a TCP data
 //! segment, the fields merging needs (sequence and ACK numbers, flags, IP ID, TTL/TOS, IPv6
 //! flow label, DF), and
-//! its checksums verified: the IPv4 header checksum always (20 bytes), the TCP checksum by the
-//! NIC's verdict where the buffer carries one, else by reading the payload. A verified
+//! its checksums verified: each by the NIC's verdict where the buffer carries one, else in
+//! software (the IPv4 header's 20 bytes; the TCP payload read once). A verified
 //! segment's payload sum then follows from its own checksum field. A segment that must never
 //! be merged, or whose checksums fail, is refused here.
 
@@ -94,10 +94,13 @@ impl<B: PacketBuf> Merger<B> {
             (0, true, ip.hop_limit(), ip.traffic_class(), ip.flow_label())
         } else {
             let ip = wire::Ipv4Packet::new_unchecked(l3);
-            // A header without options (every mergeable one) is summed in one unrolled pass.
-            let verified = match l3.first_chunk::<20>() {
-                Some(h) if l3.len() == 20 => Sum::of_20(h).fold() == 0xffff,
-                _ => ip.verify_checksum(),
+            // The NIC's verdict where it gave one (it read these bytes as they are now: see
+            // `PacketBuf::ip_csum_verdict`); else a header without options (every mergeable
+            // one) is summed in one unrolled pass.
+            let verified = match (pkt.ip_csum_verdict(), l3.first_chunk::<20>()) {
+                (Some(verdict), _) => verdict,
+                (None, Some(h)) if l3.len() == 20 => Sum::of_20(h).fold() == 0xffff,
+                (None, _) => ip.verify_checksum(),
             };
             if !verified {
                 return Err(Refusal::BadIpChecksum);
