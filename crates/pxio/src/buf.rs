@@ -307,6 +307,7 @@ impl HeapPool {
             segs: vec![Seg::new(Arc::new(SegData::new(bytes.to_vec(), &self.live)))],
             l4_verdict: None,
             ip_verdict: None,
+            tx_offload: None,
         }
     }
 }
@@ -368,6 +369,9 @@ pub struct HeapBuf {
     l4_verdict: Option<bool>,
     /// What a NIC would have said of the IPv4 header checksum (tests; `None` by default).
     ip_verdict: Option<bool>,
+    /// What was asked of the NIC on transmit ([`PacketBuf::request_tx_offload`]), for tests
+    /// that play the NIC's part.
+    tx_offload: Option<TxOffload>,
 }
 
 impl HeapBuf {
@@ -380,6 +384,7 @@ impl HeapBuf {
                 .collect(),
             l4_verdict: None,
             ip_verdict: None,
+            tx_offload: None,
         }
     }
 
@@ -387,6 +392,12 @@ impl HeapBuf {
     /// ([`PacketBuf::l4_csum_verdict`]): for tests of the paths that trust it.
     pub fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
         self.l4_verdict = verdict;
+    }
+
+    /// What [`PacketBuf::request_tx_offload`] last asked of the NIC for this packet, if
+    /// anything: a test plays the NIC's part with it (fills the checksums it was asked to).
+    pub fn requested_tx_offload(&self) -> Option<TxOffload> {
+        self.tx_offload
     }
 
     /// Attaches a NIC's verdict on the IPv4 header checksum, as a receiving port would
@@ -482,6 +493,7 @@ impl PacketBuf for HeapBuf {
             segs,
             l4_verdict: None,
             ip_verdict: None,
+            tx_offload: None,
         })
     }
     fn detach_at(&mut self, len: usize) -> Option<Self> {
@@ -497,6 +509,7 @@ impl PacketBuf for HeapBuf {
                     segs,
                     l4_verdict: None,
                     ip_verdict: None,
+                    tx_offload: None,
                 });
             }
             if before > len {
@@ -523,7 +536,9 @@ impl PacketBuf for HeapBuf {
     fn set_ip_csum_verdict(&mut self, verdict: Option<bool>) {
         self.ip_verdict = verdict;
     }
-    fn request_tx_offload(&mut self, _offload: TxOffload) {}
+    fn request_tx_offload(&mut self, offload: TxOffload) {
+        self.tx_offload = Some(offload);
+    }
 }
 
 /// A growing [`HeapBuf`] (its [`PacketBuf::Chain`]): appending to its vector of segments is

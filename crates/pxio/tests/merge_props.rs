@@ -511,3 +511,169 @@ proptest! {
         prop_assert_eq!(pool.in_use(), 0);
     }
 }
+
+/// What a receiving NIC with checksum offload says of `frame`: the IPv4 header checksum's
+/// verdict (none for IPv6), and the TCP checksum's (none for anything but TCP).
+fn nic_rx_verdicts(frame: &[u8]) -> (Option<bool>, Option<bool>) {
+    use etherparse::{NetSlice, SlicedPacket};
+    let ip = match SlicedPacket::from_ethernet(frame).ok().and_then(|p| p.net) {
+        Some(NetSlice::Ipv4(ip)) => {
+            let h = ip.header();
+            Some(h.to_header().calc_header_checksum() == h.header_checksum())
+        }
+        _ => None,
+    };
+    (ip, common::tcp_verdict(frame).map(|v| v.2))
+}
+
+/// Plays the NIC's part on transmit: fills the checksums the engine asked for (TX checksum
+/// offload as DPDK defines it: the IPv4 header's from scratch, the TCP one by summing the
+/// segment over the pseudo-header sum the engine left in the field), so a wrong seed shows
+/// as a bad checksum.
+fn nic_tx(b: &HeapBuf) -> Vec<u8> {
+    use pxio::checksum::Sum;
+    let mut f = b.to_vec();
+    if let Some(o) = b.requested_tx_offload() {
+        let l3 = usize::from(o.l2_len);
+        let l4 = l3 + usize::from(o.l3_len);
+        if o.ip_checksum {
+            f[l3 + 10..l3 + 12].fill(0);
+            let c = Sum::of(&f[l3..l4]).checksum();
+            f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+        }
+        if o.tcp_checksum {
+            let c = Sum::of(&f[l4..]).checksum();
+            f[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+    f
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The run path (`merge::run`: a segment that continues its flow's only item, with the
+    /// NIC's checksum verdicts, joins it after one masked header compare) decides exactly as
+    /// the general path: `rx_burst`, which takes it, gives the same packets, counters and
+    /// delays as one-by-one `rx_parsed`, which never does; and once the NIC has filled the
+    /// checksums it was asked to, every stream is intact.
+    #[test]
+    fn the_run_path_merges_as_the_general_path(
+        case in case_strategy(Knobs::default()),
+        delay in any::<bool>(),
+    ) {
+        use pxio::merge::MergeConfig;
+        use pxio::wire::Parsed;
+        let cfg = MergeConfig { checksum_offload: true, ..config(4000, delay) };
+        let pool = HeapPool::new(256);
+        let make = |i: &Input| {
+            let mut b = common::assemble(i, &|f: &[u8]| pool.packet(f));
+            let (ip, l4) = nic_rx_verdicts(&i.frame);
+            b.set_ip_csum_verdict(ip);
+            b.set_l4_csum_verdict(l4);
+            b
+        };
+        let mut burst = Merger::<HeapBuf>::with_hash_seed(cfg.clone(), HeapPool::new(256), 1).unwrap();
+        let mut single = Merger::<HeapBuf>::with_hash_seed(cfg, HeapPool::new(256), 1).unwrap();
+        let times = common::arrival_times(&case);
+        let (mut out_b, mut out_s) = (Vec::new(), Vec::new());
+        let (mut frames_b, mut frames_s) = (Vec::new(), Vec::new());
+        let (mut start, mut now) = (0, 0);
+        // A parse that never fits: `single` parses each packet again, one at a time.
+        let stale = Parsed::of(&[0u8; 61], 61);
+        for &(end, _) in &case.bursts {
+            now = times[start];
+            burst.poll(now, &mut out_b);
+            single.poll(now, &mut out_s);
+            burst.rx_burst(case.inputs[start..end].iter().map(make), now, &mut out_b);
+            for i in &case.inputs[start..end] {
+                single.rx_parsed(make(i), stale, now, &mut out_s);
+            }
+            single.settle(now, &mut out_s);
+            frames_b.append(&mut out_b);
+            frames_s.append(&mut out_s);
+            start = end;
+        }
+        for (m, out, frames) in [(&mut burst, &mut out_b, &mut frames_b), (&mut single, &mut out_s, &mut frames_s)] {
+            let mut t = now;
+            while let Some(due) = m.next_deadline() {
+                t = t.max(due);
+                m.poll(t, out);
+            }
+            m.flush_all(t, out);
+            frames.append(out);
+        }
+        let raw = |fs: &[HeapBuf]| common::multiset(fs.iter().map(|b| b.to_vec()));
+        prop_assert_eq!(raw(&frames_b), raw(&frames_s));
+        let counters = |m: &Merger<HeapBuf>| {
+            let s = m.stats();
+            ((s.packets_in, s.packets_out, s.payload_in, s.payload_full, s.merges, s.cuts),
+             (s.passthrough, s.bad_checksum, s.bad_ip_checksum),
+             (s.delay_ns.len(), s.delay_ns.max(), s.delay_ns.mean().to_bits(), s.max_hold_ns))
+        };
+        prop_assert_eq!(counters(&burst), counters(&single));
+        prop_assert_eq!(single.stats().run_merges, 0);
+        let on_wire: Vec<Vec<u8>> = frames_b.iter().map(nic_tx).collect();
+        check_outputs(&case, &on_wire, 4000);
+        drop((frames_b, frames_s));
+        prop_assert_eq!(pool.in_use(), 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// In-order full segments with the NIC's verdicts and checksum offload join their items on
+    /// the run path: every merge but the cut ones, those of chained inputs (the run path leaves
+    /// them to the general one) and each flow's first in each burst, into iMTU-bound packets whose checksums verify once the
+    /// NIC has filled them.
+    #[test]
+    fn in_order_segments_with_the_nics_verdicts_take_the_run_path(
+        (case, imtu) in full_mss_case(),
+        delay in any::<bool>(),
+    ) {
+        use pxio::merge::MergeConfig;
+        let cfg = MergeConfig { checksum_offload: true, ..roomy_config(imtu, delay) };
+        let pool = HeapPool::new(256);
+        let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
+        let times = common::arrival_times(&case);
+        let (mut out, mut start, mut now) = (Vec::new(), 0, 0);
+        for &(end, _) in &case.bursts {
+            now = times[start];
+            merger.poll(now, &mut out);
+            let burst = case.inputs[start..end].iter().map(|i| {
+                let mut b = common::assemble(i, &|f: &[u8]| pool.packet(f));
+                let (ip, l4) = nic_rx_verdicts(&i.frame);
+                b.set_ip_csum_verdict(ip);
+                b.set_l4_csum_verdict(l4);
+                b
+            });
+            merger.rx_burst(burst, now, &mut out);
+            start = end;
+        }
+        merger.flush_all(now + MAX_WINDOW_NS, &mut out);
+        let s = merger.stats();
+        // What the general path takes: a chained input, and the first segment of each flow in
+        // each burst (it may join an item held from an earlier burst).
+        let chained = case.inputs.iter().filter(|i| !i.chain.is_empty()).count() as u64;
+        let mut firsts = 0u64;
+        let mut at = 0;
+        for &(end, _) in &case.bursts {
+            let flows: std::collections::HashSet<_> =
+                case.inputs[at..end].iter().map(|i| i.flow).collect();
+            firsts += flows.len() as u64;
+            at = end;
+        }
+        prop_assert!(s.run_merges <= s.merges);
+        prop_assert!(
+            s.run_merges + s.cuts + chained + firsts >= s.merges,
+            "run {} cuts {} chained {} firsts {} merges {}",
+            s.run_merges, s.cuts, chained, firsts, s.merges
+        );
+        let on_wire: Vec<Vec<u8>> = out.iter().map(nic_tx).collect();
+        drop(out);
+        let emitted = check_outputs(&case, &on_wire, usize::from(imtu));
+        assert_imtu_bound(&case, &emitted, imtu);
+        prop_assert_eq!(pool.in_use(), 0);
+    }
+}

@@ -141,12 +141,19 @@ impl Etm {
 impl<B: PacketBuf> Merger<B> {
     /// Updates the flow's rate average and MSS with an arriving segment.
     pub(super) fn update_flow_on_arrival(&mut self, flow: u32, seg: &Segment, now: u64) {
+        self.note_arrival(flow, seg.ip_len, seg.payload_len, now);
+    }
+
+    /// [`update_flow_on_arrival`](Self::update_flow_on_arrival) for a segment of `ip_len` IP
+    /// bytes carrying `payload_len` bytes of payload.
+    #[inline]
+    pub(super) fn note_arrival(&mut self, flow: u32, ip_len: u16, payload_len: u16, now: u64) {
         let inv_tau = self.etm.inv_tau;
         let e = self.flows.get_mut(flow);
         let dt = now.saturating_sub(e.last_seen);
-        e.rate = update_rate(e.rate, dt, u32::from(seg.ip_len), inv_tau);
+        e.rate = update_rate(e.rate, dt, u32::from(ip_len), inv_tau);
         e.last_seen = now;
-        e.mss = e.mss.max(seg.payload_len);
+        e.mss = e.mss.max(payload_len);
     }
 
     /// Emits every delayed tail item whose window has passed by `now`.

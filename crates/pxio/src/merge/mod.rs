@@ -15,6 +15,10 @@
 //!    where an item starts), then **gap-fill** (the grown item now touches its neighbour: all
 //!    join). An append that would overshoot the iMTU is **cut**: the part that fits completes the
 //!    item, the rest is held by a refcounted view, not copied (Appendix A, "partial stashing").
+//!    A flow's further segments in a burst that simply continue its only item, with the NIC's
+//!    checksum verdicts, take the run path (`run`): one masked compare of the whole header
+//!    against the item's first segment instead of taking the segment apart; anything else
+//!    takes the general path, which decides the same way.
 //! 4. Items go out when iMTU-bound, when PSH/FIN closes them, at the end of the RX burst, or —
 //!    for a flow's incomplete tail item only, when the flow is fast and its yield is low — when
 //!    its ETM window expires ([`Merger::poll`]).
@@ -109,6 +113,8 @@
 //! - `segment`: what is read from one input segment.
 //! - `item`: the held item, its header layout and merge signature, and the item slab.
 //! - `place`: append, prepend, gap-fill and cut.
+//! - `run`: the run path, where a flow's further segments in a burst join its item after one
+//!   masked header compare.
 //! - `emit`: emission, header rewriting and checksums.
 //! - `delay`: the ETM model and the scheduling of delayed tail items.
 //! - `flow_table`: [`FlowTable`], the per-flow state.
@@ -119,6 +125,7 @@ mod emit;
 mod flow_table;
 mod item;
 mod place;
+mod run;
 mod segment;
 mod stats;
 
@@ -171,6 +178,8 @@ pub struct Merger<B: PacketBuf> {
     pending: Vec<Pending<B>>,
     /// The ETM scheduler: deadline heap and model constants.
     etm: Etm,
+    /// The header bytes the run path compares (see `run`).
+    run_mask: run::RunMask,
     stats: MergeStats,
     /// A run of equal added delays not yet in `stats.delay_ns`: (wait ns, segments).
     delay_run: (u64, u64),
@@ -204,6 +213,7 @@ impl<B: PacketBuf> Merger<B> {
             free_items: (0..cfg.max_items as u32).rev().collect(),
             touched: Vec::with_capacity(flows.capacity()),
             recent: None,
+            run_mask: run::RunMask::empty(),
             pending: Vec::with_capacity(BURST_CHUNK),
             flows,
             cfg,
@@ -340,6 +350,14 @@ impl<B: PacketBuf> Merger<B> {
                 if let Some(pkt) = p.pkt.take() {
                     match p.parsed.class() {
                         Class::Tcp(hdr) => {
+                            // The flow's run goes on: most segments join its item here.
+                            let pkt = match flow {
+                                Some(f) => match self.try_extend_tail(f, pkt, hdr, now, out) {
+                                    Ok(()) => continue,
+                                    Err(pkt) => pkt,
+                                },
+                                None => pkt,
+                            };
                             flow = self.rx_tcp(pkt, hdr, p.hash, flow, false, now, out)
                         }
                         // Only TCP segments are linked; should another be, it still gets a fate.
@@ -560,7 +578,7 @@ impl<B: PacketBuf> Merger<B> {
         }
     }
 
-    fn touch(&mut self, flow: u32) {
+    pub(super) fn touch(&mut self, flow: u32) {
         let e = self.flows.get_mut(flow);
         if e.flags & flags::TOUCHED == 0 {
             e.flags |= flags::TOUCHED;

@@ -303,7 +303,7 @@ impl<B: PacketBuf> Merger<B> {
     }
 
     /// The segment limit: the configured one, within what the buffer type can chain.
-    fn max_segs(&self) -> usize {
+    pub(super) fn max_segs(&self) -> usize {
         usize::from(self.cfg.max_segs).min(B::MAX_SEGS)
     }
 

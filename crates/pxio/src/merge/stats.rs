@@ -17,6 +17,10 @@ pub struct MergeStats {
     pub payload_full: u64,
     /// Segments that joined another (append, prepend or gap-fill).
     pub merges: u64,
+    /// Of [`merges`](Self::merges), the segments that joined their flow's item on the run path
+    /// (a segment continuing its flow's only item with the NIC's checksum verdicts: one masked
+    /// header compare, see `merge::run`).
+    pub run_merges: u64,
     /// Segments cut at the iMTU boundary, their rest held by a refcounted view.
     pub cuts: u64,
     /// Packets passed through without merging (not TCP data, or not eligible).
@@ -52,6 +56,7 @@ impl MergeStats {
             payload_in: 0,
             payload_full: 0,
             merges: 0,
+            run_merges: 0,
             cuts: 0,
             passthrough: 0,
             malformed: 0,

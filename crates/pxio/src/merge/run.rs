@@ -1,0 +1,244 @@
+//! The run path (issue 12: "place each flow's run of consecutive segments in one step"). In
+//! TSO-burst traffic a flow's segments reach the engine back to back, each one continuing the
+//! item its predecessor joined. [`Merger::rx_burst`] groups a burst's segments by flow; after
+//! the first segment of a group has been placed, each further one is offered here first.
+//!
+//! A segment takes the run path when it continues its flow's only held item (its sequence
+//! number is where the item ends, and it fits without a cut), both its checksums are vouched for
+//! by the NIC with checksum offload granted, and its headers equal the item's first segment's in
+//! every byte a merge compares (one masked compare of the whole header, instead of taking the
+//! segment apart field by field and comparing its signature). It then joins the item with the
+//! same bookkeeping the general path does, and the item leaves when iMTU-bound or closed.
+//!
+//! The test is stricter than the general path's, never looser: the masked compare also demands
+//! equal addresses, ports and urgent pointer, and a frame with padding, a chained input, a cut,
+//! a gap, software checksums or anything else goes back to the general path, which decides
+//! exactly as it would have. So the outcome never depends on which path a segment took (the
+//! `rx_burst` vs one-by-one property test in `tests/merge_props.rs` checks this).
+
+use super::item::Layout;
+use super::Merger;
+use crate::buf::{PacketBuf, PacketChain};
+use crate::wire::{tcp_flags, Headers};
+
+/// Longest header the mask covers: two VLAN tags, IPv6, TCP with 40 B of options (122 B).
+const MASK_BYTES: usize = 128;
+const MASK_WORDS: usize = MASK_BYTES / 8;
+
+/// Which header bytes of a segment must equal its item's first segment's for the run path,
+/// for one header [`Layout`] (rebuilt when the layout changes, which real flows rarely do).
+pub(super) struct RunMask {
+    layout: Layout,
+    mask: [u64; MASK_WORDS],
+}
+
+impl RunMask {
+    /// A mask for no layout: the first segment that asks builds one.
+    pub(super) fn empty() -> Self {
+        Self {
+            // No real header has this layout (no Ethernet header).
+            layout: Layout::default(),
+            mask: [0; MASK_WORDS],
+        }
+    }
+
+    /// Rebuilds the mask for `layout`: every header byte is compared but the ones that differ
+    /// between consecutive segments of one item (IPv4 total length, ID and header checksum;
+    /// IPv6 payload length; TCP sequence number, window and checksum, and the PSH and FIN
+    /// flags, which belong to the last byte).
+    fn build(&mut self, layout: Layout) {
+        let mut bytes = [0xffu8; MASK_BYTES];
+        let hdr_len = layout.hdr_len();
+        bytes[hdr_len.min(MASK_BYTES)..].fill(0);
+        let l3 = usize::from(layout.l2_len);
+        let l4 = layout.l4_offset();
+        let mut skip = |from: usize, len: usize| bytes[from..from + len].fill(0);
+        if layout.v6 {
+            skip(l3 + 4, 2); // payload length
+        } else {
+            skip(l3 + 2, 2); // total length
+            skip(l3 + 4, 2); // identification
+            skip(l3 + 10, 2); // header checksum
+        }
+        skip(l4 + 4, 4); // sequence number
+        skip(l4 + 14, 2); // window
+        skip(l4 + 16, 2); // checksum
+        bytes[l4 + 13] = !(tcp_flags::PSH | tcp_flags::FIN);
+        for (m, b) in self.mask.iter_mut().zip(bytes.chunks_exact(8)) {
+            *m = u64::from_ne_bytes(b.try_into().expect("chunks of eight"));
+        }
+        self.layout = layout;
+    }
+
+    /// Whether headers `a` and `b` (each the start of a frame of this mask's layout) agree in
+    /// every compared byte. False when either is shorter than the header (the first buffer of
+    /// an item that began as a cut's rest holds the header alone).
+    #[inline]
+    fn same(&self, a: &[u8], b: &[u8]) -> bool {
+        let len = self.layout.hdr_len();
+        let (Some(a), Some(b)) = (a.get(..len), b.get(..len)) else {
+            return false;
+        };
+        let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().expect("chunks of eight"));
+        let (x, y) = (a.chunks_exact(8), b.chunks_exact(8));
+        let (x_tail, y_tail) = (x.remainder(), y.remainder());
+        let mut diff = 0u64;
+        for ((x, y), m) in x.zip(y).zip(&self.mask) {
+            diff |= (word(x) ^ word(y)) & m;
+        }
+        // The header's last few bytes, one by one, under their bytes of the mask.
+        let tail_mask = self.mask[len / 8].to_ne_bytes();
+        for ((p, q), m) in x_tail.iter().zip(y_tail).zip(tail_mask) {
+            diff |= u64::from((p ^ q) & m);
+        }
+        diff == 0
+    }
+}
+
+impl<B: PacketBuf> Merger<B> {
+    /// Joins `pkt` (a TCP segment of `flow`, parsed as `hdr`) to the flow's held item on the
+    /// run path when it qualifies (see the module docs); otherwise gives it back untouched for
+    /// the general path.
+    #[inline]
+    pub(super) fn try_extend_tail(
+        &mut self,
+        flow: u32,
+        mut pkt: B,
+        hdr: &Headers,
+        now: u64,
+        out: &mut Vec<B>,
+    ) -> Result<(), B> {
+        let e = self.flows.get(flow);
+        if e.n_items != 1 || !self.cfg.checksum_offload {
+            return Err(pkt);
+        }
+        let idx = e.items;
+        let it = &self.items[idx as usize];
+        let layout = it.layout;
+        let payload = u32::from(hdr.payload_len);
+        let vouched = pkt.l4_csum_verdict() == Some(true)
+            && (layout.v6 || pkt.ip_csum_verdict() == Some(true));
+        if it.closed()
+            || !vouched
+            || payload == 0
+            || layout.v6 != hdr.v6
+            || usize::from(layout.l2_len) != usize::from(hdr.l2_len)
+            || usize::from(layout.l3_len) != usize::from(hdr.l3_len)
+            || usize::from(layout.l4_len) != usize::from(hdr.l4_len)
+            || pkt.num_segs() != 1
+            || pkt.len() != usize::from(hdr.l2_len) + usize::from(hdr.ip_len)
+            || usize::from(it.nb_segs) + 1 > self.max_segs()
+            || it.ip_len() + payload > u32::from(self.cfg.imtu)
+        {
+            return Err(pkt);
+        }
+        if self.run_mask.layout != layout {
+            self.run_mask.build(layout);
+        }
+        let Some(held) = it.pkt.as_ref().map(|c| c.packet().head()) else {
+            return Err(pkt);
+        };
+        let frame = pkt.head();
+        if !self.run_mask.same(held, frame) {
+            return Err(pkt);
+        }
+        // The layout matched, so these offsets lie inside the compared header.
+        let l3 = usize::from(layout.l2_len);
+        let l4 = layout.l4_offset();
+        let be16 = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
+        let seq = u32::from(be16(l4 + 4)) << 16 | u32::from(be16(l4 + 6));
+        let ip_id = if layout.v6 { 0 } else { be16(l3 + 4) };
+        // DF is the same as the item's (compared); without it the IDs must run on.
+        if seq != it.end_seq() || (!layout.v6 && !it.sig.df && ip_id != it.last_id.wrapping_add(1))
+        {
+            return Err(pkt);
+        }
+        let window = be16(l4 + 14);
+        let tail_flags = frame[l4 + 13] & (tcp_flags::PSH | tcp_flags::FIN);
+        // Committed: the same steps, in the same order, as `rx_tcp`, `merge` and
+        // `join_segment` take for this segment.
+        self.stats.packets_in += 1;
+        self.note_arrival(flow, hdr.ip_len, hdr.payload_len, now);
+        self.stats.payload_in += u64::from(payload);
+        let stripped = pkt.adj(layout.hdr_len());
+        debug_assert!(stripped, "the header lies in the first segment");
+        let it = &mut self.items[idx as usize];
+        it.nb_segs += 1;
+        let Some(head) = it.pkt.as_mut() else {
+            unreachable!("held items have a packet")
+        };
+        if head.append(pkt).is_err() {
+            unreachable!("the segment count was checked above");
+        }
+        // With checksum offload every payload sum is zero (see `segment`): nothing to add.
+        it.payload_len += payload;
+        it.last_id = ip_id;
+        it.last_window = window;
+        it.segs += 1;
+        it.tail_flags = tail_flags;
+        it.marks |= super::item::marks::MODIFIED;
+        it.arrival_sum += now;
+        it.oldest = it.oldest.min(now);
+        self.stats.merges += 1;
+        self.stats.run_merges += 1;
+        self.emit_if_done(flow, idx, now, out);
+        self.touch(flow);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Flips each bit of each header byte, one at a time: the headers must still count as the
+    /// same exactly where consecutive segments of one item may differ (IP lengths, ID and
+    /// header checksum; TCP sequence number, window, checksum, PSH and FIN), and nowhere else.
+    #[test]
+    fn the_mask_ignores_exactly_what_varies_within_an_item() {
+        for (l2_len, v6, l4_len) in [(14u8, false, 32u8), (18, false, 20), (22, true, 60)] {
+            let layout = Layout {
+                l2_len,
+                l3_len: if v6 { 40 } else { 20 },
+                l4_len,
+                v6,
+            };
+            let (l3, l4) = (usize::from(l2_len), layout.l4_offset());
+            let varies = |at: usize, bit: u8| {
+                let ip = at.checked_sub(l3).filter(|_| at < l4);
+                let tcp = at.checked_sub(l4);
+                match (ip, tcp) {
+                    (Some(o), _) if v6 => (4..6).contains(&o),
+                    (Some(o), _) => (2..6).contains(&o) || (10..12).contains(&o),
+                    (_, Some(13)) => bit & (tcp_flags::PSH | tcp_flags::FIN) != 0,
+                    (_, Some(o)) => (4..8).contains(&o) || (14..18).contains(&o),
+                    _ => false,
+                }
+            };
+            let mut mask = RunMask::empty();
+            mask.build(layout);
+            let base: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
+            let hdr_len = layout.hdr_len();
+            assert!(mask.same(&base, &base));
+            for at in 0..hdr_len {
+                for b in 0..8 {
+                    let bit = 1u8 << b;
+                    let mut other = base.clone();
+                    other[at] ^= bit;
+                    assert_eq!(
+                        mask.same(&base, &other),
+                        varies(at, bit),
+                        "{layout:?}: byte {at} bit {bit:#04x}"
+                    );
+                }
+            }
+            // Past the header (the payload) nothing is compared; a header cut short never
+            // counts as the same.
+            let mut other = base.clone();
+            other[hdr_len..].fill(0);
+            assert!(mask.same(&base, &other));
+            assert!(!mask.same(&base[..hdr_len - 1], &base));
+            assert!(!mask.same(&base, &base[..hdr_len - 1]));
+        }
+    }
+}
