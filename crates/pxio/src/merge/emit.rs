@@ -80,7 +80,13 @@ impl<B: PacketBuf> Merger<B> {
         if full {
             self.stats.payload_full += u64::from(payload);
         }
-        let mean_arrival = arrival_sum / u64::from(segs.max(1));
+        // Every segment arrived in this burst (the usual case): the mean is `now`, with no
+        // division.
+        let mean_arrival = if oldest >= now {
+            now
+        } else {
+            arrival_sum / u64::from(segs.max(1))
+        };
         let wait = now.saturating_sub(mean_arrival).max(1);
         self.record_delay(wait, u64::from(segs));
         self.stats.max_hold_ns = self.stats.max_hold_ns.max(now.saturating_sub(oldest));
