@@ -153,15 +153,19 @@ impl PacketBuf for dpdk::Mbuf {
     const MAX_SEGS: usize = u16::MAX as usize;
     type Chain = dpdk::MbufChain;
 
+    #[inline]
     fn len(&self) -> usize {
         dpdk::Mbuf::len(self)
     }
+    #[inline]
     fn num_segs(&self) -> usize {
         dpdk::Mbuf::num_segs(self)
     }
+    #[inline]
     fn head(&self) -> &[u8] {
         self.data()
     }
+    #[inline]
     fn head_mut(&mut self) -> Option<&mut [u8]> {
         self.data_mut().ok()
     }
@@ -170,12 +174,15 @@ impl PacketBuf for dpdk::Mbuf {
             f(s);
         }
     }
+    #[inline]
     fn adj(&mut self, n: usize) -> bool {
         dpdk::Mbuf::adj(self, n).is_ok()
     }
+    #[inline]
     fn truncate(&mut self, len: usize) -> bool {
         dpdk::Mbuf::truncate(self, len).is_ok()
     }
+    #[inline]
     fn chain(&mut self, tail: Self) -> Result<(), Self> {
         dpdk::Mbuf::chain(self, tail).map_err(|(_, tail)| tail)
     }
@@ -214,18 +221,23 @@ impl PacketBuf for dpdk::Mbuf {
         }
         true
     }
+    #[inline]
     fn rss_hash(&self) -> Option<u32> {
         dpdk::Mbuf::rss_hash(self)
     }
+    #[inline]
     fn l4_csum_verdict(&self) -> Option<bool> {
         self.rx_l4_checksum_verdict()
     }
+    #[inline]
     fn set_l4_csum_verdict(&mut self, verdict: Option<bool>) {
         self.set_rx_l4_checksum_verdict(verdict);
     }
+    #[inline]
     fn ip_csum_verdict(&self) -> Option<bool> {
         self.rx_ip_checksum_verdict()
     }
+    #[inline]
     fn set_ip_csum_verdict(&mut self, verdict: Option<bool>) {
         self.set_rx_ip_checksum_verdict(verdict);
     }

@@ -587,6 +587,7 @@ impl<B: PacketBuf> Merger<B> {
         }
     }
 
+    #[inline]
     pub(super) fn touch(&mut self, flow: u32) {
         let e = self.flows.get_mut(flow);
         if e.flags & flags::TOUCHED == 0 {

@@ -97,7 +97,7 @@ impl<B: PacketBuf> Merger<B> {
         true
     }
 
-    fn append(
+    pub(super) fn append(
         &mut self,
         flow: u32,
         idx: u32,

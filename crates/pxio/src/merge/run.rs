@@ -4,15 +4,17 @@
 //! the first segment of a group has been placed, each further one is offered here first.
 //!
 //! A segment takes the run path when it continues its flow's only held item (its sequence
-//! number is where the item ends, and it fits without a cut), both its checksums are vouched for
+//! number is where the item ends), both its checksums are vouched for
 //! by the NIC with checksum offload granted, and its headers equal the item's first segment's in
 //! every byte a merge compares (one masked compare of the whole header, instead of taking the
 //! segment apart field by field and comparing its signature). It then joins the item with the
-//! same bookkeeping the general path does, and the item leaves when iMTU-bound or closed.
+//! same bookkeeping the general path does, and the item leaves when iMTU-bound or closed. A
+//! segment that must be cut at the iMTU is taken apart and cut as the general path does, without
+//! the walk and the signature compare.
 //!
 //! The test is stricter than the general path's, never looser: the masked compare also demands
-//! equal addresses, ports and urgent pointer, and a frame with padding, a chained input, a cut,
-//! a gap, software checksums or anything else goes back to the general path, which decides
+//! equal addresses, ports and urgent pointer, and a frame with padding, a chained input, a gap,
+//! software checksums or anything else goes back to the general path, which decides
 //! exactly as it would have. So the outcome never depends on which path a segment took (the
 //! `rx_burst` vs one-by-one property test in `tests/merge_props.rs` checks this).
 
@@ -128,10 +130,10 @@ impl<B: PacketBuf> Merger<B> {
             || pkt.num_segs() != 1
             || pkt.len() != usize::from(hdr.l2_len) + usize::from(hdr.ip_len)
             || usize::from(it.nb_segs) + 1 > self.max_segs()
-            || it.ip_len() + payload > u32::from(self.cfg.imtu)
         {
             return Err(pkt);
         }
+        let fits = it.ip_len() + payload <= u32::from(self.cfg.imtu);
         if self.run_mask.layout != layout {
             self.run_mask.build(layout);
         }
@@ -152,6 +154,19 @@ impl<B: PacketBuf> Merger<B> {
         if seq != it.end_seq() || (!layout.v6 && !it.sig.df && ip_id != it.last_id.wrapping_add(1))
         {
             return Err(pkt);
+        }
+        if !fits {
+            // A cut: the segment is taken apart as the general path would (it cannot refuse
+            // what passed the checks above), and cut where `append` cuts it.
+            let Ok(seg) = self.segment(&pkt, hdr) else {
+                return Err(pkt);
+            };
+            self.stats.packets_in += 1;
+            self.update_flow_on_arrival(flow, &seg, now);
+            self.stats.payload_in += u64::from(payload);
+            self.append(flow, idx, pkt, seg, now, out);
+            self.touch(flow);
+            return Ok(());
         }
         let window = be16(l4 + 14);
         let tail_flags = frame[l4 + 13] & (tcp_flags::PSH | tcp_flags::FIN);
