@@ -384,7 +384,7 @@ fn seq_lt(a: u32, b: u32) -> bool {
 
 /// The sum of payload A (length `a_len`) followed by payload B.
 #[inline]
-fn concat_sum(a: Sum, a_len: u32, b: Sum) -> Sum {
+pub(super) fn concat_sum(a: Sum, a_len: u32, b: Sum) -> Sum {
     a.add(if a_len % 2 == 1 { b.swapped() } else { b })
 }
 

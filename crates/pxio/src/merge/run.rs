@@ -5,7 +5,8 @@
 //!
 //! A segment takes the run path when it continues its flow's only held item (its sequence
 //! number is where the item ends), both its checksums are vouched for
-//! by the NIC with checksum offload granted, and its headers equal the item's first segment's in
+//! by the NIC (with TX checksum offload nothing more is needed; without it the payload's sum
+//! follows from the checksum field, as on the general path), and its headers equal the item's first segment's in
 //! every byte a merge compares (one masked compare of the whole header, instead of taking the
 //! segment apart field by field and comparing its signature). It then joins the item with the
 //! same bookkeeping the general path does, and the item leaves when iMTU-bound or closed. A
@@ -19,8 +20,11 @@
 //! `rx_burst` vs one-by-one property test in `tests/merge_props.rs` checks this).
 
 use super::item::Layout;
+use super::place::concat_sum;
+use super::segment::claimed_payload_sum;
 use super::Merger;
 use crate::buf::{PacketBuf, PacketChain};
+use crate::checksum::Sum;
 use crate::wire::{tcp_flags, Headers};
 
 /// Longest header the mask covers: two VLAN tags, IPv6, TCP with 40 B of options (122 B).
@@ -111,7 +115,7 @@ impl<B: PacketBuf> Merger<B> {
         out: &mut Vec<B>,
     ) -> Result<(), B> {
         let e = self.flows.get(flow);
-        if e.n_items != 1 || !self.cfg.checksum_offload {
+        if e.n_items != 1 {
             return Err(pkt);
         }
         let idx = e.items;
@@ -170,6 +174,13 @@ impl<B: PacketBuf> Merger<B> {
         }
         let window = be16(l4 + 14);
         let tail_flags = frame[l4 + 13] & (tcp_flags::PSH | tcp_flags::FIN);
+        // The NIC verified the checksum, so the field's claim is the truth; with TX offload
+        // not even that is needed (see `segment`).
+        let sum = if self.cfg.checksum_offload {
+            Sum::default()
+        } else {
+            claimed_payload_sum(frame, hdr)
+        };
         // Committed: the same steps, in the same order, as `rx_tcp`, `merge` and
         // `join_segment` take for this segment.
         self.stats.packets_in += 1;
@@ -185,7 +196,7 @@ impl<B: PacketBuf> Merger<B> {
         if head.append(pkt).is_err() {
             unreachable!("the segment count was checked above");
         }
-        // With checksum offload every payload sum is zero (see `segment`): nothing to add.
+        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
         it.payload_len += payload;
         it.last_id = ip_id;
         it.last_window = window;

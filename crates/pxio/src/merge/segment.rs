@@ -125,14 +125,7 @@ impl<B: PacketBuf> Merger<B> {
         }
         // The payload sum the checksum field claims: ~checksum covers the pseudo header, the
         // TCP header (checksum field as 0) and the payload.
-        let claimed = || {
-            let tcp_len = hdr.l4_len + hdr.payload_len;
-            let pseudo = pseudo_header(bytes, hdr, u32::from(tcp_len));
-            let header = Sum::of(tcp_bytes).sub(Sum(u32::from(tcp.checksum())));
-            checksum::covered_sum(tcp.checksum())
-                .sub(pseudo)
-                .sub(header)
-        };
+        let claimed = || claimed_payload_sum(bytes, hdr);
         let payload_sum = match pkt.l4_csum_verdict() {
             Some(false) => return Err(Refusal::BadTcpChecksum),
             // The NIC verified it: the claim is the truth, and with TX offload not even that
@@ -164,6 +157,19 @@ impl<B: PacketBuf> Merger<B> {
             payload_sum,
         })
     }
+}
+
+/// The payload sum a TCP segment's checksum field claims (its headers at the start of `bytes`,
+/// parsed as `hdr`): the checksum covers the pseudo header, the TCP header (checksum field as
+/// 0) and the payload, so the payload's share follows by subtraction, without reading it.
+pub(super) fn claimed_payload_sum(bytes: &[u8], hdr: &Headers) -> Sum {
+    let l4 = usize::from(hdr.l2_len) + usize::from(hdr.l3_len);
+    let tcp_bytes = &bytes[l4..l4 + usize::from(hdr.l4_len)];
+    let field = wire::TcpPacket::new_unchecked(tcp_bytes).checksum();
+    let tcp_len = hdr.l4_len + hdr.payload_len;
+    let pseudo = pseudo_header(bytes, hdr, u32::from(tcp_len));
+    let header = Sum::of(tcp_bytes).sub(Sum(u32::from(field)));
+    checksum::covered_sum(field).sub(pseudo).sub(header)
 }
 
 /// The sum of bytes `[start, end)` of `pkt`, aligned to `start` (as if they began a checksummed
