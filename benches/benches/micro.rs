@@ -214,6 +214,20 @@ fn caravans(c: &mut Criterion) {
                 )
             });
         }
+        // The checks alone, without a buffer allocated: whether two datagrams can travel
+        // together (two classifications, or none).
+        let (a, b) = (pool.packet(&frames[0]), pool.packet(&frames[1]));
+        let (pa, pb) = (Parsed::of(a.head(), a.len()), Parsed::of(b.head(), b.len()));
+        g.throughput(Throughput::Elements(1));
+        g.bench_function(format!("can_pair {family}, classify again"), |bench| {
+            bench.iter(|| caravan::can_pair(black_box(&a), black_box(&b), &cfg))
+        });
+        g.bench_function(format!("can_pair {family}, one parse"), |bench| {
+            bench.iter(|| {
+                caravan::can_pair_parsed(black_box(&a), black_box(&pa), &b, black_box(&pb), &cfg)
+            })
+        });
+        g.throughput(Throughput::Elements(N as u64));
         // The caravan of the N datagrams, to unpack.
         let packed = {
             let mut pkts = input().into_iter();
