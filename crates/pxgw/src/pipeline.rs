@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use pxio::caravan::{self, CaravanBuilder, CaravanConfig, CaravanError};
 use pxio::merge::{DelayConfig, MergeConfig, Merger};
 use pxio::split::{split_tcp, SplitOffloads};
-use pxio::wire::{self, Class, FlowKey, Headers};
+use pxio::wire::{self, Class, FlowKey, Headers, Parsed};
 use pxio::PacketBuf;
 
 use std::net::IpAddr;
@@ -80,8 +80,9 @@ pub struct Pipeline<B: PacketBuf> {
 /// What an inbound UDP flow holds: one datagram, kept as it came until a second one joins it (a
 /// caravan of one is never built: `docs/caravan.md`, "Single datagrams"), or an open caravan.
 enum Open<B: PacketBuf> {
-    /// A lone datagram and its headers.
-    Lone(B, Headers),
+    /// A lone datagram, its headers, and the parse they come from (handed to the caravan
+    /// builder when a second datagram joins it).
+    Lone(B, Headers, Parsed),
     /// A caravan of at least two.
     Caravan(CaravanBuilder<B>),
 }
@@ -315,8 +316,9 @@ impl<B: PacketBuf> Pipeline<B> {
                 _ => {}
             }
         }
-        // Parsed once here; the merge engine takes the same parse (issue 12).
-        let parsed = wire::Parsed::of(pkt.head(), pkt.len());
+        // Parsed once here; the merge engine, the PMTU tracker and the caravan builder take the
+        // same parse (issue 12).
+        let parsed = Parsed::of(pkt.head(), pkt.len());
         match *parsed.class() {
             Class::Tcp(h) => {
                 let key = conn::inbound_key(&h.key);
@@ -347,19 +349,22 @@ impl<B: PacketBuf> Pipeline<B> {
                 let port = self.pmtu.port();
                 if (h.key.sport == port || h.key.dport == port)
                     && pkt.num_segs() == 1
-                    && self.pmtu.on_inbound(pkt.head(), now, &mut self.replies)
+                    && self
+                        .pmtu
+                        .on_inbound_parsed(pkt.head(), &parsed, now, &mut self.replies)
                 {
                     // A report for one of the gateway's own probes.
                     self.report.gateway_frames.received += 1;
                     return;
                 }
-                self.inbound_udp(pkt, &h, now, out)
+                self.inbound_udp(pkt, &h, &parsed, now, out)
             }
             Class::Fragment => {
                 // A fragment may belong to a probe: the responder tracks fragments by
                 // (source, destination, IP id). It is forwarded either way.
                 if pkt.num_segs() == 1 {
-                    self.pmtu.on_inbound(pkt.head(), now, &mut self.replies);
+                    self.pmtu
+                        .on_inbound_parsed(pkt.head(), &parsed, now, &mut self.replies);
                 }
                 self.inbound_unmergeable(pkt, parsed, now, out)
             }
@@ -389,7 +394,7 @@ impl<B: PacketBuf> Pipeline<B> {
                     self.report.inbound_oversize.fragmented += 1;
                     self.report.inbound_oversize.fragments_out += n as u64;
                     for frag in frags {
-                        let parsed = wire::Parsed::of(frag.head(), frag.len());
+                        let parsed = Parsed::of(frag.head(), frag.len());
                         self.inbound_unmergeable(frag, parsed, now, out);
                     }
                 }
@@ -459,7 +464,7 @@ impl<B: PacketBuf> Pipeline<B> {
     /// A packet that is never merged but may belong to a TCP flow with held segments (IPv6
     /// extension headers, a first fragment, a malformed TCP header): the merger passes it on
     /// after that flow's held data, so the flow's order is kept.
-    fn inbound_unmergeable(&mut self, pkt: B, parsed: wire::Parsed, now: u64, out: &mut Vec<B>) {
+    fn inbound_unmergeable(&mut self, pkt: B, parsed: Parsed, now: u64, out: &mut Vec<B>) {
         if self.cfg.merge {
             self.merger.rx_parsed(pkt, parsed, now, out);
         } else {
@@ -521,7 +526,16 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
-    fn inbound_udp(&mut self, mut pkt: B, h: &Headers, now: u64, out: &mut Vec<B>) {
+    /// An inbound UDP datagram (`h` its headers, from `parsed`, the pipeline's one parse of it,
+    /// which every caravan step below takes instead of classifying again).
+    fn inbound_udp(
+        &mut self,
+        mut pkt: B,
+        h: &Headers,
+        parsed: &Parsed,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
         let Some(ccfg) = self.cfg.caravan else {
             return out.push(pkt);
         };
@@ -546,7 +560,7 @@ impl<B: PacketBuf> Pipeline<B> {
             return self.pass_udp(pkt, h, ccfg.dscp, out);
         }
         let pkt = match self.caravans.get_mut(&h.key) {
-            Some((Open::Caravan(builder), _)) => match builder.push(pkt) {
+            Some((Open::Caravan(builder), _)) => match builder.push_parsed(pkt, parsed) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 1;
                     return;
@@ -563,14 +577,16 @@ impl<B: PacketBuf> Pipeline<B> {
                     return self.pass_udp(pkt, h, ccfg.dscp, out);
                 }
             },
-            Some((Open::Lone(first, _), _)) => match caravan::can_pair(first, &pkt, &ccfg) {
-                Ok(()) => return self.pair(pkt, h, &ccfg, out),
-                // Nothing joins the held datagram: it leaves as it came, first.
-                Err(_) => {
-                    self.close_caravan(&h.key, out);
-                    pkt
+            Some((Open::Lone(first, _, first_parsed), _)) => {
+                match caravan::can_pair_parsed(first, first_parsed, &pkt, parsed, &ccfg) {
+                    Ok(()) => return self.pair(pkt, h, parsed, &ccfg, out),
+                    // Nothing joins the held datagram: it leaves as it came, first.
+                    Err(_) => {
+                        self.close_caravan(&h.key, out);
+                        pkt
+                    }
                 }
-            },
+            }
             None => pkt,
         };
         if self.caravans.len() >= MAX_OPEN_CARAVANS {
@@ -578,22 +594,33 @@ impl<B: PacketBuf> Pipeline<B> {
         }
         // Held as it came until a second datagram joins it; one that could never open a caravan
         // passes at once.
-        match caravan::packable(&pkt, &ccfg) {
+        match caravan::packable_parsed(&pkt, parsed, &ccfg) {
             Ok(()) => {
-                self.caravans.insert(h.key, (Open::Lone(pkt, *h), now));
+                self.caravans
+                    .insert(h.key, (Open::Lone(pkt, *h, *parsed), now));
             }
             Err(_) => self.pass_udp(pkt, h, ccfg.dscp, out),
         }
     }
 
-    /// A second datagram for the flow's held one, which [`caravan::can_pair`] said it joins: the
-    /// two open a caravan, which keeps the held one's start time.
-    fn pair(&mut self, second: B, h: &Headers, ccfg: &CaravanConfig, out: &mut Vec<B>) {
-        let Some((Open::Lone(first, first_hdr), since)) = self.caravans.remove(&h.key) else {
+    /// A second datagram for the flow's held one, which [`caravan::can_pair_parsed`] said it
+    /// joins: the two open a caravan, which keeps the held one's start time. Both bring their
+    /// parses along.
+    fn pair(
+        &mut self,
+        second: B,
+        h: &Headers,
+        parsed: &Parsed,
+        ccfg: &CaravanConfig,
+        out: &mut Vec<B>,
+    ) {
+        let Some((Open::Lone(first, first_hdr, first_parsed), since)) =
+            self.caravans.remove(&h.key)
+        else {
             return self.pass_udp(second, h, ccfg.dscp, out);
         };
-        match CaravanBuilder::start(first, *ccfg, &self.pool) {
-            Ok(mut b) => match b.push(second) {
+        match CaravanBuilder::start_parsed(first, &first_parsed, *ccfg, &self.pool) {
+            Ok(mut b) => match b.push_parsed(second, parsed) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 2;
                     self.caravans.insert(h.key, (Open::Caravan(b), since));
@@ -659,7 +686,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 out.push(b.finish());
             }
             // Nothing joined it: it goes as it came (re-marked, if it wore the mark).
-            Some((Open::Lone(pkt, h), _)) => {
+            Some((Open::Lone(pkt, h, _), _)) => {
                 self.report.caravan.unwrapped_single += 1;
                 let mark = self.cfg.caravan.map_or(0, |c| c.dscp);
                 self.pass_udp(pkt, &h, mark, out);
@@ -717,7 +744,9 @@ impl<B: PacketBuf> Pipeline<B> {
         self.report.outbound.packets_in += 1;
         self.report.outbound.bytes_in += pkt.len() as u64;
         self.report.sizes.outbound_received.record(pkt.len());
-        match wire::classify(pkt.head(), pkt.len()) {
+        // Parsed once here; the caravan unpacker takes the same parse (issue 12).
+        let parsed = Parsed::of(pkt.head(), pkt.len());
+        match *parsed.class() {
             Class::Tcp(h) => {
                 let key = conn::reverse(&h.key);
                 let seg = conn::Segment::parse(pkt.head(), &h);
@@ -764,6 +793,11 @@ impl<B: PacketBuf> Pipeline<B> {
                 if h.key.v6 && h.ip_len > pmtu && pmtu > self.cfg.blackhole_mtu {
                     pmtu = self.watch_blackhole(pkt.head(), &h, key, dst, pmtu, now);
                 }
+                // A segment that fits leaves as it is: split_tcp would classify it again only to
+                // say so (the MSS rewrite above keeps every length, so `h` still describes it).
+                if h.ip_len <= pmtu {
+                    return out.push(pkt);
+                }
                 match split_tcp(pkt, pmtu, self.cfg.offloads, &self.pool, out) {
                     Ok(n) if n > 1 => {
                         self.report.split.packets += 1;
@@ -779,8 +813,13 @@ impl<B: PacketBuf> Pipeline<B> {
             Class::Udp(h) => {
                 if let Some(ccfg) = self.cfg.caravan {
                     if dscp(pkt.head(), &h) == ccfg.dscp {
-                        return self.outbound_caravan(pkt, &ccfg, now, out);
+                        return self.outbound_caravan(pkt, &parsed, &ccfg, now, out);
                     }
+                }
+                // The parse already says how long the IP packet is: a datagram that fits the
+                // eMTU leaves without `outbound_fit` reading its IP header again.
+                if usize::from(h.ip_len) <= usize::from(self.cfg.emtu) {
+                    return out.push(pkt);
                 }
                 self.outbound_fit(pkt, now, out);
             }
@@ -837,9 +876,18 @@ impl<B: PacketBuf> Pipeline<B> {
         fallback
     }
 
-    fn outbound_caravan(&mut self, pkt: B, ccfg: &CaravanConfig, now: u64, out: &mut Vec<B>) {
+    /// An outbound datagram that wears the caravan mark (`parsed`, the pipeline's parse of it):
+    /// unpacked when it is a caravan, else passed as an ordinary datagram.
+    fn outbound_caravan(
+        &mut self,
+        pkt: B,
+        parsed: &Parsed,
+        ccfg: &CaravanConfig,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
         let start = out.len();
-        match caravan::unpack(pkt, ccfg, &self.pool, out) {
+        match caravan::unpack_parsed(pkt, parsed, ccfg, &self.pool, out) {
             Ok(n) => {
                 self.report.caravan.caravans_unpacked += 1;
                 self.report.caravan.datagrams_unpacked += n as u64;

@@ -252,6 +252,21 @@ impl PathMtu {
     /// its probes) and must not be forwarded. Probes for the inside network are answered into
     /// `out` (frames going outside) and still forwarded.
     pub fn on_inbound(&mut self, frame: &[u8], now: u64, out: &mut Vec<Vec<u8>>) -> bool {
+        self.on_inbound_parsed(frame, &wire::Parsed::of(frame, frame.len()), now, out)
+    }
+
+    /// [`on_inbound`](Self::on_inbound) for a frame whose parse the pipeline already has
+    /// (issue 12: one parse per packet). The parse is trusted only when it fits `frame` (one
+    /// segment, all of it: [`wire::Parsed::fits`]); otherwise the frame is classified again, so
+    /// a stale parse, or another packet's of another length, never decides whether a frame is
+    /// a report.
+    pub fn on_inbound_parsed(
+        &mut self,
+        frame: &[u8],
+        parsed: &wire::Parsed,
+        now: u64,
+        out: &mut Vec<Vec<u8>>,
+    ) -> bool {
         if frame.len() < ETH + IPV4
             || u16::from_be_bytes([frame[12], frame[13]]) != wire::ethernet::ethertype::IPV4
         {
@@ -264,7 +279,15 @@ impl PathMtu {
             self.summary.fragments_in += 1;
         }
         // A report for one of our probes: UDP from the probe port to ours.
-        if let wire::Class::Udp(h) = wire::classify(frame, frame.len()) {
+        let udp = if parsed.fits(frame.len(), frame.len()) {
+            parsed.udp().copied()
+        } else {
+            match wire::classify(frame, frame.len()) {
+                wire::Class::Udp(h) => Some(h),
+                _ => None,
+            }
+        };
+        if let Some(h) = udp {
             let src = IpAddr::V4(Ipv4Addr::from(four(&h.key.src)));
             if h.key.sport == self.port {
                 if let Some(p) = self

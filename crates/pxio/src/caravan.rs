@@ -13,10 +13,17 @@
 //! Packing is zero-copy: the caravan is a fresh outer header chained to the original datagrams'
 //! UDP parts. Unpacking is zero-copy too: each datagram becomes a fresh L2/L3 header chained to
 //! a refcounted view of its bytes in the caravan.
+//!
+//! Every entry point that looks at a received frame has a `_parsed` twin that takes the frame's
+//! [`Parsed`] (made once on receive, issue 12), so a caller that already classified the packet
+//! does not pay for it again. The twin trusts the parse only when it fits the frame's shape
+//! ([`Parsed::fits`]: same length, same first segment), and classifies afresh when it does not,
+//! so a stale parse can neither read out of bounds nor change a result. The plain entry points
+//! classify, then call their twins.
 
 use crate::buf::PacketBuf;
 use crate::checksum::{self, Sum};
-use crate::wire::{self, Class, Headers};
+use crate::wire::{self, Class, Headers, Parsed};
 use caravan_common::format::{Refused, Walk};
 
 /// The wire format's constants and rules, in their one copy (`caravan_common::format`).
@@ -174,13 +181,31 @@ fn read_sum<B: PacketBuf>(pkt: &B, offset: usize, len: usize) -> Sum {
     sum
 }
 
-/// What [`CaravanBuilder::start`] checks of a caravan's first datagram: unfragmented UDP, DSCP 0
-/// or the mark, no IPv4 options, room in the iMTU; returns its headers.
-fn opening(frame: &[u8], frame_len: usize, cfg: &CaravanConfig) -> Result<Headers, CaravanError> {
-    let hdr = match wire::classify(frame, frame_len) {
-        Class::Udp(h) => h,
-        _ => return Err(CaravanError::NotUdp),
-    };
+/// The UDP headers of the frame whose first segment is `head` and whose length is `frame_len`:
+/// `parsed`'s when it fits that shape, else those of a fresh classification (a parse of
+/// another shape, a stale one or another packet's, is never trusted). `None` when the frame is
+/// not a well-formed UDP datagram.
+#[inline]
+fn udp_headers(head: &[u8], frame_len: usize, parsed: &Parsed) -> Option<Headers> {
+    if parsed.fits(head.len(), frame_len) {
+        parsed.udp().copied()
+    } else {
+        match wire::classify(head, frame_len) {
+            Class::Udp(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// What [`CaravanBuilder::start`] checks of a caravan's first datagram (`frame`, its UDP
+/// headers `hdr` or `None` when it is not UDP): DSCP 0 or the mark, no IPv4 options, room in
+/// the iMTU; returns its headers.
+fn opening(
+    frame: &[u8],
+    hdr: Option<Headers>,
+    cfg: &CaravanConfig,
+) -> Result<Headers, CaravanError> {
+    let hdr = hdr.ok_or(CaravanError::NotUdp)?;
     let dscp = dscp_of(frame, &hdr);
     if dscp != 0 && dscp != cfg.dscp {
         return Err(CaravanError::Dscp(dscp));
@@ -194,20 +219,17 @@ fn opening(frame: &[u8], frame_len: usize, cfg: &CaravanConfig) -> Result<Header
     Ok(hdr)
 }
 
-/// What [`CaravanBuilder::push`] checks of a datagram against the caravan's first (`first`,
-/// classified as `first_hdr`): the same flow, L2 header and IP signature (ECN, TTL, DF), and
-/// DSCP 0 or the mark; returns its headers.
+/// What [`CaravanBuilder::push`] checks of a datagram (`frame`, its UDP headers `hdr` or
+/// `None`) against the caravan's first (`first`, whose headers are `first_hdr`): the same flow,
+/// L2 header and IP signature (ECN, TTL, DF), and DSCP 0 or the mark; returns its headers.
 fn joining(
     first: &[u8],
     first_hdr: &Headers,
     frame: &[u8],
-    frame_len: usize,
+    hdr: Option<Headers>,
     cfg: &CaravanConfig,
 ) -> Result<Headers, CaravanError> {
-    let hdr = match wire::classify(frame, frame_len) {
-        Class::Udp(h) => h,
-        _ => return Err(CaravanError::NotUdp),
-    };
+    let hdr = hdr.ok_or(CaravanError::NotUdp)?;
     if hdr.key != first_hdr.key
         || hdr.l2_len != first_hdr.l2_len
         || hdr.l3_len != first_hdr.l3_len
@@ -226,7 +248,18 @@ fn joining(
 /// Whether `first` could open a caravan ([`CaravanBuilder::start`] would take it, pool
 /// permitting), without taking it: a packer may hold it until a second datagram comes.
 pub fn packable<B: PacketBuf>(first: &B, cfg: &CaravanConfig) -> Result<(), CaravanError> {
-    opening(first.head(), first.len(), cfg).map(|_| ())
+    packable_parsed(first, &Parsed::of(first.head(), first.len()), cfg)
+}
+
+/// [`packable`] for a datagram whose parse the caller already has (`parsed`, checked to fit
+/// `first`, made again if it does not).
+pub fn packable_parsed<B: PacketBuf>(
+    first: &B,
+    parsed: &Parsed,
+    cfg: &CaravanConfig,
+) -> Result<(), CaravanError> {
+    let hdr = udp_headers(first.head(), first.len(), parsed);
+    opening(first.head(), hdr, cfg).map(|_| ())
 }
 
 /// Whether `first` and `second` could travel in one caravan: [`CaravanBuilder::start`] with
@@ -238,8 +271,32 @@ pub fn can_pair<B: PacketBuf>(
     second: &B,
     cfg: &CaravanConfig,
 ) -> Result<(), CaravanError> {
-    let a = opening(first.head(), first.len(), cfg)?;
-    let b = joining(first.head(), &a, second.head(), second.len(), cfg)?;
+    let first_parsed = Parsed::of(first.head(), first.len());
+    let second_parsed = Parsed::of(second.head(), second.len());
+    can_pair_parsed(first, &first_parsed, second, &second_parsed, cfg)
+}
+
+/// [`can_pair`] for two datagrams whose parses the caller already has, each after its packet
+/// (each parse checked to fit its packet, made again if it does not).
+pub fn can_pair_parsed<B: PacketBuf>(
+    first: &B,
+    first_parsed: &Parsed,
+    second: &B,
+    second_parsed: &Parsed,
+    cfg: &CaravanConfig,
+) -> Result<(), CaravanError> {
+    let a = opening(
+        first.head(),
+        udp_headers(first.head(), first.len(), first_parsed),
+        cfg,
+    )?;
+    let b = joining(
+        first.head(),
+        &a,
+        second.head(),
+        udp_headers(second.head(), second.len(), second_parsed),
+        cfg,
+    )?;
     // One outer IP header, the caravan's headers, and both datagrams' UDP bytes.
     let ip_len = usize::from(a.ip_len) + OVERHEAD + usize::from(b.ip_len) - usize::from(a.l3_len);
     if cfg.max_datagrams < 2
@@ -254,7 +311,20 @@ pub fn can_pair<B: PacketBuf>(
 impl<B: PacketBuf> CaravanBuilder<B> {
     /// Opens a caravan with its first datagram.
     pub fn start(first: B, cfg: CaravanConfig, pool: &B::Pool) -> Result<Self, (CaravanError, B)> {
-        let hdr = match opening(first.head(), first.len(), &cfg) {
+        let parsed = Parsed::of(first.head(), first.len());
+        Self::start_parsed(first, &parsed, cfg, pool)
+    }
+
+    /// [`start`](Self::start) for a datagram whose parse the caller already has (`parsed`,
+    /// checked to fit `first`, made again if it does not).
+    pub fn start_parsed(
+        first: B,
+        parsed: &Parsed,
+        cfg: CaravanConfig,
+        pool: &B::Pool,
+    ) -> Result<Self, (CaravanError, B)> {
+        let first_hdr = udp_headers(first.head(), first.len(), parsed);
+        let hdr = match opening(first.head(), first_hdr, &cfg) {
             Ok(h) => h,
             Err(e) => return Err((e, first)),
         };
@@ -274,7 +344,8 @@ impl<B: PacketBuf> CaravanBuilder<B> {
             count: 0,
             cfg,
         };
-        if let Err((e, first)) = builder.push(first) {
+        // The headers just checked are the first datagram's own: no parse again.
+        if let Err((e, first)) = builder.push_headers(first, first_hdr) {
             return Err((e, first));
         }
         Ok(builder)
@@ -300,14 +371,26 @@ impl<B: PacketBuf> CaravanBuilder<B> {
     }
 
     /// Appends a datagram of the same flow; gives it back when it does not belong or fit.
-    pub fn push(&mut self, mut dgram: B) -> Result<(), (CaravanError, B)> {
-        let joined = joining(
-            self.pkt.head(),
-            &self.hdr,
-            dgram.head(),
-            dgram.len(),
-            &self.cfg,
-        );
+    pub fn push(&mut self, dgram: B) -> Result<(), (CaravanError, B)> {
+        let parsed = Parsed::of(dgram.head(), dgram.len());
+        self.push_parsed(dgram, &parsed)
+    }
+
+    /// [`push`](Self::push) for a datagram whose parse the caller already has (`parsed`,
+    /// checked to fit `dgram`, made again if it does not).
+    pub fn push_parsed(&mut self, dgram: B, parsed: &Parsed) -> Result<(), (CaravanError, B)> {
+        let hdr = udp_headers(dgram.head(), dgram.len(), parsed);
+        self.push_headers(dgram, hdr)
+    }
+
+    /// [`push`](Self::push) of a datagram whose UDP headers (`None`: not UDP) are known to be
+    /// its own.
+    fn push_headers(
+        &mut self,
+        mut dgram: B,
+        hdr: Option<Headers>,
+    ) -> Result<(), (CaravanError, B)> {
+        let joined = joining(self.pkt.head(), &self.hdr, dgram.head(), hdr, &self.cfg);
         let hdr = match joined {
             Ok(h) => h,
             Err(e) => return Err((e, dgram)),
@@ -383,7 +466,13 @@ impl<B: PacketBuf> CaravanBuilder<B> {
 /// Whether `frame` looks like a caravan from the outside: a UDP packet with DSCP `dscp` whose
 /// payload starts with a caravan header of this version (its datagrams are not checked).
 pub fn is_caravan(head: &[u8], frame_len: usize, dscp: u8) -> bool {
-    let Class::Udp(h) = wire::classify(head, frame_len) else {
+    is_caravan_parsed(head, frame_len, &Parsed::of(head, frame_len), dscp)
+}
+
+/// [`is_caravan`] for a frame whose parse the caller already has (`parsed`, checked to fit the
+/// frame, made again if it does not).
+pub fn is_caravan_parsed(head: &[u8], frame_len: usize, parsed: &Parsed, dscp: u8) -> bool {
+    let Some(h) = udp_headers(head, frame_len, parsed) else {
         return false;
     };
     let ip_payload = usize::from(h.ip_len - h.l3_len);
@@ -416,10 +505,17 @@ fn caravan_header<B: PacketBuf>(
 /// to the outer payload exactly, the datagram bound and the header's count. Returns the outer
 /// headers and the datagram count.
 pub fn parse<B: PacketBuf>(pkt: &B, cfg: &CaravanConfig) -> Result<(Headers, u16), CaravanError> {
-    let hdr = match wire::classify(pkt.head(), pkt.len()) {
-        Class::Udp(h) => h,
-        _ => return Err(CaravanError::NotUdp),
-    };
+    parse_parsed(pkt, &Parsed::of(pkt.head(), pkt.len()), cfg)
+}
+
+/// [`parse`] for a packet whose [`wire`] parse the caller already has (`parsed`, checked to fit
+/// `pkt`, made again if it does not): only the caravan is read, not its outer headers again.
+pub fn parse_parsed<B: PacketBuf>(
+    pkt: &B,
+    parsed: &Parsed,
+    cfg: &CaravanConfig,
+) -> Result<(Headers, u16), CaravanError> {
+    let hdr = udp_headers(pkt.head(), pkt.len(), parsed).ok_or(CaravanError::NotUdp)?;
     if dscp_of(pkt.head(), &hdr) != cfg.dscp {
         return Err(CaravanError::NotCaravan);
     }
@@ -469,7 +565,20 @@ pub fn unpack<B: PacketBuf>(
     pool: &B::Pool,
     out: &mut Vec<B>,
 ) -> Result<usize, (CaravanError, B)> {
-    let (hdr, count) = match parse(&pkt, cfg) {
+    let parsed = Parsed::of(pkt.head(), pkt.len());
+    unpack_parsed(pkt, &parsed, cfg, pool, out)
+}
+
+/// [`unpack`] for a caravan whose [`wire`] parse the caller already has (`parsed`, checked to
+/// fit `pkt`, made again if it does not).
+pub fn unpack_parsed<B: PacketBuf>(
+    pkt: B,
+    parsed: &Parsed,
+    cfg: &CaravanConfig,
+    pool: &B::Pool,
+    out: &mut Vec<B>,
+) -> Result<usize, (CaravanError, B)> {
+    let (hdr, count) = match parse_parsed(&pkt, parsed, cfg) {
         Ok(x) => x,
         Err(e) => return Err((e, pkt)),
     };
