@@ -338,16 +338,7 @@ impl<B: PacketBuf> Merger<B> {
             // barrier follows (a list stops at a barrier; the flow may go on after it).
             let alone = j == NO_PKT && last_barrier.is_none_or(|b| b < i);
             let mut flow = match pending[i].parsed.class() {
-                Class::Tcp(hdr) => {
-                    // A flow holding an item from an earlier burst may go on with it at once.
-                    match self.flows.find(hash, &hdr.key) {
-                        Some(f) => match self.try_extend_tail(f, pkt, hdr, now, out) {
-                            Ok(()) => Some(f),
-                            Err(pkt) => self.rx_tcp(pkt, hdr, hash, Some(f), alone, now, out),
-                        },
-                        None => self.rx_tcp(pkt, hdr, hash, None, alone, now, out),
-                    }
-                }
+                Class::Tcp(hdr) => self.rx_tcp(pkt, hdr, hash, None, alone, now, out),
                 _ => {
                     self.rx_other(pkt, &pending[i].parsed, now, out);
                     continue;
@@ -587,7 +578,6 @@ impl<B: PacketBuf> Merger<B> {
         }
     }
 
-    #[inline]
     pub(super) fn touch(&mut self, flow: u32) {
         let e = self.flows.get_mut(flow);
         if e.flags & flags::TOUCHED == 0 {
