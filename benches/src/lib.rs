@@ -24,7 +24,7 @@ pub mod trace;
 
 use std::path::PathBuf;
 
-pub use merge::{run_merge, MergeBenchConfig, ScenarioRun, SCENARIOS};
+pub use merge::{profile_pxio, run_merge, MergeBenchConfig, ScenarioRun, SCENARIOS};
 
 /// Why a benchmark could not run or its result cannot be trusted.
 #[derive(Debug, thiserror::Error)]

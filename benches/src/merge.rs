@@ -207,6 +207,30 @@ pub fn run_merge(
     Ok(runs)
 }
 
+/// For profiling (`merge --profile-pxio`): runs each scenario's trace through pxio alone, with
+/// everything the NIC gives, `cfg.repetitions` times, so that `perf record` sees one engine
+/// only. Returns (schedule, flows, fastest ns per packet) per scenario; compares nothing.
+pub fn profile_pxio(
+    eal: &Eal,
+    scenarios: &[(u32, f64)],
+    schedules: &[Schedule],
+    cfg: &MergeBenchConfig,
+) -> Result<Vec<(Schedule, u32, f64)>, BenchError> {
+    let mut out = Vec::new();
+    for &schedule in schedules {
+        let cfg = MergeBenchConfig {
+            schedule,
+            ..cfg.clone()
+        };
+        for &(flows, gbps) in scenarios {
+            let trace = Trace::generate(cfg.trace_config(flows, gbps))?;
+            let best = run_pxio(eal, &trace, &cfg, NicInfo::FULL)?;
+            out.push((schedule, flows, best.ns_per_pkt));
+        }
+    }
+    Ok(out)
+}
+
 /// Resets the kernel's peak-RSS mark so that the next [`peak_rss`] covers one scenario.
 fn reset_peak_rss() {
     // "5" resets VmHWM (Linux 4.0+); without it the peak covers the whole process so far.

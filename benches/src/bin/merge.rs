@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use pxbench::report::{print_costs, print_table, write_json};
 use pxbench::trace::Schedule;
-use pxbench::{run_merge, MergeBenchConfig, SCENARIOS};
+use pxbench::{profile_pxio, run_merge, MergeBenchConfig, SCENARIOS};
 
 /// Command line of the merge benchmark.
 #[derive(Debug, Parser)]
@@ -50,6 +50,11 @@ struct Args {
     /// Check every output payload byte against the flow's stream (slower, not timed).
     #[arg(long)]
     verify: bool,
+    /// Profile instead of compare: run only pxio (with the NIC's hash and checksum verdicts)
+    /// `--reps` times per scenario and print its ns per packet, so that `perf record` sees one
+    /// engine (README, "Profile").
+    #[arg(long)]
+    profile_pxio: bool,
 }
 
 /// `--schedule` values.
@@ -121,6 +126,16 @@ fn main() -> Result<()> {
         cfg.gro_items_per_flow = n;
     }
 
+    if args.profile_pxio {
+        for (schedule, flows, ns) in profile_pxio(&eal, &scenarios, &schedules, &cfg)? {
+            println!(
+                "profile: {} {flows} flows: pxio NIC {ns:.1} ns/pkt (fastest of {})",
+                schedule.name(),
+                cfg.repetitions
+            );
+        }
+        return Ok(());
+    }
     let runs = run_merge(&eal, &scenarios, &schedules, &cfg)?;
     let rows: Vec<_> = runs.iter().map(|r| r.row.clone()).collect();
     let costs: Vec<_> = runs.iter().map(|r| r.cost.clone()).collect();

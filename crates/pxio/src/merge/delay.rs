@@ -151,7 +151,13 @@ impl<B: PacketBuf> Merger<B> {
         let inv_tau = self.etm.inv_tau;
         let e = self.flows.get_mut(flow);
         let dt = now.saturating_sub(e.last_seen);
-        e.rate = update_rate(e.rate, dt, u32::from(ip_len), inv_tau);
+        // The rest of a burst (Δt = 0) only adds: what `update_rate` computes then (its decay is
+        // exactly 1), without the decay's arithmetic.
+        e.rate = if dt == 0 {
+            e.rate + f32::from(ip_len) * inv_tau
+        } else {
+            update_rate(e.rate, dt, u32::from(ip_len), inv_tau)
+        };
         e.last_seen = now;
         e.mss = e.mss.max(payload_len);
     }
@@ -337,5 +343,23 @@ mod tests {
         assert!((r - 0.25).abs() < 0.01, "{r}");
         // A long silence resets it.
         assert!(update_rate(r, 5_000_000, 1500, 1e-6) < 0.01);
+    }
+
+    /// `note_arrival` adds within a burst (Δt = 0) without the decay: it must give exactly
+    /// what `update_rate` gives there, bit for bit, or the burst and one-by-one paths could
+    /// disagree on an ETM decision.
+    #[test]
+    fn adding_within_a_burst_is_exactly_update_rate_at_dt_zero() {
+        for inv_tau in [1e-6f32, 1.0 / 3e5, 0.37] {
+            let mut r = 0.0f32;
+            for bytes in [1500u16, 52, 9000, 65535, 1, 1428] {
+                let added = r + f32::from(bytes) * inv_tau;
+                assert_eq!(
+                    added.to_bits(),
+                    update_rate(r, 0, u32::from(bytes), inv_tau).to_bits()
+                );
+                r = added;
+            }
+        }
     }
 }
