@@ -209,6 +209,49 @@ impl Mbuf {
         Ok(bytes)
     }
 
+    /// Grows the packet by a copy of `bytes` in front of the first segment, in its headroom
+    /// (`rte_pktmbuf_prepend` and a copy): a header written where a stripped one was, without a
+    /// buffer of its own. Fails, and leaves the packet unchanged, when the first segment's
+    /// buffer is shared or its headroom is too small.
+    pub fn prepend_slice(&mut self, bytes: &[u8]) -> Result<()> {
+        self.prepend(bytes.len())?.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Forgets what this mbuf says about its packet, as `rte_pktmbuf_reset` does for a fresh
+    /// one, keeping the data: offload and RX flags (checksum verdicts, RSS hash present, VLAN
+    /// stripped, dynamic flags), the TX offload lengths, the packet type and the VLAN tags.
+    /// For a received buffer that now heads a packet of its own (a split's piece): it must not
+    /// carry the verdicts or requests of the packet it came in.
+    pub fn reset_metadata(&mut self) {
+        // SAFETY: we own the head struct; these are plain metadata fields. Whether the buffer
+        // is attached (indirect or external) is kept: DPDK's free depends on it, as
+        // `rte_pktmbuf_reset` keeps RTE_MBUF_F_EXTERNAL.
+        let m = unsafe { self.raw.as_mut() };
+        m.ol_flags &= dpdk_sys::RTE_MBUF_F_INDIRECT | dpdk_sys::RTE_MBUF_F_EXTERNAL;
+        m.vlan_tci = 0;
+        m.vlan_tci_outer = 0;
+        m.__bindgen_anon_1.packet_type = 0;
+        m.__bindgen_anon_3.tx_offload = 0;
+    }
+
+    /// Each segment's bytes, in order, with the headroom [`prepend_slice`](Self::prepend_slice)
+    /// could use in front of it were it a packet's first segment: its headroom when its buffer
+    /// is exclusively this chain's (direct, refcount 1), else 0. Lets a caller decide, before
+    /// cutting the chain, which of its pieces can take a header in place.
+    pub fn segments_with_headroom(&self) -> impl Iterator<Item = (&[u8], usize)> + '_ {
+        self.segment_ptrs().map(|seg| {
+            // SAFETY: seg is a valid segment of our chain, borrowed as long as self is.
+            let m = unsafe { seg.as_ref() };
+            let room = if exclusive(seg) {
+                usize::from(m.data_off)
+            } else {
+                0
+            };
+            (seg_bytes(m), room)
+        })
+    }
+
     /// Removes `len` bytes from the front of the first segment (no data is written, so this is
     /// allowed on clones).
     pub fn adj(&mut self, len: usize) -> Result<()> {
