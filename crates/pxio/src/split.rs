@@ -291,7 +291,7 @@ fn detached<B: PacketBuf>(
     let (mut at, mut aligned) = (0usize, true);
     pkt.for_each_segment_room(|s, room| {
         let (from, to) = (at.max(hdr_len), at + s.len());
-        let starts_at_cut = from == at && at > hdr_len && (at - hdr_len) % mss_len == 0;
+        let starts_at_cut = from == at && at > hdr_len && (at - hdr_len).is_multiple_of(mss_len);
         at = to;
         if !aligned || to <= hdr_len {
             return;
@@ -375,7 +375,7 @@ fn detached<B: PacketBuf>(
         sums[0],
         checksum_offload,
     );
-    for i in 1..pieces {
+    for (i, &sum) in sums.iter().enumerate().take(pieces).skip(1) {
         let offset = i * mss_len;
         let len = mss_len.min(payload - offset);
         let last = i + 1 == pieces;
@@ -410,7 +410,7 @@ fn detached<B: PacketBuf>(
             piece
         };
         let fields = plan.fields(i as u16, offset, len, last);
-        ok &= template.rewrite(&mut piece, fields, sums[i], checksum_offload);
+        ok &= template.rewrite(&mut piece, fields, sum, checksum_offload);
         out.push(piece);
     }
     if !ok {
