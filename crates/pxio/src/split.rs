@@ -256,8 +256,8 @@ fn software<B: PacketBuf>(
 /// indirect buffer, too little headroom) it gets a fresh header buffer in front of the buffers
 /// it detached. Which pieces need a header buffer is known before anything is cut, and exactly
 /// those are allocated first, so running out leaves the packet whole. Both ways give the same
-/// bytes. No indirect buffer is attached, and
-/// none has to be freed after transmit. Checksums as in [`software`]: each piece's payload sum
+/// bytes. No indirect buffer is attached, and none has to be freed after transmit. Checksums
+/// as in [`software`]: each piece's payload sum
 /// in the same single pass that checks the cut points (and verifies the input from those sums
 /// unless its checksum is vouched for, whose last piece is then derived). `Err(pkt)`, the
 /// packet untouched, when it does not apply; on a verification or pool failure the packet is
