@@ -209,6 +209,70 @@ impl Mbuf {
         Ok(bytes)
     }
 
+    /// Grows the packet by a copy of `bytes` in front of the first segment, in its headroom
+    /// (`rte_pktmbuf_prepend` and a copy): a header written where a stripped one was, without a
+    /// buffer of its own. Fails, and leaves the packet unchanged, when the first segment's
+    /// buffer is shared or its headroom is too small.
+    pub fn prepend_slice(&mut self, bytes: &[u8]) -> Result<()> {
+        writable(self.raw)?;
+        let (len, available) = (bytes.len(), self.headroom());
+        if len > available {
+            return Err(Error::NoRoom {
+                what: "headroom",
+                available,
+                requested: len,
+            });
+        }
+        // What `rte_pktmbuf_prepend` does, without the call (a split does it once per piece),
+        // and the copy instead of zeroing first.
+        // SAFETY: we own the head struct, and its buffer exclusively (checked writable above);
+        // len <= data_off, so the grown data starts inside the buffer, and data_len + len <=
+        // data_off + data_len <= buf_len, so no counter overflows. `ptr::copy` allows for
+        // `bytes` overlapping the buffer, which safe code cannot arrange anyway.
+        unsafe {
+            let m = self.raw.as_ptr();
+            (*m).data_off -= len as u16;
+            (*m).data_len += len as u16;
+            (*m).pkt_len += len as u32;
+            std::ptr::copy(bytes.as_ptr(), data_ptr(&*m), len);
+        }
+        Ok(())
+    }
+
+    /// Forgets what this mbuf says about its packet, as `rte_pktmbuf_reset` does for a fresh
+    /// one, keeping the data: offload and RX flags (checksum verdicts, RSS hash present, VLAN
+    /// stripped, dynamic flags), the TX offload lengths, the packet type and the VLAN tags.
+    /// For a received buffer that now heads a packet of its own (a split's piece): it must not
+    /// carry the verdicts or requests of the packet it came in.
+    pub fn reset_metadata(&mut self) {
+        // SAFETY: we own the head struct; these are plain metadata fields. Whether the buffer
+        // is attached (indirect or external) is kept: DPDK's free depends on it, as
+        // `rte_pktmbuf_reset` keeps RTE_MBUF_F_EXTERNAL.
+        let m = unsafe { self.raw.as_mut() };
+        m.ol_flags &= dpdk_sys::RTE_MBUF_F_INDIRECT | dpdk_sys::RTE_MBUF_F_EXTERNAL;
+        m.vlan_tci = 0;
+        m.vlan_tci_outer = 0;
+        m.__bindgen_anon_1.packet_type = 0;
+        m.__bindgen_anon_3.tx_offload = 0;
+    }
+
+    /// Each segment's bytes, in order, with the headroom [`prepend_slice`](Self::prepend_slice)
+    /// could use in front of it were it a packet's first segment: its headroom when its buffer
+    /// is exclusively this chain's (direct, refcount 1), else 0. Lets a caller decide, before
+    /// cutting the chain, which of its pieces can take a header in place.
+    pub fn segments_with_headroom(&self) -> impl Iterator<Item = (&[u8], usize)> + '_ {
+        self.segment_ptrs().map(|seg| {
+            // SAFETY: seg is a valid segment of our chain, borrowed as long as self is.
+            let m = unsafe { seg.as_ref() };
+            let room = if exclusive(seg) {
+                usize::from(m.data_off)
+            } else {
+                0
+            };
+            (seg_bytes(m), room)
+        })
+    }
+
     /// Removes `len` bytes from the front of the first segment (no data is written, so this is
     /// allowed on clones).
     pub fn adj(&mut self, len: usize) -> Result<()> {
@@ -860,6 +924,47 @@ mod tests {
         let lens: Vec<usize> = m.segments().map(<[u8]>::len).collect();
         assert_eq!(lens, [2, 2, 2, 2, 2, 2, 2]);
         drop(m);
+        assert_no_leaks(&pool);
+    }
+
+    #[test]
+    fn a_header_goes_into_the_headroom_of_an_unshared_buffer_only() {
+        let pool = pool(16, 256);
+        let mut head = pool.alloc().unwrap();
+        head.extend_from_slice(b"HDRpayload").unwrap();
+        head.adj(3).unwrap();
+        let mut tail = pool.alloc().unwrap();
+        tail.extend_from_slice(b"more").unwrap();
+        let room = tail.headroom();
+        head.chain(tail).map_err(|(e, _)| e).unwrap();
+        let clone = head.try_clone(&pool).unwrap();
+        // Shared with a clone: no headroom to offer, and no prepend.
+        let rooms: Vec<usize> = head.segments_with_headroom().map(|(_, r)| r).collect();
+        assert_eq!(rooms, [0, 0]);
+        assert!(matches!(head.prepend_slice(b"NEW"), Err(Error::SharedData)));
+        drop(clone);
+        let rooms: Vec<usize> = head.segments_with_headroom().map(|(_, r)| r).collect();
+        assert_eq!(rooms, [head.headroom(), room]);
+        let too_much = vec![0u8; head.headroom() + 1];
+        assert!(matches!(
+            head.prepend_slice(&too_much),
+            Err(Error::NoRoom { .. })
+        ));
+        assert_eq!(
+            head.to_vec(),
+            b"payloadmore",
+            "a refused prepend changes nothing"
+        );
+        head.mark_rx_checksums_good();
+        head.set_rss_hash(7);
+        head.set_tx_offload(14, 20, 20, crate::tx_flags::TCP_CKSUM, 0);
+        head.prepend_slice(b"NEW").unwrap();
+        head.reset_metadata();
+        assert_eq!(head.to_vec(), b"NEWpayloadmore");
+        assert_eq!((head.len(), head.data().len()), (14, 10));
+        assert_eq!((head.ol_flags(), head.header_lens()), (0, (0, 0, 0)));
+        assert_eq!(head.rss_hash(), None);
+        drop(head);
         assert_no_leaks(&pool);
     }
 

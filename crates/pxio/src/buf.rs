@@ -72,6 +72,24 @@ pub trait PacketBuf: Sized {
         }
         true
     }
+    /// Every segment, in order, with the bytes [`PacketBuf::prepend_copy`] could write in front
+    /// of it were it a packet's first segment: its headroom when its buffer is this packet's
+    /// alone (direct, not shared with a clone or view), else 0. The split reads it before
+    /// cutting a packet, to know which pieces need a header buffer. The default reports 0 for
+    /// every segment, for buffers without in-place prepends.
+    fn for_each_segment_room(&self, mut f: impl FnMut(&[u8], usize)) {
+        self.for_each_segment(|s| f(s, 0));
+    }
+    /// Writes a copy of `bytes` in front of the first segment's data, in its headroom (as
+    /// `rte_pktmbuf_prepend`), when that segment's buffer is this packet's alone and has the
+    /// room; false, and the packet unchanged, otherwise (the default, for buffers without
+    /// in-place prepends). The buffer then heads a packet of its own: its metadata starts
+    /// afresh, as a buffer from [`PacketBuf::alloc_with`] has it (no checksum verdicts, no
+    /// transmit offload request, no RSS hash), and the caller sets what applies.
+    fn prepend_copy(&mut self, bytes: &[u8]) -> bool {
+        let _ = bytes;
+        false
+    }
     /// The NIC's RSS hash, when it computed one.
     fn rss_hash(&self) -> Option<u32>;
     /// What is known of the L4 (TCP/UDP) checksum field: `Some(true)` **the field is correct
@@ -219,6 +237,18 @@ impl PacketBuf for dpdk::Mbuf {
             }
             *slot = Some(m);
         }
+        true
+    }
+    fn for_each_segment_room(&self, mut f: impl FnMut(&[u8], usize)) {
+        for (s, room) in self.segments_with_headroom() {
+            f(s, room);
+        }
+    }
+    fn prepend_copy(&mut self, bytes: &[u8]) -> bool {
+        if self.prepend_slice(bytes).is_err() {
+            return false;
+        }
+        self.reset_metadata();
         true
     }
     #[inline]
@@ -533,6 +563,31 @@ impl PacketBuf for HeapBuf {
     fn alloc_with(pool: &HeapPool, bytes: &[u8]) -> Option<Self> {
         (bytes.len() <= pool.seg_capacity).then(|| pool.packet(bytes))
     }
+    fn for_each_segment_room(&self, mut f: impl FnMut(&[u8], usize)) {
+        for s in &self.segs {
+            // The bytes before the view are free only when no other view holds the vector.
+            let alone = Arc::strong_count(&s.data) == 1 && Arc::weak_count(&s.data) == 0;
+            f(s.bytes(), if alone { s.start } else { 0 });
+        }
+    }
+    fn prepend_copy(&mut self, bytes: &[u8]) -> bool {
+        let Some(seg) = self.segs.first_mut() else {
+            return false;
+        };
+        let Some(start) = seg.start.checked_sub(bytes.len()) else {
+            return false;
+        };
+        let Some(data) = Arc::get_mut(&mut seg.data) else {
+            return false;
+        };
+        data.bytes[start..seg.start].copy_from_slice(bytes);
+        seg.start = start;
+        self.l4_verdict = None;
+        self.ip_verdict = None;
+        self.tx_offload = None;
+        true
+    }
+
     fn rss_hash(&self) -> Option<u32> {
         None
     }

@@ -1,6 +1,8 @@
 //! Splitting outbound TCP packets to the path MTU (SIGCOMM'26 §3, §4.1): TSO when the port
 //! granted it, software GSO otherwise. The payload is never copied: each segment is a fresh
-//! header chained to a refcounted view of the original's bytes.
+//! header chained to a refcounted view of the original's bytes, or, when the cuts fall on the
+//! packet's buffer boundaries, the packet's own buffers with the header written in front (in
+//! the buffer's headroom when it has room and is not shared).
 //!
 //! # Flags and the urgent pointer
 //! Each piece carries what the sender's own TCP would have put in an MSS-sized segment of the
@@ -247,9 +249,15 @@ fn software<B: PacketBuf>(
 /// The zero-share split, for a packet whose cut points all fall on boundaries of its buffer
 /// chain (a merged packet holds one buffer per merged segment, so with an iMTU aligned to
 /// whole segments, `PxioBuilder::align_imtu`, every cut is one). The pieces take the packet's
-/// own buffers: the first keeps its head, headers rewritten in place; each later one gets a
-/// fresh header buffer in front of the buffers it detached. No indirect buffer is attached, and
-/// none has to be freed after transmit. Checksums as in [`software`]: each piece's payload sum
+/// own buffers: the first keeps its head, headers rewritten in place; each later one has its
+/// header written into the headroom of its first buffer when that buffer is the packet's alone
+/// and has the room ([`PacketBuf::prepend_copy`]: a merged segment's buffer still has the room
+/// of the header the merge stripped), so the piece is that one buffer; otherwise (a shared or
+/// indirect buffer, too little headroom) it gets a fresh header buffer in front of the buffers
+/// it detached. Which pieces need a header buffer is known before anything is cut, and exactly
+/// those are allocated first, so running out leaves the packet whole. Both ways give the same
+/// bytes. No indirect buffer is attached, and none has to be freed after transmit. Checksums
+/// as in [`software`]: each piece's payload sum
 /// in the same single pass that checks the cut points (and verifies the input from those sums
 /// unless its checksum is vouched for, whose last piece is then derived). `Err(pkt)`, the
 /// packet untouched, when it does not apply; on a verification or pool failure the packet is
@@ -274,17 +282,33 @@ fn detached<B: PacketBuf>(
     }
     let software_sums = !checksum_offload;
     let trusted = software_sums && pkt.l4_csum_verdict() == Some(true);
-    // One pass over the chain: every cut point must be a buffer boundary, and each piece's
-    // payload sum is taken on the way (not the last one's when the input is vouched for).
+    // One pass over the chain: every cut point must be a buffer boundary, each piece's
+    // payload sum is taken on the way (not the last one's when the input is vouched for), and
+    // each later piece's first buffer says whether it can take the header in its headroom.
     let mut sums = [Sum::default(); MAX_DETACHED];
+    // Bit i: piece i's first buffer was seen (`started`); it can take the header (`in_place`).
+    let (mut started, mut in_place) = (0u64, 0u64);
     let (mut at, mut aligned) = (0usize, true);
-    pkt.for_each_segment(|s| {
+    pkt.for_each_segment_room(|s, room| {
         let (from, to) = (at.max(hdr_len), at + s.len());
+        let starts_at_cut = from == at && at > hdr_len && (at - hdr_len).is_multiple_of(mss_len);
         at = to;
         if !aligned || to <= hdr_len {
             return;
         }
         let piece = (from - hdr_len) / mss_len;
+        if piece >= pieces {
+            // An empty buffer after the payload: nothing to sum or head.
+            return;
+        }
+        // The buffer that `detach_at` makes the head of piece `piece`: the first one starting
+        // at its cut (an empty buffer there included).
+        if starts_at_cut && started & (1 << piece) == 0 {
+            started |= 1 << piece;
+            if room >= hdr_len {
+                in_place |= 1 << piece;
+            }
+        }
         let piece_end = hdr_len + ((piece + 1) * mss_len).min(payload);
         if to > piece_end {
             aligned = false;
@@ -334,11 +358,14 @@ fn detached<B: PacketBuf>(
             }
         }
     }
-    // Every header buffer first, so that running out leaves the packet whole.
+    // The header buffers of the pieces that cannot take theirs in place, first, so that
+    // running out leaves the packet whole.
+    let needed = (1..pieces).filter(|i| in_place & (1 << i) == 0).count();
     let mut heads: [Option<B>; MAX_DETACHED] = std::array::from_fn(|_| None);
-    if !B::alloc_many_with(pool, head, &mut heads[1..pieces]) {
+    if needed > 0 && !B::alloc_many_with(pool, head, &mut heads[..needed]) {
         return Ok(Err((SplitError::PoolExhausted, pkt)));
     }
+    let mut spare = heads[..needed].iter_mut();
     let start = out.len();
     let mut rest = pkt.detach_at(hdr_len + mss_len);
     let mut first = pkt;
@@ -348,25 +375,42 @@ fn detached<B: PacketBuf>(
         sums[0],
         checksum_offload,
     );
-    for (i, slot) in heads.iter_mut().enumerate().take(pieces).skip(1) {
+    for (i, &sum) in sums.iter().enumerate().take(pieces).skip(1) {
         let offset = i * mss_len;
         let len = mss_len.min(payload - offset);
         let last = i + 1 == pieces;
-        // The cut points were checked above and every header allocated, so none of this
-        // fails; if it did, the pieces are dropped and what is left is returned as an error.
-        let (Some(mut body), Some(mut piece)) = (rest.take(), slot.take()) else {
+        // The cut points and headrooms were checked above and every other header allocated,
+        // so none of this fails; if it did, the pieces are dropped and what is left is
+        // returned as an error.
+        let Some(mut body) = rest.take() else {
             ok = false;
             break;
         };
         if !last {
             rest = body.detach_at(len);
         }
-        if piece.chain(body).is_err() {
-            ok = false;
-            break;
-        }
+        let mut piece = if in_place & (1 << i) != 0 {
+            // The header goes where the segment's own header was stripped: one buffer, no
+            // allocation. `first` still holds the header bytes every piece starts from, the
+            // fields `rewrite` sets aside (it rewrites exactly those).
+            if !body.prepend_copy(&first.head()[..hdr_len]) {
+                ok = false;
+                break;
+            }
+            body
+        } else {
+            let Some(mut piece) = spare.next().and_then(Option::take) else {
+                ok = false;
+                break;
+            };
+            if piece.chain(body).is_err() {
+                ok = false;
+                break;
+            }
+            piece
+        };
         let fields = plan.fields(i as u16, offset, len, last);
-        ok &= template.rewrite(&mut piece, fields, sums[i], checksum_offload);
+        ok &= template.rewrite(&mut piece, fields, sum, checksum_offload);
         out.push(piece);
     }
     if !ok {

@@ -184,14 +184,19 @@ fn a_split_on_buffer_boundaries_moves_the_mbufs_and_leaks_none() {
             let mss = 1500 - (headers - 14);
             let payload: Vec<u8> = (0..4 * mss + 33).map(|i| (i % 241) as u8).collect();
             let frame = common::tcp_frame(&flow, 9, 5, 1, Default::default(), &payload);
-            // One mbuf per piece, as a merged packet with an aligned iMTU holds them.
+            // One mbuf per piece, as a merged packet with an aligned iMTU holds them; the later
+            // ones without headroom, so each piece needs a header mbuf (split_inplace.rs tests
+            // the pieces that take theirs in place).
             let build = || {
                 let mut pkt = mbuf(&rx, &frame[..headers + mss]);
                 for k in 1..5 {
                     let end = (headers + (k + 1) * mss).min(frame.len());
-                    pkt.chain(mbuf(&rx, &frame[headers + k * mss..end]))
-                        .map_err(|(e, _)| e)
-                        .unwrap();
+                    let mut m = rx.alloc().unwrap();
+                    let headroom = m.headroom();
+                    m.prepend(headroom).unwrap();
+                    m.truncate(0).unwrap();
+                    m.extend_from_slice(&frame[headers + k * mss..end]).unwrap();
+                    pkt.chain(m).map_err(|(e, _)| e).unwrap();
                 }
                 pkt
             };
