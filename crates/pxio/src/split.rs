@@ -144,6 +144,9 @@ fn prepare_for_nic<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
         udp_checksum: false,
         tso_segsz: mss,
     });
+    // The fields are seeds for the NIC now, not checksums of the bytes.
+    pkt.set_l4_csum_verdict(None);
+    pkt.set_ip_csum_verdict(None);
     true
 }
 
@@ -615,6 +618,14 @@ impl<'a> Template<'a> {
             // The field is right for the piece's bytes: a later split need not verify it.
             seg.set_l4_csum_verdict(Some(true));
         }
+        // The IPv4 header was rewritten: a verdict received with it no longer applies (the
+        // first piece keeps the packet's own buffer and flags); its checksum is right only
+        // when it was computed here.
+        seg.set_ip_csum_verdict(if hdr.v6 || checksum_offload {
+            None
+        } else {
+            Some(true)
+        });
         true
     }
 }

@@ -433,3 +433,32 @@ proptest! {
         prop_assert_eq!(&by_path[0], &by_path[1], "software split and TSO path agree");
     }
 }
+
+/// A piece's IPv4 header is rewritten, so a NIC verdict received with the packet must not
+/// survive on it: without TX offload each piece's header checksum is computed (and said to be
+/// right), with offload (or TSO) the field is a seed and nothing is claimed.
+#[test]
+fn pieces_do_not_keep_the_received_ip_checksum_verdict() {
+    let pool = HeapPool::new(256);
+    for offload in [false, true] {
+        for tso in [false, true] {
+            let f = flow(false, true);
+            let frame = tcp_frame(&f, f.isn, 1, 5, SegFlags::default(), &[0x5a; 8000]);
+            let mut pkt = pool.packet(&frame);
+            pkt.set_ip_csum_verdict(Some(true));
+            pkt.set_l4_csum_verdict(Some(true));
+            let mut out = Vec::new();
+            let offloads = SplitOffloads {
+                checksum: offload,
+                tso,
+                ..SplitOffloads::default()
+            };
+            split_tcp(pkt, 1500, offloads, &pool, &mut out).expect("splits");
+            assert!(!out.is_empty());
+            for piece in &out {
+                let want = if offload || tso { None } else { Some(true) };
+                assert_eq!(piece.ip_csum_verdict(), want, "offload {offload} tso {tso}");
+            }
+        }
+    }
+}
