@@ -451,7 +451,6 @@ fn pieces_do_not_keep_the_received_ip_checksum_verdict() {
             let offloads = SplitOffloads {
                 checksum: offload,
                 tso,
-                ..SplitOffloads::default()
             };
             split_tcp(pkt, 1500, offloads, &pool, &mut out).expect("splits");
             assert!(!out.is_empty());
