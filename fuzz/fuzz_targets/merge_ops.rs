@@ -3,7 +3,8 @@
 //! conflicting retransmissions, header changes that end a merge (ACK, TOS, timestamps, VLAN
 //! tag, IPv6 flow label), PSH/FIN/SYN/RST/URG, IPv6 destination options, corrupted checksums
 //! (a bad IPv4 header checksum, payload words changed by +1/−1 behind the TCP checksum), junk
-//! frames, RX burst boundaries and waits, checked against the property-test invariants
+//! frames, RX burst boundaries and waits, with or without a NIC's checksum verdicts on each
+//! frame (with them the engine's run path is taken), checked against the property-test invariants
 //! (`pxio_fuzz::merge_check`): every byte of a segment that verifies leaves exactly once at its
 //! sequence number, no reordering against held data, nothing the receiver would reject made
 //! acceptable, nothing leaked.
@@ -41,6 +42,9 @@ struct Scenario {
     items_per_flow: u8,
     /// Items held at once across flows: 1..=64.
     max_items: u8,
+    /// Each frame carries a NIC's checksum verdicts (true ones: a corrupted frame is marked
+    /// bad), so the engine's run path (`merge::run`) is taken, not only the general one.
+    nic_verdicts: bool,
     ops: Vec<Op>,
 }
 
@@ -252,7 +256,12 @@ fuzz_target!(|sc: Scenario| {
                 let p = parse_tcp(&frame).expect("a built segment parses");
                 let (payload, verified) = (p.payload.to_vec(), p.verifies());
                 st.next = (offset + len).max(st.next);
-                burst.push(pool.packet(&frame));
+                let mut pkt = pool.packet(&frame);
+                if sc.nic_verdicts {
+                    pkt.set_ip_csum_verdict((!st.arb_v6).then_some(p.ip_ok));
+                    pkt.set_l4_csum_verdict(Some(p.tcp_ok));
+                }
+                burst.push(pkt);
                 sent.push(Sent {
                     frame,
                     flow: Some(fi),
