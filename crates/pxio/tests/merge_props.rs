@@ -450,66 +450,113 @@ proptest! {
     ) {
         use pxio::wire::Parsed;
         let pool = HeapPool::new(256);
+        let make = |i: &Input| common::assemble(i, &|f: &[u8]| pool.packet(f));
         let mut own = Merger::<HeapBuf>::with_hash_seed(config(4000, delay), HeapPool::new(256), 1).unwrap();
         let expected = run(&case, &mut own, |f| pool.packet(f));
-
-        let times = common::arrival_times(&case);
         let mut handed = Merger::<HeapBuf>::with_hash_seed(config(4000, delay), HeapPool::new(256), 1).unwrap();
         let mut single = Merger::<HeapBuf>::with_hash_seed(config(4000, delay), HeapPool::new(256), 1).unwrap();
-        let (mut out_h, mut out_s) = (Vec::new(), Vec::new());
-        let (mut frames_h, mut frames_s) = (Vec::new(), Vec::new());
-        let (mut start, mut now) = (0, 0);
-        // A parse of a frame no input has: never fits, so `single` must parse each packet again.
-        let stale = Parsed::of(&[0u8; 61], 61);
-        for &(end, _) in &case.bursts {
-            now = times[start];
-            handed.poll(now, &mut out_h);
-            single.poll(now, &mut out_s);
-            let burst: Vec<(HeapBuf, Parsed)> = case.inputs[start..end]
+        let (frames_h, frames_s) = burst_vs_one_by_one(&case, &mut handed, &mut single, &make, |m, inputs, now, out| {
+            let burst: Vec<(HeapBuf, Parsed)> = inputs
                 .iter()
                 .map(|i| {
-                    let b = common::assemble(i, &|f: &[u8]| pool.packet(f));
+                    let b = make(i);
                     let p = Parsed::of(b.head(), b.len());
                     (b, p)
                 })
                 .collect();
-            handed.rx_burst_parsed(burst, now, &mut out_h);
-            for i in &case.inputs[start..end] {
-                single.rx_parsed(common::assemble(i, &|f: &[u8]| pool.packet(f)), stale, now, &mut out_s);
-            }
-            single.settle(now, &mut out_s);
-            frames_h.extend(out_h.drain(..).map(|p| p.to_vec()));
-            frames_s.extend(out_s.drain(..).map(|p| p.to_vec()));
-            start = end;
-        }
-        for (m, out, frames) in [(&mut handed, &mut out_h, &mut frames_h), (&mut single, &mut out_s, &mut frames_s)] {
-            // Each engine's own clock from the last burst on: both poll at each of their deadlines.
-            let mut t = now;
-            while let Some(due) = m.next_deadline() {
-                t = t.max(due);
-                m.poll(t, out);
-            }
-            m.flush_all(t, out);
-            frames.extend(out.drain(..).map(|p| p.to_vec()));
-        }
+            m.rx_burst_parsed(burst, now, out);
+        });
+        let (frames_h, frames_s) = (to_frames(frames_h), to_frames(frames_s));
         check_outputs(&case, &frames_h, 4000);
         check_outputs(&case, &frames_s, 4000);
         // The same packets (`check_outputs` checked each flow's order; the burst path may
         // interleave flows differently from the one-by-one path, never a flow's own packets).
-        prop_assert_eq!(common::multiset(frames_h.clone()), common::multiset(expected.clone()));
+        prop_assert_eq!(common::multiset(frames_h), common::multiset(expected.clone()));
         prop_assert_eq!(common::multiset(frames_s), common::multiset(expected));
         // And the same counters and delays: the burst path's shortcuts (a lone segment of an
         // idle flow leaves at once) count exactly what the one-by-one path counts.
-        let counters = |m: &Merger<HeapBuf>| {
-            let s = m.stats();
-            (s.packets_in, s.packets_out, s.payload_in, s.payload_full, s.merges, s.cuts,
-             s.passthrough, s.bad_checksum, s.delay_ns.len(), s.delay_ns.max(),
-             s.delay_ns.mean().to_bits(), s.max_hold_ns)
-        };
         prop_assert_eq!(counters(&own), counters(&single));
         prop_assert_eq!(counters(&handed), counters(&single));
         prop_assert_eq!(pool.in_use(), 0);
     }
+}
+
+/// Runs `case` through `burst`, each RX burst at once by `feed`, and through `single`, one
+/// packet at a time with a parse that never fits (so it parses each packet itself and never
+/// takes the run path), each engine polled at its own deadlines after the last burst; returns
+/// both engines' outputs.
+fn burst_vs_one_by_one(
+    case: &Case,
+    burst: &mut Merger<HeapBuf>,
+    single: &mut Merger<HeapBuf>,
+    make: &impl Fn(&Input) -> HeapBuf,
+    mut feed: impl FnMut(&mut Merger<HeapBuf>, &[Input], u64, &mut Vec<HeapBuf>),
+) -> (Vec<HeapBuf>, Vec<HeapBuf>) {
+    let stale = pxio::wire::Parsed::of(&[0u8; 61], 61);
+    let times = common::arrival_times(case);
+    let (mut out_b, mut out_s) = (Vec::new(), Vec::new());
+    let (mut frames_b, mut frames_s) = (Vec::new(), Vec::new());
+    let (mut start, mut now) = (0, 0);
+    for &(end, _) in &case.bursts {
+        now = times[start];
+        burst.poll(now, &mut out_b);
+        single.poll(now, &mut out_s);
+        feed(burst, &case.inputs[start..end], now, &mut out_b);
+        for i in &case.inputs[start..end] {
+            single.rx_parsed(make(i), stale, now, &mut out_s);
+        }
+        single.settle(now, &mut out_s);
+        frames_b.append(&mut out_b);
+        frames_s.append(&mut out_s);
+        start = end;
+    }
+    for (m, out, frames) in [
+        (burst, &mut out_b, &mut frames_b),
+        (single, &mut out_s, &mut frames_s),
+    ] {
+        let mut t = now;
+        while let Some(due) = m.next_deadline() {
+            t = t.max(due);
+            m.poll(t, out);
+        }
+        m.flush_all(t, out);
+        frames.append(out);
+    }
+    (frames_b, frames_s)
+}
+
+/// The bytes of each packet (the packets are freed).
+fn to_frames(pkts: Vec<HeapBuf>) -> Vec<Vec<u8>> {
+    pkts.iter().map(|b| b.to_vec()).collect()
+}
+
+/// Everything an engine counts, delays included: two engines that decided alike agree on all.
+#[allow(clippy::type_complexity)]
+fn counters(
+    m: &Merger<HeapBuf>,
+) -> (
+    (u64, u64, u64, u64, u64, u64),
+    (u64, u64, u64),
+    (u64, u64, u64, u64),
+) {
+    let s = m.stats();
+    (
+        (
+            s.packets_in,
+            s.packets_out,
+            s.payload_in,
+            s.payload_full,
+            s.merges,
+            s.cuts,
+        ),
+        (s.passthrough, s.bad_checksum, s.bad_ip_checksum),
+        (
+            s.delay_ns.len(),
+            s.delay_ns.max(),
+            s.delay_ns.mean().to_bits(),
+            s.max_hold_ns,
+        ),
+    )
 }
 
 /// What a receiving NIC with checksum offload says of `frame`: the IPv4 header checksum's
@@ -565,7 +612,6 @@ proptest! {
         offload in any::<bool>(),
     ) {
         use pxio::merge::MergeConfig;
-        use pxio::wire::Parsed;
         let cfg = MergeConfig { checksum_offload: offload, ..config(4000, delay) };
         let pool = HeapPool::new(256);
         let make = |i: &Input| {
@@ -577,47 +623,14 @@ proptest! {
         };
         let mut burst = Merger::<HeapBuf>::with_hash_seed(cfg.clone(), HeapPool::new(256), 1).unwrap();
         let mut single = Merger::<HeapBuf>::with_hash_seed(cfg, HeapPool::new(256), 1).unwrap();
-        let times = common::arrival_times(&case);
-        let (mut out_b, mut out_s) = (Vec::new(), Vec::new());
-        let (mut frames_b, mut frames_s) = (Vec::new(), Vec::new());
-        let (mut start, mut now) = (0, 0);
-        // A parse that never fits: `single` parses each packet again, one at a time.
-        let stale = Parsed::of(&[0u8; 61], 61);
-        for &(end, _) in &case.bursts {
-            now = times[start];
-            burst.poll(now, &mut out_b);
-            single.poll(now, &mut out_s);
-            burst.rx_burst(case.inputs[start..end].iter().map(make), now, &mut out_b);
-            for i in &case.inputs[start..end] {
-                single.rx_parsed(make(i), stale, now, &mut out_s);
-            }
-            single.settle(now, &mut out_s);
-            frames_b.append(&mut out_b);
-            frames_s.append(&mut out_s);
-            start = end;
-        }
-        for (m, out, frames) in [(&mut burst, &mut out_b, &mut frames_b), (&mut single, &mut out_s, &mut frames_s)] {
-            let mut t = now;
-            while let Some(due) = m.next_deadline() {
-                t = t.max(due);
-                m.poll(t, out);
-            }
-            m.flush_all(t, out);
-            frames.append(out);
-        }
-        let raw = |fs: &[HeapBuf]| common::multiset(fs.iter().map(|b| b.to_vec()));
-        prop_assert_eq!(raw(&frames_b), raw(&frames_s));
-        let counters = |m: &Merger<HeapBuf>| {
-            let s = m.stats();
-            ((s.packets_in, s.packets_out, s.payload_in, s.payload_full, s.merges, s.cuts),
-             (s.passthrough, s.bad_checksum, s.bad_ip_checksum),
-             (s.delay_ns.len(), s.delay_ns.max(), s.delay_ns.mean().to_bits(), s.max_hold_ns))
-        };
+        let (frames_b, frames_s) = burst_vs_one_by_one(&case, &mut burst, &mut single, &make, |m, inputs, now, out| {
+            m.rx_burst(inputs.iter().map(&make), now, out);
+        });
+        let on_wire: Vec<Vec<u8>> = frames_b.iter().map(nic_tx).collect();
+        prop_assert_eq!(common::multiset(to_frames(frames_b)), common::multiset(to_frames(frames_s)));
         prop_assert_eq!(counters(&burst), counters(&single));
         prop_assert_eq!(single.stats().run_merges, 0);
-        let on_wire: Vec<Vec<u8>> = frames_b.iter().map(nic_tx).collect();
         check_outputs(&case, &on_wire, 4000);
-        drop((frames_b, frames_s));
         prop_assert_eq!(pool.in_use(), 0);
     }
 }
