@@ -313,3 +313,32 @@ fn the_nics_ip_header_verdict_is_trusted() {
         );
     }
 }
+
+/// The gateway hands packets to the engine one at a time (`rx_parsed`): a flow's segments that
+/// continue its item, with the NIC's verdicts, take the run path there too (every merge but
+/// the cut ones), and the packets that leave verify and carry the stream's bytes.
+#[test]
+fn one_at_a_time_segments_with_the_nics_verdicts_take_the_run_path() {
+    use pxio::wire::Parsed;
+    use pxio::PacketBuf;
+    let f = flow();
+    let case = in_order(&f, 30, 1448);
+    let pool = HeapPool::new(256);
+    let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+    let mut out = Vec::new();
+    for (k, i) in case.inputs.iter().enumerate() {
+        let mut b = pool.packet(&i.frame);
+        b.set_ip_csum_verdict(Some(true));
+        b.set_l4_csum_verdict(Some(true));
+        let parsed = Parsed::of(b.head(), b.len());
+        merger.rx_parsed(b, parsed, 1_000 + k as u64, &mut out);
+    }
+    merger.flush_all(10_000, &mut out);
+    let s = merger.stats();
+    assert!(s.merges > 20, "{} merges", s.merges);
+    assert_eq!(s.run_merges, s.merges - s.cuts);
+    let frames: Vec<Vec<u8>> = out.iter().map(|b| b.to_vec()).collect();
+    assert_eq!(receiver_view(&case, &frames), (0, false));
+    let carried: usize = frames.iter().map(|f| tcp_verdict(f).unwrap().1.len()).sum();
+    assert_eq!(carried, 30 * 1448, "every byte once");
+}

@@ -482,9 +482,9 @@ proptest! {
 }
 
 /// Runs `case` through `burst`, each RX burst at once by `feed`, and through `single`, one
-/// packet at a time with a parse that never fits (so it parses each packet itself and never
-/// takes the run path), each engine polled at its own deadlines after the last burst; returns
-/// both engines' outputs.
+/// packet at a time (each made by `make`) with a parse that never fits (so it parses each
+/// packet itself), each engine polled at its own deadlines after the last burst; returns both
+/// engines' outputs.
 fn burst_vs_one_by_one(
     case: &Case,
     burst: &mut Merger<HeapBuf>,
@@ -601,8 +601,9 @@ proptest! {
 
     /// The run path (`merge::run`: a segment that continues its flow's only item, with the
     /// NIC's checksum verdicts, joins it after one masked header compare) decides exactly as
-    /// the general path: `rx_burst`, which takes it, gives the same packets, counters and
-    /// delays as one-by-one `rx_parsed`, which never does; and once the NIC has filled the
+    /// the general path: `rx_burst` on frames with the verdicts gives the same packets,
+    /// counters and delays as one-by-one `rx_parsed` on the same frames without them (which
+    /// never takes it); and once the NIC has filled the
     /// checksums it was asked to (with TX offload; without it the engine computes them from
     /// the segments' claimed sums), every stream is intact.
     #[test]
@@ -621,9 +622,12 @@ proptest! {
             b.set_l4_csum_verdict(l4);
             b
         };
+        // The reference gets the same frames without the verdicts, so it never takes the run
+        // path (and verifies every checksum itself: the case's frames are all intact).
+        let plain = |i: &Input| common::assemble(i, &|f: &[u8]| pool.packet(f));
         let mut burst = Merger::<HeapBuf>::with_hash_seed(cfg.clone(), HeapPool::new(256), 1).unwrap();
         let mut single = Merger::<HeapBuf>::with_hash_seed(cfg, HeapPool::new(256), 1).unwrap();
-        let (frames_b, frames_s) = burst_vs_one_by_one(&case, &mut burst, &mut single, &make, |m, inputs, now, out| {
+        let (frames_b, frames_s) = burst_vs_one_by_one(&case, &mut burst, &mut single, &plain, |m, inputs, now, out| {
             m.rx_burst(inputs.iter().map(&make), now, out);
         });
         let on_wire: Vec<Vec<u8>> = frames_b.iter().map(nic_tx).collect();

@@ -384,16 +384,24 @@ impl<B: PacketBuf> Merger<B> {
         let parsed = Self::trusted(&pkt, parsed);
         match parsed.class() {
             Class::Tcp(hdr) => {
-                let hash_of = |key: &FlowKey| flow_table::key_hash(key, self.hash_seed);
                 // The previous segment's flow, when this one belongs to it: no hash, no lookup.
                 let recent = self.recent.filter(|&f| {
                     let e = self.flows.get(f);
                     e.occupied() && e.key == hdr.key
                 });
+                // The same flow again: it may simply go on with its item (the run path, as in
+                // `rx_burst`; the gateway's pipeline hands packets over one at a time).
+                let pkt = match recent {
+                    Some(f) => match self.try_extend_tail(f, pkt, hdr, now, out) {
+                        Ok(()) => return,
+                        Err(pkt) => pkt,
+                    },
+                    None => pkt,
+                };
                 let hash = if recent.is_some() {
                     0
                 } else {
-                    hash_of(&hdr.key)
+                    flow_table::key_hash(&hdr.key, self.hash_seed)
                 };
                 self.recent = self.rx_tcp(pkt, hdr, hash, recent, false, now, out);
             }
