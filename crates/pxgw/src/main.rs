@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dpdk::{DeviceInfo, Eal, EalBuilder, HairpinPeer, Mempool, Port, PortId, RssHash, TxOffloads};
+use dpdk::{
+    DeviceInfo, Eal, EalBuilder, HairpinPeer, Mempool, Port, PortId, RssHash, RxOffloads,
+    TxOffloads,
+};
 use pxgw::config::{is_pci, parse_mac, Backing, Config, Mode};
 use pxgw::metrics::{self, Metrics};
 use pxgw::pipeline::Pipeline;
@@ -317,7 +320,11 @@ fn open_port(
                 | TxOffloads::TCP_TSO
                 | TxOffloads::IPV4_CKSUM
                 | TxOffloads::TCP_CKSUM,
-        );
+        )
+        // Where the device verifies checksums on receive, the merge engine trusts its verdicts
+        // instead of summing every segment itself (about 85 ns per 1448 B segment here), and
+        // takes its run path (issue 12). Granted only where the device offers them.
+        .rx_offloads(RxOffloads::IPV4_CKSUM | RxOffloads::TCP_CKSUM | RxOffloads::UDP_CKSUM);
     if apply_mtu {
         builder = builder.mtu(mtu);
     }
@@ -458,7 +465,7 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
     );
     tracing::info!(
         external = %cfg.ports.external.device, internal = %cfg.ports.internal.device,
-        ext_tx_offloads = ?ext.tx_offloads(), emtu = cfg.emtu(), imtu = cfg.imtu(), workers = queues,
+        ext_tx_offloads = ?ext.tx_offloads(), ext_rx_offloads = ?ext.rx_offloads(), emtu = cfg.emtu(), imtu = cfg.imtu(), workers = queues,
         merge_max_segs = cfg.merge.max_segs,
         "ports started"
     );
