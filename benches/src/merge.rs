@@ -193,18 +193,13 @@ pub fn run_merge(
     schedules: &[Schedule],
     cfg: &MergeBenchConfig,
 ) -> Result<Vec<ScenarioRun>, BenchError> {
-    let mut runs = Vec::with_capacity(scenarios.len() * schedules.len());
-    for &schedule in schedules {
-        let cfg = MergeBenchConfig {
-            schedule,
-            ..cfg.clone()
-        };
-        for &(flows, gbps) in scenarios {
-            eprintln!("merge: {} {flows} flows x {gbps} Gb/s ...", schedule.name());
-            runs.push(run_scenario(eal, flows, gbps, &cfg)?);
-        }
-    }
-    Ok(runs)
+    each_scenario(scenarios, schedules, cfg, |cfg, flows, gbps| {
+        eprintln!(
+            "merge: {} {flows} flows x {gbps} Gb/s ...",
+            cfg.schedule.name()
+        );
+        run_scenario(eal, flows, gbps, cfg)
+    })
 }
 
 /// For profiling (`merge --profile-pxio`): runs each scenario's trace through pxio alone, with
@@ -216,16 +211,29 @@ pub fn profile_pxio(
     schedules: &[Schedule],
     cfg: &MergeBenchConfig,
 ) -> Result<Vec<(Schedule, u32, f64)>, BenchError> {
-    let mut out = Vec::new();
+    each_scenario(scenarios, schedules, cfg, |cfg, flows, gbps| {
+        let trace = Trace::generate(cfg.trace_config(flows, gbps))?;
+        let best = run_pxio(eal, &trace, cfg, NicInfo::FULL)?;
+        Ok((cfg.schedule, flows, best.ns_per_pkt))
+    })
+}
+
+/// Runs `run` for every scenario under every schedule, schedule by schedule, with `cfg` set to
+/// that schedule, and collects the results.
+fn each_scenario<T>(
+    scenarios: &[(u32, f64)],
+    schedules: &[Schedule],
+    cfg: &MergeBenchConfig,
+    mut run: impl FnMut(&MergeBenchConfig, u32, f64) -> Result<T, BenchError>,
+) -> Result<Vec<T>, BenchError> {
+    let mut out = Vec::with_capacity(scenarios.len() * schedules.len());
     for &schedule in schedules {
         let cfg = MergeBenchConfig {
             schedule,
             ..cfg.clone()
         };
         for &(flows, gbps) in scenarios {
-            let trace = Trace::generate(cfg.trace_config(flows, gbps))?;
-            let best = run_pxio(eal, &trace, &cfg, NicInfo::FULL)?;
-            out.push((schedule, flows, best.ns_per_pkt));
+            out.push(run(&cfg, flows, gbps)?);
         }
     }
     Ok(out)

@@ -23,7 +23,6 @@ int px_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
 
 char *px_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int px_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
-char *px_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
 char *px_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 uint16_t px_pktmbuf_headroom(const struct rte_mbuf *m);
 uint16_t px_pktmbuf_tailroom(const struct rte_mbuf *m);

@@ -2,7 +2,7 @@
 //!
 //! Only what PacketExpress uses is allowlisted: EAL, lcore, mempool, mbuf, ethdev, rte_flow and, for
 //! the benches, rte_gro/rte_gso. DPDK's `static inline` functions (rx/tx burst, mbuf alloc/free,
-//! chain, adj/trim/prepend/append, refcount, attach, `rte_errno`, `rte_lcore_id`, `rte_rdtsc`) are
+//! chain, adj/trim/append, refcount, attach, `rte_errno`, `rte_lcore_id`, `rte_rdtsc`) are
 //! reached through `px_*` wrappers compiled from `shim/px_shim.c`.
 //!
 //! Nothing here is safe to call without reading DPDK's documentation; the `dpdk` crate is the

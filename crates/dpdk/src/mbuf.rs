@@ -191,6 +191,34 @@ impl Mbuf {
 
     /// Grows the packet by `len` zeroed bytes in front of the first segment and returns them.
     pub fn prepend(&mut self, len: usize) -> Result<&mut [u8]> {
+        let p = self.grow_front(len)?;
+        // SAFETY: `grow_front` gave `len` bytes inside our exclusively owned first segment;
+        // they are zeroed before the slice exists, and &mut self bounds the borrow.
+        unsafe {
+            std::ptr::write_bytes(p, 0, len);
+            Ok(std::slice::from_raw_parts_mut(p, len))
+        }
+    }
+
+    /// Grows the packet by a copy of `bytes` in front of the first segment, in its headroom
+    /// (`rte_pktmbuf_prepend` and a copy): a header written where a stripped one was, without a
+    /// buffer of its own. Fails, and leaves the packet unchanged, when the first segment's
+    /// buffer is shared or its headroom is too small.
+    pub fn prepend_slice(&mut self, bytes: &[u8]) -> Result<()> {
+        let p = self.grow_front(bytes.len())?;
+        // SAFETY: `grow_front` gave `bytes.len()` writable bytes inside our exclusively owned
+        // first segment; `ptr::copy` allows for `bytes` overlapping the buffer, which safe code
+        // cannot arrange anyway.
+        unsafe { std::ptr::copy(bytes.as_ptr(), p, bytes.len()) };
+        Ok(())
+    }
+
+    /// Moves the first segment's data start `len` bytes back into its headroom (what
+    /// `rte_pktmbuf_prepend` does, without the call: a split does it once per piece) and
+    /// returns where the new bytes start. They hold whatever the buffer held: the caller writes
+    /// them before anything reads them. Fails, leaving the packet unchanged, when the buffer is
+    /// shared or the headroom is too small.
+    fn grow_front(&mut self, len: usize) -> Result<*mut u8> {
         writable(self.raw)?;
         let available = self.headroom();
         if len > available {
@@ -200,43 +228,16 @@ impl Mbuf {
                 requested: len,
             });
         }
-        // SAFETY: len fits the headroom; the returned pointer addresses `len` bytes inside our
-        // exclusively owned first segment.
-        let p = unsafe { dpdk_sys::px_pktmbuf_prepend(self.raw.as_ptr(), len as u16) };
-        // SAFETY: as above; &mut self bounds the borrow.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
-        bytes.fill(0);
-        Ok(bytes)
-    }
-
-    /// Grows the packet by a copy of `bytes` in front of the first segment, in its headroom
-    /// (`rte_pktmbuf_prepend` and a copy): a header written where a stripped one was, without a
-    /// buffer of its own. Fails, and leaves the packet unchanged, when the first segment's
-    /// buffer is shared or its headroom is too small.
-    pub fn prepend_slice(&mut self, bytes: &[u8]) -> Result<()> {
-        writable(self.raw)?;
-        let (len, available) = (bytes.len(), self.headroom());
-        if len > available {
-            return Err(Error::NoRoom {
-                what: "headroom",
-                available,
-                requested: len,
-            });
-        }
-        // What `rte_pktmbuf_prepend` does, without the call (a split does it once per piece),
-        // and the copy instead of zeroing first.
         // SAFETY: we own the head struct, and its buffer exclusively (checked writable above);
         // len <= data_off, so the grown data starts inside the buffer, and data_len + len <=
-        // data_off + data_len <= buf_len, so no counter overflows. `ptr::copy` allows for
-        // `bytes` overlapping the buffer, which safe code cannot arrange anyway.
+        // data_off + data_len <= buf_len, so no counter overflows.
         unsafe {
             let m = self.raw.as_ptr();
             (*m).data_off -= len as u16;
             (*m).data_len += len as u16;
             (*m).pkt_len += len as u32;
-            std::ptr::copy(bytes.as_ptr(), data_ptr(&*m), len);
+            Ok(data_ptr(&*m))
         }
-        Ok(())
     }
 
     /// Forgets what this mbuf says about its packet, as `rte_pktmbuf_reset` does for a fresh

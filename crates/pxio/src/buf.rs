@@ -144,6 +144,16 @@ pub trait PacketChain: Sized {
     fn into_packet(self) -> Self::Buf;
 }
 
+/// Says what is known of a packet's checksum fields after software rewrote its IP and TCP
+/// headers (a merged packet, a split piece), so that no verdict received with the old headers
+/// survives: with `computed` the fields were computed here over verified bytes and are right
+/// (a later merge or split need not verify them; IPv6 has no header checksum to vouch for),
+/// else they are seeds for the NIC's transmit offload and nothing is claimed.
+pub(crate) fn mark_rewritten_checksums<B: PacketBuf>(pkt: &mut B, computed: bool, v6: bool) {
+    pkt.set_l4_csum_verdict(computed.then_some(true));
+    pkt.set_ip_csum_verdict((computed && !v6).then_some(true));
+}
+
 /// What to ask of the NIC for one packet on transmit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TxOffload {

@@ -28,7 +28,7 @@
 //! `MSG_OOB`, and SYNs are never GSO). So packets with URG or SYN are split in software even
 //! when the port granted TSO: both paths give the same pieces.
 
-use crate::buf::{PacketBuf, TxOffload};
+use crate::buf::{mark_rewritten_checksums, PacketBuf, TxOffload};
 use crate::checksum::{self, Sum};
 use crate::wire::{self, tcp_flags, Class, Headers};
 
@@ -144,9 +144,7 @@ fn prepare_for_nic<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
         udp_checksum: false,
         tso_segsz: mss,
     });
-    // The fields are seeds for the NIC now, not checksums of the bytes.
-    pkt.set_l4_csum_verdict(None);
-    pkt.set_ip_csum_verdict(None);
+    mark_rewritten_checksums(pkt, false, hdr.v6);
     true
 }
 
@@ -612,20 +610,11 @@ impl<'a> Template<'a> {
                 tcp_checksum: true,
                 ..TxOffload::default()
             });
-            // The field is a seed for the NIC now, not a checksum of the bytes.
-            seg.set_l4_csum_verdict(None);
-        } else {
-            // The field is right for the piece's bytes: a later split need not verify it.
-            seg.set_l4_csum_verdict(Some(true));
         }
-        // The IPv4 header was rewritten: a verdict received with it no longer applies (the
-        // first piece keeps the packet's own buffer and flags); its checksum is right only
-        // when it was computed here.
-        seg.set_ip_csum_verdict(if hdr.v6 || checksum_offload {
-            None
-        } else {
-            Some(true)
-        });
+        // Seeds for the NIC, or right for the piece's bytes (a later split need not verify
+        // them); a verdict received with the packet (the first piece keeps its buffer and
+        // flags) no longer applies.
+        mark_rewritten_checksums(seg, !checksum_offload, hdr.v6);
         true
     }
 }

@@ -8,7 +8,7 @@ use super::delay;
 use super::flow_table::NIL;
 use super::item::{Item, Layout};
 use super::Merger;
-use crate::buf::{PacketBuf, PacketChain, TxOffload};
+use crate::buf::{mark_rewritten_checksums, PacketBuf, PacketChain, TxOffload};
 use crate::checksum::{self, Sum};
 use crate::wire::{self, tcp_flags};
 
@@ -190,15 +190,9 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
             ..TxOffload::default()
         });
     }
-    // What the split may trust: a checksum computed here over verified bytes is correct (it
-    // need not be verified again); with offload the field is only the NIC's seed.
-    pkt.set_l4_csum_verdict(if offload { None } else { Some(true) });
-    // The IPv4 header changed: the NIC's verdict on the received one no longer applies.
-    pkt.set_ip_csum_verdict(if offload || layout.v6 {
-        None
-    } else {
-        Some(true)
-    });
+    // What the split may trust: checksums computed here over verified bytes are correct; with
+    // offload the fields are only the NIC's seeds.
+    mark_rewritten_checksums(pkt, !offload, layout.v6);
     true
 }
 

@@ -178,8 +178,8 @@ pub struct Merger<B: PacketBuf> {
     pending: Vec<Pending<B>>,
     /// The ETM scheduler: deadline heap and model constants.
     etm: Etm,
-    /// The header bytes the run path compares (see `run`).
-    run_mask: run::RunMask,
+    /// The header bytes the run path compares, per header layout (see `run`).
+    run_masks: run::RunMasks,
     stats: MergeStats,
     /// A run of equal added delays not yet in `stats.delay_ns`: (wait ns, segments).
     delay_run: (u64, u64),
@@ -213,7 +213,7 @@ impl<B: PacketBuf> Merger<B> {
             free_items: (0..cfg.max_items as u32).rev().collect(),
             touched: Vec::with_capacity(flows.capacity()),
             recent: None,
-            run_mask: run::RunMask::empty(),
+            run_masks: run::RunMasks::new(),
             pending: Vec::with_capacity(BURST_CHUNK),
             flows,
             cfg,

@@ -110,7 +110,8 @@ impl<B: PacketBuf> Merger<B> {
         let room = imtu.saturating_sub(self.items[idx as usize].ip_len());
         let len = u32::from(seg.payload_len);
         if room >= len {
-            self.join_segment(idx, pkt, &seg, seg.payload_sum, seg.flags, now);
+            let tail = Tail::of(&seg, seg.payload_sum, seg.flags);
+            self.join_segment(idx, pkt, seg.hdr_len(), tail, now);
             return self.after_growth(flow, idx, now, out);
         }
         if room == 0 {
@@ -129,7 +130,7 @@ impl<B: PacketBuf> Merger<B> {
         debug_assert!(cut, "room < payload length");
         self.stats.cuts += 1;
         // The first part carries no PSH/FIN: they belong to the last byte, now in `rest`.
-        self.join_segment(idx, pkt, &seg, head_sum, 0, now);
+        self.join_segment(idx, pkt, seg.hdr_len(), Tail::of(&seg, head_sum, 0), now);
         self.emit_through(flow, idx, now, out);
         let mut rest_seg = seg;
         rest_seg.seq = seg.seq.wrapping_add(room);
@@ -176,17 +177,18 @@ impl<B: PacketBuf> Merger<B> {
         Some(head)
     }
 
-    /// Appends segment `pkt` (payload sum `sum`, tail flags `tail_flags`) to item `idx`.
-    fn join_segment(
+    /// Appends segment `pkt` to item `idx`: its headers (`hdr_len` bytes) are stripped and its
+    /// buffers linked after the item's; `tail` is what it brings besides its payload.
+    #[inline]
+    pub(super) fn join_segment(
         &mut self,
         idx: u32,
         mut pkt: B,
-        seg: &Segment,
-        sum: Sum,
-        tail_flags: u8,
+        hdr_len: usize,
+        tail: Tail,
         now: u64,
     ) {
-        let stripped = pkt.adj(seg.hdr_len());
+        let stripped = pkt.adj(hdr_len);
         debug_assert!(
             stripped,
             "classify checked the headers are in the first segment"
@@ -196,16 +198,16 @@ impl<B: PacketBuf> Merger<B> {
         let it = &mut self.items[idx as usize];
         it.nb_segs += pkt_segs;
         let head = it.pkt.as_mut().expect("held items have a packet");
-        // `compatible` checked the segment count, so chaining cannot fail.
+        // Every caller checked the segment count, so chaining cannot fail.
         if head.append(pkt).is_err() {
             unreachable_chain();
         }
-        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
+        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, tail.sum);
         it.payload_len += seg_len;
-        it.last_id = seg.ip_id;
-        it.last_window = seg.window;
+        it.last_id = tail.ip_id;
+        it.last_window = tail.window;
         it.segs += 1;
-        it.tail_flags = tail_flags & (tcp_flags::PSH | tcp_flags::FIN);
+        it.tail_flags = tail.flags & (tcp_flags::PSH | tcp_flags::FIN);
         it.marks |= marks::MODIFIED;
         it.arrival_sum += now;
         it.oldest = it.oldest.min(now);
@@ -373,6 +375,28 @@ impl<B: PacketBuf> Merger<B> {
         self.stats.held_items += 1;
         // A new item may close a gap with its successor, or be complete on its own.
         self.after_growth(flow, idx, now, out);
+    }
+}
+
+/// What a segment joining an item at its end brings besides its payload: the item's new last
+/// IP ID and window, the PSH/FIN it ends with, and its payload's sum (software checksum mode).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Tail {
+    pub(super) ip_id: u16,
+    pub(super) window: u16,
+    /// TCP flags; only PSH and FIN are kept.
+    pub(super) flags: u8,
+    pub(super) sum: Sum,
+}
+
+impl Tail {
+    fn of(seg: &Segment, sum: Sum, flags: u8) -> Tail {
+        Tail {
+            ip_id: seg.ip_id,
+            window: seg.window,
+            flags,
+            sum,
+        }
     }
 }
 

@@ -23,7 +23,7 @@
 //! `rx_burst` vs one-by-one property test in `tests/merge_props.rs` checks this).
 
 use super::item::Layout;
-use super::place::concat_sum;
+use super::place::Tail;
 use super::segment::claimed_payload_sum;
 use super::Merger;
 use crate::buf::{PacketBuf, PacketChain};
@@ -34,16 +34,52 @@ use crate::wire::{tcp_flags, Headers};
 const MASK_BYTES: usize = 128;
 const MASK_WORDS: usize = MASK_BYTES / 8;
 
+/// The masks of the last few header layouts the run path met, so that IPv4 and IPv6 flows,
+/// tagged and untagged ones, taking turns within a burst do not rebuild a mask each time.
+pub(super) struct RunMasks {
+    masks: [RunMask; RUN_MASKS],
+    /// The slot the next new layout takes (oldest first).
+    next: usize,
+}
+
+/// Layouts whose masks are kept.
+const RUN_MASKS: usize = 4;
+
+impl RunMasks {
+    /// No mask yet: each layout's is built the first time it is needed.
+    pub(super) fn new() -> Self {
+        Self {
+            masks: std::array::from_fn(|_| RunMask::empty()),
+            next: 0,
+        }
+    }
+
+    /// The mask for `layout`, built in the oldest slot when none of the kept ones is for it.
+    #[inline]
+    fn for_layout(&mut self, layout: Layout) -> &RunMask {
+        let at = match self.masks.iter().position(|m| m.layout == layout) {
+            Some(at) => at,
+            None => {
+                let at = self.next;
+                self.next = (at + 1) % RUN_MASKS;
+                self.masks[at].build(layout);
+                at
+            }
+        };
+        &self.masks[at]
+    }
+}
+
 /// Which header bytes of a segment must equal its item's first segment's for the run path,
-/// for one header [`Layout`] (rebuilt when the layout changes, which real flows rarely do).
-pub(super) struct RunMask {
+/// for one header [`Layout`].
+struct RunMask {
     layout: Layout,
     mask: [u64; MASK_WORDS],
 }
 
 impl RunMask {
-    /// A mask for no layout: the first segment that asks builds one.
-    pub(super) fn empty() -> Self {
+    /// A mask for no layout.
+    fn empty() -> Self {
         Self {
             // No real header has this layout (no Ethernet header).
             layout: Layout::default(),
@@ -112,7 +148,7 @@ impl<B: PacketBuf> Merger<B> {
     pub(super) fn try_extend_tail(
         &mut self,
         flow: u32,
-        mut pkt: B,
+        pkt: B,
         hdr: &Headers,
         now: u64,
         out: &mut Vec<B>,
@@ -141,14 +177,11 @@ impl<B: PacketBuf> Merger<B> {
         {
             return Err(pkt);
         }
-        if self.run_mask.layout != layout {
-            self.run_mask.build(layout);
-        }
         let Some(held) = it.pkt.as_ref().map(|c| c.packet().head()) else {
             return Err(pkt);
         };
         let frame = pkt.head();
-        if !self.run_mask.same(held, frame) {
+        if !self.run_masks.for_layout(layout).same(held, frame) {
             return Err(pkt);
         }
         // The layout matched, so these offsets lie inside the compared header.
@@ -163,7 +196,6 @@ impl<B: PacketBuf> Merger<B> {
             return Err(pkt);
         }
         let window = be16(l4 + 14);
-        let tail_flags = frame[l4 + 13] & (tcp_flags::PSH | tcp_flags::FIN);
         // The NIC verified the checksum, so the field's claim is the truth; with TX offload
         // not even that is needed (see `segment`).
         let sum = if self.cfg.checksum_offload {
@@ -171,31 +203,18 @@ impl<B: PacketBuf> Merger<B> {
         } else {
             claimed_payload_sum(frame, hdr)
         };
-        // Committed: the same steps, in the same order, as `rx_tcp`, `merge` and
-        // `join_segment` take for this segment.
+        // Committed: the same steps, in the same order, as `rx_tcp`, `merge` and `append` take
+        // for this segment.
         self.stats.packets_in += 1;
         self.note_arrival(flow, hdr.ip_len, hdr.payload_len, now);
         self.stats.payload_in += u64::from(payload);
-        let stripped = pkt.adj(layout.hdr_len());
-        debug_assert!(stripped, "the header lies in the first segment");
-        let it = &mut self.items[idx as usize];
-        it.nb_segs += 1;
-        let Some(head) = it.pkt.as_mut() else {
-            unreachable!("held items have a packet")
+        let tail = Tail {
+            ip_id,
+            window,
+            flags: frame[l4 + 13],
+            sum,
         };
-        if head.append(pkt).is_err() {
-            unreachable!("the segment count was checked above");
-        }
-        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
-        it.payload_len += payload;
-        it.last_id = ip_id;
-        it.last_window = window;
-        it.segs += 1;
-        it.tail_flags = tail_flags;
-        it.marks |= super::item::marks::MODIFIED;
-        it.arrival_sum += now;
-        it.oldest = it.oldest.min(now);
-        self.stats.merges += 1;
+        self.join_segment(idx, pkt, layout.hdr_len(), tail, now);
         self.stats.run_merges += 1;
         self.emit_if_done(flow, idx, now, out);
         self.touch(flow);
@@ -206,6 +225,40 @@ impl<B: PacketBuf> Merger<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Flows of several layouts taking turns each keep their mask (built once), a fifth layout
+    /// takes the oldest slot, and every mask handed out is the one built for its layout.
+    #[test]
+    fn masks_of_layouts_taking_turns_are_built_once() {
+        let layout = |l2_len, v6, l4_len| Layout {
+            l2_len,
+            l3_len: if v6 { 40 } else { 20 },
+            l4_len,
+            v6,
+        };
+        let kinds = [
+            layout(14, false, 32),
+            layout(14, true, 32),
+            layout(18, false, 20),
+            layout(22, true, 60),
+        ];
+        let mut masks = RunMasks::new();
+        for _ in 0..3 {
+            for &k in &kinds {
+                let mut fresh = RunMask::empty();
+                fresh.build(k);
+                assert_eq!(masks.for_layout(k).mask, fresh.mask, "{k:?}");
+            }
+        }
+        assert_eq!(masks.next, 0, "four builds, then none");
+        let fifth = layout(14, false, 20);
+        masks.for_layout(fifth);
+        assert_eq!(masks.masks[0].layout, fifth, "the oldest slot is reused");
+        assert!(masks.masks[1..]
+            .iter()
+            .map(|m| m.layout)
+            .eq(kinds[1..].iter().copied()));
+    }
 
     /// Flips each bit of each header byte, one at a time: the headers must still count as the
     /// same exactly where consecutive segments of one item may differ (IP lengths, ID and
