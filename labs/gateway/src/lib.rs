@@ -773,9 +773,20 @@ impl Lab {
         );
         std::thread::sleep(Duration::from_millis(300));
         let started = Instant::now();
+        // 128 KiB writes, as iperf3 makes: Linux marks the last segment of every write with
+        // PSH, and pxgw (as GRO) sends an item on at a PSH rather than wait. With socat's
+        // default 8 KiB writes, a sender slowed by a busy machine drains its socket between
+        // writes, and every 8 KiB ends an item short of the iMTU: the yield then measures the
+        // machine's load, not the gateway.
         tx_ns.exec(
             "socat",
-            &["-u", &format!("OPEN:{}", src.display()), &connect],
+            &[
+                "-u",
+                "-b",
+                "131072",
+                &format!("OPEN:{}", src.display()),
+                &connect,
+            ],
         )?;
         let status = receiver.0.wait()?;
         let secs = started.elapsed().as_secs_f64();
@@ -1044,6 +1055,9 @@ pub struct FrameStats {
     pub tcp_payload: AtomicU64,
     /// Payload bytes in iMTU-bound frames (IP length + one more full outside segment > iMTU).
     pub bound_payload: AtomicU64,
+    /// Payload bytes in frames short of iMTU-bound whose TCP header carries PSH: the sender
+    /// ended a write there, so pxgw flushed the item (as GRO does) rather than wait.
+    pub short_psh_payload: AtomicU64,
     /// Their frame bytes.
     pub tcp_frame_bytes: AtomicU64,
     /// Largest frame of any kind.
@@ -1061,6 +1075,7 @@ impl FrameStats {
             tcp_frames: AtomicU64::new(0),
             tcp_payload: AtomicU64::new(0),
             bound_payload: AtomicU64::new(0),
+            short_psh_payload: AtomicU64::new(0),
             tcp_frame_bytes: AtomicU64::new(0),
             max_frame: AtomicU64::new(0),
             max_tcp_frame: AtomicU64::new(0),
@@ -1092,6 +1107,11 @@ impl FrameStats {
             .fetch_max(frame.len() as u64, Ordering::Relaxed);
         if usize::from(h.ip_len) + self.segment > usize::from(self.imtu) {
             self.bound_payload.fetch_add(payload, Ordering::Relaxed);
+        } else if frame
+            .get(h.l4_offset() + 13)
+            .is_some_and(|f| f & wire::tcp_flags::PSH != 0)
+        {
+            self.short_psh_payload.fetch_add(payload, Ordering::Relaxed);
         }
     }
 
@@ -1102,6 +1122,16 @@ impl FrameStats {
             0.0
         } else {
             self.bound_payload.load(Ordering::Relaxed) as f64 / total as f64
+        }
+    }
+
+    /// Share of TCP payload in frames short of iMTU-bound that carry PSH.
+    pub fn short_psh_share(&self) -> f64 {
+        let total = self.tcp_payload.load(Ordering::Relaxed);
+        if total == 0 {
+            0.0
+        } else {
+            self.short_psh_payload.load(Ordering::Relaxed) as f64 / total as f64
         }
     }
 

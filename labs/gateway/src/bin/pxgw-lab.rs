@@ -533,6 +533,7 @@ fn default_topology(
     let report = json!({
         "tcp_in": {
             "yield": r4.inbound.capture.yield_share(),
+            "short_psh_share": r4.inbound.capture.short_psh_share(),
             "gateway_yield": gw_yield,
             "mean_rx_pkt_bytes": r4.inbound.capture.mean_frame(),
             "sha256_ok": r4.inbound.sha_ok,
@@ -547,6 +548,7 @@ fn default_topology(
         },
         "tcp6_in": {
             "yield": r6.inbound.capture.yield_share(),
+            "short_psh_share": r6.inbound.capture.short_psh_share(),
             "mean_rx_pkt_bytes": r6.inbound.capture.mean_frame(),
             "sha256_ok": r6.inbound.sha_ok,
         },
@@ -714,7 +716,12 @@ fn merged_check(r: &Run, topo: &Topology) -> Check {
     let cap = &r.inbound.capture;
     match f {
         Family::V4 => (
-            format!("{f}: inside host gets >= 90 % of inbound TCP bytes in iMTU-bound packets"),
+            format!(
+                "{f}: inside host gets >= 90 % of inbound TCP bytes in iMTU-bound packets ({:.1} %; short with PSH {:.1} %, short without {:.1} %)",
+                100.0 * cap.yield_share(),
+                100.0 * cap.short_psh_share(),
+                100.0 * (1.0 - cap.yield_share() - cap.short_psh_share()).max(0.0),
+            ),
             cap.yield_share() >= 0.90,
         ),
         Family::V6 => {
