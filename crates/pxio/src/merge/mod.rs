@@ -149,10 +149,10 @@ pub const FLOW_ENTRY_BYTES: usize = std::mem::size_of::<FlowEntry>();
 pub const BURST_CHUNK: usize = 64;
 
 /// No packet (end of a group's list in [`Merger::rx_burst`]).
-const NO_PKT: u8 = u8::MAX;
+pub(super) const NO_PKT: u8 = u8::MAX;
 
 /// A packet of the burst being merged, with its parse and its place in its flow's group.
-struct Pending<B> {
+pub(super) struct Pending<B> {
     pkt: Option<B>,
     parsed: Parsed,
     /// The flow-table hash of its key (TCP only).
@@ -345,19 +345,18 @@ impl<B: PacketBuf> Merger<B> {
                 }
             };
             while j != NO_PKT {
+                // The flow's run goes on: most segments join its item here, together.
+                if let Some(f) = flow {
+                    j = self.extend_run(f, pending, j, now, out);
+                    if j == NO_PKT {
+                        break;
+                    }
+                }
                 let p = &mut pending[usize::from(j)];
                 j = p.next;
                 if let Some(pkt) = p.pkt.take() {
                     match p.parsed.class() {
                         Class::Tcp(hdr) => {
-                            // The flow's run goes on: most segments join its item here.
-                            let pkt = match flow {
-                                Some(f) => match self.try_extend_tail(f, pkt, hdr, now, out) {
-                                    Ok(()) => continue,
-                                    Err(pkt) => pkt,
-                                },
-                                None => pkt,
-                            };
                             flow = self.rx_tcp(pkt, hdr, p.hash, flow, false, now, out)
                         }
                         // Only TCP segments are linked; should another be, it still gets a fate.

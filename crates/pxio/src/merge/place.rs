@@ -414,6 +414,6 @@ pub(super) fn concat_sum(a: Sum, a_len: u32, b: Sum) -> Sum {
 
 /// Chaining fails only past the segment limit, which every merge checks first.
 #[cold]
-fn unreachable_chain() -> ! {
+pub(super) fn unreachable_chain() -> ! {
     unreachable!("segment count was checked before chaining")
 }
