@@ -27,7 +27,7 @@ cats = [
  ('emit (headers, yield)', r'emit_head|finalize|emit_through|emit_if_done|flush_flow|privatize_head|update_yield|free_item|into_packet|::pass\b|emit_raw'),
  ('delay histogram', r'hdrhistogram|record_delay|flush_delay_record'),
  ('rate model', r'update_flow_on_arrival|update_rate|note_arrival'),
- ('run path (masked compare, join)', r'RunMask|try_extend_tail'),
+ ('run path (masked compare, join)', r'RunMask|try_extend_tail|extend_run|open_run|admits|join_run|close_run'),
  ('settle and poll (ETM)', r'settle_flow|Merger<B>::settle|::poll|BinaryHeap|schedule|etm_ns|next_deadline'),
  ('placing (item walk, overlap)', r'place::<impl pxio::merge::Merger<B>>::merge'),
  ('burst loop / rx_tcp / rx', r'rx_burst|merge_chunk|rx_tcp|Merger<B>::rx\b|rx_parsed|touch'),
