@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use pxio::caravan::{self, CaravanBuilder, CaravanConfig, CaravanError};
 use pxio::merge::{DelayConfig, MergeConfig, Merger};
-use pxio::split::{split_tcp, SplitOffloads};
+use pxio::split::{split_tcp_parsed, SplitOffloads};
 use pxio::wire::{self, Class, FlowKey, Headers, Parsed};
 use pxio::PacketBuf;
 
@@ -793,12 +793,13 @@ impl<B: PacketBuf> Pipeline<B> {
                 if h.key.v6 && h.ip_len > pmtu && pmtu > self.cfg.blackhole_mtu {
                     pmtu = self.watch_blackhole(pkt.head(), &h, key, dst, pmtu, now);
                 }
-                // A segment that fits leaves as it is: split_tcp would classify it again only to
-                // say so (the MSS rewrite above keeps every length, so `h` still describes it).
+                // A segment that fits leaves as it is. One that does not is split from the parse
+                // it came with: the MSS rewrite above keeps every length and offset, so `parsed`
+                // still describes it.
                 if h.ip_len <= pmtu {
                     return out.push(pkt);
                 }
-                match split_tcp(pkt, pmtu, self.cfg.offloads, &self.pool, out) {
+                match split_tcp_parsed(pkt, &parsed, pmtu, self.cfg.offloads, &self.pool, out) {
                     Ok(n) if n > 1 => {
                         self.report.split.packets += 1;
                         self.report.split.segments += n as u64;

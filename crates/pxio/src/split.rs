@@ -30,7 +30,7 @@
 
 use crate::buf::{mark_rewritten_checksums, PacketBuf, TxOffload};
 use crate::checksum::{self, Sum};
-use crate::wire::{self, tcp_flags, Class, Headers};
+use crate::wire::{self, tcp_flags, Class, Headers, Parsed};
 
 /// Why a packet could not be split. The caller drops and counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -76,7 +76,32 @@ pub fn split_tcp<B: PacketBuf>(
     pool: &B::Pool,
     out: &mut Vec<B>,
 ) -> Result<usize, (SplitError, B)> {
-    let hdr = match wire::classify(pkt.head(), pkt.len()) {
+    let parsed = Parsed::of(pkt.head(), pkt.len());
+    split_tcp_parsed(pkt, &parsed, mtu, offloads, pool, out)
+}
+
+/// [`split_tcp`] for a packet whose parse the caller already has (one parse per packet,
+/// carried through the pipeline): nothing is classified again. A parse that does not fit the
+/// packet's shape (its length or first segment changed since, see [`Parsed::fits`]) is made
+/// again. The parse must be this packet's, with the headers as they are now: the split takes
+/// its offsets and lengths from it.
+///
+/// # Errors
+/// As for [`split_tcp`].
+pub fn split_tcp_parsed<B: PacketBuf>(
+    pkt: B,
+    parsed: &Parsed,
+    mtu: u16,
+    offloads: SplitOffloads,
+    pool: &B::Pool,
+    out: &mut Vec<B>,
+) -> Result<usize, (SplitError, B)> {
+    let class = if parsed.fits(pkt.head().len(), pkt.len()) {
+        *parsed.class()
+    } else {
+        wire::classify(pkt.head(), pkt.len())
+    };
+    let hdr = match class {
         Class::Tcp(h) if h.ip_len > mtu => h,
         _ => {
             out.push(pkt);

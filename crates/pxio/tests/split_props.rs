@@ -6,7 +6,8 @@ mod common;
 use common::{tcp_frame, FlowSpec, SegFlags};
 use etherparse::{SlicedPacket, TransportSlice};
 use proptest::prelude::*;
-use pxio::split::{split_tcp, SplitError, SplitOffloads};
+use pxio::split::{split_tcp, split_tcp_parsed, SplitError, SplitOffloads};
+use pxio::wire::Parsed;
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 fn flow(v6: bool, df: bool) -> FlowSpec {
@@ -136,6 +137,42 @@ fn split_shares_the_payload_instead_of_copying_it() {
     assert_eq!(pool.in_use(), 7);
     drop(out);
     assert_eq!(pool.in_use(), 0);
+}
+
+/// A split from the parse the packet came with gives what a split that parses it itself
+/// gives, in both families; a parse that no longer fits the packet (that of a shorter frame of
+/// the same flow) is not trusted: the packet is parsed again, and still split right, rather
+/// than cut at the stale parse's lengths.
+#[test]
+fn a_split_from_a_carried_parse_equals_one_that_parses() {
+    for v6 in [false, true] {
+        let f = flow(v6, true);
+        let frame = tcp_frame(&f, f.isn, 1, 5, SegFlags::default(), &[0x5a; 6000]);
+        let short = tcp_frame(&f, f.isn, 1, 5, SegFlags::default(), &[0x5a; 3000]);
+        let pool = HeapPool::new(256);
+        let pieces = |parsed: Option<Parsed>| {
+            let mut out = Vec::new();
+            let pkt = pool.packet(&frame);
+            let n = match parsed {
+                Some(p) => {
+                    split_tcp_parsed(pkt, &p, 1500, SplitOffloads::default(), &pool, &mut out)
+                }
+                None => split_tcp(pkt, 1500, SplitOffloads::default(), &pool, &mut out),
+            };
+            assert_eq!(n.map_err(|(e, _)| e).unwrap(), out.len());
+            out.iter().map(|p| p.to_vec()).collect::<Vec<_>>()
+        };
+        let reference = pieces(None);
+        assert_eq!(
+            reference.len(),
+            5,
+            "6000 B in pieces of at most 1448 (1428 in IPv6)"
+        );
+        assert!(reference.iter().all(|p| p.len() <= 1514));
+        assert_eq!(pieces(Some(Parsed::of(&frame, frame.len()))), reference);
+        assert_eq!(pieces(Some(Parsed::of(&short, short.len()))), reference);
+        assert_eq!(pool.in_use(), 0);
+    }
 }
 
 #[test]
