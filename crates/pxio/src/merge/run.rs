@@ -239,12 +239,13 @@ impl<B: PacketBuf> Merger<B> {
         if !self.run_masks.masks[run.mask].same(held, frame) {
             return None;
         }
-        // The layout matched, so these offsets lie inside the compared header.
-        let l3 = usize::from(layout.l2_len);
-        let l4 = layout.l4_offset();
-        let be16 = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
-        let seq = u32::from(be16(l4 + 4)) << 16 | u32::from(be16(l4 + 6));
-        let ip_id = if layout.v6 { 0 } else { be16(l3 + 4) };
+        // The layout matched, so the fixed TCP header and the IP header's first 8 bytes lie
+        // inside the compared header: one check each, none per field.
+        let tcp: &[u8; 20] = frame.get(layout.l4_offset()..)?.first_chunk()?;
+        let ip: &[u8; 8] = frame.get(usize::from(layout.l2_len)..)?.first_chunk()?;
+        let be16 = |b: [u8; 2]| u16::from_be_bytes(b);
+        let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+        let ip_id = if layout.v6 { 0 } else { be16([ip[4], ip[5]]) };
         // DF is the same as the item's (compared); without it the IDs must run on.
         if seq != run.end_seq || (!layout.v6 && !run.df && ip_id != run.last_id.wrapping_add(1)) {
             return None;
@@ -258,8 +259,8 @@ impl<B: PacketBuf> Merger<B> {
         };
         Some(Tail {
             ip_id,
-            window: be16(l4 + 14),
-            flags: frame[l4 + 13],
+            window: be16([tcp[14], tcp[15]]),
+            flags: tcp[13],
             sum,
         })
     }
