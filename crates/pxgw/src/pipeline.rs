@@ -717,6 +717,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 .filter(|(_, (_, t))| t + timeout <= now)
                 .map(|(k, _)| *k),
         );
+        self.oldest_first();
         for i in 0..self.expired.len() {
             let key = self.expired[i];
             self.close_caravan(&key, out);
@@ -726,10 +727,24 @@ impl<B: PacketBuf> Pipeline<B> {
     /// Emits everything held (shutdown).
     pub fn flush(&mut self, now: u64, out: &mut Vec<B>) {
         self.merger.flush_all(now, out);
-        let keys: Vec<FlowKey> = self.caravans.keys().copied().collect();
-        for k in keys {
-            self.close_caravan(&k, out);
+        self.expired.clear();
+        self.expired.extend(self.caravans.keys().copied());
+        self.oldest_first();
+        for i in 0..self.expired.len() {
+            let key = self.expired[i];
+            self.close_caravan(&key, out);
         }
+    }
+
+    /// Orders the caravans in `expired` oldest first (ties by flow key), so they leave in the
+    /// order they were opened and a replay of the same capture gives the same output, not the
+    /// order of a randomly seeded hash map.
+    fn oldest_first(&mut self) {
+        let caravans = &self.caravans;
+        self.expired.sort_unstable_by_key(|k| {
+            let opened = caravans.get(k).map_or(0, |(_, t)| *t);
+            (opened, k.v6, k.src, k.dst, k.sport, k.dport, k.proto)
+        });
     }
 
     /// Forgets connections idle for `idle_ns`.
