@@ -1117,21 +1117,21 @@ impl FrameStats {
 
     /// Share of TCP payload in iMTU-bound frames.
     pub fn yield_share(&self) -> f64 {
-        let total = self.tcp_payload.load(Ordering::Relaxed);
-        if total == 0 {
-            0.0
-        } else {
-            self.bound_payload.load(Ordering::Relaxed) as f64 / total as f64
-        }
+        self.payload_share(&self.bound_payload)
     }
 
     /// Share of TCP payload in frames short of iMTU-bound that carry PSH.
     pub fn short_psh_share(&self) -> f64 {
+        self.payload_share(&self.short_psh_payload)
+    }
+
+    /// `part`'s share of the TCP payload (0 when none was seen).
+    fn payload_share(&self, part: &AtomicU64) -> f64 {
         let total = self.tcp_payload.load(Ordering::Relaxed);
         if total == 0 {
             0.0
         } else {
-            self.short_psh_payload.load(Ordering::Relaxed) as f64 / total as f64
+            part.load(Ordering::Relaxed) as f64 / total as f64
         }
     }
 
