@@ -104,7 +104,7 @@ pub fn update_yield(y: f32, full: bool, weight: f32) -> f32 {
 pub(super) struct Etm {
     /// Pending (deadline ns, flow) pairs, earliest first. An entry is stale when the flow's
     /// `scheduled` no longer equals its deadline; `poll` skips those.
-    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    timers: BinaryHeap<Reverse<u128>>,
     /// Heap entries allowed: past it, a flow is flushed rather than delayed (no growth).
     timer_capacity: usize,
     quantiles: UnitGammaQuantiles,
@@ -138,6 +138,19 @@ impl Etm {
     }
 }
 
+/// A timer heap entry: the deadline above the flow, so one integer compare orders entries as
+/// the pair `(deadline, flow)` would.
+#[inline]
+fn timer(due: u64, flow: u32) -> u128 {
+    u128::from(due) << 32 | u128::from(flow)
+}
+
+/// The deadline and flow of a [`timer`] entry.
+#[inline]
+fn untimer(t: u128) -> (u64, u32) {
+    ((t >> 32) as u64, t as u32)
+}
+
 impl<B: PacketBuf> Merger<B> {
     /// Updates the flow's rate average and MSS with an arriving segment.
     pub(super) fn update_flow_on_arrival(&mut self, flow: u32, seg: &Segment, now: u64) {
@@ -164,7 +177,8 @@ impl<B: PacketBuf> Merger<B> {
 
     /// Emits every delayed tail item whose window has passed by `now`.
     pub fn poll(&mut self, now: u64, out: &mut Vec<B>) {
-        while let Some(&Reverse((due, flow))) = self.etm.timers.peek() {
+        while let Some(&Reverse(timer)) = self.etm.timers.peek() {
+            let (due, flow) = untimer(timer);
             if due > now {
                 break;
             }
@@ -192,7 +206,8 @@ impl<B: PacketBuf> Merger<B> {
     /// was rescheduled or evicted), so [`next_deadline`](Self::next_deadline) names a live
     /// deadline and a poll loop does not wake up for nothing.
     pub(super) fn drop_stale_timers(&mut self) {
-        while let Some(&Reverse((due, flow))) = self.etm.timers.peek() {
+        while let Some(&Reverse(timer)) = self.etm.timers.peek() {
+            let (due, flow) = untimer(timer);
             let e = self.flows.get(flow);
             let live = e.occupied() && e.scheduled == due;
             if live && e.deadline != 0 {
@@ -210,7 +225,7 @@ impl<B: PacketBuf> Merger<B> {
     /// should call [`poll`](Self::poll) next. It may be a deadline that was since moved (a poll
     /// then does nothing), never a later one than the truth.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.etm.timers.peek().map(|Reverse((due, _))| *due)
+        self.etm.timers.peek().map(|&Reverse(t)| untimer(t).0)
     }
 
     /// Settles one flow after a burst: every item but the tail goes out; the tail waits for its
@@ -279,7 +294,7 @@ impl<B: PacketBuf> Merger<B> {
 
     fn schedule(&mut self, flow: u32, deadline: u64) {
         self.flows.get_mut(flow).scheduled = deadline;
-        self.etm.timers.push(Reverse((deadline, flow)));
+        self.etm.timers.push(Reverse(timer(deadline, flow)));
     }
 }
 
@@ -343,6 +358,28 @@ mod tests {
         assert!((r - 0.25).abs() < 0.01, "{r}");
         // A long silence resets it.
         assert!(update_rate(r, 5_000_000, 1500, 1e-6) < 0.01);
+    }
+
+    /// A timer entry orders as its `(deadline, flow)` pair, and gives both back, at the edges
+    /// of both ranges too.
+    #[test]
+    fn timer_entries_order_as_deadline_then_flow() {
+        let values = [
+            (0u64, 0u32),
+            (0, u32::MAX),
+            (1, 0),
+            (1, 7),
+            (u64::MAX - 1, u32::MAX),
+            (u64::MAX, 0),
+            (u64::MAX, u32::MAX),
+            (1 << 40, 3),
+        ];
+        for a in values {
+            assert_eq!(untimer(timer(a.0, a.1)), a);
+            for b in values {
+                assert_eq!(timer(a.0, a.1).cmp(&timer(b.0, b.1)), a.cmp(&b), "{a:?} {b:?}");
+            }
+        }
     }
 
     /// `note_arrival` adds within a burst (Δt = 0) without the decay: it must give exactly
