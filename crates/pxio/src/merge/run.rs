@@ -214,7 +214,9 @@ impl<B: PacketBuf> Merger<B> {
 
     /// Whether `pkt` (parsed as `hdr`) continues the run (see the module docs); if so, returns
     /// what it brings besides its payload. Reads only.
-    #[inline]
+    // Always inlined: returned through memory, the `Tail` it builds field by field was read
+    // back as wider words, and every admitted segment stalled on store forwarding (perf).
+    #[inline(always)]
     fn admits(&self, run: &Run, pkt: &B, hdr: &Headers) -> Option<Tail> {
         let layout = run.layout;
         let payload = u32::from(hdr.payload_len);
