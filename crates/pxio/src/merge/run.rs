@@ -180,7 +180,8 @@ struct Run {
 impl<B: PacketBuf> Merger<B> {
     /// Starts a run on `flow`'s held item when the run path may grow it: the flow holds exactly
     /// one item, not closed.
-    #[inline]
+    // Always inlined, as `admits` is: the `Run` it fills is not read back through memory.
+    #[inline(always)]
     fn open_run(&mut self, flow: u32) -> Option<Run> {
         let e = self.flows.get(flow);
         if e.n_items != 1 {
