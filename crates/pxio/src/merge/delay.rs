@@ -377,7 +377,11 @@ mod tests {
         for a in values {
             assert_eq!(untimer(timer(a.0, a.1)), a);
             for b in values {
-                assert_eq!(timer(a.0, a.1).cmp(&timer(b.0, b.1)), a.cmp(&b), "{a:?} {b:?}");
+                assert_eq!(
+                    timer(a.0, a.1).cmp(&timer(b.0, b.1)),
+                    a.cmp(&b),
+                    "{a:?} {b:?}"
+                );
             }
         }
     }
