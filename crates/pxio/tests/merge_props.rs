@@ -559,20 +559,6 @@ fn counters(
     )
 }
 
-/// What a receiving NIC with checksum offload says of `frame`: the IPv4 header checksum's
-/// verdict (none for IPv6), and the TCP checksum's (none for anything but TCP).
-fn nic_rx_verdicts(frame: &[u8]) -> (Option<bool>, Option<bool>) {
-    use etherparse::{NetSlice, SlicedPacket};
-    let ip = match SlicedPacket::from_ethernet(frame).ok().and_then(|p| p.net) {
-        Some(NetSlice::Ipv4(ip)) => {
-            let h = ip.header();
-            Some(h.to_header().calc_header_checksum() == h.header_checksum())
-        }
-        _ => None,
-    };
-    (ip, common::tcp_verdict(frame).map(|v| v.2))
-}
-
 /// Plays the NIC's part on transmit: fills the checksums the engine asked for (TX checksum
 /// offload as DPDK defines it: the IPv4 header's from scratch, the TCP one by summing the
 /// segment over the pseudo-header sum the engine left in the field), so a wrong seed shows
@@ -617,7 +603,7 @@ proptest! {
         let pool = HeapPool::new(256);
         let make = |i: &Input| {
             let mut b = common::assemble(i, &|f: &[u8]| pool.packet(f));
-            let (ip, l4) = nic_rx_verdicts(&i.frame);
+            let (ip, l4) = common::nic_rx_verdicts(&i.frame);
             b.set_ip_csum_verdict(ip);
             b.set_l4_csum_verdict(l4);
             b
@@ -662,7 +648,7 @@ proptest! {
             merger.poll(now, &mut out);
             let burst = case.inputs[start..end].iter().map(|i| {
                 let mut b = common::assemble(i, &|f: &[u8]| pool.packet(f));
-                let (ip, l4) = nic_rx_verdicts(&i.frame);
+                let (ip, l4) = common::nic_rx_verdicts(&i.frame);
                 b.set_ip_csum_verdict(ip);
                 b.set_l4_csum_verdict(l4);
                 b

@@ -29,8 +29,9 @@ proptest! {
     fn merging_on_mbufs_never_corrupts_and_never_leaks(
         case in case_strategy(Knobs { max_flows: 3, max_stream: 12_000, ..Knobs::default() }),
         delay in any::<bool>(),
-        // Whole frames with a valid checksum carry the NIC's GOOD mark (trusted, the payload is
-        // not read), or no mark (the engine verifies them itself).
+        // Whole frames carry the NIC's verdicts on their IPv4 header and TCP checksums
+        // (trusted: the payload is not read, and in-order segments take the run path), or no
+        // marks (the engine verifies them itself).
         nic_marks in any::<bool>(),
     ) {
         let rx = pool(4096, 2048 + 128);
@@ -39,8 +40,10 @@ proptest! {
             let mut merger = Merger::<Mbuf>::new(config(9000, delay), headers.clone()).unwrap();
             let frames = run(&case, &mut merger, |f| {
                 let mut m = mbuf(&rx, f);
-                if nic_marks && common::tcp_verdict(f).is_some_and(|v| v.2) {
-                    m.mark_rx_l4_checksum_good();
+                if nic_marks {
+                    let (ip, l4) = common::nic_rx_verdicts(f);
+                    m.set_ip_csum_verdict(ip);
+                    m.set_l4_csum_verdict(l4);
                 }
                 m
             });

@@ -952,6 +952,21 @@ pub fn corrupt_one(case: &mut Case, pick: usize) -> Option<(usize, usize)> {
     Some((inp.flow.unwrap(), stream_offset))
 }
 
+/// What a receiving NIC with checksum offload says of `frame`: the IPv4 header checksum's
+/// verdict (none for IPv6), and the TCP checksum's (none for anything but TCP).
+#[allow(dead_code)] // not every test binary plays the NIC
+pub fn nic_rx_verdicts(frame: &[u8]) -> (Option<bool>, Option<bool>) {
+    use etherparse::{NetSlice, SlicedPacket};
+    let ip = match SlicedPacket::from_ethernet(frame).ok().and_then(|p| p.net) {
+        Some(NetSlice::Ipv4(ip)) => {
+            let h = ip.header();
+            Some(h.to_header().calc_header_checksum() == h.header_checksum())
+        }
+        _ => None,
+    };
+    (ip, tcp_verdict(frame).map(|v| v.2))
+}
+
 /// Whether a frame's TCP checksum verifies, with its flow, seq and payload.
 pub fn tcp_verdict(frame: &[u8]) -> Option<(u32, Vec<u8>, bool, [u8; 16])> {
     let p = SlicedPacket::from_ethernet(frame).ok()?;
