@@ -384,84 +384,47 @@ fn run_px(
     if let Some(h) = align_imtu {
         builder = builder.align_imtu(h);
     }
-    let mut px = builder
+    let px = builder
         .build::<Mbuf, _>(pools.headers.clone(), &clock)
         .map_err(|e| BenchError::Config(e.to_string()))?;
-    let mut timer = CycleTimer::new(tsc_hz);
+    let mut run = PxRun {
+        px,
+        kind,
+        nfs,
+        pools,
+        timer: CycleTimer::new(tsc_hz),
+        rx_timer: CycleTimer::new(tsc_hz),
+        nf_timer: CycleTimer::new(tsc_hz),
+        merged: Vec::new(),
+        pieces: Vec::new(),
+        sink: Vec::new(),
+        fwd: Vec::new(),
+        calls: 0,
+        repack: feed9000.then(Repack::default),
+    };
     let mut rx = Burst::<64>::new();
-    let (mut merged, mut pieces, mut sink, mut fwd) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut calls = 0u64;
-    let mut repack = Repack::default();
-    let (mut rx_timer, mut nf_timer) = (CycleTimer::new(tsc_hz), CycleTimer::new(tsc_hz));
     let mut bursts = trace.bursts().peekable();
     loop {
         let next = bursts.peek().map(|b| b.time_ns);
         // Deadlines due before the next burst (or all, at the end) fire on time.
-        while let Some(due) = px.next_deadline().filter(|&d| next.is_none_or(|t| d < t)) {
+        while let Some(due) = run
+            .px
+            .next_deadline()
+            .filter(|&d| next.is_none_or(|t| d < t))
+        {
             clock.set(due);
-            if feed9000 {
-                px.poll_meta(&mut merged);
-            } else {
-                timer.time(|| rx_timer.time(|| px.poll_meta(&mut merged)));
-            }
-            process(
-                &mut px,
-                &mut timer,
-                kind,
-                nfs,
-                pools,
-                &mut merged,
-                &mut pieces,
-                &mut sink,
-                &mut fwd,
-                due,
-                feed9000.then_some((&mut repack, false)),
-                (&mut calls, &mut nf_timer),
-            )?;
+            run.released(|px, merged| px.poll_meta(merged));
+            run.process(due, false)?;
         }
         let Some(burst) = bursts.next() else { break };
         fill(trace, burst.slots.clone(), &pools.rx, &mut rx, kind)?;
         clock.set(burst.time_ns);
-        if feed9000 {
-            px.rx_meta(rx.drain(), &mut merged);
-        } else {
-            timer.time(|| rx_timer.time(|| px.rx_meta(rx.drain(), &mut merged)));
-        }
-        process(
-            &mut px,
-            &mut timer,
-            kind,
-            nfs,
-            pools,
-            &mut merged,
-            &mut pieces,
-            &mut sink,
-            &mut fwd,
-            burst.time_ns,
-            feed9000.then_some((&mut repack, false)),
-            (&mut calls, &mut nf_timer),
-        )?;
+        run.released(|px, merged| px.rx_meta(rx.drain(), merged));
+        run.process(burst.time_ns, false)?;
     }
-    if feed9000 {
-        px.flush_meta(&mut merged);
-    } else {
-        timer.time(|| px.flush_meta(&mut merged));
-    }
-    process(
-        &mut px,
-        &mut timer,
-        kind,
-        nfs,
-        pools,
-        &mut merged,
-        &mut pieces,
-        &mut sink,
-        &mut fwd,
-        trace.end_ns(),
-        feed9000.then_some((&mut repack, true)),
-        (&mut calls, &mut nf_timer),
-    )?;
+    run.released(|px, merged| px.flush_meta(merged));
+    run.process(trace.end_ns(), true)?;
+    let px = &run.px;
     if px.tx_stats().dropped + px.tx_stats().queue_drops > 0 {
         return Err(BenchError::Config(format!(
             "pxio dropped on TX: {:?}",
@@ -469,86 +432,127 @@ fn run_px(
         )));
     }
     Ok(Run {
-        ns: timer.ns(),
-        calls,
-        rx_ns: rx_timer.ns(),
-        nf_ns: nf_timer.ns(),
+        ns: run.timer.ns(),
+        calls: run.calls,
+        rx_ns: run.rx_timer.ns(),
+        nf_ns: run.nf_timer.ns(),
         frames_out: px.tx_stats().packets_out,
     })
 }
 
-/// The NF on what pxio released, and pxio's TX; or, with `feed9000`, the plain NF on
-/// contiguous copies.
-#[allow(clippy::too_many_arguments)]
-fn process(
-    px: &mut pxio::Pxio<Mbuf, &ManualClock>,
-    timer: &mut CycleTimer,
+/// One pxio run's state: the engine, the NF, the timers and the vectors packets pass through.
+struct PxRun<'a, 'c> {
+    px: pxio::Pxio<Mbuf, &'c ManualClock>,
     kind: Kind,
-    nfs: &mut Nfs,
-    pools: &Pools,
-    merged: &mut Vec<RxPacket<Mbuf>>,
-    pieces: &mut Vec<Mbuf>,
-    sink: &mut Vec<Mbuf>,
-    fwd: &mut Vec<Mbuf>,
-    now: u64,
-    feed9000: Option<(&mut Repack, bool)>,
-    (calls, nf_timer): (&mut u64, &mut CycleTimer),
-) -> Result<(), BenchError> {
-    if let Some((repack, last)) = feed9000 {
-        // Untimed: full 9000 B packets, as a 9000 B link would deliver them.
-        let mut frames = Vec::new();
-        for RxPacket { pkt, .. } in merged.drain(..) {
-            repack.push(&pkt.to_vec(), &mut frames);
+    nfs: &'a mut Nfs,
+    pools: &'a Pools,
+    /// Everything timed: pxio's RX and TX and the NF.
+    timer: CycleTimer,
+    /// pxio's RX alone, and the NF alone.
+    rx_timer: CycleTimer,
+    nf_timer: CycleTimer,
+    merged: Vec<RxPacket<Mbuf>>,
+    pieces: Vec<Mbuf>,
+    sink: Vec<Mbuf>,
+    fwd: Vec<Mbuf>,
+    /// Packets the NF was called on.
+    calls: u64,
+    /// With `feed9000`: the merged packets are repacked into contiguous 9000 B frames,
+    /// untimed, and the plain NF runs on those.
+    repack: Option<Repack>,
+}
+
+impl PxRun<'_, '_> {
+    /// Lets pxio release packets into `merged` (`f`: a poll, a burst's RX, the final flush),
+    /// on the clock unless the packets are only repacked for the 9000 B case.
+    fn released(
+        &mut self,
+        f: impl FnOnce(&mut pxio::Pxio<Mbuf, &ManualClock>, &mut Vec<RxPacket<Mbuf>>),
+    ) {
+        let (px, merged) = (&mut self.px, &mut self.merged);
+        if self.repack.is_some() {
+            f(px, merged);
+        } else {
+            let rx_timer = &mut self.rx_timer;
+            self.timer.time(|| rx_timer.time(|| f(px, merged)));
         }
-        if last {
-            repack.flush(&mut frames);
-        }
-        let mut big = Vec::with_capacity(frames.len());
-        for f in frames {
-            let mut m = pools.big.alloc()?;
-            m.extend_from_slice(&f)?;
-            big.push(m);
-        }
-        timer.time(|| {
-            for m in big.drain(..) {
-                *calls += 1;
-                if let Class::Tcp(h) | Class::Udp(h) = classify(m.data(), m.len()) {
-                    nfs.step(kind, m, &h, now, &pools.headers, sink);
-                }
-            }
-        });
-        sink.clear();
-        return Ok(());
     }
-    timer.time(|| {
-        for RxPacket { pkt, meta } in merged.drain(..) {
-            *calls += 1;
-            let Some(m) = meta else { continue };
-            // NF cycles: the rule lookups, rewrites and encapsulations (the pieces' split is
-            // pxio's).
-            if kind == Kind::Upf {
-                let rule = nf_timer.time(|| nfs.upf.downlink(&m.hdr, now));
-                if let Some(rule) = rule {
-                    let _ = px.split(pkt, m.seg_mtu(), pieces);
-                    for p in pieces.drain(..) {
-                        let p = nf_timer
-                            .time(|| nfs.upf.encap(p, m.hdr.l2_len, rule.far, &pools.headers));
-                        if let Some(p) = p {
-                            px.enqueue(p);
-                        }
+
+    /// The NF on what pxio released, and pxio's TX; or, with `feed9000`, the plain NF on
+    /// contiguous copies (`last`: the run's end, when the repacker gives up what it holds).
+    fn process(&mut self, now: u64, last: bool) -> Result<(), BenchError> {
+        let Self {
+            px,
+            kind,
+            nfs,
+            pools,
+            timer,
+            nf_timer,
+            merged,
+            pieces,
+            sink,
+            fwd,
+            calls,
+            repack,
+            ..
+        } = self;
+        let kind = *kind;
+        if let Some(repack) = repack {
+            // Untimed: full 9000 B packets, as a 9000 B link would deliver them.
+            let mut frames = Vec::new();
+            for RxPacket { pkt, .. } in merged.drain(..) {
+                repack.push(&pkt.to_vec(), &mut frames);
+            }
+            if last {
+                repack.flush(&mut frames);
+            }
+            let mut big = Vec::with_capacity(frames.len());
+            for f in frames {
+                let mut m = pools.big.alloc()?;
+                m.extend_from_slice(&f)?;
+                big.push(m);
+            }
+            timer.time(|| {
+                for m in big.drain(..) {
+                    *calls += 1;
+                    if let Class::Tcp(h) | Class::Udp(h) = classify(m.data(), m.len()) {
+                        nfs.step(kind, m, &h, now, &pools.headers, sink);
                     }
                 }
-            } else {
-                nf_timer.time(|| nfs.step(kind, pkt, &m.hdr, now, &pools.headers, fwd));
-                for p in fwd.drain(..) {
-                    let _ = px.tx(p);
+            });
+            sink.clear();
+            return Ok(());
+        }
+        timer.time(|| {
+            for RxPacket { pkt, meta } in merged.drain(..) {
+                *calls += 1;
+                let Some(m) = meta else { continue };
+                // NF cycles: the rule lookups, rewrites and encapsulations (the pieces' split
+                // is pxio's).
+                if kind == Kind::Upf {
+                    let rule = nf_timer.time(|| nfs.upf.downlink(&m.hdr, now));
+                    if let Some(rule) = rule {
+                        let _ = px.split(pkt, m.seg_mtu(), pieces);
+                        for p in pieces.drain(..) {
+                            let p = nf_timer
+                                .time(|| nfs.upf.encap(p, m.hdr.l2_len, rule.far, &pools.headers));
+                            if let Some(p) = p {
+                                px.enqueue(p);
+                            }
+                        }
+                    }
+                } else {
+                    nf_timer.time(|| nfs.step(kind, pkt, &m.hdr, now, &pools.headers, fwd));
+                    for p in fwd.drain(..) {
+                        let _ = px.tx(p);
+                    }
                 }
             }
-        }
-        px.flush_tx(sink);
-    });
-    sink.clear();
-    Ok(())
+            px.flush_tx(sink);
+        });
+        sink.clear();
+        Ok(())
+    }
 }
 
 /// Runs every NF in every variant; rows in the order UPF, NAT, LB.
