@@ -614,10 +614,18 @@ impl<B: PacketBuf> Pipeline<B> {
         ccfg: &CaravanConfig,
         out: &mut Vec<B>,
     ) {
-        let Some((Open::Lone(first, first_hdr, first_parsed), since)) =
-            self.caravans.remove(&h.key)
-        else {
-            return self.pass_udp(second, h, ccfg.dscp, out);
+        let (first, first_hdr, first_parsed, since) = match self.caravans.remove(&h.key) {
+            Some((Open::Lone(first, first_hdr, first_parsed), since)) => {
+                (first, first_hdr, first_parsed, since)
+            }
+            // Callers pair only with a lone datagram. Should an open caravan be found instead,
+            // it leaves whole, first, rather than being dropped, and the datagram follows it.
+            Some(open) => {
+                self.caravans.insert(h.key, open);
+                self.close_caravan(&h.key, out);
+                return self.pass_udp(second, h, ccfg.dscp, out);
+            }
+            None => return self.pass_udp(second, h, ccfg.dscp, out),
         };
         match CaravanBuilder::start_parsed(first, &first_parsed, *ccfg, &self.pool) {
             Ok(mut b) => match b.push_parsed(second, parsed) {
