@@ -84,6 +84,20 @@ impl<B: PacketBuf> Item<B> {
     pub(super) fn closed(&self) -> bool {
         self.tail_flags & (tcp_flags::PSH | tcp_flags::FIN) != 0
     }
+
+    /// Notes `n` segments joined at the item's end at `now` (their bytes and sums are the
+    /// caller's): the last one's IP ID, window and PSH/FIN (only those flags are kept), the
+    /// segment count, the arrival times, and that the headers must be rewritten.
+    #[inline]
+    pub(super) fn note_tail(&mut self, n: u16, last_id: u16, window: u16, flags: u8, now: u64) {
+        self.last_id = last_id;
+        self.last_window = window;
+        self.segs += n;
+        self.tail_flags = flags & (tcp_flags::PSH | tcp_flags::FIN);
+        self.marks |= marks::MODIFIED;
+        self.arrival_sum += now * u64::from(n);
+        self.oldest = self.oldest.min(now);
+    }
 }
 
 /// [`Item::marks`] bits (one byte, so the append bookkeeping stays in one cache line).

@@ -204,13 +204,7 @@ impl<B: PacketBuf> Merger<B> {
         }
         it.payload_sum = concat_sum(it.payload_sum, it.payload_len, tail.sum);
         it.payload_len += seg_len;
-        it.last_id = tail.ip_id;
-        it.last_window = tail.window;
-        it.segs += 1;
-        it.tail_flags = tail.flags & (tcp_flags::PSH | tcp_flags::FIN);
-        it.marks |= marks::MODIFIED;
-        it.arrival_sum += now;
-        it.oldest = it.oldest.min(now);
+        it.note_tail(1, tail.ip_id, tail.window, tail.flags, now);
         self.stats.merges += 1;
     }
 

@@ -26,7 +26,7 @@
 //! exactly as it would have. So the outcome never depends on which path a segment took (the
 //! `rx_burst` vs one-by-one property test in `tests/merge_props.rs` checks this).
 
-use super::item::{marks, Layout};
+use super::item::Layout;
 use super::place::{concat_sum, unreachable_chain, Tail};
 use super::segment::claimed_payload_sum;
 use super::{Merger, Pending, NO_PKT};
@@ -168,7 +168,7 @@ struct Run {
     nb_segs: u16,
     payload_len: u32,
     payload_sum: Sum,
-    /// Segments admitted, and the last one's window and PSH/FIN.
+    /// Segments admitted, and the last one's window and TCP flags.
     joined: u16,
     window: u16,
     tail_flags: u8,
@@ -272,7 +272,6 @@ impl<B: PacketBuf> Merger<B> {
     /// bookkeeping waits for [`close_run`](Self::close_run).
     #[inline]
     fn join_run(&mut self, run: &mut Run, mut pkt: B, hdr: &Headers, tail: Tail, now: u64) {
-        self.stats.packets_in += 1;
         self.note_arrival(run.flow, hdr.ip_len, hdr.payload_len, now);
         let stripped = pkt.adj(run.layout.hdr_len());
         debug_assert!(stripped, "the compared header is in the first segment");
@@ -294,8 +293,9 @@ impl<B: PacketBuf> Merger<B> {
         run.nb_segs += 1;
         run.joined += 1;
         run.window = tail.window;
-        run.tail_flags = tail.flags & (tcp_flags::PSH | tcp_flags::FIN);
-        run.done = run.tail_flags != 0 || run.ip_len >= u32::from(self.cfg.imtu);
+        run.tail_flags = tail.flags;
+        run.done = tail.flags & (tcp_flags::PSH | tcp_flags::FIN) != 0
+            || run.ip_len >= u32::from(self.cfg.imtu);
     }
 
     /// Ends a run: the item's bookkeeping and the counters, once for all the segments it
@@ -310,13 +310,8 @@ impl<B: PacketBuf> Merger<B> {
         it.nb_segs = run.nb_segs;
         it.payload_sum = run.payload_sum;
         it.payload_len = run.payload_len;
-        it.last_id = run.last_id;
-        it.last_window = run.window;
-        it.segs += n;
-        it.tail_flags = run.tail_flags;
-        it.marks |= marks::MODIFIED;
-        it.arrival_sum += now * u64::from(n);
-        it.oldest = it.oldest.min(now);
+        it.note_tail(n, run.last_id, run.window, run.tail_flags, now);
+        self.stats.packets_in += u64::from(n);
         self.stats.payload_in += run.payload_in;
         self.stats.merges += u64::from(n);
         self.stats.run_merges += u64::from(n);
