@@ -621,6 +621,13 @@ impl Mbuf {
         fields.set_tso_segsz(u64::from(tso_segsz));
     }
 
+    /// Replaces the offload flags (for the wrappers that hand the packet to a DPDK library
+    /// that reads them, and restore them after).
+    pub(crate) fn set_ol_flags(&mut self, flags: u64) {
+        // SAFETY: we own the head struct; a plain metadata field.
+        unsafe { self.raw.as_mut() }.ol_flags = flags;
+    }
+
     /// The packet type (`RTE_PTYPE_*` bits, see [`ptype`](crate::ptype)): what the NIC or the
     /// application says the headers are.
     #[inline]

@@ -15,6 +15,8 @@ use crate::{Burst, Eal, Mbuf};
 pub struct Mempool {
     raw: std::ptr::NonNull<dpdk_sys::rte_mempool>,
     name: String,
+    /// Each mbuf's buffer, headroom included.
+    data_room: u16,
     eal: Arc<EalInner>,
 }
 
@@ -48,6 +50,7 @@ impl Mempool {
         Ok(Arc::new(Self {
             raw,
             name: name.to_owned(),
+            data_room,
             eal: eal.inner.clone(),
         }))
     }
@@ -55,6 +58,18 @@ impl Mempool {
     /// The pool's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Bytes of buffer each mbuf has, headroom included.
+    pub fn data_room(&self) -> u16 {
+        self.data_room
+    }
+
+    /// Bytes a fresh mbuf of this pool can hold after its headroom (DPDK reserves
+    /// `RTE_PKTMBUF_HEADROOM`, 128 B, or the whole buffer when it is smaller).
+    pub fn fresh_room(&self) -> usize {
+        let headroom = (dpdk_sys::RTE_PKTMBUF_HEADROOM as u16).min(self.data_room);
+        usize::from(self.data_room - headroom)
     }
 
     pub(crate) fn as_ptr(&self) -> *mut dpdk_sys::rte_mempool {
