@@ -17,6 +17,9 @@ pub struct EngineResult {
     pub parsed_in_timed_region: Option<u64>,
     /// The share of [`ns_per_pkt`](Self::ns_per_pkt) spent in that parse, ns per packet.
     pub parse_ns_per_pkt: Option<f64>,
+    /// The share of `ns_per_pkt` spent cutting outputs to the iMTU with `rte_gso` (the
+    /// rte_gro + rte_gso peer only).
+    pub gso_ns_per_pkt: Option<f64>,
     /// Yield, delay and output counts.
     pub outcome: Outcome,
     /// Bytes of per-flow state the engine keeps.

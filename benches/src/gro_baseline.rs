@@ -34,11 +34,11 @@
 
 use std::time::Instant;
 
-use dpdk::{Burst, Eal, GroContext, Mbuf, Mempool};
+use dpdk::{Burst, Eal, GroContext, GsoContext, Mbuf, Mempool};
 
 use crate::engine::{best_of, CycleTimer, EngineResult};
 use crate::ledger::Ledger;
-use crate::trace::layout::FRAME_LEN;
+use crate::trace::layout::{ETH_LEN, FRAME_LEN};
 use crate::trace::Trace;
 use crate::{BenchError, MergeBenchConfig};
 
@@ -53,6 +53,9 @@ pub const GRO_FLOW_BYTES: u64 = 32;
 pub const GRO_ITEM_BYTES: u64 = 40;
 /// Data room of the baseline's mbufs: a 1514 B frame after DPDK's 128 B headroom.
 const DATA_ROOM: u16 = 2048 + 128;
+/// Data room of GSO's header mbufs: the longest headers (Ethernet, IPv4, TCP with options)
+/// after the headroom.
+const GSO_HEADER_ROOM: u16 = 128 + 128;
 
 /// Runs `trace` through `rte_gro` [`MergeBenchConfig::repetitions`] times and reports the
 /// fastest run (see [`best_of`]).
@@ -61,11 +64,30 @@ pub fn run_rte_gro(
     trace: &Trace,
     cfg: &MergeBenchConfig,
 ) -> Result<EngineResult, BenchError> {
-    best_of(cfg.repetitions, || run_once(eal, trace, cfg))
+    best_of(cfg.repetitions, || run_once(eal, trace, cfg, false))
 }
 
-/// One run of `trace` through a fresh `rte_gro` context.
-fn run_once(eal: &Eal, trace: &Trace, cfg: &MergeBenchConfig) -> Result<EngineResult, BenchError> {
+/// [`run_rte_gro`] followed by `rte_gso` at the iMTU, so that the peer's output fits the
+/// iMTU as pxio's does: DPDK 22.11's GRO merges up to 64 KB, and DPDK's way to cut a packet
+/// to a size is GSO. Each flushed packet longer than the iMTU is cut (a header mbuf and
+/// indirect mbufs per piece, as [`GsoContext::segment`] describes) inside the timed region,
+/// and the merged packet is released; its [`EngineResult::gso_ns_per_pkt`] is that step's
+/// share. The ledger holds it to the iMTU.
+pub fn run_rte_gro_gso(
+    eal: &Eal,
+    trace: &Trace,
+    cfg: &MergeBenchConfig,
+) -> Result<EngineResult, BenchError> {
+    best_of(cfg.repetitions, || run_once(eal, trace, cfg, true))
+}
+
+/// One run of `trace` through a fresh `rte_gro` context (and `rte_gso` after it with `gso`).
+fn run_once(
+    eal: &Eal,
+    trace: &Trace,
+    cfg: &MergeBenchConfig,
+    gso: bool,
+) -> Result<EngineResult, BenchError> {
     let wall = Instant::now();
     let flows = trace.config().flows;
     let max_flows = u16::try_from(flows).map_err(|_| {
@@ -79,22 +101,48 @@ fn run_once(eal: &Eal, trace: &Trace, cfg: &MergeBenchConfig) -> Result<EngineRe
             trace.config().rx_burst
         )));
     }
-    let pool = Mempool::new(
-        eal,
-        &unique_pool_name(),
-        pool_size(trace, cfg.delay_budget_ns),
-        256,
-        DATA_ROOM,
-    )?;
+    let held = pool_size(trace, cfg.delay_budget_ns);
+    let pool = Mempool::new(eal, &unique_pool_name(), held, 256, DATA_ROOM)?;
+    let gso = if gso {
+        // A flush hands out at most FLUSH_CAPACITY packets, and GSO cuts each into at most
+        // 64 KB / (iMTU - headers) pieces of a header mbuf and an indirect mbuf per input
+        // segment it spans; they are released before the next flush.
+        let pieces = FLUSH_CAPACITY as u32 * 64;
+        let direct = Mempool::new(eal, &unique_pool_name(), pieces - 1, 256, GSO_HEADER_ROOM)?;
+        let indirect = Mempool::new(eal, &unique_pool_name(), (held + pieces) * 2 - 1, 256, 0)?;
+        let max_len = u16::try_from(cfg.imtu + ETH_LEN).map_err(|_| {
+            BenchError::Config(format!("iMTU {} is beyond rte_gso's sizes", cfg.imtu))
+        })?;
+        Some(GsoContext::tcp4(&direct, &indirect, max_len)?)
+    } else {
+        None
+    };
+    let ledger = Ledger::new(
+        trace,
+        if gso.is_some() {
+            "rte_gro+rte_gso"
+        } else {
+            "rte_gro"
+        },
+        cfg.imtu,
+        cfg.verify_payload,
+    );
     let mut run = Run {
         gro: GroContext::new(eal, max_flows, cfg.gro_items_per_flow)?,
         out: Box::new(Burst::new()),
         timer: CycleTimer::new(cfg.tsc_hz),
-        ledger: Ledger::new(trace, "rte_gro", cfg.imtu, cfg.verify_payload),
+        ledger: if gso.is_some() {
+            ledger.enforcing_imtu()
+        } else {
+            ledger
+        },
         flushes: 0,
         held_at_flushes: 0,
         parsed: 0,
         parse_timer: CycleTimer::new(cfg.tsc_hz),
+        gso,
+        cut: Vec::with_capacity(FLUSH_CAPACITY * 8),
+        gso_timer: CycleTimer::new(cfg.tsc_hz),
     };
     let mut rx = Burst::<RX_CAPACITY>::new();
 
@@ -102,7 +150,7 @@ fn run_once(eal: &Eal, trace: &Trace, cfg: &MergeBenchConfig) -> Result<EngineRe
     let mut next_flush = trace.bursts().next().map_or(0, |b| b.time_ns) + budget;
     for burst in trace.bursts() {
         if budget > 0 && burst.time_ns >= next_flush {
-            run.flush(next_flush);
+            run.flush(next_flush)?;
             // Later deadlines up to this burst found the table empty.
             next_flush += ((burst.time_ns - next_flush) / budget + 1) * budget;
         }
@@ -126,28 +174,31 @@ fn run_once(eal: &Eal, trace: &Trace, cfg: &MergeBenchConfig) -> Result<EngineRe
                 .record(|v| m.segments().for_each(v), burst.time_ns);
         }
         if budget == 0 {
-            run.flush(burst.time_ns);
+            run.flush(burst.time_ns)?;
         }
     }
     run.flush(if budget == 0 {
         trace.end_ns()
     } else {
         next_flush
-    });
+    })?;
     debug_assert_eq!(run.gro.item_count(), 0);
 
     let held_at_flush = run.held_at_flushes as f64 / run.flushes.max(1) as f64;
+    let with_gso = run.gso.is_some();
     let (timer, ledger, parsed, parse) = (run.timer, run.ledger, run.parsed, run.parse_timer);
+    let cut = run.gso_timer;
     let n = trace.len().max(1) as f64;
     Ok(EngineResult {
-        ns_per_pkt: (timer.ns() + parse.ns()) / n,
-        cycles_per_pkt: (timer.cycles() + parse.cycles()) / n,
+        ns_per_pkt: (timer.ns() + parse.ns() + cut.ns()) / n,
+        cycles_per_pkt: (timer.cycles() + parse.cycles() + cut.cycles()) / n,
         parsed_in_timed_region: Some(parsed),
         parse_ns_per_pkt: Some(parse.ns() / n),
+        gso_ns_per_pkt: with_gso.then(|| cut.ns() / n),
         outcome: ledger.finish()?,
         flow_entry_bytes: u64::from(cfg.gro_items_per_flow) * (GRO_FLOW_BYTES + GRO_ITEM_BYTES),
         wall_s: wall.elapsed().as_secs_f64(),
-        discarded_sections: timer.discarded() + parse.discarded(),
+        discarded_sections: timer.discarded() + parse.discarded() + cut.discarded(),
         held_at_flush: Some(held_at_flush),
     })
 }
@@ -165,18 +216,34 @@ struct Run<'t> {
     parsed: u64,
     /// The parse's sections.
     parse_timer: CycleTimer,
+    /// GSO at the iMTU after each flush, when the peer is rte_gro + rte_gso.
+    gso: Option<GsoContext>,
+    /// GSO's outputs, recorded after its timed section.
+    cut: Vec<Mbuf>,
+    /// GSO's sections.
+    gso_timer: CycleTimer,
 }
 
 impl Run<'_> {
-    /// Flushes the whole table (timed), then records what came out as emitted at `now_ns` and
-    /// frees it (not timed).
-    fn flush(&mut self, now_ns: u64) {
+    /// Flushes the whole table (timed) and, with GSO, cuts what came out to the iMTU (timed on
+    /// its own), then records the outputs as emitted at `now_ns` and frees them (not timed).
+    fn flush(&mut self, now_ns: u64) -> Result<(), BenchError> {
         self.flushes += 1;
         self.held_at_flushes += self.gro.item_count() as u64;
         loop {
             let (gro, out) = (&mut self.gro, &mut *self.out);
             self.timer.time(|| gro.timeout_flush(0, out));
             let more = self.out.is_full();
+            if let Some(gso) = &self.gso {
+                let (out, cut) = (&mut *self.out, &mut self.cut);
+                self.gso_timer.time(|| {
+                    out.drain()
+                        .try_for_each(|m| gso.segment(m, cut).map(drop).map_err(|(e, _)| e))
+                })?;
+                for m in self.cut.drain(..) {
+                    self.ledger.record(|v| m.segments().for_each(v), now_ns);
+                }
+            }
             for m in self.out.drain() {
                 self.ledger.record(|v| m.segments().for_each(v), now_ns);
             }
@@ -184,6 +251,7 @@ impl Run<'_> {
                 break;
             }
         }
+        Ok(())
     }
 }
 

@@ -53,6 +53,9 @@ pub struct Faults {
     pub corrupted: u64,
     /// Segments emitted before the engine received them.
     pub early: u64,
+    /// Outputs longer than the iMTU, from an engine that must respect it
+    /// ([`Ledger::enforcing_imtu`]).
+    pub oversize: u64,
 }
 
 impl Faults {
@@ -115,6 +118,8 @@ pub struct Ledger<'t> {
     layout: Layout,
     /// A copy of the output being recorded, when verifying payloads.
     copy: Vec<u8>,
+    /// Whether an output longer than the iMTU is a fault (else it counts as cut there).
+    enforce_imtu: bool,
 }
 
 impl<'t> Ledger<'t> {
@@ -138,7 +143,15 @@ impl<'t> Ledger<'t> {
             head: [0; MAX_HEADERS_LEN],
             layout: trace.layout(),
             copy: Vec::new(),
+            enforce_imtu: false,
         }
+    }
+
+    /// The same ledger for an engine whose outputs must fit the iMTU (pxio, or rte_gro followed
+    /// by rte_gso): a longer one is a fault ([`Faults::oversize`]).
+    pub fn enforcing_imtu(mut self) -> Self {
+        self.enforce_imtu = true;
+        self
     }
 
     /// Payload bytes of a `payload`-byte output that count as iMTU-bound (see the module docs).
@@ -183,6 +196,9 @@ impl<'t> Ledger<'t> {
             return;
         };
         let payload = total - hl;
+        if self.enforce_imtu && payload > self.cap {
+            self.faults.oversize += 1;
+        }
         let (first_seg, offset) = ((start / mss) as u32, start % mss);
         if verify
             && !self
@@ -452,6 +468,37 @@ mod tests {
             (1.05..1.15).contains(&o.packets_per_imtu),
             "{}",
             o.packets_per_imtu
+        );
+    }
+
+    #[test]
+    fn an_engine_held_to_the_imtu_faults_on_a_longer_output() {
+        let t = trace();
+        let mut l = Ledger::new(&t, "capped", 9000, false).enforcing_imtu();
+        // Two outputs: segments 0-5 (8688 B, within the 8948 B cap), then 6-12 (10136 B,
+        // over it).
+        let mut out = t.frame(t.slot_of(0, 0).unwrap()).to_vec();
+        for s in 1..6 {
+            out.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
+        }
+        let ip_len = (out.len() - ETH_LEN) as u16;
+        out[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+        l.record(|v| v(&out), t.end_ns());
+        let mut rest = t.frame(t.slot_of(0, 6).unwrap()).to_vec();
+        for s in 7..13 {
+            rest.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
+        }
+        let ip_len = (rest.len() - ETH_LEN) as u16;
+        rest[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+        l.record(|v| v(&rest), t.end_ns());
+        let err = l.finish().unwrap_err();
+        assert_eq!(
+            err.faults,
+            Faults {
+                oversize: 1,
+                missing: t.len() as u64 - 13,
+                ..Faults::default()
+            }
         );
     }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 use dpdk::Eal;
 
 use crate::engine::{fastest, EngineResult};
-use crate::gro_baseline::run_rte_gro;
+use crate::gro_baseline::{run_rte_gro, run_rte_gro_gso};
 use crate::ledger::DEFAULT_IMTU;
 use crate::pxio_engine::{run_pxio, NicInfo};
 use crate::report::{MergeRow, ScenarioCost};
@@ -115,15 +115,16 @@ pub fn run_scenario(
         repetitions: 1,
         ..cfg.clone()
     };
-    let mut runs: [Vec<EngineResult>; 4] = Default::default();
+    let mut runs: [Vec<EngineResult>; 5] = Default::default();
     for _ in 0..cfg.repetitions.max(1) {
         runs[0].push(run_rte_gro(eal, &trace, &once)?);
         runs[1].push(run_pxio(eal, &trace, &once, NicInfo::FULL)?);
         runs[2].push(run_pxio(eal, &trace, &once, NicInfo::SOFTWARE_CSUM)?);
         runs[3].push(run_pxio(eal, &trace, &once, NicInfo::SOFTWARE_HASH)?);
+        runs[4].push(run_rte_gro_gso(eal, &trace, &once)?);
     }
-    let [gro, full, sw_csum, sw_hash] = runs.map(fastest);
-    let (gro, full, sw_hash) = (gro?, full?, sw_hash?);
+    let [gro, full, sw_csum, sw_hash, gro_gso] = runs.map(fastest);
+    let (gro, full, sw_hash, gro_gso) = (gro?, full?, sw_hash?, gro_gso?);
     let pxio = Some(sw_csum?);
     let parsed = gro.parsed_in_timed_region.unwrap_or(0);
     if parsed != trace.len() as u64 {
@@ -169,6 +170,12 @@ pub fn run_scenario(
         schedule: cfg.schedule.name().to_owned(),
         ipv6: cfg.ipv6,
         rte_gro_held_at_flush: gro.held_at_flush,
+        rte_gro_gso_ns_per_pkt: Some(gro_gso.ns_per_pkt),
+        rte_gro_gso_cut_ns_per_pkt: gro_gso.gso_ns_per_pkt,
+        rte_gro_gso_cycles_per_pkt: Some(gro_gso.cycles_per_pkt),
+        speedup_vs_gro_gso: Some(gro_gso.ns_per_pkt / full.ns_per_pkt),
+        rte_gro_gso_yield: Some(gro_gso.outcome.conversion_yield),
+        rte_gro_gso_packets_per_imtu: Some(gro_gso.outcome.packets_per_imtu),
     };
     let cost = ScenarioCost {
         schedule: cfg.schedule.name().to_owned(),
@@ -176,9 +183,9 @@ pub fn run_scenario(
         gbps_per_flow,
         generate_s,
         trace_bytes: trace.heap_bytes(),
-        rte_gro_wall_s: gro.wall_s,
+        rte_gro_wall_s: gro.wall_s + gro_gso.wall_s,
         pxio_wall_s: Some(full.wall_s + sw_hash.wall_s + pxio.as_ref().map_or(0.0, |p| p.wall_s)),
-        rte_gro_discarded: gro.discarded_sections,
+        rte_gro_discarded: gro.discarded_sections + gro_gso.discarded_sections,
         pxio_discarded: Some(full.discarded_sections),
         peak_rss_bytes: peak_rss(),
     };

@@ -117,7 +117,8 @@ fn run_once(
         cfg.seed,
     )
     .map_err(|e| BenchError::Config(e.to_string()))?;
-    let mut ledger = Ledger::new(trace, &nic.engine_name(), cfg.imtu, cfg.verify_payload);
+    let mut ledger =
+        Ledger::new(trace, &nic.engine_name(), cfg.imtu, cfg.verify_payload).enforcing_imtu();
     let mut timer = CycleTimer::new(cfg.tsc_hz);
     let mut rx = Burst::<RX_CAPACITY>::new();
     let mut out: Vec<Mbuf> = Vec::with_capacity(4096);
@@ -169,6 +170,7 @@ fn run_once(
         cycles_per_pkt: timer.cycles() / trace.len().max(1) as f64,
         parsed_in_timed_region: None,
         parse_ns_per_pkt: None,
+        gso_ns_per_pkt: None,
         outcome: ledger.finish()?,
         flow_entry_bytes: FLOW_ENTRY_BYTES as u64,
         wall_s: wall.elapsed().as_secs_f64(),

@@ -14,6 +14,10 @@
 //! `packets_per_imtu`, the delays and `flow_entry_bytes` are the headline pxio's. Extra fields
 //! follow: rte_gro's own yield, delays and table bytes, how the scenario was sized, and `ipv6`
 //! (IPv6 frames; rte_gro, DPDK 22.11, passes those through unmerged).
+//!
+//! `rte_gro_gso_*` and `speedup_vs_gro_gso` are a second peer: rte_gro followed by rte_gso at
+//! the iMTU, DPDK's own way to deliver what pxio delivers (packets that fit the iMTU; rte_gro
+//! alone merges up to 64 KB).
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -104,6 +108,25 @@ pub struct MergeRow {
     /// Mean packets (merged or not) rte_gro held when it flushed: how full its linearly
     /// scanned table was.
     pub rte_gro_held_at_flush: Option<f64>,
+    /// The peer that delivers what pxio delivers, packets that fit the iMTU: rte_gro, then
+    /// rte_gso at the iMTU on every flushed packet longer than it; CPU time per input packet, ns.
+    #[serde(default)]
+    pub rte_gro_gso_ns_per_pkt: Option<f64>,
+    /// rte_gso's share of `rte_gro_gso_ns_per_pkt`, ns.
+    #[serde(default)]
+    pub rte_gro_gso_cut_ns_per_pkt: Option<f64>,
+    /// rte_gro + rte_gso's TSC cycles per input packet.
+    #[serde(default)]
+    pub rte_gro_gso_cycles_per_pkt: Option<f64>,
+    /// `rte_gro_gso_ns_per_pkt / pxio_offload_ns_per_pkt`.
+    #[serde(default)]
+    pub speedup_vs_gro_gso: Option<f64>,
+    /// rte_gro + rte_gso's conversion yield (its outputs fit the iMTU), 0..=1.
+    #[serde(default)]
+    pub rte_gro_gso_yield: Option<f64>,
+    /// rte_gro + rte_gso's output packets per iMTU of input payload.
+    #[serde(default)]
+    pub rte_gro_gso_packets_per_imtu: Option<f64>,
 }
 
 /// A "win" below this yield on both sides compares two engines that merge nothing.
@@ -145,8 +168,8 @@ pub struct ScenarioCost {
 
 /// Prints the comparison table: per scenario and schedule, pxio with what a NIC gives
 /// ("NIC"), pxio verifying checksums in software ("sw csum"), pxio hashing in software
-/// ("sw hash"), rte_gro with its header parse, the ratio, and each engine's yield and packets
-/// per iMTU. A ratio where neither engine merges is starred and flagged in the last column.
+/// ("sw hash"), rte_gro with its header parse, the ratio, rte_gro followed by rte_gso at the
+/// iMTU and its ratio, and each engine's yield and packets per iMTU. A ratio where neither engine merges is starred and flagged in the last column.
 pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
     let headers = [
         "schedule",
@@ -159,6 +182,8 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
         "pxio sw hash",
         "rte_gro ns (parse)",
         "gro/pxio",
+        "gro+gso ns (gso)",
+        "(gro+gso)/pxio",
         "cyc/pkt pxio/gro",
         "yield pxio/gro",
         "pkts/iMTU pxio/gro",
@@ -184,6 +209,13 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
                     r.rte_gro_ns_per_pkt, r.rte_gro_parse_ns_per_pkt
                 ),
                 opt(r.speedup_nic_csum, |v| {
+                    format!("{v:.2}x{}", if flag { "*" } else { "" })
+                }),
+                match (r.rte_gro_gso_ns_per_pkt, r.rte_gro_gso_cut_ns_per_pkt) {
+                    (Some(t), Some(c)) => format!("{t:.1} ({c:.1})"),
+                    _ => "n/a".into(),
+                },
+                opt(r.speedup_vs_gro_gso, |v| {
                     format!("{v:.2}x{}", if flag { "*" } else { "" })
                 }),
                 format!(
@@ -350,6 +382,12 @@ mod tests {
             schedule: "poisson-tso".into(),
             ipv6: false,
             rte_gro_held_at_flush: Some(7.5),
+            rte_gro_gso_ns_per_pkt: Some(300.0),
+            rte_gro_gso_cut_ns_per_pkt: Some(60.0),
+            rte_gro_gso_cycles_per_pkt: Some(600.0),
+            speedup_vs_gro_gso: pxio.map(|p| 300.0 / p),
+            rte_gro_gso_yield: Some(0.5),
+            rte_gro_gso_packets_per_imtu: Some(1.2),
         }
     }
 

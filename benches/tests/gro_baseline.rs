@@ -2,7 +2,7 @@
 //! accounted for, payloads intact, and yield and delay where the model puts them.
 
 use dpdk::testing::eal;
-use pxbench::gro_baseline::run_rte_gro;
+use pxbench::gro_baseline::{run_rte_gro, run_rte_gro_gso};
 use pxbench::trace::Trace;
 use pxbench::MergeBenchConfig;
 
@@ -41,6 +41,44 @@ fn one_flow_merges_whole_bursts_and_waits_half_a_budget() {
     assert!(r.outcome.segments_per_output > 10.0);
     assert!(r.ns_per_pkt > 0.0);
     assert_eq!(r.flow_entry_bytes, 32 * 72);
+}
+
+/// rte_gro then rte_gso at the iMTU: the ledger holds every output to the iMTU (a longer one
+/// fails the run) and checks every byte; what comes out is what the ledger's "as if cut" rule
+/// made of rte_gro's uncapped outputs, and the cut is on the clock.
+#[test]
+fn gso_cuts_what_rte_gro_merged_to_the_imtu_as_the_ledger_assumed() {
+    for (imtu, flows, gbps) in [(9000, 1, 10.0), (4000, 8, 10.0), (9000, 100, 2.0)] {
+        let cfg = MergeBenchConfig { imtu, ..config() };
+        let trace = Trace::generate(cfg.trace_config(flows, gbps)).unwrap();
+        let gro = run_rte_gro(eal(), &trace, &cfg).unwrap();
+        let cut = run_rte_gro_gso(eal(), &trace, &cfg).unwrap();
+        let what = format!("iMTU {imtu}, {flows} flows");
+        assert!(
+            (cut.outcome.conversion_yield - gro.outcome.conversion_yield).abs() < 1e-9,
+            "{what}: {:?} vs {:?}",
+            cut.outcome,
+            gro.outcome
+        );
+        assert!(
+            (cut.outcome.packets_per_imtu - gro.outcome.packets_per_imtu).abs() < 1e-9,
+            "{what}"
+        );
+        assert_eq!(
+            cut.outcome.mean_delay_us, gro.outcome.mean_delay_us,
+            "{what}"
+        );
+        // Real packets now: more of them than rte_gro's 64 KB ones.
+        assert!(
+            cut.outcome.output_packets > gro.outcome.output_packets,
+            "{what}: {} vs {}",
+            cut.outcome.output_packets,
+            gro.outcome.output_packets
+        );
+        let gso = cut.gso_ns_per_pkt.expect("the cut is timed");
+        assert!(gso > 0.0 && gso < cut.ns_per_pkt, "{what}");
+        assert_eq!(gro.gso_ns_per_pkt, None);
+    }
 }
 
 #[test]
