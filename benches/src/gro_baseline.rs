@@ -104,12 +104,22 @@ fn run_once(
     let held = pool_size(trace, cfg.delay_budget_ns);
     let pool = Mempool::new(eal, &unique_pool_name(), held, 256, DATA_ROOM)?;
     let gso = if gso {
-        // A flush hands out at most FLUSH_CAPACITY packets, and GSO cuts each into at most
-        // 64 KB / (iMTU - headers) pieces of a header mbuf and an indirect mbuf per input
-        // segment it spans; they are released before the next flush.
-        let pieces = FLUSH_CAPACITY as u32 * 64;
-        let direct = Mempool::new(eal, &unique_pool_name(), pieces - 1, 256, GSO_HEADER_ROOM)?;
-        let indirect = Mempool::new(eal, &unique_pool_name(), (held + pieces) * 2 - 1, 256, 0)?;
+        // What one flush call hands out is cut and released before the next call: at most
+        // `held` segments, so at most `held` indirect mbufs plus one per piece, and a header
+        // mbuf per piece. A piece carries at least one full segment but for the last of each
+        // packet, and only packets of two or more segments are cut: under `held` / 2 pieces.
+        // Sized as tightly as pxio's pools are: a mempool hands back freed mbufs in ring
+        // order once its cache overflows, so a pool much larger than needed cycles through
+        // colder memory.
+        let pow2 = |n: u32| (n + 1).next_power_of_two().max(1024) - 1;
+        let direct = Mempool::new(
+            eal,
+            &unique_pool_name(),
+            pow2(held / 2 + 64),
+            256,
+            GSO_HEADER_ROOM,
+        )?;
+        let indirect = Mempool::new(eal, &unique_pool_name(), pow2(held + held / 2 + 64), 256, 0)?;
         let max_len = u16::try_from(cfg.imtu + ETH_LEN).map_err(|_| {
             BenchError::Config(format!("iMTU {} is beyond rte_gso's sizes", cfg.imtu))
         })?;
@@ -265,9 +275,12 @@ pub fn fill(m: &mut Mbuf, trace: &Trace, slot: usize) -> Result<(), BenchError> 
     Ok(())
 }
 
-/// Mbufs the run can hold at once: the most packets delivered between two flushes, plus the
-/// burst in hand, rounded up to a power of two minus one (DPDK's favourite pool size).
-fn pool_size(trace: &Trace, budget_ns: u64) -> u32 {
+/// Mbufs a run can hold at once: the most packets delivered within `budget_ns` (between two
+/// flushes for rte_gro, within the longest ETM window for pxio), plus the burst in hand,
+/// rounded up to a power of two minus one (DPDK's favourite pool size). Both engines' input
+/// pools are sized by it: a mempool hands freed mbufs back in ring order once its per-core
+/// cache overflows, so a pool larger than needed cycles through colder memory.
+pub fn pool_size(trace: &Trace, budget_ns: u64) -> u32 {
     let bursts: Vec<(u64, usize)> = trace.bursts().map(|b| (b.time_ns, b.len())).collect();
     let (mut most, mut held, mut end) = (0usize, 0usize, 0usize);
     // After a flush at burst i, bursts i+1..=k accumulate, k being the first burst a budget

@@ -15,6 +15,7 @@ use dpdk::{Burst, Eal, Mbuf, Mempool};
 use pxio::merge::{DelayConfig, MergeConfig, Merger, FLOW_ENTRY_BYTES};
 
 use crate::engine::{best_of, CycleTimer, EngineResult};
+use crate::gro_baseline::pool_size;
 use crate::ledger::Ledger;
 use crate::trace::layout::FRAME_LEN;
 use crate::trace::Trace;
@@ -106,9 +107,12 @@ fn run_once(
     let checksum_offload = nic.csum;
     let wall = Instant::now();
     let name = format!("pxio{}", unique());
-    // Items are held for at most a window; the pool covers everything a window can gather.
-    let pool = Mempool::new(eal, &name, 16383, 256, DATA_ROOM)?;
-    let headers = Mempool::new(eal, &format!("{name}h"), 4095, 256, 256)?;
+    // Items are held for at most a window; the pool covers everything a window can gather,
+    // sized by the same rule as rte_gro's (`pool_size`). A cut holds a header mbuf until its
+    // item leaves, one per item at most.
+    let held = pool_size(trace, cfg.pxio_max_window_ns.max(cfg.delay_budget_ns));
+    let pool = Mempool::new(eal, &name, held, 256, DATA_ROOM)?;
+    let headers = Mempool::new(eal, &format!("{name}h"), (held / 2).max(1023), 256, 256)?;
     // The flow table's hash seed comes from the trace's seed: every repetition places the same
     // flows in the same buckets, so repetitions must agree exactly (checked by `run_pxio`).
     let mut merger = Merger::<Mbuf>::with_hash_seed(
