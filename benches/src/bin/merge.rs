@@ -157,8 +157,11 @@ fn main() -> Result<()> {
         "Every engine gets what a NIC gives (RSS hash, L4 checksum verdict) and no more. \
          pxio NIC: uses both; sw csum: verifies every checksum itself; sw hash: hashes itself. \
          rte_gro ns includes rte_net_get_ptype (the header parse it needs) on every packet; its share in parentheses. \
-         gro/pxio: rte_gro ns / pxio NIC ns. pkts/iMTU: packets out per iMTU of payload (ideal \
-         1.0; rte_gro's uncapped outputs counted as cut at the iMTU)."
+         gro/pxio: rte_gro ns / pxio NIC ns. gro+gso: rte_gro, then rte_gso cutting every flushed \
+         packet longer than the iMTU (DPDK's way to deliver packets that fit it, as pxio's do); \
+         the cut's share in parentheses. (gro+gso)/pxio: gro+gso ns / pxio NIC ns. pkts/iMTU: \
+         packets out per iMTU of payload (ideal 1.0; rte_gro's uncapped outputs counted as cut \
+         at the iMTU, which is what gro+gso sends)."
     )?;
     writeln!(out)?;
     writeln!(out, "cost of each scenario:")?;
