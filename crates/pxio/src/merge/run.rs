@@ -270,7 +270,7 @@ impl<B: PacketBuf> Merger<B> {
 
     /// Joins an admitted segment: its buffer is linked to the item now; the item's
     /// bookkeeping waits for [`close_run`](Self::close_run).
-    #[inline]
+    #[inline(always)]
     fn join_run(&mut self, run: &mut Run, mut pkt: B, hdr: &Headers, tail: Tail, now: u64) {
         self.note_arrival(run.flow, hdr.ip_len, hdr.payload_len, now);
         let stripped = pkt.adj(run.layout.hdr_len());
