@@ -252,18 +252,23 @@ impl MergeSig {
 }
 
 /// `a == b` for two equally long header slices of a few dozen bytes, eight bytes at a time and
-/// without a `memcmp` call.
+/// without a `memcmp` call. A tail shorter than eight bytes is compared as the slices' last
+/// eight bytes, overlapping the chunk before it, instead of byte by byte.
 #[inline(always)]
 fn short_eq(a: &[u8], b: &[u8]) -> bool {
     debug_assert_eq!(a.len(), b.len());
+    let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().expect("eight bytes"));
+    let n = a.len().min(b.len());
+    if n < 8 {
+        return a.iter().zip(b).fold(0u8, |d, (p, q)| d | (p ^ q)) == 0;
+    }
     let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
     let mut diff = 0u64;
     for (p, q) in (&mut x).zip(&mut y) {
-        let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().expect("chunks of eight"));
         diff |= word(p) ^ word(q);
     }
-    for (p, q) in x.remainder().iter().zip(y.remainder()) {
-        diff |= u64::from(p ^ q);
+    if !x.remainder().is_empty() {
+        diff |= word(&a[n - 8..n]) ^ word(&b[n - 8..n]);
     }
     diff == 0
 }
@@ -327,6 +332,21 @@ mod sig_tests {
 
 #[cfg(all(test, feature = "dpdk"))]
 mod tests {
+    /// Every length a signature compares (0 to 40 bytes), equal and with each byte flipped in
+    /// turn: the overlapping last word must see a difference anywhere in the tail.
+    #[test]
+    fn short_eq_sees_a_difference_in_any_byte() {
+        for len in 0..=40usize {
+            let a: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
+            assert!(super::short_eq(&a, &a.clone()), "len {len}: equal");
+            for at in 0..len {
+                let mut b = a.clone();
+                b[at] ^= 0x40;
+                assert!(!super::short_eq(&a, &b), "len {len}: byte {at} differs");
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
