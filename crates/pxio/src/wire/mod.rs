@@ -77,27 +77,27 @@ pub enum WireError {
 }
 
 /// Reads the big-endian `u16` at `field`.
-#[inline]
+#[inline(always)]
 pub(crate) fn read_u16(bytes: &[u8], field: Field) -> u16 {
     let b = &bytes[field];
     u16::from_be_bytes([b[0], b[1]])
 }
 
 /// Writes `value` big-endian at `field`.
-#[inline]
+#[inline(always)]
 pub(crate) fn write_u16(bytes: &mut [u8], field: Field, value: u16) {
     bytes[field].copy_from_slice(&value.to_be_bytes());
 }
 
 /// Reads the big-endian `u32` at `field`.
-#[inline]
+#[inline(always)]
 pub(crate) fn read_u32(bytes: &[u8], field: Field) -> u32 {
     let b = &bytes[field];
     u32::from_be_bytes([b[0], b[1], b[2], b[3]])
 }
 
 /// Writes `value` big-endian at `field`.
-#[inline]
+#[inline(always)]
 pub(crate) fn write_u32(bytes: &mut [u8], field: Field, value: u32) {
     bytes[field].copy_from_slice(&value.to_be_bytes());
 }
