@@ -279,14 +279,7 @@ impl PathMtu {
             self.summary.fragments_in += 1;
         }
         // A report for one of our probes: UDP from the probe port to ours.
-        let udp = if parsed.fits(frame.len(), frame.len()) {
-            parsed.udp().copied()
-        } else {
-            match wire::classify(frame, frame.len()) {
-                wire::Class::Udp(h) => Some(h),
-                _ => None,
-            }
-        };
+        let udp = parsed.or_fresh(frame, frame.len()).udp().copied();
         if let Some(h) = udp {
             let src = IpAddr::V4(Ipv4Addr::from(four(&h.key.src)));
             if h.key.sport == self.port {

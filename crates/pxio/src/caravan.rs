@@ -23,7 +23,7 @@
 
 use crate::buf::PacketBuf;
 use crate::checksum::{self, Sum};
-use crate::wire::{self, Class, Headers, Parsed};
+use crate::wire::{self, Headers, Parsed};
 use caravan_common::format::{Refused, Walk};
 
 /// The wire format's constants and rules, in their one copy (`caravan_common::format`).
@@ -187,14 +187,7 @@ fn read_sum<B: PacketBuf>(pkt: &B, offset: usize, len: usize) -> Sum {
 /// not a well-formed UDP datagram.
 #[inline]
 fn udp_headers(head: &[u8], frame_len: usize, parsed: &Parsed) -> Option<Headers> {
-    if parsed.fits(head.len(), frame_len) {
-        parsed.udp().copied()
-    } else {
-        match wire::classify(head, frame_len) {
-            Class::Udp(h) => Some(h),
-            _ => None,
-        }
-    }
+    parsed.or_fresh(head, frame_len).udp().copied()
 }
 
 /// What [`CaravanBuilder::start`] checks of a caravan's first datagram (`frame`, its UDP

@@ -96,12 +96,7 @@ pub fn split_tcp_parsed<B: PacketBuf>(
     pool: &B::Pool,
     out: &mut Vec<B>,
 ) -> Result<usize, (SplitError, B)> {
-    let class = if parsed.fits(pkt.head().len(), pkt.len()) {
-        *parsed.class()
-    } else {
-        wire::classify(pkt.head(), pkt.len())
-    };
-    let hdr = match class {
+    let hdr = match *parsed.or_fresh(pkt.head(), pkt.len()).class() {
         Class::Tcp(h) if h.ip_len > mtu => h,
         _ => {
             out.push(pkt);

@@ -411,11 +411,7 @@ impl<B: PacketBuf> Merger<B> {
     /// `parsed` when it fits `pkt`, else a fresh parse.
     #[inline]
     fn trusted(pkt: &B, parsed: Parsed) -> Parsed {
-        if parsed.fits(pkt.head().len(), pkt.len()) {
-            parsed
-        } else {
-            Parsed::of(pkt.head(), pkt.len())
-        }
+        parsed.or_fresh(pkt.head(), pkt.len())
     }
 
     /// A packet that is not a well-formed TCP segment: passed on, after its flow's held items

@@ -300,6 +300,18 @@ impl Parsed {
     pub fn fits(&self, head_len: usize, frame_len: usize) -> bool {
         self.frame_len as usize == frame_len && self.head_len as usize == head_len
     }
+
+    /// This parse when it fits the frame whose first segment is `head` and whose length is
+    /// `frame_len` ([`fits`](Self::fits)), else a fresh one: a parse of another shape (stale,
+    /// or another packet's) is never trusted.
+    #[inline]
+    pub fn or_fresh(&self, head: &[u8], frame_len: usize) -> Parsed {
+        if self.fits(head.len(), frame_len) {
+            *self
+        } else {
+            Parsed::of(head, frame_len)
+        }
+    }
 }
 
 /// Why [`classify`] rejected a frame.
