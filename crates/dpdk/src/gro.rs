@@ -28,14 +28,14 @@ use crate::{Burst, Eal, Mbuf};
 /// The only GRO type DPDK 22.11 has for plain TCP.
 const GRO_TYPES: u64 = dpdk_sys::RTE_GRO_TCP_IPV4 as u64;
 
-/// Shortest Ethernet header `rte_gro` reads (MAC addresses and EtherType).
-const MIN_L2_LEN: usize = 14;
+/// Shortest Ethernet header `rte_gro` and `rte_gso` read (MAC addresses and EtherType).
+pub(crate) const MIN_L2_LEN: usize = 14;
 /// Shortest IPv4 header.
-const MIN_L3_LEN: usize = 20;
-/// Shortest and longest TCP header.
-const MIN_L4_LEN: usize = 20;
+pub(crate) const MIN_L3_LEN: usize = 20;
+/// Shortest TCP header.
+pub(crate) const MIN_L4_LEN: usize = 20;
 /// Longest TCP header (data offset 15).
-const MAX_L4_LEN: usize = 60;
+pub(crate) const MAX_L4_LEN: usize = 60;
 
 /// Segments flushed per `rte_gro_timeout_flush` call when the context is dropped.
 const DROP_FLUSH_BURST: usize = 64;
@@ -249,11 +249,20 @@ impl std::fmt::Debug for GroContext {
 /// and without writing into data shared with a clone: it trusts the header lengths blindly.
 #[inline]
 fn safe_for_gro(m: &Mbuf) -> bool {
+    tcp4_headers_len(m).is_some() && m.head_writable()
+}
+
+/// The length of `m`'s headers when the header lengths set on it ([`Mbuf::header_lens`]) are
+/// those of Ethernet, IPv4 and TCP and the headers lie in its first segment: what `rte_gro` and
+/// `rte_gso` trust without checking, so what they may read.
+#[inline]
+pub(crate) fn tcp4_headers_len(m: &Mbuf) -> Option<usize> {
     let (l2, l3, l4) = m.header_lens();
     let (l2, l3, l4) = (usize::from(l2), usize::from(l3), usize::from(l4));
-    l2 >= MIN_L2_LEN
+    let hdr = l2 + l3 + l4;
+    (l2 >= MIN_L2_LEN
         && l3 >= MIN_L3_LEN
         && (MIN_L4_LEN..=MAX_L4_LEN).contains(&l4)
-        && m.data().len() >= l2 + l3 + l4
-        && m.head_writable()
+        && m.data().len() >= hdr)
+        .then_some(hdr)
 }

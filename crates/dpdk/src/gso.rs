@@ -15,14 +15,8 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::gro::{tcp4_headers_len, MIN_L2_LEN, MIN_L3_LEN, MIN_L4_LEN};
 use crate::{tx_flags, Mbuf, Mempool};
-
-/// Shortest Ethernet, IPv4 and TCP headers GSO may be handed.
-const MIN_L2_LEN: usize = 14;
-const MIN_L3_LEN: usize = 20;
-const MIN_L4_LEN: usize = 20;
-/// Longest TCP header (data offset 15).
-const MAX_L4_LEN: usize = 60;
 
 /// An `rte_gso` context for TCP/IPv4 with incrementing IP IDs.
 ///
@@ -146,21 +140,14 @@ impl GsoContext {
 
     /// The length of `pkt`'s headers, when rte_gso may cut it safely.
     fn headers(&self, pkt: &Mbuf) -> Result<usize> {
-        let (l2, l3, l4) = pkt.header_lens();
-        let (l2, l3, l4) = (usize::from(l2), usize::from(l3), usize::from(l4));
-        let hdr = l2 + l3 + l4;
-        if l2 < MIN_L2_LEN || l3 < MIN_L3_LEN || !(MIN_L4_LEN..=MAX_L4_LEN).contains(&l4) {
+        let Some(hdr) = tcp4_headers_len(pkt) else {
+            let (l2, l3, l4) = pkt.header_lens();
             return Err(Error::InvalidArgument(format!(
-                "GSO needs Ethernet/IPv4/TCP header lengths, got {l2}/{l3}/{l4}"
+                "GSO needs Ethernet/IPv4/TCP header lengths within the first segment \
+                 ({} B), got {l2}/{l3}/{l4}",
+                pkt.data().len()
             )));
-        }
-        if pkt.data().len() < hdr {
-            return Err(Error::NoRoom {
-                what: "first-segment data for the headers",
-                available: pkt.data().len(),
-                requested: hdr,
-            });
-        }
+        };
         if hdr > self.direct.fresh_room() {
             return Err(Error::NoRoom {
                 what: "header-mbuf room",
