@@ -111,15 +111,21 @@ fn run_once(
         // Sized as tightly as pxio's pools are: a mempool hands back freed mbufs in ring
         // order once its cache overflows, so a pool much larger than needed cycles through
         // colder memory.
-        let pow2 = |n: u32| (n + 1).next_power_of_two().max(1024) - 1;
+        let held = held as usize;
         let direct = Mempool::new(
             eal,
             &unique_pool_name(),
-            pow2(held / 2 + 64),
+            pool_count(held / 2 + 64),
             256,
             GSO_HEADER_ROOM,
         )?;
-        let indirect = Mempool::new(eal, &unique_pool_name(), pow2(held + held / 2 + 64), 256, 0)?;
+        let indirect = Mempool::new(
+            eal,
+            &unique_pool_name(),
+            pool_count(held + held / 2 + 64),
+            256,
+            0,
+        )?;
         let max_len = u16::try_from(cfg.imtu + ETH_LEN).map_err(|_| {
             BenchError::Config(format!("iMTU {} is beyond rte_gso's sizes", cfg.imtu))
         })?;
@@ -127,25 +133,18 @@ fn run_once(
     } else {
         None
     };
-    let ledger = Ledger::new(
-        trace,
-        if gso.is_some() {
-            "rte_gro+rte_gso"
-        } else {
-            "rte_gro"
-        },
-        cfg.imtu,
-        cfg.verify_payload,
-    );
+    // rte_gro alone is counted as if cut at the iMTU; with GSO its outputs must fit it.
+    let ledger = match gso {
+        Some(_) => {
+            Ledger::new(trace, "rte_gro+rte_gso", cfg.imtu, cfg.verify_payload).enforcing_imtu()
+        }
+        None => Ledger::new(trace, "rte_gro", cfg.imtu, cfg.verify_payload),
+    };
     let mut run = Run {
         gro: GroContext::new(eal, max_flows, cfg.gro_items_per_flow)?,
         out: Box::new(Burst::new()),
         timer: CycleTimer::new(cfg.tsc_hz),
-        ledger: if gso.is_some() {
-            ledger.enforcing_imtu()
-        } else {
-            ledger
-        },
+        ledger,
         flushes: 0,
         held_at_flushes: 0,
         parsed: 0,
@@ -179,10 +178,7 @@ fn run_once(
         run.timer.time(|| run.gro.reassemble(&mut rx));
         // What rte_gro hands back (nothing, for this trace's pure-ACK data segments, unless the
         // table is full) leaves at once.
-        for m in rx.drain() {
-            run.ledger
-                .record(|v| m.segments().for_each(v), burst.time_ns);
-        }
+        run.ledger.record_mbufs(rx.drain(), burst.time_ns);
         if budget == 0 {
             run.flush(burst.time_ns)?;
         }
@@ -250,13 +246,9 @@ impl Run<'_> {
                     out.drain()
                         .try_for_each(|m| gso.segment(m, cut).map(drop).map_err(|(e, _)| e))
                 })?;
-                for m in self.cut.drain(..) {
-                    self.ledger.record(|v| m.segments().for_each(v), now_ns);
-                }
+                self.ledger.record_mbufs(self.cut.drain(..), now_ns);
             }
-            for m in self.out.drain() {
-                self.ledger.record(|v| m.segments().for_each(v), now_ns);
-            }
+            self.ledger.record_mbufs(self.out.drain(), now_ns);
             if !more {
                 break;
             }
@@ -300,7 +292,12 @@ pub fn pool_size(trace: &Trace, budget_ns: u64) -> u32 {
             held -= bursts[i + 1].1;
         }
     }
-    let needed = most + 2 * RX_CAPACITY + 64;
+    pool_count(most + 2 * RX_CAPACITY + 64)
+}
+
+/// A mempool size for `needed` mbufs: rounded up to a power of two minus one (DPDK's favourite
+/// pool size), 1023 at least.
+pub fn pool_count(needed: usize) -> u32 {
     (needed + 1).next_power_of_two().max(1024) as u32 - 1
 }
 

@@ -237,6 +237,14 @@ impl<'t> Ledger<'t> {
         }
     }
 
+    /// Records each of `pkts` (an engine's outputs on real mbufs) as emitted at `emit_ns`, and
+    /// frees it.
+    pub fn record_mbufs(&mut self, pkts: impl IntoIterator<Item = dpdk::Mbuf>, emit_ns: u64) {
+        for m in pkts {
+            self.record(|v| m.segments().for_each(v), emit_ns);
+        }
+    }
+
     /// The flow and stream offset of an output of `total` bytes whose headers are in
     /// `self.head`; `None` when it is not one of the trace's flows.
     fn parse(&mut self, total: usize) -> Option<(u32, usize)> {

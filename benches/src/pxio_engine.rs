@@ -15,7 +15,7 @@ use dpdk::{Burst, Eal, Mbuf, Mempool};
 use pxio::merge::{DelayConfig, MergeConfig, Merger, FLOW_ENTRY_BYTES};
 
 use crate::engine::{best_of, CycleTimer, EngineResult};
-use crate::gro_baseline::pool_size;
+use crate::gro_baseline::{pool_count, pool_size};
 use crate::ledger::Ledger;
 use crate::trace::layout::FRAME_LEN;
 use crate::trace::Trace;
@@ -112,7 +112,13 @@ fn run_once(
     // item leaves, one per item at most.
     let held = pool_size(trace, cfg.pxio_max_window_ns.max(cfg.delay_budget_ns));
     let pool = Mempool::new(eal, &name, held, 256, DATA_ROOM)?;
-    let headers = Mempool::new(eal, &format!("{name}h"), (held / 2).max(1023), 256, 256)?;
+    let headers = Mempool::new(
+        eal,
+        &format!("{name}h"),
+        pool_count(held as usize / 2),
+        256,
+        256,
+    )?;
     // The flow table's hash seed comes from the trace's seed: every repetition places the same
     // flows in the same buckets, so repetitions must agree exactly (checked by `run_pxio`).
     let mut merger = Merger::<Mbuf>::with_hash_seed(
@@ -130,7 +136,7 @@ fn run_once(
         // A worker polls while no packet arrives: deadlines due before this burst fire on time.
         while let Some(due) = merger.next_deadline().filter(|&d| d < burst.time_ns) {
             timer.time(|| timed_poll(&mut merger, due, &mut out));
-            record(&mut ledger, &mut out, due);
+            ledger.record_mbufs(out.drain(..), due);
         }
         pool.alloc_bulk(&mut rx, burst.len())?;
         for (m, slot) in rx.as_mut_slice().iter_mut().zip(burst.slots.clone()) {
@@ -145,15 +151,15 @@ fn run_once(
         }
         let now = burst.time_ns;
         timer.time(|| timed_rx_burst(&mut merger, &mut rx, now, &mut out));
-        record(&mut ledger, &mut out, now);
+        ledger.record_mbufs(out.drain(..), now);
     }
     while let Some(due) = merger.next_deadline() {
         timer.time(|| timed_poll(&mut merger, due, &mut out));
-        record(&mut ledger, &mut out, due);
+        ledger.record_mbufs(out.drain(..), due);
     }
     let end = trace.end_ns();
     timer.time(|| merger.flush_all(end, &mut out));
-    record(&mut ledger, &mut out, end);
+    ledger.record_mbufs(out.drain(..), end);
     if merger.stats().held_items != 0 {
         return Err(BenchError::Config(
             "pxio still holds items after the final flush".into(),
@@ -198,12 +204,6 @@ fn timed_rx_burst(
 #[inline(never)]
 fn timed_poll(merger: &mut Merger<Mbuf>, due: u64, out: &mut Vec<Mbuf>) {
     merger.poll(due, out);
-}
-
-fn record(ledger: &mut Ledger<'_>, out: &mut Vec<Mbuf>, at: u64) {
-    for m in out.drain(..) {
-        ledger.record(|v| m.segments().for_each(v), at);
-    }
 }
 
 fn unique() -> u32 {
