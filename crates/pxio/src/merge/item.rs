@@ -288,6 +288,21 @@ mod sig_tests {
     use super::*;
     use crate::checksum::Sum;
 
+    /// Every length a signature compares (0 to 40 bytes), equal and with each byte flipped in
+    /// turn: the overlapping last word must see a difference anywhere in the tail.
+    #[test]
+    fn short_eq_sees_a_difference_in_any_byte() {
+        for len in 0..=40usize {
+            let a: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
+            assert!(short_eq(&a, &a.clone()), "len {len}: equal");
+            for at in 0..len {
+                let mut b = a.clone();
+                b[at] ^= 0x40;
+                assert!(!short_eq(&a, &b), "len {len}: byte {at} differs");
+            }
+        }
+    }
+
     fn seg(layout: Layout, ack: u32) -> Segment {
         Segment {
             layout,
@@ -332,21 +347,6 @@ mod sig_tests {
 
 #[cfg(all(test, feature = "dpdk"))]
 mod tests {
-    /// Every length a signature compares (0 to 40 bytes), equal and with each byte flipped in
-    /// turn: the overlapping last word must see a difference anywhere in the tail.
-    #[test]
-    fn short_eq_sees_a_difference_in_any_byte() {
-        for len in 0..=40usize {
-            let a: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
-            assert!(super::short_eq(&a, &a.clone()), "len {len}: equal");
-            for at in 0..len {
-                let mut b = a.clone();
-                b[at] ^= 0x40;
-                assert!(!super::short_eq(&a, &b), "len {len}: byte {at} differs");
-            }
-        }
-    }
-
     use super::*;
 
     #[test]
