@@ -717,26 +717,28 @@ impl<B: PacketBuf> Pipeline<B> {
         if self.caravans.is_empty() {
             return;
         }
-        let timeout = self.cfg.caravan_timeout_ns;
-        self.expired.clear();
-        self.expired.extend(
-            self.caravans
-                .iter()
-                .filter(|(_, (_, t))| t + timeout <= now)
-                .map(|(k, _)| *k),
-        );
-        self.oldest_first();
-        for i in 0..self.expired.len() {
-            let key = self.expired[i];
-            self.close_caravan(&key, out);
+        // Due: opened at least a timeout ago (none is, before the first timeout has passed).
+        if let Some(opened_by) = now.checked_sub(self.cfg.caravan_timeout_ns) {
+            self.close_caravans_opened_by(Some(opened_by), out);
         }
     }
 
     /// Emits everything held (shutdown).
     pub fn flush(&mut self, now: u64, out: &mut Vec<B>) {
         self.merger.flush_all(now, out);
+        self.close_caravans_opened_by(None, out);
+    }
+
+    /// Closes the caravans opened at or before `opened_by` (all of them with `None`), oldest
+    /// first.
+    fn close_caravans_opened_by(&mut self, opened_by: Option<u64>, out: &mut Vec<B>) {
         self.expired.clear();
-        self.expired.extend(self.caravans.keys().copied());
+        self.expired.extend(
+            self.caravans
+                .iter()
+                .filter(|(_, (_, t))| opened_by.is_none_or(|by| *t <= by))
+                .map(|(k, _)| *k),
+        );
         self.oldest_first();
         for i in 0..self.expired.len() {
             let key = self.expired[i];
