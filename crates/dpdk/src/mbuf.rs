@@ -538,6 +538,22 @@ impl Mbuf {
         }
     }
 
+    /// Whether the NIC verified the L4 checksum and, when `ipv4`, the IPv4 header checksum
+    /// too: [`Mbuf::rx_l4_checksum_verdict`] and [`Mbuf::rx_ip_checksum_verdict`] both
+    /// `Some(true)`, in one test of the flags.
+    #[inline]
+    pub fn rx_checksums_good(&self, ipv4: bool) -> bool {
+        let (mut mask, mut good) = (
+            u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK),
+            u64::from(dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD),
+        );
+        if ipv4 {
+            mask |= u64::from(dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK);
+            good |= u64::from(dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD);
+        }
+        self.head().ol_flags & mask == good
+    }
+
     /// Marks the packet as if the NIC had verified its L4 checksum on receive
     /// (`RTE_MBUF_F_RX_L4_CKSUM_GOOD`): for traces and vdevs that stand in for such a NIC.
     pub fn mark_rx_l4_checksum_good(&mut self) {

@@ -114,6 +114,12 @@ pub trait PacketBuf: Sized {
     fn ip_csum_verdict(&self) -> Option<bool>;
     /// Sets what [`PacketBuf::ip_csum_verdict`] reports (on an mbuf: its RX IP checksum flag).
     fn set_ip_csum_verdict(&mut self, verdict: Option<bool>);
+    /// Whether the L4 checksum is vouched for (`l4_csum_verdict() == Some(true)`) and, when
+    /// `ipv4`, the IPv4 header checksum too (`ip_csum_verdict() == Some(true)`).
+    #[inline]
+    fn csum_vouched(&self, ipv4: bool) -> bool {
+        self.l4_csum_verdict() == Some(true) && (!ipv4 || self.ip_csum_verdict() == Some(true))
+    }
     /// Asks the NIC to finish this packet on transmit: TSO to `tso_segsz` (0: none), and the IP
     /// and L4 checksums. Only called when the port granted those offloads.
     fn request_tx_offload(&mut self, offload: TxOffload);
@@ -281,6 +287,10 @@ impl PacketBuf for dpdk::Mbuf {
     fn set_ip_csum_verdict(&mut self, verdict: Option<bool>) {
         self.set_rx_ip_checksum_verdict(verdict);
     }
+    #[inline]
+    fn csum_vouched(&self, ipv4: bool) -> bool {
+        self.rx_checksums_good(ipv4)
+    }
     fn request_tx_offload(&mut self, o: TxOffload) {
         use dpdk::tx_flags as f;
         let mut flags = if o.ipv4 { f::IPV4 } else { f::IPV6 };
@@ -360,6 +370,7 @@ impl HeapPool {
             l4_verdict: None,
             ip_verdict: None,
             tx_offload: None,
+            rss: None,
         }
     }
 }
@@ -424,9 +435,17 @@ pub struct HeapBuf {
     /// What was asked of the NIC on transmit ([`PacketBuf::request_tx_offload`]), for tests
     /// that play the NIC's part.
     tx_offload: Option<TxOffload>,
+    /// What a NIC would have given as the RSS hash (tests; `None` by default).
+    rss: Option<u32>,
 }
 
 impl HeapBuf {
+    /// Attaches an RSS hash, as a receiving port would ([`PacketBuf::rss_hash`]): for tests of
+    /// the paths that use it.
+    pub fn set_rss_hash(&mut self, hash: Option<u32>) {
+        self.rss = hash;
+    }
+
     /// Builds a multi-segment packet (tests): one segment per slice.
     pub fn from_segments(pool: &HeapPool, parts: &[&[u8]]) -> HeapBuf {
         HeapBuf {
@@ -437,6 +456,7 @@ impl HeapBuf {
             l4_verdict: None,
             ip_verdict: None,
             tx_offload: None,
+            rss: None,
         }
     }
 
@@ -546,6 +566,7 @@ impl PacketBuf for HeapBuf {
             l4_verdict: None,
             ip_verdict: None,
             tx_offload: None,
+            rss: None,
         })
     }
     fn detach_at(&mut self, len: usize) -> Option<Self> {
@@ -562,6 +583,7 @@ impl PacketBuf for HeapBuf {
                     l4_verdict: None,
                     ip_verdict: None,
                     tx_offload: None,
+                    rss: None,
                 });
             }
             if before > len {
@@ -599,7 +621,7 @@ impl PacketBuf for HeapBuf {
     }
 
     fn rss_hash(&self) -> Option<u32> {
-        None
+        self.rss
     }
     fn l4_csum_verdict(&self) -> Option<bool> {
         self.l4_verdict

@@ -122,6 +122,7 @@
 mod config;
 mod delay;
 mod emit;
+mod fast;
 mod flow_table;
 mod item;
 mod place;
@@ -176,6 +177,11 @@ pub struct Merger<B: PacketBuf> {
     recent: Option<u32>,
     /// The burst being merged ([`rx_burst`](Self::rx_burst)); kept to reuse its memory.
     pending: Vec<Pending<B>>,
+    /// The chunk of the burst being read ([`rx_burst`](Self::rx_burst)); kept to reuse its
+    /// memory.
+    chunk: Vec<B>,
+    /// Flow entries by RSS hash, for the fast path (see `fast`).
+    fast: fast::FastIndex,
     /// The ETM scheduler: deadline heap and model constants.
     etm: Etm,
     /// The header bytes the run path compares, per header layout (see `run`).
@@ -213,8 +219,10 @@ impl<B: PacketBuf> Merger<B> {
             free_items: (0..cfg.max_items as u32).rev().collect(),
             touched: Vec::with_capacity(flows.capacity()),
             recent: None,
+            fast: fast::FastIndex::new(flows.capacity()),
             run_masks: run::RunMasks::new(),
             pending: Vec::with_capacity(BURST_CHUNK),
+            chunk: Vec::with_capacity(BURST_CHUNK),
             flows,
             cfg,
             pool,
@@ -259,29 +267,106 @@ impl<B: PacketBuf> Merger<B> {
     pub fn rx_burst(&mut self, pkts: impl IntoIterator<Item = B>, now: u64, out: &mut Vec<B>) {
         let mut pkts = pkts.into_iter();
         loop {
-            let mut pending = std::mem::take(&mut self.pending);
-            for pkt in pkts.by_ref().take(BURST_CHUNK) {
-                // Parsed where it is kept (see `Parsed::parse_into`).
-                pending.push(Pending {
-                    pkt: None,
-                    parsed: Parsed::EMPTY,
-                    hash: 0,
-                    next: NO_PKT,
-                });
-                if let Some(p) = pending.last_mut() {
-                    p.parsed.parse_into(pkt.head(), pkt.len());
-                    p.pkt = Some(pkt);
+            let mut chunk = std::mem::take(&mut self.chunk);
+            chunk.extend(pkts.by_ref().take(BURST_CHUNK));
+            let full = chunk.len() == BURST_CHUNK;
+            let mut rss = [0u32; BURST_CHUNK];
+            let mut with_rss = 0u64;
+            for (i, (pkt, h)) in chunk.iter().zip(rss.iter_mut()).enumerate() {
+                if let Some(hash) = pkt.rss_hash() {
+                    *h = hash;
+                    with_rss |= 1 << i;
                 }
             }
-            let full = pending.len() == BURST_CHUNK;
-            self.merge_chunk(&mut pending, now, out);
-            pending.clear();
-            self.pending = pending;
+            if with_rss == 0 {
+                self.group_chunk(chunk.drain(..), now, out);
+            } else {
+                self.stream_chunk(chunk.drain(..), &rss, with_rss, now, out);
+            }
+            self.chunk = chunk;
             if !full {
                 break;
             }
         }
         self.settle(now, out);
+    }
+
+    /// Merges a chunk whose packets carry the NIC's RSS hash (`rss[i]` where bit `i` of
+    /// `with_rss` is set), one packet at a time in arrival order: each is first offered to the
+    /// fast path (`fast`), which joins a segment that continues its flow's only item without
+    /// parsing it; the others are parsed and merged on the general path. The RSS hashes also
+    /// tell which segments are the last of their flow in the chunk (no later packet has their
+    /// hash), so that a segment alone in its burst can leave at once.
+    fn stream_chunk(
+        &mut self,
+        chunk: impl Iterator<Item = B>,
+        rss: &[u32; BURST_CHUNK],
+        with_rss: u64,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        // Bit i: a later packet of the chunk has packet i's hash (modulo the filter's size:
+        // a false "later" only keeps a segment for the settle that sends it anyway).
+        let mut later = 0u64;
+        let mut seen = [0u64; 16];
+        for i in (0..BURST_CHUNK).rev() {
+            if with_rss & (1 << i) != 0 {
+                let bit = (rss[i] % 1024) as usize;
+                later |= (seen[bit / 64] >> (bit % 64) & 1) << i;
+                seen[bit / 64] |= 1 << (bit % 64);
+            }
+        }
+        for (i, mut pkt) in chunk.enumerate() {
+            let hashed = with_rss & (1 << i) != 0;
+            if hashed {
+                match self.fast_join(pkt, rss[i], now, out) {
+                    Ok(()) => continue,
+                    Err(back) => pkt = back,
+                }
+            }
+            let parsed = Parsed::of(pkt.head(), pkt.len());
+            match parsed.class() {
+                Class::Tcp(hdr) => {
+                    let hash = flow_table::key_hash(&hdr.key, self.hash_seed);
+                    let alone = hashed && later & (1 << i) == 0;
+                    self.rx_tcp(pkt, hdr, hash, None, alone, now, out);
+                }
+                _ => self.rx_other(pkt, &parsed, now, out),
+            }
+        }
+    }
+
+    /// Merges a chunk whose packets carry no RSS hash: every packet is parsed and hashed
+    /// first, then each flow's packets are taken together (see [`merge_chunk`](Self::merge_chunk)).
+    fn group_chunk(&mut self, chunk: impl Iterator<Item = B>, now: u64, out: &mut Vec<B>) {
+        let mut pending = std::mem::take(&mut self.pending);
+        for pkt in chunk {
+            // Parsed where it is kept (see `Parsed::parse_into`).
+            pending.push(Pending {
+                pkt: None,
+                parsed: Parsed::EMPTY,
+                hash: 0,
+                next: NO_PKT,
+            });
+            if let Some(p) = pending.last_mut() {
+                p.parsed.parse_into(pkt.head(), pkt.len());
+                p.pkt = Some(pkt);
+                self.prepare(p);
+            }
+        }
+        self.merge_chunk(&mut pending, now, out);
+        pending.clear();
+        self.pending = pending;
+    }
+
+    /// Hashes a TCP segment's key and touches its flow's bucket, so the entry is on its way
+    /// into the cache while the rest of the burst is read.
+    #[inline]
+    fn prepare(&self, p: &mut Pending<B>) {
+        if let Class::Tcp(h) = p.parsed.class() {
+            p.hash = flow_table::key_hash(&h.key, self.hash_seed);
+            self.flows.warm(p.hash);
+        }
     }
 
     /// [`rx_burst`](Self::rx_burst) for packets whose parse the caller already has (see
@@ -305,6 +390,9 @@ impl<B: PacketBuf> Merger<B> {
                         next: NO_PKT,
                     }),
             );
+            for p in pending.iter_mut() {
+                self.prepare(p);
+            }
             let full = pending.len() == BURST_CHUNK;
             self.merge_chunk(&mut pending, now, out);
             pending.clear();
@@ -319,14 +407,7 @@ impl<B: PacketBuf> Merger<B> {
     /// Groups a chunk of at most [`BURST_CHUNK`] parsed packets by flow and merges them.
     fn merge_chunk(&mut self, pending: &mut [Pending<B>], now: u64, out: &mut Vec<B>) {
         debug_assert!(pending.len() <= BURST_CHUNK);
-        // Hash every TCP segment's key, and touch its flow's bucket so the entry is on its way
-        // into the cache while the rest of the burst is grouped.
-        for p in pending.iter_mut() {
-            if let Class::Tcp(h) = p.parsed.class() {
-                p.hash = flow_table::key_hash(&h.key, self.hash_seed);
-                self.flows.warm(p.hash);
-            }
-        }
+        // Every TCP segment's key was hashed as it was read (`prepare`, `leave_behind`).
         let last_barrier = group_by_flow(pending);
         // The parses are read where they lie (no copies of them: see `Parsed::parse_into`).
         for i in 0..pending.len() {
@@ -447,6 +528,7 @@ impl<B: PacketBuf> Merger<B> {
         out: &mut Vec<B>,
     ) -> Option<u32> {
         self.stats.packets_in += 1;
+        let rss = pkt.rss_hash();
         let seg = match self.segment(&pkt, hdr) {
             Ok(seg) => seg,
             Err(refusal) => {
@@ -470,6 +552,9 @@ impl<B: PacketBuf> Merger<B> {
             Some(flow) => flow,
             None => self.flow_for(hash, &hdr.key, now, out),
         };
+        if let Some(rss) = rss {
+            self.fast.note(rss, flow);
+        }
         self.update_flow_on_arrival(flow, &seg, now);
         if alone && self.leaves_alone(flow, &seg) {
             self.emit_alone(flow, pkt, &seg, out);

@@ -44,6 +44,8 @@ pub(super) struct RunMasks {
     masks: [RunMask; RUN_MASKS],
     /// The slot the next new layout takes (oldest first).
     next: usize,
+    /// The slot last handed out: most packets have the layout of the one before.
+    last: usize,
 }
 
 /// Layouts whose masks are kept.
@@ -55,13 +57,25 @@ impl RunMasks {
         Self {
             masks: std::array::from_fn(|_| RunMask::empty()),
             next: 0,
+            last: 0,
         }
     }
 
     /// The slot of the mask for `layout`, built in the oldest slot when none of the kept ones
     /// is for it.
-    #[inline]
-    fn slot_for(&mut self, layout: Layout) -> usize {
+    #[inline(always)]
+    pub(super) fn slot_for(&mut self, layout: Layout) -> usize {
+        if self.masks[self.last].layout == layout {
+            return self.last;
+        }
+        let at = self.find_or_build(layout);
+        self.last = at;
+        at
+    }
+
+    /// [`slot_for`](Self::slot_for) past its first guess.
+    #[cold]
+    fn find_or_build(&mut self, layout: Layout) -> usize {
         match self.masks.iter().position(|m| m.layout == layout) {
             Some(at) => at,
             None => {
@@ -71,6 +85,13 @@ impl RunMasks {
                 at
             }
         }
+    }
+
+    /// Whether headers `a` and `b` agree under the mask in slot `at` (see
+    /// [`slot_for`](Self::slot_for)).
+    #[inline(always)]
+    pub(super) fn same(&self, at: usize, a: &[u8], b: &[u8]) -> bool {
+        self.masks[at].same(a, b)
     }
 
     /// The mask for `layout` (see [`slot_for`](Self::slot_for)).
@@ -85,7 +106,12 @@ impl RunMasks {
 /// for one header [`Layout`].
 struct RunMask {
     layout: Layout,
+    /// The header length.
+    len: usize,
     mask: [u64; MASK_WORDS],
+    /// The mask of the header's last eight bytes, which the last whole word of `mask` may
+    /// not reach: compared as one word that overlaps it.
+    last: u64,
 }
 
 impl RunMask {
@@ -94,7 +120,9 @@ impl RunMask {
         Self {
             // No real header has this layout (no Ethernet header).
             layout: Layout::default(),
+            len: usize::MAX,
             mask: [0; MASK_WORDS],
+            last: 0,
         }
     }
 
@@ -120,33 +148,34 @@ impl RunMask {
         skip(l4 + 14, 2); // window
         skip(l4 + 16, 2); // checksum
         bytes[l4 + 13] = !(tcp_flags::PSH | tcp_flags::FIN);
+        let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().expect("eight bytes"));
         for (m, b) in self.mask.iter_mut().zip(bytes.chunks_exact(8)) {
-            *m = u64::from_ne_bytes(b.try_into().expect("chunks of eight"));
+            *m = word(b);
         }
+        // Every header is longer than eight bytes (Ethernet alone is 14).
+        self.last = word(&bytes[hdr_len - 8..hdr_len]);
+        self.len = hdr_len;
         self.layout = layout;
     }
 
     /// Whether headers `a` and `b` (each the start of a frame of this mask's layout) agree in
     /// every compared byte. False when either is shorter than the header (the first buffer of
     /// an item that began as a cut's rest holds the header alone).
-    #[inline]
+    #[inline(always)]
     fn same(&self, a: &[u8], b: &[u8]) -> bool {
-        let len = self.layout.hdr_len();
+        let len = self.len;
         let (Some(a), Some(b)) = (a.get(..len), b.get(..len)) else {
             return false;
         };
-        let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().expect("chunks of eight"));
-        let (x, y) = (a.chunks_exact(8), b.chunks_exact(8));
-        let (x_tail, y_tail) = (x.remainder(), y.remainder());
+        let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().expect("eight bytes"));
         let mut diff = 0u64;
-        for ((x, y), m) in x.zip(y).zip(&self.mask) {
+        for ((x, y), m) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(&self.mask) {
             diff |= (word(x) ^ word(y)) & m;
         }
-        // The header's last few bytes, one by one, under their bytes of the mask.
-        let tail_mask = self.mask[len / 8].to_ne_bytes();
-        for ((p, q), m) in x_tail.iter().zip(y_tail).zip(tail_mask) {
-            diff |= u64::from((p ^ q) & m);
-        }
+        // The bytes past the whole words, in one word overlapping the last whole one (bytes
+        // compared twice are compared under the same mask).
+        let at = len - 8;
+        diff |= (word(&a[at..]) ^ word(&b[at..])) & self.last;
         diff == 0
     }
 }
@@ -221,8 +250,7 @@ impl<B: PacketBuf> Merger<B> {
     fn admits(&self, run: &Run, pkt: &B, hdr: &Headers) -> Option<Tail> {
         let layout = run.layout;
         let payload = u32::from(hdr.payload_len);
-        let vouched = pkt.l4_csum_verdict() == Some(true)
-            && (layout.v6 || pkt.ip_csum_verdict() == Some(true));
+        let vouched = pkt.csum_vouched(!layout.v6);
         if run.done
             || !vouched
             || payload == 0

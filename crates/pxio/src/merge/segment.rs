@@ -89,10 +89,7 @@ impl<B: PacketBuf> Merger<B> {
             .get(..layout.hdr_len())
             .ok_or(Refusal::Unmergeable)?;
         let l3 = &bytes[layout.l4_offset() - usize::from(layout.l3_len)..layout.l4_offset()];
-        let (ip_id, df, ttl, tos, flow_label) = if hdr.v6 {
-            let ip = wire::Ipv6Packet::new_unchecked(l3);
-            (0, true, ip.hop_limit(), ip.traffic_class(), ip.flow_label())
-        } else {
+        if !hdr.v6 {
             let ip = wire::Ipv4Packet::new_unchecked(l3);
             // The NIC's verdict where it gave one (it read these bytes as they are now: see
             // `PacketBuf::ip_csum_verdict`); else a header without options (every mergeable
@@ -108,19 +105,10 @@ impl<B: PacketBuf> Merger<B> {
             if ip.header_len() != wire::ipv4::field::HEADER_LEN {
                 return Err(Refusal::Unmergeable); // IPv4 options: never merged, like Linux
             }
-            (
-                ip.ident(),
-                ip.dont_frag(),
-                ip.ttl(),
-                ip.dscp() << 2 | ip.ecn(),
-                0,
-            )
-        };
-        let tcp_bytes = &bytes[layout.l4_offset()..];
-        let tcp = wire::TcpPacket::new_unchecked(tcp_bytes);
-        let flags = tcp.flags();
+        }
+        let tcp = wire::TcpPacket::new_unchecked(&bytes[layout.l4_offset()..]);
         let never = tcp_flags::SYN | tcp_flags::RST | tcp_flags::URG | tcp_flags::CWR;
-        if flags & never != 0 || hdr.payload_len == 0 {
+        if tcp.flags() & never != 0 || hdr.payload_len == 0 {
             return Err(Refusal::Unmergeable);
         }
         // The payload sum the checksum field claims: ~checksum covers the pseudo header, the
@@ -141,21 +129,58 @@ impl<B: PacketBuf> Merger<B> {
                 actual
             }
         };
-        Ok(Segment {
+        Ok(Segment::read(
             layout,
-            ip_len: hdr.ip_len,
-            payload_len: hdr.payload_len,
+            bytes,
+            hdr.ip_len,
+            hdr.payload_len,
+            payload_sum,
+        ))
+    }
+}
+
+impl Segment {
+    /// The fields of a segment whose headers, of `layout`, start `bytes` (which holds them
+    /// whole), carrying `ip_len` IP bytes of which `payload_len` are payload with sum
+    /// `payload_sum`. Reads only: whoever calls it has checked the segment may be merged.
+    #[inline]
+    pub(super) fn read(
+        layout: Layout,
+        bytes: &[u8],
+        ip_len: u16,
+        payload_len: u16,
+        payload_sum: Sum,
+    ) -> Segment {
+        let l3 = &bytes[usize::from(layout.l2_len)..layout.l4_offset()];
+        let (ip_id, df, ttl, tos, flow_label) = if layout.v6 {
+            let ip = wire::Ipv6Packet::new_unchecked(l3);
+            (0, true, ip.hop_limit(), ip.traffic_class(), ip.flow_label())
+        } else {
+            let ip = wire::Ipv4Packet::new_unchecked(l3);
+            (
+                ip.ident(),
+                ip.dont_frag(),
+                ip.ttl(),
+                ip.dscp() << 2 | ip.ecn(),
+                0,
+            )
+        };
+        let tcp = wire::TcpPacket::new_unchecked(&bytes[layout.l4_offset()..layout.hdr_len()]);
+        Segment {
+            layout,
+            ip_len,
+            payload_len,
             seq: tcp.seq_number(),
             ack: tcp.ack_number(),
             window: tcp.window(),
-            flags,
+            flags: tcp.flags(),
             ttl,
             tos,
             flow_label,
             df,
             ip_id,
             payload_sum,
-        })
+        }
     }
 }
 

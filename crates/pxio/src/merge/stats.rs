@@ -21,6 +21,10 @@ pub struct MergeStats {
     /// (a segment continuing its flow's only item with the NIC's checksum verdicts: one masked
     /// header compare, see `merge::run`).
     pub run_merges: u64,
+    /// Of [`run_merges`](Self::run_merges), the segments that joined before they were parsed:
+    /// the fast path of [`Merger::rx_burst`](super::Merger::rx_burst), found by the NIC's RSS
+    /// hash (see `merge::fast`).
+    pub fast_merges: u64,
     /// Segments cut at the iMTU boundary, their rest held by a refcounted view.
     pub cuts: u64,
     /// Packets passed through without merging (not TCP data, or not eligible).
@@ -57,6 +61,7 @@ impl MergeStats {
             payload_full: 0,
             merges: 0,
             run_merges: 0,
+            fast_merges: 0,
             cuts: 0,
             passthrough: 0,
             malformed: 0,

@@ -1,0 +1,230 @@
+//! The fast path (issue 12): a segment that continues its flow's only held item joins it
+//! before it is parsed at all.
+//!
+//! [`Merger::rx_burst`] offers each packet here first, in arrival order. The NIC's RSS hash
+//! (written into the buffer on receive, free to read) picks a slot of [`FastIndex`], which names
+//! the flow a packet of that hash last belonged to. The packet joins that flow's item when the
+//! item is the flow's only one and open, and the packet passes the run path's test (see
+//! `run`): both checksums vouched for by the NIC, one buffer, and its header equal to the
+//! item's first segment's in every byte a merge compares. That masked compare covers the
+//! Ethernet type and VLAN tags, the IP version and header length, the protocol, the fragment
+//! fields, the TCP data offset and every address and port, so a packet that passes it has the
+//! item's header layout and belongs to its flow: no parse, no flow-table hash, no lookup. What
+//! the compare leaves out is checked on its own: the IP length against the frame, a payload,
+//! the sequence number (it must be where the item ends), the IP ID (with DF clear), the iMTU
+//! and the segment limit. The decision is the run path's, which decides as the general path
+//! does (`tests/merge_props.rs` compares the three).
+//!
+//! A wrong slot costs nothing but the compare: two flows whose RSS hashes share a slot (or a
+//! NIC key under which many flows hash alike, like the symmetric key) only send each other's
+//! segments to the general path. The hash is never trusted for the flow's identity.
+//!
+//! **Order.** A packet that does not take the fast path is parsed and left for the rest of
+//! the burst's work (`merge_chunk`), which runs after the fast path has seen the whole chunk.
+//! So that no segment overtakes an earlier one of its own flow, the flow of every TCP segment
+//! left behind is looked up and *blocked* for the rest of the chunk (by its flow entry, not by
+//! its RSS hash, so a NIC giving one flow two hashes cannot break this), and a packet that
+//! may belong to any flow (a fragment, IPv6 extension headers, a malformed frame) closes the
+//! fast path for the rest of the chunk. Packets of different flows may leave in another order
+//! than they came, as `rx_burst` documents.
+
+use super::flow_table::NIL;
+use super::place::{concat_sum, unreachable_chain};
+use super::segment::{claimed_payload_sum, Segment};
+use super::Merger;
+use crate::buf::{PacketBuf, PacketChain};
+use crate::checksum::Sum;
+use crate::wire::{ip_proto, tcp_flags, Headers};
+
+/// Flow entries by RSS hash: the flow a packet with that hash (masked to the index's size)
+/// last belonged to, or [`NIL`]. Only a hint: every use is checked against the held item's
+/// header.
+pub(super) struct FastIndex {
+    slots: Box<[u32]>,
+    mask: u32,
+}
+
+impl FastIndex {
+    /// An index of `capacity` slots (rounded up to a power of two), all empty.
+    pub(super) fn new(capacity: usize) -> Self {
+        let n = capacity.max(1).next_power_of_two();
+        Self {
+            slots: vec![NIL; n].into_boxed_slice(),
+            mask: (n - 1) as u32,
+        }
+    }
+
+    /// The flow last noted for `hash`, or [`NIL`].
+    #[inline(always)]
+    fn get(&self, hash: u32) -> u32 {
+        self.slots[(hash & self.mask) as usize]
+    }
+
+    /// Notes that a packet with RSS hash `hash` belongs to `flow`.
+    #[inline]
+    pub(super) fn note(&mut self, hash: u32, flow: u32) {
+        self.slots[(hash & self.mask) as usize] = flow;
+    }
+}
+
+/// What an admitted packet brings: its lengths and what its item's tail takes from it.
+struct Admitted {
+    flow: u32,
+    idx: u32,
+    hdr_len: usize,
+    ip_len: u16,
+    payload: u32,
+    ip_id: u16,
+    window: u16,
+    flags: u8,
+    sum: Sum,
+}
+
+impl<B: PacketBuf> Merger<B> {
+    /// Joins `pkt`, whose RSS hash is `hash`, to the item of the flow the fast index names for
+    /// it, when it continues that item (see the module docs); otherwise gives it back
+    /// untouched.
+    #[inline]
+    pub(super) fn fast_join(
+        &mut self,
+        pkt: B,
+        hash: u32,
+        now: u64,
+        out: &mut Vec<B>,
+    ) -> Result<(), B> {
+        let Some((a, fits)) = self.fast_admits(&pkt, hash) else {
+            return Err(pkt);
+        };
+        if !fits {
+            self.fast_cut(pkt, a, now, out);
+            return Ok(());
+        }
+        self.note_arrival(a.flow, a.ip_len, a.payload as u16, now);
+        let mut pkt = pkt;
+        let stripped = pkt.adj(a.hdr_len);
+        debug_assert!(stripped, "the compared header is in the only segment");
+        let imtu = u32::from(self.cfg.imtu);
+        let it = &mut self.items[a.idx as usize];
+        let head = it.pkt.as_mut().expect("held items have a packet");
+        // `fast_admits` checked the segment count, so chaining cannot fail.
+        if head.append(pkt).is_err() {
+            unreachable_chain();
+        }
+        it.nb_segs += 1;
+        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, a.sum);
+        it.payload_len += a.payload;
+        it.note_tail(1, a.ip_id, a.window, a.flags, now);
+        let done = it.closed() || it.ip_len() >= imtu;
+        let s = &mut self.stats;
+        s.packets_in += 1;
+        s.payload_in += u64::from(a.payload);
+        s.merges += 1;
+        s.run_merges += 1;
+        s.fast_merges += 1;
+        if done {
+            self.emit_through(a.flow, a.idx, now, out);
+        }
+        self.touch(a.flow);
+        Ok(())
+    }
+
+    /// Cuts `pkt`, admitted as `a` but too long for its item's room under the iMTU, as the
+    /// general path would: the part that fits completes the item, which leaves, and the rest
+    /// starts the flow's next item (see `place`). Only what the general path would have read
+    /// from the segment is read here; its flow and item are known.
+    #[cold]
+    fn fast_cut(&mut self, pkt: B, a: Admitted, now: u64, out: &mut Vec<B>) {
+        let layout = self.items[a.idx as usize].layout;
+        let seg = Segment::read(layout, pkt.head(), a.ip_len, a.payload as u16, a.sum);
+        self.stats.packets_in += 1;
+        self.stats.payload_in += u64::from(a.payload);
+        self.note_arrival(a.flow, a.ip_len, a.payload as u16, now);
+        self.append(a.flow, a.idx, pkt, seg, now, out);
+        self.touch(a.flow);
+    }
+
+    /// Whether `pkt` continues the only item of the flow the fast index names for `hash`, and
+    /// if so what it brings, and whether it fits the item's room under the iMTU (else it must
+    /// be cut). Reads only (but for building a header mask the first time a layout is met).
+    #[inline(always)]
+    fn fast_admits(&mut self, pkt: &B, hash: u32) -> Option<(Admitted, bool)> {
+        let flow = self.fast.get(hash);
+        if flow == NIL {
+            return None;
+        }
+        let e = self.flows.get(flow);
+        if e.n_items != 1 {
+            return None;
+        }
+        let idx = e.items;
+        let it = &self.items[idx as usize];
+        let layout = it.layout;
+        if it.closed()
+            || !pkt.csum_vouched(!layout.v6)
+            || pkt.num_segs() != 1
+            || usize::from(it.nb_segs) + 1 > self.max_segs()
+        {
+            return None;
+        }
+        let held = it.pkt.as_ref()?.packet().head();
+        let frame = pkt.head();
+        let mask = self.run_masks.slot_for(layout);
+        if !self.run_masks.same(mask, held, frame) {
+            return None;
+        }
+        // The header is the item's layout and lies in `frame` (the compare read it): the
+        // fixed fields below are inside it.
+        let l3 = usize::from(layout.l2_len);
+        let ip: &[u8; 8] = frame.get(l3..)?.first_chunk()?;
+        let tcp: &[u8; 20] = frame.get(layout.l4_offset()..)?.first_chunk()?;
+        let be16 = |b: [u8; 2]| u16::from_be_bytes(b);
+        let ip_len = if layout.v6 {
+            40 + u32::from(be16([ip[4], ip[5]]))
+        } else {
+            u32::from(be16([ip[2], ip[3]]))
+        };
+        let l34 = layout.l3_l4_len();
+        // The frame holds exactly the IP packet (no padding: a padded frame is trimmed on the
+        // general path), and the packet carries payload.
+        if frame.len() != l3 + ip_len as usize || ip_len <= l34 {
+            return None;
+        }
+        let payload = ip_len - l34;
+        let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+        let ip_id = if layout.v6 { 0 } else { be16([ip[4], ip[5]]) };
+        let df = it.sig.df; // compared: the packet's equals the item's
+        if seq != it.end_seq() || (!layout.v6 && !df && ip_id != it.last_id.wrapping_add(1)) {
+            return None;
+        }
+        let fits = it.ip_len() + payload <= u32::from(self.cfg.imtu);
+        // The NIC verified the checksum, so the field's claim is the truth; with TX offload
+        // not even that is needed (see `segment`).
+        let sum = if self.cfg.checksum_offload {
+            Sum::default()
+        } else {
+            let hdr = Headers {
+                l2_len: u16::from(layout.l2_len),
+                l3_len: u16::from(layout.l3_len),
+                l4_len: u16::from(layout.l4_len),
+                v6: layout.v6,
+                proto: ip_proto::TCP,
+                ip_len: ip_len as u16,
+                payload_len: payload as u16,
+                key: super::FlowEntry::EMPTY_KEY,
+            };
+            claimed_payload_sum(frame, &hdr)
+        };
+        let a = Admitted {
+            flow,
+            idx,
+            hdr_len: layout.hdr_len(),
+            ip_len: ip_len as u16,
+            payload,
+            ip_id,
+            window: be16([tcp[14], tcp[15]]),
+            flags: tcp[13] & (tcp_flags::PSH | tcp_flags::FIN),
+            sum,
+        };
+        Some((a, fits))
+    }
+}
