@@ -525,6 +525,18 @@ fn burst_vs_one_by_one(
     (frames_b, frames_s)
 }
 
+/// An RSS hash as a NIC gives it, the same for every packet of a flow: none (`kind` 0), one
+/// per flow (1), one for all packets (2), or two shared by all flows (3). Junk gets one too.
+fn consistent_rss(kind: u8, i: &Input) -> Option<u32> {
+    let f = i.flow.map_or(99, |f| f as u32);
+    match kind {
+        0 => None,
+        1 => Some((f + 1).wrapping_mul(0x9e37_79b9)),
+        2 => Some(0x5eed),
+        _ => Some(f % 2),
+    }
+}
+
 /// The bytes of each packet (the packets are freed).
 fn to_frames(pkts: Vec<HeapBuf>) -> Vec<Vec<u8>> {
     pkts.iter().map(|b| b.to_vec()).collect()
@@ -586,17 +598,21 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// The run path (`merge::run`: a segment that continues its flow's only item, with the
-    /// NIC's checksum verdicts, joins it after one masked header compare) decides exactly as
-    /// the general path: `rx_burst` on frames with the verdicts gives the same packets,
-    /// counters and delays as one-by-one `rx_parsed` on the same frames without them (which
-    /// never takes it); and once the NIC has filled the
-    /// checksums it was asked to (with TX offload; without it the engine computes them from
-    /// the segments' claimed sums), every stream is intact.
+    /// NIC's checksum verdicts, joins it after one masked header compare) and the fast path
+    /// (`merge::fast`: the same test, before any parse, on the flow the NIC's RSS hash points
+    /// to) decide exactly as the general path: `rx_burst` on frames with the verdicts gives
+    /// the same packets, counters and delays as one-by-one `rx_parsed` on the same frames
+    /// without them (which never takes either); and once the NIC has filled the checksums it
+    /// was asked to (with TX offload; without it the engine computes them from the segments'
+    /// claimed sums), every stream is intact. RSS hashes: none (the grouped path), one per
+    /// flow, one for every packet (each flow's segments find another flow's item), or two
+    /// shared by all flows.
     #[test]
     fn the_run_path_merges_as_the_general_path(
         case in case_strategy(Knobs::default()),
         delay in any::<bool>(),
         offload in any::<bool>(),
+        rss in 0u8..4,
     ) {
         use pxio::merge::MergeConfig;
         let cfg = MergeConfig { checksum_offload: offload, ..config(4000, delay) };
@@ -606,6 +622,7 @@ proptest! {
             let (ip, l4) = common::nic_rx_verdicts(&i.frame);
             b.set_ip_csum_verdict(ip);
             b.set_l4_csum_verdict(l4);
+            b.set_rss_hash(consistent_rss(rss, i));
             b
         };
         // The reference gets the same frames without the verdicts, so it never takes the run
@@ -628,6 +645,53 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
+    /// The fast path only ever takes the RSS hash as a hint: a NIC whose hash changes within
+    /// a flow, collides across flows or is missing on some packets may cost merges (a segment
+    /// taken for the last of its flow in its burst leaves at once), never a byte, an order, a
+    /// merge rule or a buffer.
+    #[test]
+    fn rss_hashes_that_change_within_a_flow_never_break_a_stream(
+        case in case_strategy(Knobs::default()),
+        delay in any::<bool>(),
+        seed in any::<u32>(),
+    ) {
+        use pxio::merge::MergeConfig;
+        let cfg = MergeConfig { checksum_offload: true, ..config(4000, delay) };
+        let pool = HeapPool::new(256);
+        let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
+        let times = common::arrival_times(&case);
+        let (mut out, mut start, mut now) = (Vec::new(), 0, 0);
+        for &(end, _) in &case.bursts {
+            now = times[start];
+            merger.poll(now, &mut out);
+            let burst = case.inputs[start..end].iter().enumerate().map(|(k, i)| {
+                let mut b = common::assemble(i, &|f: &[u8]| pool.packet(f));
+                let (ip, l4) = common::nic_rx_verdicts(&i.frame);
+                b.set_ip_csum_verdict(ip);
+                b.set_l4_csum_verdict(l4);
+                // Eight values, one of them "no hash", drawn per packet.
+                let h = (seed ^ (start + k) as u32).wrapping_mul(0x9e37_79b9) >> 29;
+                b.set_rss_hash((h != 0).then_some(h));
+                b
+            });
+            merger.rx_burst(burst, now, &mut out);
+            start = end;
+        }
+        merger.flush_all(now + MAX_WINDOW_NS, &mut out);
+        let s = merger.stats();
+        prop_assert_eq!(s.packets_in, case.inputs.len() as u64);
+        prop_assert_eq!(s.packets_out, out.len() as u64);
+        prop_assert_eq!(s.held_items, 0);
+        let on_wire: Vec<Vec<u8>> = out.iter().map(nic_tx).collect();
+        drop(out);
+        check_outputs(&case, &on_wire, 4000);
+        prop_assert_eq!(pool.in_use(), 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
     /// In-order full segments with the NIC's verdicts and checksum offload join their items on
     /// the run path: every merge but the cut ones, those of chained inputs (the run path leaves
     /// them to the general one) and each flow's first in each burst, into iMTU-bound packets whose checksums verify once the
@@ -636,6 +700,7 @@ proptest! {
     fn in_order_segments_with_the_nics_verdicts_take_the_run_path(
         (case, imtu) in full_mss_case(),
         delay in any::<bool>(),
+        rss in 0u8..4,
     ) {
         use pxio::merge::MergeConfig;
         let cfg = MergeConfig { checksum_offload: true, ..roomy_config(imtu, delay) };
@@ -651,6 +716,7 @@ proptest! {
                 let (ip, l4) = common::nic_rx_verdicts(&i.frame);
                 b.set_ip_csum_verdict(ip);
                 b.set_l4_csum_verdict(l4);
+                b.set_rss_hash(consistent_rss(rss, i));
                 b
             });
             merger.rx_burst(burst, now, &mut out);
@@ -670,8 +736,17 @@ proptest! {
             at = end;
         }
         prop_assert!(s.run_merges <= s.merges);
+        // With RSS hashes every chunk takes the fast path and none is grouped, so every run
+        // merge is a fast one; without them, none is.
+        if rss == 0 {
+            prop_assert_eq!(s.fast_merges, 0);
+        } else {
+            prop_assert_eq!(s.fast_merges, s.run_merges);
+        }
+        // (When flows share a hash, each one's segments find the other's item in the fast
+        // index and take the general path one by one: that bound is for distinct hashes.)
         prop_assert!(
-            s.run_merges + s.cuts + chained + firsts >= s.merges,
+            rss >= 2 || s.run_merges + s.cuts + chained + firsts >= s.merges,
             "run {} cuts {} chained {} firsts {} merges {}",
             s.run_merges, s.cuts, chained, firsts, s.merges
         );
