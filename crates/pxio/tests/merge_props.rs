@@ -736,12 +736,11 @@ proptest! {
             at = end;
         }
         prop_assert!(s.run_merges <= s.merges);
-        // With RSS hashes every chunk takes the fast path and none is grouped, so every run
-        // merge is a fast one; without them, none is.
+        // Without RSS hashes no chunk takes the fast path; with them a chunk may still be
+        // grouped (after one where few segments continued an item), so only the bound holds.
+        prop_assert!(s.fast_merges <= s.run_merges);
         if rss == 0 {
             prop_assert_eq!(s.fast_merges, 0);
-        } else {
-            prop_assert_eq!(s.fast_merges, s.run_merges);
         }
         // (When flows share a hash, each one's segments find the other's item in the fast
         // index and take the general path one by one: that bound is for distinct hashes.)

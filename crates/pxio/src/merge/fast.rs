@@ -60,6 +60,16 @@ impl FastIndex {
         self.slots[(hash & self.mask) as usize]
     }
 
+    /// Reads the flow entry the index names for `hash`, so it is on its way into the cache
+    /// before the packet is taken (see [`FlowTable::warm`](super::FlowTable::warm)).
+    #[inline]
+    pub(super) fn warm(&self, hash: u32, flows: &super::FlowTable) {
+        let flow = self.get(hash);
+        if flow != NIL {
+            flows.warm_entry(flow);
+        }
+    }
+
     /// Notes that a packet with RSS hash `hash` belongs to `flow`.
     #[inline]
     pub(super) fn note(&mut self, hash: u32, flow: u32) {

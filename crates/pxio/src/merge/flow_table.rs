@@ -205,6 +205,14 @@ impl FlowTable {
         std::hint::black_box(self.entries[base].flags);
     }
 
+    /// Reads entry `idx`, as [`warm`](Self::warm) does a bucket's first.
+    #[inline]
+    pub fn warm_entry(&self, idx: u32) {
+        if let Some(e) = self.entries.get(idx as usize) {
+            std::hint::black_box(e.n_items);
+        }
+    }
+
     /// Finds `key`'s entry without inserting.
     #[inline]
     pub fn find(&self, hash: u32, key: &FlowKey) -> Option<u32> {

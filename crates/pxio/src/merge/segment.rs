@@ -143,7 +143,8 @@ impl Segment {
     /// The fields of a segment whose headers, of `layout`, start `bytes` (which holds them
     /// whole), carrying `ip_len` IP bytes of which `payload_len` are payload with sum
     /// `payload_sum`. Reads only: whoever calls it has checked the segment may be merged.
-    #[inline]
+    // Always inlined: `segment` builds its result through it on every general-path segment.
+    #[inline(always)]
     pub(super) fn read(
         layout: Layout,
         bytes: &[u8],

@@ -1,0 +1,115 @@
+//! The fast path (`merge::fast`, issue 12): with the NIC's RSS hash and checksum verdicts, a
+//! segment that continues its flow's only item joins it, or is cut into it at the iMTU, before
+//! it is parsed; the hash is only a hint, so flows that share one merge exactly as flows that
+//! do not.
+
+mod common;
+
+use common::{check_outputs, config, run, Case, FlowSpec, Input, SegFlags, SegHdr};
+use pxio::merge::{MergeConfig, Merger};
+use pxio::{HeapBuf, HeapPool, PacketBuf};
+
+fn flow(id: u8) -> FlowSpec {
+    FlowSpec {
+        v6: id % 2 == 0,
+        id,
+        sport: 1000 + u16::from(id),
+        dport: 80,
+        isn: 7 * u32::from(id),
+        ack: 1,
+        df: true,
+        ttl: 64,
+        ..FlowSpec::default()
+    }
+}
+
+/// `n` in-order segments of `len` bytes of each of `flows`, taking turns, all in one burst.
+fn interleaved(flows: &[FlowSpec], n: usize, len: usize) -> Case {
+    let mut rng = common::Rng::new(0x5eed);
+    let streams: Vec<Vec<u8>> = flows
+        .iter()
+        .map(|_| (0..n * len).map(|_| rng.next() as u8).collect())
+        .collect();
+    let mut inputs = Vec::new();
+    for k in 0..n {
+        for (fi, f) in flows.iter().enumerate() {
+            let chunk = &streams[fi][k * len..(k + 1) * len];
+            let hdr = SegHdr::of(f, 1);
+            inputs.push(Input::data(
+                f,
+                fi,
+                k * len,
+                chunk,
+                k as u16,
+                hdr,
+                SegFlags::default(),
+            ));
+        }
+    }
+    Case {
+        flows: flows.to_vec(),
+        streams,
+        bursts: vec![(inputs.len(), 0)],
+        inputs,
+    }
+}
+
+/// Runs `case` with the NIC's verdicts and an RSS hash per frame from `rss`; returns the
+/// frames that left and the merger.
+fn merge(case: &Case, rss: impl Fn(&[u8]) -> u32) -> (Vec<Vec<u8>>, Merger<HeapBuf>) {
+    let pool = HeapPool::new(256);
+    let cfg = MergeConfig {
+        checksum_offload: false,
+        ..config(9000, false)
+    };
+    let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
+    let frames = run(case, &mut merger, |f| {
+        let mut b = pool.packet(f);
+        let (ip, l4) = common::nic_rx_verdicts(f);
+        b.set_ip_csum_verdict(ip);
+        b.set_l4_csum_verdict(l4);
+        b.set_rss_hash(Some(rss(f)));
+        b
+    });
+    assert_eq!(pool.in_use(), 0, "every buffer came back");
+    (frames, merger)
+}
+
+/// The source port of an untagged IPv4 or IPv6 TCP frame: one hash per flow.
+fn by_port(f: &[u8]) -> u32 {
+    let l4 = if f[12..14] == [0x86, 0xdd] { 54 } else { 34 };
+    u32::from(u16::from_be_bytes([f[l4], f[l4 + 1]]))
+}
+
+/// Every segment after a flow's first joins its item on the fast path or is cut into it there,
+/// IPv4 and IPv6 side by side, and what leaves is what the receiver would get without the engine.
+#[test]
+fn segments_that_continue_their_item_take_the_fast_path() {
+    let case = interleaved(&[flow(1), flow(2)], 30, 1448);
+    let (frames, merger) = merge(&case, by_port);
+    let s = merger.stats();
+    assert!(s.cuts > 0, "30 segments of 1448 B cross the iMTU");
+    assert_eq!(s.fast_merges, s.merges - s.cuts, "{s:?}");
+    assert_eq!(s.run_merges, s.fast_merges);
+    check_outputs(&case, &frames, 9000);
+}
+
+/// Two flows whose packets carry one RSS hash find each other's item in the fast index: the
+/// masked header compare turns every such segment to the general path, which merges it exactly
+/// as the fast path merges those of flows with hashes of their own.
+#[test]
+fn flows_sharing_a_hash_merge_as_flows_that_do_not() {
+    let case = interleaved(&[flow(1), flow(3)], 30, 1448);
+    let (shared_frames, shared) = merge(&case, |_| 0x5eed);
+    let (own_frames, own) = merge(&case, by_port);
+    assert_eq!(shared.stats().fast_merges, 0, "the hint never matched");
+    assert!(own.stats().fast_merges > 0);
+    let mut a = shared_frames.clone();
+    let mut b = own_frames;
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the same packets leave");
+    assert_eq!(shared.stats().merges, own.stats().merges);
+    assert_eq!(shared.stats().cuts, own.stats().cuts);
+    check_outputs(&case, &shared_frames, 9000);
+}
