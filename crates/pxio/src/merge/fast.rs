@@ -77,6 +77,15 @@ impl FastIndex {
     }
 }
 
+/// How the fast path took a segment.
+pub(super) enum Joined {
+    /// Appended to its item. The counters of appended segments (`packets_in`, `merges`,
+    /// `run_merges`, `fast_merges`) are the caller's to add, once per chunk.
+    Appended,
+    /// Cut into its item and the next one; counted.
+    Cut,
+}
+
 /// What an admitted packet brings: its lengths and what its item's tail takes from it.
 struct Admitted {
     flow: u32,
@@ -101,13 +110,13 @@ impl<B: PacketBuf> Merger<B> {
         hash: u32,
         now: u64,
         out: &mut Vec<B>,
-    ) -> Result<(), B> {
+    ) -> Result<Joined, B> {
         let Some((a, fits)) = self.fast_admits(&pkt, hash) else {
             return Err(pkt);
         };
         if !fits {
             self.fast_cut(pkt, a, now, out);
-            return Ok(());
+            return Ok(Joined::Cut);
         }
         self.note_arrival(a.flow, a.ip_len, a.payload as u16, now);
         let mut pkt = pkt;
@@ -125,17 +134,12 @@ impl<B: PacketBuf> Merger<B> {
         it.payload_len += a.payload;
         it.note_tail(1, a.ip_id, a.window, a.flags, now);
         let done = it.closed() || it.ip_len() >= imtu;
-        let s = &mut self.stats;
-        s.packets_in += 1;
-        s.payload_in += u64::from(a.payload);
-        s.merges += 1;
-        s.run_merges += 1;
-        s.fast_merges += 1;
+        self.stats.payload_in += u64::from(a.payload);
         if done {
             self.emit_through(a.flow, a.idx, now, out);
         }
         self.touch(a.flow);
-        Ok(())
+        Ok(Joined::Appended)
     }
 
     /// Cuts `pkt`, admitted as `a` but too long for its item's room under the iMTU, as the

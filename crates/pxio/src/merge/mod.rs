@@ -149,6 +149,9 @@ pub const FLOW_ENTRY_BYTES: usize = std::mem::size_of::<FlowEntry>();
 /// chunks of this many).
 pub const BURST_CHUNK: usize = 64;
 
+/// Slots of the table `rx_burst` keeps of the last packet of each RSS hash in a chunk.
+const LAST_SLOTS: usize = 1024;
+
 /// No packet (end of a group's list in [`Merger::rx_burst`]).
 pub(super) const NO_PKT: u8 = u8::MAX;
 
@@ -301,10 +304,15 @@ impl<B: PacketBuf> Merger<B> {
         let n = chunk.len();
         let mut rss = [0u32; BURST_CHUNK];
         let mut with_rss = 0u64;
+        // The last packet of the chunk with each hash (modulo the table's size): a packet is
+        // the last of its flow in the chunk when it is the last of its hash. A false "not
+        // last" only keeps a segment for the settle, which sends it anyway.
+        let mut last = [u8::MAX; LAST_SLOTS];
         for (i, (pkt, h)) in chunk.iter().zip(rss.iter_mut()).enumerate() {
             if let Some(hash) = pkt.rss_hash() {
                 *h = hash;
                 with_rss |= 1 << i;
+                last[hash as usize % LAST_SLOTS] = i as u8;
                 self.fast.warm(hash, &self.flows);
             }
         }
@@ -313,7 +321,7 @@ impl<B: PacketBuf> Merger<B> {
             self.group_chunk(chunk.drain(..), now, out);
         } else {
             let joined = self.stats.fast_merges + self.stats.cuts;
-            self.stream_chunk(chunk.drain(..), &rss, with_rss, now, out);
+            self.stream_chunk(chunk.drain(..), &rss, with_rss, &last, now, out);
             // Few segments continued an item (finely interleaved flows): the grouped path,
             // which looks every flow up ahead, serves them better.
             self.stream_next = (self.stats.fast_merges + self.stats.cuts - joined) * 4 >= n as u64;
@@ -325,33 +333,28 @@ impl<B: PacketBuf> Merger<B> {
     /// Merges a chunk whose packets carry the NIC's RSS hash (`rss[i]` where bit `i` of
     /// `with_rss` is set), one packet at a time in arrival order: each is first offered to the
     /// fast path (`fast`), which joins a segment that continues its flow's only item without
-    /// parsing it; the others are parsed and merged on the general path. The RSS hashes also
-    /// tell which segments are the last of their flow in the chunk (no later packet has their
-    /// hash), so that a segment alone in its burst can leave at once.
+    /// parsing it; the others are parsed and merged on the general path. `last` (see
+    /// `stream_or_group`) tells which segments are the last of their flow in the chunk, so
+    /// that a segment alone in its burst can leave at once.
     fn stream_chunk(
         &mut self,
         chunk: impl Iterator<Item = B>,
         rss: &[u32; BURST_CHUNK],
         with_rss: u64,
+        last: &[u8; LAST_SLOTS],
         now: u64,
         out: &mut Vec<B>,
     ) {
-        // Bit i: a later packet of the chunk has packet i's hash (modulo the filter's size:
-        // a false "later" only keeps a segment for the settle that sends it anyway).
-        let mut later = 0u64;
-        let mut seen = [0u64; 16];
-        for i in (0..BURST_CHUNK).rev() {
-            if with_rss & (1 << i) != 0 {
-                let bit = (rss[i] % 1024) as usize;
-                later |= (seen[bit / 64] >> (bit % 64) & 1) << i;
-                seen[bit / 64] |= 1 << (bit % 64);
-            }
-        }
+        let mut joins = 0u64;
         for (i, mut pkt) in chunk.enumerate() {
             let hashed = with_rss & (1 << i) != 0;
             if hashed {
                 match self.fast_join(pkt, rss[i], now, out) {
-                    Ok(()) => continue,
+                    Ok(fast::Joined::Appended) => {
+                        joins += 1;
+                        continue;
+                    }
+                    Ok(fast::Joined::Cut) => continue,
                     Err(back) => pkt = back,
                 }
             }
@@ -359,12 +362,18 @@ impl<B: PacketBuf> Merger<B> {
             match parsed.class() {
                 Class::Tcp(hdr) => {
                     let hash = flow_table::key_hash(&hdr.key, self.hash_seed);
-                    let alone = hashed && later & (1 << i) == 0;
+                    let alone = hashed && usize::from(last[rss[i] as usize % LAST_SLOTS]) == i;
                     self.rx_tcp(pkt, hdr, hash, None, alone, now, out);
                 }
                 _ => self.rx_other(pkt, &parsed, now, out),
             }
         }
+        // The counters of the segments the fast path appended, once for the chunk.
+        let s = &mut self.stats;
+        s.packets_in += joins;
+        s.merges += joins;
+        s.run_merges += joins;
+        s.fast_merges += joins;
     }
 
     /// Merges a chunk whose packets carry no RSS hash: every packet is parsed and hashed
