@@ -7,11 +7,11 @@ mod common;
 
 use common::{check_outputs, config, run, Case, FlowSpec, Input, SegFlags, SegHdr};
 use pxio::merge::{MergeConfig, Merger};
-use pxio::{HeapBuf, HeapPool, PacketBuf};
+use pxio::{HeapBuf, HeapPool};
 
 fn flow(id: u8) -> FlowSpec {
     FlowSpec {
-        v6: id % 2 == 0,
+        v6: id.is_multiple_of(2),
         id,
         sport: 1000 + u16::from(id),
         dport: 80,
