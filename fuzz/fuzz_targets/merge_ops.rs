@@ -260,6 +260,13 @@ fuzz_target!(|sc: Scenario| {
                 if sc.nic_verdicts {
                     pkt.set_ip_csum_verdict((!st.arb_v6).then_some(p.ip_ok));
                     pkt.set_l4_csum_verdict(Some(p.tcp_ok));
+                    // The RSS hash the fast path keys on: none, one per flow, or one shared
+                    // by every flow (it must only ever be a hint).
+                    pkt.set_rss_hash(match seg.word / 4 % 3 {
+                        0 => None,
+                        1 => Some(fi as u32),
+                        _ => Some(0x5eed),
+                    });
                 }
                 burst.push(pkt);
                 sent.push(Sent {

@@ -10,7 +10,10 @@
 //! 2. Find the flow: a seeded hash of the 5-tuple picks a bucket of the flow table, and the
 //!    5-tuple is compared in full (not the NIC's RSS hash: see `flow_table` for why). A burst
 //!    is classified and hashed first, then each flow's segments are taken together
-//!    ([`Merger::rx_burst`]), so a flow is looked up once per burst.
+//!    ([`Merger::rx_burst`]), so a flow is looked up once per burst. With the NIC's RSS hash,
+//!    a segment that continues its flow's only item skips steps 1 and 2: the hash names a
+//!    flow, and one masked compare of the whole header against the item's confirms it (the
+//!    fast path, `fast`).
 //! 3. Merge into a held item: **append** (it starts where an item ends), **prepend** (it ends
 //!    where an item starts), then **gap-fill** (the grown item now touches its neighbour: all
 //!    join). An append that would overshoot the iMTU is **cut**: the part that fits completes the
@@ -115,6 +118,8 @@
 //! - `place`: append, prepend, gap-fill and cut.
 //! - `run`: the run path, where a flow's further segments in a burst join its item after one
 //!   masked header compare.
+//! - `fast`: the fast path, the run path's test before any parse, on the flow the NIC's RSS
+//!   hash points to.
 //! - `emit`: emission, header rewriting and checksums.
 //! - `delay`: the ETM model and the scheduling of delayed tail items.
 //! - `flow_table`: [`FlowTable`], the per-flow state.
@@ -265,13 +270,21 @@ impl<B: PacketBuf> Merger<B> {
     /// burst is settled: items that are not a delay-eligible tail go to `out` too. `now` is the
     /// burst's arrival time in ns (from the injectable clock).
     ///
-    /// The burst is worked on as a whole, as vector dataplanes do (VPP, DPDK's l3fwd): every
-    /// packet is classified and hashed first, then the packets of each flow are taken
-    /// together, in their arrival order, so a flow is looked up once per burst and its held
-    /// item stays in cache while its segments join it. Each flow's packets keep their order,
-    /// and a packet that may belong to any flow (a fragment, IPv6 extension headers, a
-    /// malformed frame: see "Order" in the module docs) is a barrier no packet is moved across.
-    /// Packets of different flows may leave in another order than they came.
+    /// The burst is taken in chunks of [`BURST_CHUNK`], each one of two ways:
+    /// - **in arrival order, through the fast path**, when the packets carry the NIC's RSS
+    ///   hash: a segment that continues its flow's only item joins it (or is cut into it at
+    ///   the iMTU) before it is parsed, the flow found by the hash and confirmed by a masked
+    ///   compare of the whole header (see `fast`); any other packet is parsed and merged at
+    ///   once;
+    /// - **grouped by flow**, as vector dataplanes do (VPP, DPDK's l3fwd), for packets without
+    ///   a hash and after a chunk in which few segments continued an item: every packet is
+    ///   classified and hashed first, then the packets of each flow are taken together, in
+    ///   their arrival order, so a flow is looked up once per chunk.
+    ///
+    /// Either way each flow's packets keep their order, and a packet that may belong to any
+    /// flow (a fragment, IPv6 extension headers, a malformed frame: see "Order" in the module
+    /// docs) is a barrier no packet is moved across. Packets of different flows may leave in
+    /// another order than they came.
     pub fn rx_burst(&mut self, pkts: impl IntoIterator<Item = B>, now: u64, out: &mut Vec<B>) {
         let mut pkts = pkts.into_iter();
         loop {
