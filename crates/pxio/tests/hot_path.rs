@@ -23,6 +23,16 @@ fn flow(id: u8) -> common::FlowSpec {
 
 #[test]
 fn merging_real_mbufs_allocates_nothing() {
+    merge_real_mbufs_without_allocating(false);
+}
+
+/// The same with what a NIC gives (the RSS hash and the checksum verdicts): the fast path.
+#[test]
+fn the_fast_path_allocates_nothing() {
+    merge_real_mbufs_without_allocating(true);
+}
+
+fn merge_real_mbufs_without_allocating(nic: bool) {
     let rx = pool(8192, 2048 + 128);
     let headers = pool(1024, 256);
     let cfg = MergeConfig {
@@ -58,6 +68,11 @@ fn merging_real_mbufs_allocates_nothing() {
         .map(|f| {
             let mut m = rx.alloc().unwrap();
             m.extend_from_slice(f).unwrap();
+            if nic {
+                m.mark_rx_checksums_good();
+                // One hash per flow: the flow's id byte is the payload's.
+                m.set_rss_hash(u32::from(f[f.len() - 1]));
+            }
             m
         })
         .collect();
@@ -85,6 +100,11 @@ fn merging_real_mbufs_allocates_nothing() {
     assert!(
         s.merges > 200 && s.cuts > 0,
         "the run exercised merging: {s:?}"
+    );
+    assert_eq!(
+        s.fast_merges > 0,
+        nic,
+        "the fast path ran exactly when the NIC gave its hash"
     );
     assert_eq!(allocs, 0, "heap allocations on the hot path");
     merger.flush_all(now, &mut out);
