@@ -200,7 +200,8 @@ fn ue_session(i: u32) -> SessionSpec {
     }
 }
 
-/// Fills `rx` with the frames of `slots`, marked checksum-good by the NIC; for the UPF the frame
+/// Fills `rx` with the frames of `slots`, marked checksum-good by the NIC and carrying its RSS
+/// hash; for the UPF the frame
 /// is turned around (addresses and ports swapped, which leaves every checksum valid) so that
 /// the trace's sources are the UEs of downlink traffic.
 fn fill(
@@ -219,6 +220,9 @@ fn fill(
             swap(room, TCP_SRC_PORT, TCP_DST_PORT, 2);
         }
         m.mark_rx_checksums_good();
+        // The RSS hash a NIC writes (per flow; for the UPF, of the flow before the turn
+        // around, which is as good a per-flow value as any).
+        m.set_rss_hash(trace.rss_hash(slot));
     }
     Ok(())
 }
