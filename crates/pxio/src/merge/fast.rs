@@ -19,14 +19,16 @@
 //! NIC key under which many flows hash alike, like the symmetric key) only send each other's
 //! segments to the general path. The hash is never trusted for the flow's identity.
 //!
-//! **Order.** A packet that does not take the fast path is parsed and left for the rest of
-//! the burst's work (`merge_chunk`), which runs after the fast path has seen the whole chunk.
-//! So that no segment overtakes an earlier one of its own flow, the flow of every TCP segment
-//! left behind is looked up and *blocked* for the rest of the chunk (by its flow entry, not by
-//! its RSS hash, so a NIC giving one flow two hashes cannot break this), and a packet that
-//! may belong to any flow (a fragment, IPv6 extension headers, a malformed frame) closes the
-//! fast path for the rest of the chunk. Packets of different flows may leave in another order
-//! than they came, as `rx_burst` documents.
+//! A segment that continues its item but would overshoot the iMTU is cut here too
+//! ([`Merger::fast_cut`]): the general path's cut (`place`), without the parse, the hash, the
+//! lookup and the walk of the flow's items.
+//!
+//! **Order.** A packet the fast path refuses is parsed and merged on the general path at once,
+//! before the next packet is looked at, so every packet is taken in arrival order and no
+//! segment can overtake an earlier one of its flow, whatever the hashes say. Which packet is
+//! the last of its flow in the chunk (a lone segment then leaves at once) is told by the
+//! hashes too; a NIC that gives one flow two hashes can only make a segment leave alone that
+//! could have waited for a merge.
 
 use super::flow_table::NIL;
 use super::place::{concat_sum, unreachable_chain};
