@@ -150,8 +150,25 @@ impl<B: PacketBuf> Merger<B> {
     /// from the segment is read here; its flow and item are known.
     #[cold]
     fn fast_cut(&mut self, pkt: B, a: Admitted, now: u64, out: &mut Vec<B>) {
-        let layout = self.items[a.idx as usize].layout;
-        let seg = Segment::read(layout, pkt.head(), a.ip_len, a.payload as u16, a.sum);
+        // The segment as the general path would read it: what varies from its header (in
+        // `a`), the rest from its item's signature, which its header matched.
+        let it = &self.items[a.idx as usize];
+        let mut seg = Segment {
+            layout: it.layout,
+            ip_len: a.ip_len,
+            payload_len: a.payload as u16,
+            seq: it.end_seq(),
+            ack: 0,
+            window: a.window,
+            flags: a.flags,
+            ttl: 0,
+            tos: 0,
+            flow_label: 0,
+            df: false,
+            ip_id: a.ip_id,
+            payload_sum: a.sum,
+        };
+        it.sig.stamp(&mut seg);
         self.stats.packets_in += 1;
         self.stats.payload_in += u64::from(a.payload);
         self.note_arrival(a.flow, a.ip_len, a.payload as u16, now);

@@ -210,6 +210,20 @@ impl MergeSig {
         opt_rest.fill(0);
     }
 
+    /// Writes into `seg` the fields this signature holds: the ACK number, the IPv6 flow label,
+    /// TTL, TOS and DF, and the TCP flags other than PSH and FIN (`seg.flags` keeps its own
+    /// PSH and FIN). For a segment whose header equals, under the fast path's mask, that of an
+    /// item with this signature, this is what reading them from its header gives.
+    #[inline]
+    pub(super) fn stamp(&self, seg: &mut Segment) {
+        seg.ack = self.ack;
+        seg.flow_label = self.flow_label;
+        seg.ttl = self.ttl;
+        seg.tos = self.tos;
+        seg.df = self.df;
+        seg.flags = self.flags | seg.flags & (tcp_flags::PSH | tcp_flags::FIN);
+    }
+
     /// The signature of `seg`, whose headers are at the start of `frame` (what
     /// [`set`](Self::set) and [`matches`](Self::matches) are checked against).
     #[cfg(test)]
@@ -318,6 +332,29 @@ mod sig_tests {
             df: true,
             ip_id: 0,
             payload_sum: Sum::default(),
+        }
+    }
+
+    /// A segment stamped from the signature of the item it matched reads as the segment
+    /// itself: every field the signature holds, and its own PSH/FIN.
+    #[test]
+    fn a_stamped_segment_equals_the_segment_it_stands_for() {
+        let layout = Layout {
+            l2_len: 14,
+            l3_len: 20,
+            l4_len: 32,
+            v6: false,
+        };
+        let frame: Vec<u8> = (0..=255u8).collect();
+        for (ack, flags, tos, df) in [(9, 0x18, 0xb9, true), (u32::MAX, 0x11, 0, false)] {
+            let mut real = seg(layout, ack);
+            (real.flags, real.tos, real.df, real.ttl) = (flags, tos, df, 3);
+            let sig = MergeSig::of(&real, &frame);
+            let mut stamped = seg(layout, 0);
+            (stamped.flags, stamped.tos, stamped.df, stamped.ttl) = (flags & 0x09, 1, !df, 200);
+            stamped.flow_label = 77;
+            sig.stamp(&mut stamped);
+            assert_eq!(format!("{stamped:?}"), format!("{real:?}"));
         }
     }
 

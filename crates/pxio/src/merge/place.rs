@@ -5,7 +5,7 @@
 //! than copied (§4.2, zero-copy chaining). Chaining never copies payload.
 
 use super::flow_table::NIL;
-use super::item::marks;
+use super::item::{marks, MergeSig};
 use super::segment::{range_sum, Segment};
 use super::Merger;
 use crate::buf::{PacketBuf, PacketChain};
@@ -71,7 +71,7 @@ impl<B: PacketBuf> Merger<B> {
             prev = cur;
             cur = self.items[cur as usize].next;
         }
-        self.insert_item(flow, prev, pkt, seg, now, out, false);
+        self.insert_item(flow, prev, pkt, seg, now, out, None);
     }
 
     /// Whether `seg` may join item `idx` (as its successor when `append`, else predecessor).
@@ -124,11 +124,14 @@ impl<B: PacketBuf> Merger<B> {
             // No buffer for the rest's header: no cut; the item goes, the segment starts anew.
             self.emit_through(flow, idx, now, out);
             let prev = self.last_item_before(flow, seg.seq);
-            return self.insert_item(flow, prev, pkt, seg, now, out, false);
+            return self.insert_item(flow, prev, pkt, seg, now, out, None);
         };
         let cut = pkt.truncate(seg.hdr_len() + room as usize);
         debug_assert!(cut, "room < payload length");
         self.stats.cuts += 1;
+        // The segment joined the item, so its signature is the item's (`compatible`, or the
+        // fast path's masked compare): the rest takes it as it is.
+        let sig = self.items[idx as usize].sig;
         // The first part carries no PSH/FIN: they belong to the last byte, now in `rest`.
         self.join_segment(idx, pkt, seg.hdr_len(), Tail::of(&seg, head_sum, 0), now);
         self.emit_through(flow, idx, now, out);
@@ -138,7 +141,7 @@ impl<B: PacketBuf> Merger<B> {
         rest_seg.ip_len = seg.ip_len - room as u16;
         rest_seg.payload_sum = rest_sum;
         let prev = self.last_item_before(flow, rest_seg.seq);
-        self.insert_item(flow, prev, rest, rest_seg, now, out, true);
+        self.insert_item(flow, prev, rest, rest_seg, now, out, Some(sig));
     }
 
     /// Payload sums of the first `room` bytes and of the rest, each aligned to its own first
@@ -313,6 +316,9 @@ impl<B: PacketBuf> Merger<B> {
         prev
     }
 
+    /// Starts an item with `pkt` after item `prev` (or first, with [`NIL`]). `cut_from`: the
+    /// packet is the rest of a cut, and this the signature of the item it was cut from (equal
+    /// to its own, so it is copied rather than read from the headers).
     #[allow(clippy::too_many_arguments)]
     fn insert_item(
         &mut self,
@@ -322,7 +328,7 @@ impl<B: PacketBuf> Merger<B> {
         seg: Segment,
         now: u64,
         out: &mut Vec<B>,
-        modified: bool,
+        cut_from: Option<MergeSig>,
     ) {
         if self.flows.get(flow).n_items >= self.cfg.max_items_per_flow {
             self.flush_flow(flow, now, out);
@@ -335,7 +341,10 @@ impl<B: PacketBuf> Merger<B> {
         };
         // The free slot is filled field by field where it lies (see `MergeSig::set`).
         let it = &mut self.items[idx as usize];
-        it.sig.set(&seg, pkt.head());
+        match &cut_from {
+            Some(sig) => it.sig = *sig,
+            None => it.sig.set(&seg, pkt.head()),
+        }
         it.nb_segs = pkt.num_segs() as u16;
         it.pkt = Some(B::Chain::new(pkt));
         it.seq = seg.seq;
@@ -346,7 +355,7 @@ impl<B: PacketBuf> Merger<B> {
         it.segs = 1;
         it.tail_flags = seg.flags & (tcp_flags::PSH | tcp_flags::FIN);
         // Only the rest of a cut is inserted already modified; it is carried over.
-        it.marks = if modified {
+        it.marks = if cut_from.is_some() {
             marks::MODIFIED | marks::CARRIED
         } else {
             0
