@@ -5,23 +5,9 @@
 
 mod common;
 
-use common::{check_outputs, config, run, Case, FlowSpec, Input, SegFlags, SegHdr};
+use common::{check_outputs, config, simple_flow as flow, Case, FlowSpec, Input, SegFlags, SegHdr};
 use pxio::merge::{MergeConfig, Merger};
-use pxio::{HeapBuf, HeapPool};
-
-fn flow(id: u8) -> FlowSpec {
-    FlowSpec {
-        v6: id.is_multiple_of(2),
-        id,
-        sport: 1000 + u16::from(id),
-        dport: 80,
-        isn: 7 * u32::from(id),
-        ack: 1,
-        df: true,
-        ttl: 64,
-        ..FlowSpec::default()
-    }
-}
+use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 /// `n` in-order segments of `len` bytes of each of `flows`, taking turns, all in one burst.
 fn interleaved(flows: &[FlowSpec], n: usize, len: usize) -> Case {
@@ -63,14 +49,12 @@ fn merge(case: &Case, rss: impl Fn(&[u8]) -> u32) -> (Vec<Vec<u8>>, Merger<HeapB
         ..config(9000, false)
     };
     let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
-    let frames = run(case, &mut merger, |f| {
-        let mut b = pool.packet(f);
-        let (ip, l4) = common::nic_rx_verdicts(f);
-        b.set_ip_csum_verdict(ip);
-        b.set_l4_csum_verdict(l4);
-        b.set_rss_hash(Some(rss(f)));
-        b
-    });
+    let frames = common::run_with(
+        case,
+        &mut merger,
+        |_, i| common::nic_packet(&pool, i, Some(rss(&i.frame))),
+        |p| p.to_vec(),
+    );
     assert_eq!(pool.in_use(), 0, "every buffer came back");
     (frames, merger)
 }

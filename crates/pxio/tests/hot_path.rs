@@ -3,23 +3,10 @@
 
 mod common;
 
+use common::simple_flow as flow;
 use dpdk::testing::{assert_no_leaks, pool};
 use dpdk::Mbuf;
 use pxio::merge::{DelayConfig, MergeConfig, Merger};
-
-fn flow(id: u8) -> common::FlowSpec {
-    common::FlowSpec {
-        v6: id.is_multiple_of(2),
-        id,
-        sport: 2000 + u16::from(id),
-        dport: 80,
-        isn: 1000 * u32::from(id),
-        ack: 1,
-        df: true,
-        ttl: 64,
-        ..common::FlowSpec::default()
-    }
-}
 
 #[test]
 fn merging_real_mbufs_allocates_nothing() {

@@ -617,14 +617,7 @@ proptest! {
         use pxio::merge::MergeConfig;
         let cfg = MergeConfig { checksum_offload: offload, ..config(4000, delay) };
         let pool = HeapPool::new(256);
-        let make = |i: &Input| {
-            let mut b = common::assemble(i, &|f: &[u8]| pool.packet(f));
-            let (ip, l4) = common::nic_rx_verdicts(&i.frame);
-            b.set_ip_csum_verdict(ip);
-            b.set_l4_csum_verdict(l4);
-            b.set_rss_hash(consistent_rss(rss, i));
-            b
-        };
+        let make = |i: &Input| common::nic_packet(&pool, i, consistent_rss(rss, i));
         // The reference gets the same frames without the verdicts, so it never takes the run
         // path (and verifies every checksum itself: the case's frames are all intact).
         let plain = |i: &Input| common::assemble(i, &|f: &[u8]| pool.packet(f));
@@ -659,31 +652,15 @@ proptest! {
         let cfg = MergeConfig { checksum_offload: true, ..config(4000, delay) };
         let pool = HeapPool::new(256);
         let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
-        let times = common::arrival_times(&case);
-        let (mut out, mut start, mut now) = (Vec::new(), 0, 0);
-        for &(end, _) in &case.bursts {
-            now = times[start];
-            merger.poll(now, &mut out);
-            let burst = case.inputs[start..end].iter().enumerate().map(|(k, i)| {
-                let mut b = common::assemble(i, &|f: &[u8]| pool.packet(f));
-                let (ip, l4) = common::nic_rx_verdicts(&i.frame);
-                b.set_ip_csum_verdict(ip);
-                b.set_l4_csum_verdict(l4);
-                // Eight values, one of them "no hash", drawn per packet.
-                let h = (seed ^ (start + k) as u32).wrapping_mul(0x9e37_79b9) >> 29;
-                b.set_rss_hash((h != 0).then_some(h));
-                b
-            });
-            merger.rx_burst(burst, now, &mut out);
-            start = end;
-        }
-        merger.flush_all(now + MAX_WINDOW_NS, &mut out);
+        let on_wire = common::run_with(&case, &mut merger, |k, i| {
+            // Eight values, one of them "no hash", drawn per packet.
+            let h = (seed ^ k as u32).wrapping_mul(0x9e37_79b9) >> 29;
+            common::nic_packet(&pool, i, (h != 0).then_some(h))
+        }, |p| nic_tx(&p));
         let s = merger.stats();
         prop_assert_eq!(s.packets_in, case.inputs.len() as u64);
-        prop_assert_eq!(s.packets_out, out.len() as u64);
+        prop_assert_eq!(s.packets_out, on_wire.len() as u64);
         prop_assert_eq!(s.held_items, 0);
-        let on_wire: Vec<Vec<u8>> = out.iter().map(nic_tx).collect();
-        drop(out);
         check_outputs(&case, &on_wire, 4000);
         prop_assert_eq!(pool.in_use(), 0);
     }
@@ -706,23 +683,12 @@ proptest! {
         let cfg = MergeConfig { checksum_offload: true, ..roomy_config(imtu, delay) };
         let pool = HeapPool::new(256);
         let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
-        let times = common::arrival_times(&case);
-        let (mut out, mut start, mut now) = (Vec::new(), 0, 0);
-        for &(end, _) in &case.bursts {
-            now = times[start];
-            merger.poll(now, &mut out);
-            let burst = case.inputs[start..end].iter().map(|i| {
-                let mut b = common::assemble(i, &|f: &[u8]| pool.packet(f));
-                let (ip, l4) = common::nic_rx_verdicts(&i.frame);
-                b.set_ip_csum_verdict(ip);
-                b.set_l4_csum_verdict(l4);
-                b.set_rss_hash(consistent_rss(rss, i));
-                b
-            });
-            merger.rx_burst(burst, now, &mut out);
-            start = end;
-        }
-        merger.flush_all(now + MAX_WINDOW_NS, &mut out);
+        let on_wire = common::run_with(
+            &case,
+            &mut merger,
+            |_, i| common::nic_packet(&pool, i, consistent_rss(rss, i)),
+            |p| nic_tx(&p),
+        );
         let s = merger.stats();
         // What the general path takes: a chained input, and the first segment of each flow in
         // each burst (it may join an item held from an earlier burst).
@@ -749,8 +715,6 @@ proptest! {
             "run {} cuts {} chained {} firsts {} merges {}",
             s.run_merges, s.cuts, chained, firsts, s.merges
         );
-        let on_wire: Vec<Vec<u8>> = out.iter().map(nic_tx).collect();
-        drop(out);
         let emitted = check_outputs(&case, &on_wire, usize::from(imtu));
         assert_imtu_bound(&case, &emitted, imtu);
         prop_assert_eq!(pool.in_use(), 0);

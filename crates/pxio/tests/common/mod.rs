@@ -15,7 +15,7 @@ use etherparse::{
 };
 use proptest::prelude::*;
 use pxio::merge::{DelayConfig, MergeConfig, Merger};
-use pxio::PacketBuf;
+use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 pub const SRC_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 pub const DST_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -1044,20 +1044,29 @@ pub fn run<B: PacketBuf>(
     merger: &mut Merger<B>,
     make: impl Fn(&[u8]) -> B,
 ) -> Vec<Vec<u8>> {
+    run_with(case, merger, |_, i| assemble(i, &make), |p| p.to_vec())
+}
+
+/// [`run`], with each input built by `make` from its index in the case and itself, and each
+/// packet that leaves turned into what the test keeps by `keep`, as it leaves (so buffers go
+/// back to their pool burst by burst).
+pub fn run_with<B: PacketBuf, T>(
+    case: &Case,
+    merger: &mut Merger<B>,
+    make: impl Fn(usize, &Input) -> B,
+    mut keep: impl FnMut(B) -> T,
+) -> Vec<T> {
     let times = arrival_times(case);
     let mut out = Vec::new();
-    let mut frames = Vec::new();
+    let mut kept = Vec::new();
     let mut start = 0;
     let mut now = 0;
     for &(end, _) in &case.bursts {
         now = times[start];
         merger.poll(now, &mut out);
-        let burst: Vec<B> = case.inputs[start..end]
-            .iter()
-            .map(|i| assemble(i, &make))
-            .collect();
+        let burst: Vec<B> = (start..end).map(|k| make(k, &case.inputs[k])).collect();
         merger.rx_burst(burst, now, &mut out);
-        frames.extend(out.drain(..).map(|p| p.to_vec()));
+        kept.extend(out.drain(..).map(&mut keep));
         start = end;
     }
     // Then, with nothing more to receive, a poll loop polls at each pending deadline (a poll at
@@ -1076,8 +1085,34 @@ pub fn run<B: PacketBuf>(
         "poll released every delayed item"
     );
     merger.flush_all(now, &mut out);
-    frames.extend(out.drain(..).map(|p| p.to_vec()));
-    frames
+    kept.extend(out.drain(..).map(&mut keep));
+    kept
+}
+
+/// `inp` as a NIC hands it over: with the checksum verdicts a NIC would give its frame, and
+/// `rss` as its RSS hash.
+pub fn nic_packet(pool: &HeapPool, inp: &Input, rss: Option<u32>) -> HeapBuf {
+    let mut b = assemble(inp, &|f: &[u8]| pool.packet(f));
+    let (ip, l4) = nic_rx_verdicts(&inp.frame);
+    b.set_ip_csum_verdict(ip);
+    b.set_l4_csum_verdict(l4);
+    b.set_rss_hash(rss);
+    b
+}
+
+/// A plain flow: IPv6 for even ids, IPv4 for odd ones, its own source port, DF set, no tags.
+pub fn simple_flow(id: u8) -> FlowSpec {
+    FlowSpec {
+        v6: id.is_multiple_of(2),
+        id,
+        sport: 2000 + u16::from(id),
+        dport: 80,
+        isn: 1000 * u32::from(id),
+        ack: 1,
+        df: true,
+        ttl: 64,
+        ..FlowSpec::default()
+    }
 }
 
 /// Mergeable traffic only: 1..=3 flows (IPv4/IPv6, VLAN tags, either DF) of in-order segments
