@@ -318,6 +318,18 @@ mod tests {
         .unwrap()
     }
 
+    /// Segments `segs` of flow 0 as one merged frame: the first one's headers, every payload,
+    /// the IPv4 total length rewritten.
+    fn merged(t: &Trace, segs: std::ops::Range<u32>) -> Vec<u8> {
+        let mut out = t.frame(t.slot_of(0, segs.start).unwrap())[..HEADERS_LEN].to_vec();
+        for s in segs {
+            out.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
+        }
+        let ip_len = (out.len() - ETH_LEN) as u16;
+        out[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+        out
+    }
+
     #[test]
     fn yield_counts_bytes_as_if_cut_at_the_imtu() {
         let t = trace();
@@ -416,13 +428,7 @@ mod tests {
         let mut seg = 0u32;
         while (seg as usize) < t.len() {
             let n = 40.min(t.len() as u32 - seg);
-            let first = t.frame(t.slot_of(0, seg).unwrap());
-            let mut out = first[..HEADERS_LEN].to_vec();
-            for s in seg..seg + n {
-                out.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
-            }
-            let ip_len = (out.len() - ETH_LEN) as u16;
-            out[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+            let out = merged(&t, seg..seg + n);
             l.record(|v| v(&out), end);
             seg += n;
         }
@@ -458,12 +464,7 @@ mod tests {
         let mut outputs = 0u64;
         while (seg as usize) < t.len() {
             let n = 45.min(t.len() as u32 - seg);
-            let mut out = t.frame(t.slot_of(0, seg).unwrap())[..HEADERS_LEN].to_vec();
-            for s in seg..seg + n {
-                out.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
-            }
-            let ip_len = (out.len() - ETH_LEN) as u16;
-            out[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+            let out = merged(&t, seg..seg + n);
             l.record(|v| v(&out), t.end_ns());
             outputs += (n as usize * 1448).div_ceil(8948) as u64;
             seg += n;
@@ -485,19 +486,9 @@ mod tests {
         let mut l = Ledger::new(&t, "capped", 9000, false).enforcing_imtu();
         // Two outputs: segments 0-5 (8688 B, within the 8948 B cap), then 6-12 (10136 B,
         // over it).
-        let mut out = t.frame(t.slot_of(0, 0).unwrap()).to_vec();
-        for s in 1..6 {
-            out.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
-        }
-        let ip_len = (out.len() - ETH_LEN) as u16;
-        out[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+        let out = merged(&t, 0..6);
         l.record(|v| v(&out), t.end_ns());
-        let mut rest = t.frame(t.slot_of(0, 6).unwrap()).to_vec();
-        for s in 7..13 {
-            rest.extend_from_slice(&t.frame(t.slot_of(0, s).unwrap())[HEADERS_LEN..]);
-        }
-        let ip_len = (rest.len() - ETH_LEN) as u16;
-        rest[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+        let rest = merged(&t, 6..13);
         l.record(|v| v(&rest), t.end_ns());
         let err = l.finish().unwrap_err();
         assert_eq!(
