@@ -629,12 +629,19 @@ impl Mbuf {
         // SAFETY: we own the head struct; these are plain metadata fields.
         let m = unsafe { self.raw.as_mut() };
         m.ol_flags |= flags;
-        // SAFETY: writing the bitfield view of the tx_offload union, which is always valid.
-        let fields = unsafe { &mut m.__bindgen_anon_3.__bindgen_anon_1 };
-        fields.set_l2_len(u64::from(l2_len));
-        fields.set_l3_len(u64::from(l3_len));
-        fields.set_l4_len(u64::from(l4_len));
-        fields.set_tso_segsz(u64::from(tso_segsz));
+        // The four fields packed as `rte_mbuf_tx_offload` packs them, in one write of the
+        // union's u64 view (bindgen's bitfield setters cost about 34 instructions here); the
+        // outer header lengths above them are kept.
+        let packed = tx_offload_bits(u64::from(l2_len), L2_LEN)
+            | tx_offload_bits(u64::from(l3_len), L3_LEN)
+            | tx_offload_bits(u64::from(l4_len), L4_LEN)
+            | tx_offload_bits(u64::from(tso_segsz), TSO_SEGSZ);
+        let inner = (1u64 << (TSO_SEGSZ.0 + TSO_SEGSZ.1)) - 1;
+        // SAFETY: every bit pattern of the union's u64 view is valid, for reading and writing.
+        unsafe {
+            let tx = &mut m.__bindgen_anon_3.tx_offload;
+            *tx = *tx & !inner | packed;
+        }
     }
 
     /// Replaces the offload flags (for the wrappers that hand the packet to a DPDK library
@@ -798,7 +805,13 @@ impl MbufChain {
     /// Only `tail` is walked, to find the new last segment.
     #[inline]
     pub fn append(&mut self, tail: Mbuf) -> std::result::Result<(), (Error, Mbuf)> {
-        let tail_last = tail.last_seg();
+        // A single segment is its own last: its `next`, in the mbuf's second cache line, is
+        // not read (null by DPDK's invariant, nb_segs counting the chain).
+        let tail_last = if tail.num_segs() == 1 {
+            tail.raw
+        } else {
+            tail.last_seg()
+        };
         self.head.link_after(self.last, tail)?;
         self.last = tail_last;
         Ok(())
@@ -960,6 +973,20 @@ fn tailroom(m: &dpdk_sys::rte_mbuf) -> usize {
     usize::from(m.buf_len) - usize::from(m.data_off) - usize::from(m.data_len)
 }
 
+/// Where a field of `rte_mbuf`'s `tx_offload` lies: (offset, width) in bits, as DPDK's
+/// `RTE_MBUF_*_OFS` and the bitfield declare them.
+const L2_LEN: (u32, u32) = (0, 7);
+const L3_LEN: (u32, u32) = (7, 9);
+const L4_LEN: (u32, u32) = (16, 8);
+const TSO_SEGSZ: (u32, u32) = (24, 16);
+
+/// `value` in field `(offset, width)` of `tx_offload`, cut to the field's width as the
+/// bitfield's setter cuts it.
+#[inline(always)]
+fn tx_offload_bits(value: u64, (offset, width): (u32, u32)) -> u64 {
+    (value & ((1 << width) - 1)) << offset
+}
+
 /// Only a direct segment with refcount 1 owns its buffer exclusively.
 #[inline]
 fn writable(seg: NonNull<dpdk_sys::rte_mbuf>) -> Result<()> {
@@ -1002,6 +1029,39 @@ mod tests {
         assert_eq!(lens, [2, 2, 2, 2, 2, 2, 2]);
         drop(m);
         assert_no_leaks(&pool);
+    }
+
+    /// The packed write leaves `tx_offload` as bindgen's bitfield setters do, outer header
+    /// lengths included, for ordinary and out-of-range values.
+    #[test]
+    fn tx_offload_fields_are_packed_as_the_bitfield_lays_them_out() {
+        let pool = pool(4, 256);
+        let mut m = pool.alloc().unwrap();
+        for &(l2, l3, l4, tso) in &[
+            (14u8, 20u16, 32u8, 0u16),
+            (22, 40, 60, 1448),
+            (255, 65535, 255, 65535),
+        ] {
+            // SAFETY: the union's u64 view is valid for any bits (test only).
+            let outer = unsafe {
+                let u = &mut m.raw.as_mut().__bindgen_anon_3;
+                u.tx_offload = 0xdead_beef_0000_0000 | 0x00ff_ffff_ffff;
+                u.tx_offload
+            };
+            let mut want = dpdk_sys::rte_mbuf__bindgen_ty_3 { tx_offload: outer };
+            // SAFETY: as above.
+            unsafe {
+                let f = &mut want.__bindgen_anon_1;
+                f.set_l2_len(u64::from(l2));
+                f.set_l3_len(u64::from(l3));
+                f.set_l4_len(u64::from(l4));
+                f.set_tso_segsz(u64::from(tso));
+            }
+            m.set_tx_offload(l2, l3, l4, 0, tso);
+            // SAFETY: as above.
+            let (got, want) = unsafe { (m.head().__bindgen_anon_3.tx_offload, want.tx_offload) };
+            assert_eq!(got, want, "{l2} {l3} {l4} {tso}");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use super::delay;
 use super::flow_table::NIL;
-use super::item::{Item, Layout};
+use super::item::Item;
 use super::Merger;
 use crate::buf::{mark_rewritten_checksums, PacketBuf, PacketChain, TxOffload};
 use crate::checksum::{self, Sum};
@@ -130,55 +130,57 @@ impl<B: PacketBuf> Merger<B> {
 
 /// Rewrites the headers of a merged packet: lengths, flags, the last segment's window (IP ID
 /// stays the first segment's), and checksums (or the pseudo-header seed for NIC offload).
+///
+/// The fields are written where the item's [`Layout`] puts them: the headers were validated
+/// when the first segment arrived (an IPv4 header without options, a TCP header of `l4_len`
+/// bytes), and only this engine has written to them since. A header that is not there (no
+/// longer as long as the layout says) fails the rewrite rather than a bounds check.
 fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Pool) -> bool {
     let layout = it.layout;
-    if pkt.head_mut().is_none() && !privatize_head(pkt, layout.hdr_len(), pool) {
+    let hdr_len = layout.hdr_len();
+    if pkt.head_mut().is_none() && !privatize_head(pkt, hdr_len, pool) {
         return false;
     }
     let ip_len = it.ip_len();
-    let l2 = usize::from(layout.l2_len);
-    let l3 = usize::from(layout.l3_len);
-    let end = layout.hdr_len();
-    let bytes = pkt.head_mut().expect("head made private above");
-    {
-        let ip_bytes = &mut bytes[l2..l2 + l3];
-        if layout.v6 {
-            let Ok(mut ip) = wire::Ipv6Packet::new_checked(ip_bytes) else {
-                return false;
-            };
-            ip.set_payload_len((ip_len - 40) as u16);
-        } else {
-            let Ok(mut ip) = wire::Ipv4Packet::new_checked(ip_bytes) else {
-                return false;
-            };
-            ip.set_total_len(ip_len as u16);
-            if offload {
-                ip.set_checksum(0);
-            } else {
-                ip.fill_checksum();
-            }
-        }
-    }
-    let pseudo = tcp_pseudo_header(bytes, layout, ip_len - u32::from(layout.l3_len));
-    let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) else {
+    let Some(bytes) = pkt.head_mut().and_then(|b| b.get_mut(..hdr_len)) else {
         return false;
     };
-    let flags = tcp.flags() & !(tcp_flags::PSH | tcp_flags::FIN) | it.tail_flags;
-    tcp.set_flags(flags);
-    // The most recent window advertisement (see the module docs, "Merge rules").
-    tcp.set_window(it.last_window);
-    if offload {
-        tcp.set_checksum(pseudo.fold());
-    } else {
-        tcp.set_checksum(0);
-        let sum = pseudo
-            .add(Sum::of(&bytes[l2 + l3..end]))
-            .add(it.payload_sum);
-        let Ok(mut tcp) = wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) else {
+    let (ip, tcp) = bytes.split_at_mut(layout.l4_offset());
+    let ip = &mut ip[usize::from(layout.l2_len)..];
+    let Some(tcp_fixed) = tcp.first_chunk_mut::<20>() else {
+        return false;
+    };
+    let l4_len = ip_len - u32::from(layout.l3_len);
+    let pseudo = if layout.v6 {
+        let Some(ip) = ip.first_chunk_mut::<40>() else {
             return false;
         };
-        tcp.set_checksum(sum.checksum());
-    }
+        ip[4..6].copy_from_slice(&((ip_len - 40) as u16).to_be_bytes());
+        let (src, dst) = ip[8..40].split_at(16);
+        checksum::pseudo_header_v6(addr(src), addr(dst), wire::ip_proto::TCP, l4_len)
+    } else {
+        let Some(ip) = ip.first_chunk_mut::<20>() else {
+            return false;
+        };
+        ip[2..4].copy_from_slice(&(ip_len as u16).to_be_bytes());
+        ip[10..12].fill(0);
+        if !offload {
+            let sum = Sum::of_20(ip).checksum();
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        }
+        let (src, dst) = ip[12..20].split_at(4);
+        checksum::pseudo_header_v4(addr(src), addr(dst), wire::ip_proto::TCP, l4_len as u16)
+    };
+    tcp_fixed[13] = tcp_fixed[13] & !(tcp_flags::PSH | tcp_flags::FIN) | it.tail_flags;
+    // The most recent window advertisement (see the module docs, "Merge rules").
+    tcp_fixed[14..16].copy_from_slice(&it.last_window.to_be_bytes());
+    let tcp_sum = if offload {
+        pseudo.fold()
+    } else {
+        tcp_fixed[16..18].fill(0);
+        pseudo.add(Sum::of(tcp)).add(it.payload_sum).checksum()
+    };
+    tcp[16..18].copy_from_slice(&tcp_sum.to_be_bytes());
     if offload {
         pkt.request_tx_offload(TxOffload {
             l2_len: layout.l2_len,
@@ -196,23 +198,12 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
     true
 }
 
-/// The TCP pseudo-header sum of a held packet (headers at the start of `frame`) whose TCP
-/// segment is `l4_len` bytes.
-fn tcp_pseudo_header(frame: &[u8], layout: Layout, l4_len: u32) -> Sum {
-    let l3 = &frame[usize::from(layout.l2_len)..];
-    // Held packets' headers were validated by `classify` on arrival.
-    if layout.v6 {
-        let ip = wire::Ipv6Packet::new_unchecked(l3);
-        checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), wire::ip_proto::TCP, l4_len)
-    } else {
-        let ip = wire::Ipv4Packet::new_unchecked(l3);
-        checksum::pseudo_header_v4(
-            ip.src_addr(),
-            ip.dst_addr(),
-            wire::ip_proto::TCP,
-            l4_len as u16,
-        )
-    }
+/// An address of `N` bytes, from a slice of exactly that length.
+#[inline(always)]
+fn addr<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    let mut a = [0; N];
+    a.copy_from_slice(bytes);
+    a
 }
 
 /// Replaces a shared first segment's headers with a private copy so they can be rewritten.
