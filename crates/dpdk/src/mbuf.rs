@@ -839,59 +839,6 @@ impl MbufChain {
         }
     }
 
-    /// Moves bytes `[at, at + len)` of `from`'s first segment to the end of this chain, by a
-    /// copy into the last segment's tailroom, and closes the gap in `from` by moving its first
-    /// `at` bytes forward over them (what came before the range, headers, now leads what came
-    /// after it). PacketExpress cuts a segment this way when the part that completes an item is
-    /// short: no buffer is allocated or shared.
-    ///
-    /// All or nothing: fails, with both packets unchanged, unless this chain's last segment and
-    /// `from`'s first are each direct and exclusively owned (refcount 1), the last has `len`
-    /// bytes of tailroom, and `from`'s first segment holds `at + len` bytes.
-    pub fn append_moved(&mut self, from: &mut Mbuf, at: usize, len: usize) -> Result<()> {
-        let src = from.raw;
-        writable(self.last)?;
-        writable(src)?;
-        // SAFETY: both are valid segments we own (`from` is a packet of its own, so they are
-        // distinct buffers).
-        let (room, held) = unsafe { (tailroom(self.last.as_ref()), src.as_ref().data_len) };
-        if len > room {
-            return Err(Error::NoRoom {
-                what: "tailroom",
-                available: room,
-                requested: len,
-            });
-        }
-        let held = usize::from(held);
-        if at.checked_add(len).is_none_or(|end| end > held) {
-            return Err(Error::NoRoom {
-                what: "data",
-                available: held,
-                requested: at.saturating_add(len),
-            });
-        }
-        // SAFETY: the range lies in `from`'s first segment ([at, at + len) <= data_len) and the
-        // copy's destination in this chain's last segment's tailroom (len <= tailroom); both
-        // buffers are exclusively ours (checked above) and distinct, so the copy does not
-        // overlap. The front move stays inside `from`'s first segment (`copy` allows the
-        // overlap). Lengths: len fits the tailroom (so the u16 data_len cannot overflow) and
-        // the source's data_len and pkt_len hold at least len.
-        unsafe {
-            let last = self.last.as_ptr();
-            let data = data_ptr(src.as_ref());
-            let dst = data_ptr(&*last).add(usize::from((*last).data_len));
-            std::ptr::copy_nonoverlapping(data.add(at), dst, len);
-            (*last).data_len += len as u16;
-            (*self.head.raw.as_ptr()).pkt_len += len as u32;
-            std::ptr::copy(data, data.add(len), at);
-            let m = src.as_ptr();
-            (*m).data_off += len as u16;
-            (*m).data_len -= len as u16;
-            (*m).pkt_len -= len as u32;
-        }
-        Ok(())
-    }
-
     /// Removes `len` bytes from the front of the first segment (see [`Mbuf::adj`]); the last
     /// segment stays the same, even when the first one is emptied.
     #[inline]
@@ -1062,53 +1009,6 @@ mod tests {
             let (got, want) = unsafe { (m.head().__bindgen_anon_3.tx_offload, want.tx_offload) };
             assert_eq!(got, want, "{l2} {l3} {l4} {tso}");
         }
-    }
-
-    #[test]
-    fn a_moved_range_joins_the_chain_and_its_headers_close_the_gap_or_nothing_changes() {
-        let pool = pool(16, 256);
-        let seg = |bytes: &[u8]| {
-            let mut m = pool.alloc().unwrap();
-            m.extend_from_slice(bytes).unwrap();
-            m
-        };
-        let mut chain = MbufChain::new(seg(b"HDR:abc"));
-        let mut from = seg(b"HDR:defghij");
-        chain.append_moved(&mut from, 4, 3).unwrap();
-        assert_eq!(chain.packet().to_vec(), b"HDR:abcdef");
-        assert_eq!(chain.packet().num_segs(), 1, "copied, not chained");
-        assert_eq!(from.to_vec(), b"HDR:ghij");
-        assert_eq!((from.len(), from.num_segs()), (8, 1));
-        // Refused, and both unchanged: a range past the first segment's data, more than the
-        // tailroom, a shared source, a shared last segment.
-        let unchanged = |chain: &MbufChain, from: &Mbuf| {
-            assert_eq!(chain.packet().to_vec(), b"HDR:abcdef");
-            assert_eq!(from.to_vec(), b"HDR:ghij");
-        };
-        assert!(chain.append_moved(&mut from, 4, 5).is_err());
-        assert!(chain.append_moved(&mut from, usize::MAX, 2).is_err());
-        unchanged(&chain, &from);
-        let room = chain.packet().tailroom();
-        let mut long = seg(&vec![b'x'; room + 1]);
-        assert!(chain.append_moved(&mut long, 0, room + 1).is_err());
-        unchanged(&chain, &from);
-        let clone = from.try_clone(&pool).unwrap();
-        assert!(chain.append_moved(&mut from, 4, 1).is_err());
-        unchanged(&chain, &from);
-        drop(clone);
-        let view = chain.packet().share_range(0, 4, &pool).unwrap();
-        assert!(chain.append_moved(&mut from, 4, 1).is_err());
-        unchanged(&chain, &from);
-        drop(view);
-        // Chained after a second segment, the range goes into that one's tailroom.
-        chain.append(seg(b"!")).unwrap();
-        chain.append_moved(&mut from, 4, 4).unwrap();
-        let m = chain.into_mbuf();
-        assert_eq!(m.to_vec(), b"HDR:abcdef!ghij");
-        assert_eq!((m.len(), m.num_segs()), (15, 2));
-        assert_eq!(from.to_vec(), b"HDR:");
-        drop((m, from, long));
-        assert_no_leaks(&pool);
     }
 
     #[test]

@@ -146,13 +146,6 @@ pub trait PacketChain: Sized {
     fn packet(&self) -> &Self::Buf;
     /// Removes `n` bytes from the front of the first segment; false if it holds fewer.
     fn adj(&mut self, n: usize) -> bool;
-    /// Moves bytes `[at, at + len)` of `from`'s first segment to the end of this packet, by a
-    /// copy into its last segment's tailroom, and closes the gap in `from` by moving its first
-    /// `at` bytes (headers) forward over them. A cut whose first part is short takes this
-    /// instead of a shared view and a header buffer. All or nothing: false, and both packets
-    /// unchanged, unless both segments are exclusively owned, the last has the tailroom, and
-    /// `from`'s first segment holds `at + len` bytes.
-    fn append_moved(&mut self, from: &mut Self::Buf, at: usize, len: usize) -> bool;
     /// The packet, done growing.
     fn into_packet(self) -> Self::Buf;
 }
@@ -342,10 +335,6 @@ impl PacketChain for dpdk::MbufChain {
         dpdk::MbufChain::adj(self, n).is_ok()
     }
     #[inline]
-    fn append_moved(&mut self, from: &mut dpdk::Mbuf, at: usize, len: usize) -> bool {
-        dpdk::MbufChain::append_moved(self, from, at, len).is_ok()
-    }
-    #[inline]
     fn into_packet(self) -> dpdk::Mbuf {
         self.into_mbuf()
     }
@@ -374,18 +363,10 @@ impl HeapPool {
     }
 
     /// A buffer holding a copy of `bytes` in one segment, regardless of `seg_capacity`
-    /// (for building test input). Like an mbuf's, its buffer has room after the bytes, up to
-    /// `seg_capacity` (see [`PacketChain::append_moved`]).
+    /// (for building test input).
     pub fn packet(&self, bytes: &[u8]) -> HeapBuf {
-        let mut buf = bytes.to_vec();
-        buf.resize(bytes.len().max(self.seg_capacity), 0);
-        let seg = Seg {
-            data: Arc::new(SegData::new(buf, &self.live)),
-            start: 0,
-            end: bytes.len(),
-        };
         HeapBuf {
-            segs: vec![seg],
+            segs: vec![Seg::new(Arc::new(SegData::new(bytes.to_vec(), &self.live)))],
             l4_verdict: None,
             ip_verdict: None,
             tx_offload: None,
@@ -681,27 +662,6 @@ impl PacketChain for HeapChain {
     }
     fn adj(&mut self, n: usize) -> bool {
         self.0.adj(n)
-    }
-    fn append_moved(&mut self, from: &mut HeapBuf, at: usize, len: usize) -> bool {
-        let (Some(last), Some(src)) = (self.0.segs.last_mut(), from.segs.first_mut()) else {
-            return false;
-        };
-        let Some(end) = at.checked_add(len).filter(|&e| e <= src.len()) else {
-            return false;
-        };
-        let (Some(dst), Some(data)) = (Arc::get_mut(&mut last.data), Arc::get_mut(&mut src.data))
-        else {
-            return false;
-        };
-        if dst.bytes.len() - last.end < len {
-            return false;
-        }
-        let (s0, l0) = (src.start, last.end);
-        dst.bytes[l0..l0 + len].copy_from_slice(&data.bytes[s0 + at..s0 + end]);
-        last.end += len;
-        data.bytes.copy_within(s0..s0 + at, s0 + len);
-        src.start += len;
-        true
     }
     fn into_packet(self) -> HeapBuf {
         self.0

@@ -1,11 +1,8 @@
 //! Placing a segment among its flow's held items (SIGCOMM'26 §4.1, "Bidirectional neighbor
 //! identification"; Appendix A, "partial stashing"): **append** to the item it continues,
 //! **prepend** to the item it precedes, **gap-fill** (join two items the segment made touch),
-//! and **cut** a segment that would overshoot the iMTU. Chaining never copies payload (§4.2,
-//! zero-copy chaining). A cut copies at most the tailroom of the item's last buffer: the part
-//! that completes the item goes there when it fits, and the segment's headers move up to lead
-//! the rest, in the same buffer; otherwise the rest is held by a refcounted view behind a copy
-//! of the headers.
+//! and **cut** a segment that would overshoot the iMTU, its rest held by a refcounted view rather
+//! than copied (§4.2, zero-copy chaining). Chaining never copies payload.
 
 use super::flow_table::NIL;
 use super::item::{marks, MergeSig};
@@ -121,29 +118,8 @@ impl<B: PacketBuf> Merger<B> {
             self.emit_through(flow, idx, now, out);
             return self.merge(flow, pkt, seg, now, out);
         }
-        // Cut: `room` bytes complete this item, the rest starts the flow's next one.
+        // Cut: `room` bytes complete this item, the rest is held by a view.
         let (head_sum, rest_sum) = self.cut_sums(&pkt, &seg, room);
-        let mut rest_seg = seg;
-        rest_seg.seq = seg.seq.wrapping_add(room);
-        rest_seg.payload_len = (len - room) as u16;
-        rest_seg.ip_len = seg.ip_len - room as u16;
-        rest_seg.payload_sum = rest_sum;
-        // The segment joined the item, so its signature is the item's (`compatible`, or the
-        // fast path's masked compare): the rest takes it as it is.
-        let sig = self.items[idx as usize].sig;
-        if self.cut_by_move(idx, &mut pkt, &rest_seg, room) {
-            // The first part is in the item's last buffer and `pkt`, its headers moved up to
-            // the rest, is the rest.
-            self.stats.cuts += 1;
-            let it = &mut self.items[idx as usize];
-            it.payload_sum = concat_sum(it.payload_sum, it.payload_len, head_sum);
-            it.payload_len += room;
-            it.note_tail(1, seg.ip_id, seg.window, 0, now);
-            self.stats.merges += 1;
-            self.emit_through(flow, idx, now, out);
-            let prev = self.last_item_before(flow, rest_seg.seq);
-            return self.insert_item(flow, prev, pkt, rest_seg, now, out, Some(sig));
-        }
         let Some(rest) = self.remainder(&pkt, &seg, room) else {
             // No buffer for the rest's header: no cut; the item goes, the segment starts anew.
             self.emit_through(flow, idx, now, out);
@@ -153,9 +129,17 @@ impl<B: PacketBuf> Merger<B> {
         let cut = pkt.truncate(seg.hdr_len() + room as usize);
         debug_assert!(cut, "room < payload length");
         self.stats.cuts += 1;
+        // The segment joined the item, so its signature is the item's (`compatible`, or the
+        // fast path's masked compare): the rest takes it as it is.
+        let sig = self.items[idx as usize].sig;
         // The first part carries no PSH/FIN: they belong to the last byte, now in `rest`.
         self.join_segment(idx, pkt, seg.hdr_len(), Tail::of(&seg, head_sum, 0), now);
         self.emit_through(flow, idx, now, out);
+        let mut rest_seg = seg;
+        rest_seg.seq = seg.seq.wrapping_add(room);
+        rest_seg.payload_len = (len - room) as u16;
+        rest_seg.ip_len = seg.ip_len - room as u16;
+        rest_seg.payload_sum = rest_sum;
         let prev = self.last_item_before(flow, rest_seg.seq);
         self.insert_item(flow, prev, rest, rest_seg, now, out, Some(sig));
     }
@@ -179,28 +163,6 @@ impl<B: PacketBuf> Merger<B> {
             let rest = range_sum(pkt, cut, end);
             (seg.payload_sum.sub(at_room(rest)), rest)
         }
-    }
-
-    /// Cuts `pkt` without a new buffer when its first `room` payload bytes are few enough to
-    /// copy into the tailroom of item `idx`'s last buffer: they move there, and `pkt`'s
-    /// headers move up to lead the rest, their sequence number set to `rest`'s. False, and
-    /// nothing changed, when a buffer is shared or short of room (the copy is bounded by the
-    /// tailroom: a few hundred bytes with 2 KB mbufs and 1500 B frames).
-    fn cut_by_move(&mut self, idx: u32, pkt: &mut B, rest: &Segment, room: u32) -> bool {
-        let hdr_len = rest.hdr_len();
-        let Some(head) = self.items[idx as usize].pkt.as_mut() else {
-            return false;
-        };
-        if !head.append_moved(pkt, hdr_len, room as usize) {
-            return false;
-        }
-        let seq_at = rest.layout.l4_offset() + 4;
-        match pkt.head_mut().and_then(|b| b.get_mut(seq_at..seq_at + 4)) {
-            Some(field) => field.copy_from_slice(&rest.seq.to_be_bytes()),
-            // `append_moved` found the buffer exclusively ours, holding the headers.
-            None => unreachable!("moved headers are in the first segment, writable"),
-        }
-        true
     }
 
     /// A new packet for the bytes of `pkt` past the first `room` payload bytes: a copy of its
