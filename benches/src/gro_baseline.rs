@@ -170,12 +170,10 @@ fn run_once(
         // Two sections, to tell the parse's share; their sum is rte_gro's cost.
         let parsed = &mut run.parsed;
         run.parse_timer.time(|| {
-            for m in rx.as_mut_slice() {
-                m.parse_packet_type();
-            }
+            timed_parse(&mut rx);
             *parsed += rx.len() as u64;
         });
-        run.timer.time(|| run.gro.reassemble(&mut rx));
+        run.timer.time(|| timed_reassemble(&mut run.gro, &mut rx));
         // What rte_gro hands back (nothing, for this trace's pure-ACK data segments, unless the
         // table is full) leaves at once.
         run.ledger.record_mbufs(rx.drain(), burst.time_ns);
@@ -209,6 +207,28 @@ fn run_once(
     })
 }
 
+/// rte_gro's timed sections: the parse it needs, the reassembly of a burst, and a flush. Never
+/// inlined, so that callgrind can count them as it counts pxio's
+/// (`--toggle-collect='pxbench::gro_baseline::timed_*'`, see `cargo xtask bench instructions`).
+#[inline(never)]
+fn timed_parse(rx: &mut Burst<RX_CAPACITY>) {
+    for m in rx.as_mut_slice() {
+        m.parse_packet_type();
+    }
+}
+
+/// See [`timed_parse`].
+#[inline(never)]
+fn timed_reassemble(gro: &mut GroContext, rx: &mut Burst<RX_CAPACITY>) -> usize {
+    gro.reassemble(rx)
+}
+
+/// See [`timed_parse`].
+#[inline(never)]
+fn timed_flush(gro: &mut GroContext, out: &mut Burst<FLUSH_CAPACITY>) -> usize {
+    gro.timeout_flush(0, out)
+}
+
 /// The state of one run.
 struct Run<'t> {
     gro: GroContext,
@@ -238,7 +258,7 @@ impl Run<'_> {
         self.held_at_flushes += self.gro.item_count() as u64;
         loop {
             let (gro, out) = (&mut self.gro, &mut *self.out);
-            self.timer.time(|| gro.timeout_flush(0, out));
+            self.timer.time(|| timed_flush(gro, out));
             let more = self.out.is_full();
             if let Some(gso) = &self.gso {
                 let (out, cut) = (&mut *self.out, &mut self.cut);

@@ -24,7 +24,9 @@ pub mod trace;
 
 use std::path::PathBuf;
 
-pub use merge::{profile_pxio, run_merge, MergeBenchConfig, ScenarioRun, SCENARIOS};
+pub use merge::{
+    profile, run_merge, MergeBenchConfig, ProfileRun, ProfiledEngine, ScenarioRun, SCENARIOS,
+};
 
 /// Why a benchmark could not run or its result cannot be trusted.
 #[derive(Debug, thiserror::Error)]

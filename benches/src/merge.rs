@@ -209,19 +209,50 @@ pub fn run_merge(
     })
 }
 
-/// For profiling (`merge --profile-pxio`): runs each scenario's trace through pxio alone, with
-/// everything the NIC gives, `cfg.repetitions` times, so that `perf record` sees one engine
-/// only. Returns (schedule, flows, fastest ns per packet) per scenario; compares nothing.
-pub fn profile_pxio(
+/// The engine a profiling run (`merge --profile-pxio`, `--profile-gro`) runs alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfiledEngine {
+    /// pxio with everything the NIC gives (the table's "pxio NIC").
+    Pxio,
+    /// `rte_gro` with its parse (the table's "rte_gro").
+    RteGro,
+}
+
+/// One scenario of a profiling run: what was run and the fastest ns per packet.
+#[derive(Clone, Debug)]
+pub struct ProfileRun {
+    /// The traffic schedule.
+    pub schedule: Schedule,
+    /// Flows in the trace.
+    pub flows: u32,
+    /// Input packets of the trace.
+    pub packets: usize,
+    /// The fastest run's cost per input packet (TSC).
+    pub ns_per_pkt: f64,
+}
+
+/// For profiling (`merge --profile-pxio` or `--profile-gro`): runs each scenario's trace through
+/// one engine alone, as the table runs it, `cfg.repetitions` times, so that `perf record` or
+/// callgrind (`cargo xtask bench instructions`) sees that engine only. Compares nothing.
+pub fn profile(
     eal: &Eal,
     scenarios: &[(u32, f64)],
     schedules: &[Schedule],
     cfg: &MergeBenchConfig,
-) -> Result<Vec<(Schedule, u32, f64)>, BenchError> {
+    engine: ProfiledEngine,
+) -> Result<Vec<ProfileRun>, BenchError> {
     each_scenario(scenarios, schedules, cfg, |cfg, flows, gbps| {
         let trace = Trace::generate(cfg.trace_config(flows, gbps))?;
-        let best = run_pxio(eal, &trace, cfg, NicInfo::FULL)?;
-        Ok((cfg.schedule, flows, best.ns_per_pkt))
+        let best = match engine {
+            ProfiledEngine::Pxio => run_pxio(eal, &trace, cfg, NicInfo::FULL)?,
+            ProfiledEngine::RteGro => run_rte_gro(eal, &trace, cfg)?,
+        };
+        Ok(ProfileRun {
+            schedule: cfg.schedule,
+            flows,
+            packets: trace.len(),
+            ns_per_pkt: best.ns_per_pkt,
+        })
     })
 }
 

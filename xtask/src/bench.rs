@@ -19,14 +19,21 @@
 //! `rule-manager`: the asynchronous rule manager's update rate, and a worker's throughput while
 //! it runs, against a worker making the rule calls itself, on the simulated NIC (SIGCOMM'26
 //! §4.4), via `cargo run --release -p pxbench --bin rule-manager`.
+//!
+//! `instructions`: the merge benchmark's two engines, pxio (with what the NIC gives) and
+//! `rte_gro` (its parse included), each alone under valgrind's callgrind, which counts the
+//! instructions of their timed sections exactly: the noise-free side of `merge`'s comparison on
+//! a shared machine without hardware counters. `poisson-tso` at 1 and 800 flows, or the one
+//! scenario given after `--` (e.g. `-- --flows 64 --schedule paced`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
 use crate::progress::Progress;
-use crate::{build_ebpf, cargo, deps, describe, run_status};
+use crate::{build_ebpf, cargo, deps, describe, run_output, run_status};
 
 /// The benchmarks `cargo xtask bench` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -42,6 +49,9 @@ pub enum BenchKind {
     Nf,
     /// The px_flow rule manager: update rate, worker throughput while updates run.
     RuleManager,
+    /// pxio and rte_gro alone under callgrind: exact instructions per packet in their timed
+    /// sections (poisson-tso at 1 and 800 flows, or the scenario given after `--`).
+    Instructions,
 }
 
 impl BenchKind {
@@ -53,6 +63,7 @@ impl BenchKind {
             BenchKind::PmtuCache => "pmtu-cache",
             BenchKind::Nf => "nf",
             BenchKind::RuleManager => "rule-manager",
+            BenchKind::Instructions => "instructions",
         }
     }
 
@@ -60,7 +71,7 @@ impl BenchKind {
     /// plain memory.
     fn needs_root(self) -> bool {
         match self {
-            BenchKind::Merge | BenchKind::Caravan | BenchKind::Nf => true,
+            BenchKind::Merge | BenchKind::Caravan | BenchKind::Nf | BenchKind::Instructions => true,
             BenchKind::PmtuCache | BenchKind::RuleManager => false,
         }
     }
@@ -73,6 +84,7 @@ impl BenchKind {
             BenchKind::PmtuCache => "pmtu-cache",
             BenchKind::Nf => "nf-bench",
             BenchKind::RuleManager => "rule-manager",
+            BenchKind::Instructions => "merge",
         }
     }
 }
@@ -111,6 +123,12 @@ pub fn run(what: BenchKind, json: Option<PathBuf>, extra: &[String]) -> Result<(
     progress.run(&format!("building {} (release)", what.binary()), &mut build)?;
     progress.step("running the benchmark");
     progress.finish();
+    if what == BenchKind::Instructions {
+        if json.is_some() {
+            bail!("xtask bench instructions: no JSON report (it prints a table)");
+        }
+        return instructions(extra);
+    }
     let mut cmd = cargo();
     cmd.args([
         "run",
@@ -127,4 +145,125 @@ pub fn run(what: BenchKind, json: Option<PathBuf>, extra: &[String]) -> Result<(
     cmd.args(extra);
     println!("==> {}", describe(&cmd));
     run_status(&mut cmd)
+}
+
+/// The engines `instructions` counts: the merge binary's flag that runs one alone, the pattern
+/// of its timed sections (never-inlined functions; a pattern must match none nested inside),
+/// and its column.
+const COUNTED: [(&str, &str, &str); 2] = [
+    (
+        "--profile-pxio",
+        "pxbench::pxio_engine::timed_*",
+        "pxio NIC",
+    ),
+    ("--profile-gro", "pxbench::gro_baseline::timed_*", "rte_gro"),
+];
+
+/// `cargo xtask bench instructions`: see the module docs.
+fn instructions(extra: &[String]) -> Result<()> {
+    let scenarios: Vec<Vec<String>> = if extra.is_empty() {
+        ["1", "800"]
+            .iter()
+            .map(|f| {
+                ["--flows", f, "--schedule", "poisson-tso"]
+                    .map(String::from)
+                    .to_vec()
+            })
+            .collect()
+    } else {
+        vec![extra.to_vec()]
+    };
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| build_ebpf::workspace_root().join("target"));
+    let merge = target.join("release/merge");
+    let out = std::env::temp_dir().join(format!("px-callgrind-{}.out", std::process::id()));
+    println!(
+        "instructions: per input packet in each engine's timed sections, exact (valgrind \
+         callgrind), one run each"
+    );
+    println!(
+        "{:>12}  {:>5}  {:>8}  {:>9}  {:>8}  {:>12}",
+        "schedule", "flows", "packets", "pxio NIC", "rte_gro", "pxio/rte_gro"
+    );
+    for args in &scenarios {
+        let mut per_packet = Vec::with_capacity(COUNTED.len());
+        let mut scenario = None;
+        for (flag, pattern, _) in COUNTED {
+            let mut cmd = Command::new("valgrind");
+            cmd.args(["--tool=callgrind", "--collect-atstart=no"])
+                .arg(format!("--toggle-collect={pattern}"))
+                .arg(format!("--callgrind-out-file={}", out.display()))
+                .arg(&merge)
+                .args(args)
+                .args(["--reps", "1", flag]);
+            let stdout = run_output(&mut cmd)?;
+            let (name, packets) = profiled_scenario(&stdout)?;
+            let total = callgrind_total(&out)?;
+            let _ = std::fs::remove_file(&out);
+            per_packet.push(total as f64 / packets as f64);
+            scenario = Some((name, packets));
+        }
+        let (name, packets) = scenario.context("no engine was counted")?;
+        let (schedule, flows) = name.split_once(' ').unwrap_or((name.as_str(), "?"));
+        println!(
+            "{schedule:>12}  {flows:>5}  {packets:>8}  {:>9.1}  {:>8.1}  {:>12.2}",
+            per_packet[0],
+            per_packet[1],
+            per_packet[0] / per_packet[1]
+        );
+    }
+    Ok(())
+}
+
+/// The scenario (`"SCHEDULE FLOWS"`) and input packets of a `merge --profile-*` run's output,
+/// which must hold exactly one scenario (callgrind counts the whole run).
+fn profiled_scenario(stdout: &str) -> Result<(String, u64)> {
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("profile: "))
+        .collect();
+    let [line] = lines[..] else {
+        bail!(
+            "xtask bench instructions: give one scenario (one --flows and one --schedule): \
+             the run printed {} profile lines",
+            lines.len()
+        );
+    };
+    let parse = || -> Option<(String, u64)> {
+        let rest = line.strip_prefix("profile: ")?;
+        let (scenario, _) = rest.split_once(" flows:")?;
+        let packets = rest.rsplit_once(", ")?.1.strip_suffix(" packets")?;
+        Some((scenario.to_string(), packets.parse().ok()?))
+    };
+    parse().with_context(|| format!("unexpected profile line: {line:?}"))
+}
+
+/// The instructions a callgrind output file counted (its `summary:` line).
+fn callgrind_total(path: &Path) -> Result<u64> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading callgrind's output {}", path.display()))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("summary: "))
+        .and_then(|n| n.trim().parse().ok())
+        .with_context(|| format!("no summary line in {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_line_gives_its_scenario_and_packets() {
+        let out =
+            "profile: poisson-tso 800 flows: rte_gro 36.0 ns/pkt (fastest of 1), 302220 packets\n";
+        assert_eq!(
+            profiled_scenario(out).unwrap(),
+            ("poisson-tso 800".to_string(), 302_220)
+        );
+        let two = format!("{out}{out}");
+        assert!(profiled_scenario(&two).is_err(), "one scenario at a time");
+        assert!(profiled_scenario("profile: garbled\n").is_err());
+        assert!(profiled_scenario("").is_err());
+    }
 }

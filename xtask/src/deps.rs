@@ -42,6 +42,9 @@ const APT_PACKAGES: &[&str] = &[
     // measured with (plotters).
     "curl",
     "fonts-dejavu-core",
+    // `cargo xtask bench instructions`: exact instruction counts of the merge engines
+    // (callgrind), where this VM has no hardware counters.
+    "valgrind",
     // `cargo xtask build-ebpf` (crates/caravan-ebpf): Debian's rustc 1.96 built on LLVM 22 with
     // its library source (for `-Z build-std=core`), and LLVM 22 for building bpf-linker.
     "rustc-web",

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use pxbench::report::{print_costs, print_table, write_json};
 use pxbench::trace::Schedule;
-use pxbench::{profile_pxio, run_merge, MergeBenchConfig, SCENARIOS};
+use pxbench::{profile, run_merge, MergeBenchConfig, ProfiledEngine, SCENARIOS};
 
 /// Command line of the merge benchmark.
 #[derive(Debug, Parser)]
@@ -53,8 +53,11 @@ struct Args {
     /// Profile instead of compare: run only pxio (with the NIC's hash and checksum verdicts)
     /// `--reps` times per scenario and print its ns per packet, so that `perf record` sees one
     /// engine (README, "Profile").
-    #[arg(long)]
+    #[arg(long, conflicts_with = "profile_gro")]
     profile_pxio: bool,
+    /// As `--profile-pxio`, for rte_gro alone (its parse included, as in the table).
+    #[arg(long)]
+    profile_gro: bool,
 }
 
 /// `--schedule` values.
@@ -126,12 +129,20 @@ fn main() -> Result<()> {
         cfg.gro_items_per_flow = n;
     }
 
-    if args.profile_pxio {
-        for (schedule, flows, ns) in profile_pxio(&eal, &scenarios, &schedules, &cfg)? {
+    let profiled = match (args.profile_pxio, args.profile_gro) {
+        (true, _) => Some((ProfiledEngine::Pxio, "pxio NIC")),
+        (_, true) => Some((ProfiledEngine::RteGro, "rte_gro")),
+        _ => None,
+    };
+    if let Some((engine, name)) = profiled {
+        for r in profile(&eal, &scenarios, &schedules, &cfg, engine)? {
             println!(
-                "profile: {} {flows} flows: pxio NIC {ns:.1} ns/pkt (fastest of {})",
-                schedule.name(),
-                cfg.repetitions
+                "profile: {} {} flows: {name} {:.1} ns/pkt (fastest of {}), {} packets",
+                r.schedule.name(),
+                r.flows,
+                r.ns_per_pkt,
+                cfg.repetitions,
+                r.packets
             );
         }
         return Ok(());
