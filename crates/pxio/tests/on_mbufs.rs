@@ -253,3 +253,70 @@ fn a_split_on_buffer_boundaries_moves_the_mbufs_and_leaks_none() {
         }
     }
 }
+
+/// Through cuts, a merged packet keeps one buffer per merged segment, so the NF API reports the
+/// sender's segment size (read from the buffer chain) and splitting to it gives the sender's
+/// segments back. 20 segments of 1448 B into a 9000 B iMTU: every full packet ends in a cut,
+/// every later one begins with a cut's rest. On real mbufs, whose tailroom a cut could be
+/// tempted to fill: session 8 tried it, and pieces came out longer than the sender's.
+#[test]
+fn the_senders_segment_size_survives_cuts() {
+    use pxio::{ManualClock, PxioBuilder, RxPacket};
+    let (n, mss) = (20u32, 1448usize);
+    for v6 in [false, true] {
+        let rx = pool(256, 2048 + 128);
+        let headers = pool(256, 256);
+        let fl = common::FlowSpec {
+            v6,
+            id: 7,
+            sport: 5000,
+            dport: 80,
+            isn: 1000,
+            ack: 1,
+            df: true,
+            ttl: 64,
+            ..common::FlowSpec::default()
+        };
+        let hdr = 14 + fl.l3_l4_len();
+        let frames: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let start = i as usize * mss;
+                let payload: Vec<u8> = (start..start + mss).map(|k| (k % 251) as u8).collect();
+                let seq = fl.isn + start as u32;
+                common::tcp_frame(&fl, seq, i as u16, 1, Default::default(), &payload)
+            })
+            .collect();
+        let stream: Vec<u8> = frames.iter().flat_map(|f| f[hdr..].to_vec()).collect();
+        {
+            let mut px = PxioBuilder::new()
+                .imtu(9000)
+                .delay(false)
+                .build::<Mbuf, _>(headers.clone(), ManualClock::new(0))
+                .unwrap();
+            let mut got: Vec<RxPacket<Mbuf>> = Vec::new();
+            px.rx_meta(frames.iter().map(|f| mbuf(&rx, f)), &mut got);
+            assert!(got.len() >= 4, "v6 {v6}: three full packets and the tail");
+            let mut full_sized = 0;
+            for RxPacket { pkt, meta } in got {
+                let meta = meta.expect("a merged TCP packet has metadata");
+                assert!(usize::from(meta.seg_size) <= mss, "v6 {v6}: {meta:?}");
+                full_sized += usize::from(usize::from(meta.seg_size) == mss);
+                px.tx_to(pkt, meta.seg_mtu()).unwrap();
+            }
+            assert!(
+                full_sized >= 3,
+                "v6 {v6}: the full packets hold whole segments"
+            );
+            let mut wire: Vec<Mbuf> = Vec::new();
+            px.flush_tx(&mut wire);
+            let mut out = Vec::new();
+            for p in &wire {
+                assert!(p.len() <= hdr + mss, "v6 {v6}: a piece of {} B", p.len());
+                out.extend_from_slice(&p.to_vec()[hdr..]);
+            }
+            assert_eq!(out, stream, "v6 {v6}: the stream, byte for byte");
+        }
+        assert_no_leaks(&rx);
+        assert_no_leaks(&headers);
+    }
+}
