@@ -53,6 +53,70 @@ proptest! {
         assert_no_leaks(&headers);
     }
 
+    /// Every buffer of a merged packet carries bytes of one input segment only: every merge
+    /// path (append, prepend, gap-fill, cut, carried rests, chained inputs) links input
+    /// buffers or parts of them and never moves payload across them. That is how the NF API
+    /// tells the sender's segment size from a merged packet (`PacketMeta::seg_size`). On
+    /// mbufs, whose tailroom a merge could be tempted to fill.
+    #[test]
+    fn every_merged_buffer_holds_bytes_of_one_input_segment(
+        case in case_strategy(Knobs { max_flows: 3, max_stream: 12_000, ..Knobs::default() }),
+        delay in any::<bool>(),
+    ) {
+        use pxio::wire::{Class, FlowKey, Parsed};
+        let tcp = |frame: &[u8]| match *Parsed::of(frame, frame.len()).class() {
+            Class::Tcp(h) => Some(h),
+            _ => None,
+        };
+        // The stream ranges each flow's segments carried, by the flow's key, with its ISN.
+        let mut carried: Vec<(FlowKey, u32, Vec<(usize, usize)>)> = Vec::new();
+        for input in case.inputs.iter().filter(|i| !i.junk) {
+            let (Some(fi), Some(h)) = (input.flow, tcp(&input.frame)) else { continue };
+            let range = (input.offset, input.offset + input.len);
+            match carried.iter_mut().find(|(k, ..)| *k == h.key) {
+                Some((.., ranges)) => ranges.push(range),
+                None => carried.push((h.key, case.flows[fi].isn, vec![range])),
+            }
+        }
+        let rx = pool(4096, 2048 + 128);
+        let headers = pool(1024, 256);
+        {
+            let mut merger = Merger::<Mbuf>::new(config(9000, delay), headers.clone()).unwrap();
+            let outputs = common::run_with(
+                &case,
+                &mut merger,
+                |_, i| common::assemble(i, &|f: &[u8]| mbuf(&rx, f)),
+                |p| {
+                    let mut lens = Vec::new();
+                    p.for_each_segment(|s| lens.push(s.len()));
+                    (p.to_vec(), lens)
+                },
+            );
+            for (frame, lens) in &outputs {
+                let Some(h) = tcp(frame) else { continue };
+                let Some((_, isn, ranges)) = carried.iter().find(|(k, ..)| *k == h.key) else {
+                    continue;
+                };
+                let l4 = usize::from(h.l2_len + h.l3_len);
+                let seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().unwrap());
+                let hdr_len = l4 + usize::from(h.l4_len);
+                let mut at = seq.wrapping_sub(*isn) as usize;
+                for (i, &len) in lens.iter().enumerate() {
+                    let bytes = if i == 0 { len.saturating_sub(hdr_len) } else { len };
+                    let span = (at, at + bytes);
+                    prop_assert!(
+                        bytes == 0 || ranges.iter().any(|&(a, b)| a <= span.0 && span.1 <= b),
+                        "buffer {i} of {lens:?} carries stream bytes {span:?}, which no input \
+                         segment carried alone"
+                    );
+                    at += bytes;
+                }
+            }
+        }
+        assert_no_leaks(&rx);
+        assert_no_leaks(&headers);
+    }
+
     #[test]
     fn full_segments_on_mbufs_leave_imtu_sized(
         (case, imtu) in full_mss_case(),
