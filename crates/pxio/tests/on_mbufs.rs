@@ -68,14 +68,19 @@ proptest! {
             Class::Tcp(h) => Some(h),
             _ => None,
         };
-        // The stream ranges each flow's segments carried, by the flow's key, with its ISN.
-        let mut carried: Vec<(FlowKey, u32, Vec<(usize, usize)>)> = Vec::new();
+        /// The stream ranges a flow's segments carried.
+        struct Carried {
+            key: FlowKey,
+            isn: u32,
+            ranges: Vec<(usize, usize)>,
+        }
+        let mut carried: Vec<Carried> = Vec::new();
         for input in case.inputs.iter().filter(|i| !i.junk) {
             let (Some(fi), Some(h)) = (input.flow, tcp(&input.frame)) else { continue };
             let range = (input.offset, input.offset + input.len);
-            match carried.iter_mut().find(|(k, ..)| *k == h.key) {
-                Some((.., ranges)) => ranges.push(range),
-                None => carried.push((h.key, case.flows[fi].isn, vec![range])),
+            match carried.iter_mut().find(|c| c.key == h.key) {
+                Some(c) => c.ranges.push(range),
+                None => carried.push(Carried { key: h.key, isn: case.flows[fi].isn, ranges: vec![range] }),
             }
         }
         let rx = pool(4096, 2048 + 128);
@@ -94,7 +99,8 @@ proptest! {
             );
             for (frame, lens) in &outputs {
                 let Some(h) = tcp(frame) else { continue };
-                let Some((_, isn, ranges)) = carried.iter().find(|(k, ..)| *k == h.key) else {
+                let Some(Carried { isn, ranges, .. }) = carried.iter().find(|c| c.key == h.key)
+                else {
                     continue;
                 };
                 let l4 = usize::from(h.l2_len + h.l3_len);
