@@ -156,8 +156,8 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
             return false;
         };
         ip[4..6].copy_from_slice(&((ip_len - 40) as u16).to_be_bytes());
-        let (src, dst) = ip[8..40].split_at(16);
-        checksum::pseudo_header_v6(addr(src), addr(dst), wire::ip_proto::TCP, l4_len)
+        let ip = wire::Ipv6Packet::new_unchecked(&ip[..]);
+        checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), wire::ip_proto::TCP, l4_len)
     } else {
         let Some(ip) = ip.first_chunk_mut::<20>() else {
             return false;
@@ -168,8 +168,13 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
             let sum = Sum::of_20(ip).checksum();
             ip[10..12].copy_from_slice(&sum.to_be_bytes());
         }
-        let (src, dst) = ip[12..20].split_at(4);
-        checksum::pseudo_header_v4(addr(src), addr(dst), wire::ip_proto::TCP, l4_len as u16)
+        let ip = wire::Ipv4Packet::new_unchecked(&ip[..]);
+        checksum::pseudo_header_v4(
+            ip.src_addr(),
+            ip.dst_addr(),
+            wire::ip_proto::TCP,
+            l4_len as u16,
+        )
     };
     tcp_fixed[13] = tcp_fixed[13] & !(tcp_flags::PSH | tcp_flags::FIN) | it.tail_flags;
     // The most recent window advertisement (see the module docs, "Merge rules").
@@ -196,14 +201,6 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
     // offload the fields are only the NIC's seeds.
     mark_rewritten_checksums(pkt, !offload, layout.v6);
     true
-}
-
-/// An address of `N` bytes, from a slice of exactly that length.
-#[inline(always)]
-fn addr<const N: usize>(bytes: &[u8]) -> [u8; N] {
-    let mut a = [0; N];
-    a.copy_from_slice(bytes);
-    a
 }
 
 /// Replaces a shared first segment's headers with a private copy so they can be rewritten.
