@@ -29,21 +29,11 @@ fn flow(v6: bool, id: u8, sport: u16) -> common::FlowSpec {
     }
 }
 
-/// `n` back-to-back segments of `mss` payload bytes of `fl`, byte `k` of the stream being `k`.
+/// `n` back-to-back segments of `mss` payload bytes of `fl` (see [`common::segment_frames`]).
 fn segments(pool: &HeapPool, fl: &common::FlowSpec, n: u32, mss: usize) -> Vec<HeapBuf> {
-    (0..n)
-        .map(|i| {
-            let start = i as usize * mss;
-            let payload: Vec<u8> = (start..start + mss).map(|k| k as u8).collect();
-            pool.packet(&common::tcp_frame(
-                fl,
-                fl.isn + start as u32,
-                i as u16,
-                1,
-                Default::default(),
-                &payload,
-            ))
-        })
+    common::segment_frames(fl, n, mss)
+        .iter()
+        .map(|f| pool.packet(f))
         .collect()
 }
 

@@ -336,26 +336,9 @@ fn the_senders_segment_size_survives_cuts() {
     for v6 in [false, true] {
         let rx = pool(256, 2048 + 128);
         let headers = pool(256, 256);
-        let fl = common::FlowSpec {
-            v6,
-            id: 7,
-            sport: 5000,
-            dport: 80,
-            isn: 1000,
-            ack: 1,
-            df: true,
-            ttl: 64,
-            ..common::FlowSpec::default()
-        };
+        let fl = common::simple_flow(if v6 { 8 } else { 7 });
         let hdr = 14 + fl.l3_l4_len();
-        let frames: Vec<Vec<u8>> = (0..n)
-            .map(|i| {
-                let start = i as usize * mss;
-                let payload: Vec<u8> = (start..start + mss).map(|k| (k % 251) as u8).collect();
-                let seq = fl.isn + start as u32;
-                common::tcp_frame(&fl, seq, i as u16, 1, Default::default(), &payload)
-            })
-            .collect();
+        let frames = common::segment_frames(&fl, n, mss);
         let stream: Vec<u8> = frames.iter().flat_map(|f| f[hdr..].to_vec()).collect();
         {
             let mut px = PxioBuilder::new()

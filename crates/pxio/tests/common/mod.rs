@@ -1100,6 +1100,19 @@ pub fn nic_packet(pool: &HeapPool, inp: &Input, rss: Option<u32>) -> HeapBuf {
     b
 }
 
+/// `n` back-to-back segments of `mss` payload bytes of `fl`, as frames: byte `k` of the stream
+/// is `k as u8`, segment `i` has IP ID `i`.
+pub fn segment_frames(fl: &FlowSpec, n: u32, mss: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let start = i as usize * mss;
+            let payload: Vec<u8> = (start..start + mss).map(|k| k as u8).collect();
+            let seq = fl.isn.wrapping_add(start as u32);
+            tcp_frame(fl, seq, i as u16, 1, Default::default(), &payload)
+        })
+        .collect()
+}
+
 /// A plain flow: IPv6 for even ids, IPv4 for odd ones, its own source port, DF set, no tags.
 pub fn simple_flow(id: u8) -> FlowSpec {
     FlowSpec {
