@@ -473,6 +473,23 @@ impl Mbuf {
                 self.len()
             )));
         }
+        if self.head().nb_segs == 1 {
+            // One segment (a cut's rest, in the merge engine): one view, its lengths set at once.
+            let piece = pool.alloc()?;
+            // SAFETY: piece is a fresh, empty, direct mbuf we own; self is a valid one-segment
+            // packet. Attaching makes piece indirect, pointing at self's buffer and holding a
+            // reference on it (DPDK's free of piece drops it). The range lies inside self's data
+            // (checked above: offset + len <= pkt_len == data_len), so moving piece's start by
+            // `offset` and giving it `len` bytes stays inside the shared data.
+            unsafe {
+                dpdk_sys::px_pktmbuf_attach(piece.as_ptr(), self.raw.as_ptr());
+                let m = &mut *piece.as_ptr();
+                m.data_off += offset as u16;
+                m.data_len = len as u16;
+                m.pkt_len = len as u32;
+            }
+            return Ok(piece);
+        }
         let mut head: Option<Mbuf> = None;
         let mut skip = offset;
         let mut left = len;

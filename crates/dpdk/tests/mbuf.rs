@@ -240,5 +240,30 @@ fn share_range_is_a_zero_copy_view_of_any_byte_range() {
     // The view keeps the shared segments alive after the original is gone.
     assert_eq!(view.to_vec(), &whole[95..155]);
     drop(view);
+    // One segment (its own branch): the view of any range, which outlives the original, and
+    // no range past the end.
+    let mut one = pool.alloc().unwrap();
+    one.extend_from_slice(&whole[..120]).unwrap();
+    for (offset, len) in [(0, 120), (0, 1), (54, 66), (119, 1)] {
+        let view = one.share_range(offset, len, &pool).unwrap();
+        assert_eq!((view.len(), view.num_segs()), (len, 1), "{offset}+{len}");
+        assert_eq!(
+            view.to_vec(),
+            &whole[offset..offset + len],
+            "{offset}+{len}"
+        );
+    }
+    assert!(matches!(
+        one.share_range(100, 21, &pool),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        one.share_range(10, 0, &pool),
+        Err(Error::InvalidArgument(_))
+    ));
+    let view = one.share_range(7, 50, &pool).unwrap();
+    drop(one);
+    assert_eq!(view.to_vec(), &whole[7..57]);
+    drop(view);
     assert_no_leaks(&pool);
 }

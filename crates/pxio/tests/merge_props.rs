@@ -345,6 +345,63 @@ fn a_segment_overlapping_a_later_held_item_is_not_appended() {
     );
 }
 
+/// Held `a[0,8000)` and `c[9500,10000)`; then `X[8000,9500)` arrives. It continues `a` but
+/// overshoots the iMTU, so it is cut: its first part fills `a`, which leaves, and its rest
+/// (ending at 9500) touches `c` and must be joined with it (gap-fill), not sent as a runt
+/// beside it: two packets leave, not three.
+#[test]
+fn a_cuts_rest_is_joined_with_the_held_item_it_touches() {
+    let flow = FlowSpec {
+        v6: false,
+        id: 1,
+        sport: 1000,
+        dport: 80,
+        isn: 77,
+        ack: 1,
+        df: true,
+        ttl: 64,
+        ..FlowSpec::default()
+    };
+    let stream: Vec<u8> = (0..10_000).map(|i| (i % 241) as u8).collect();
+    let seg = |offset: usize, len: usize, id| {
+        let bytes = &stream[offset..offset + len];
+        Input::data(
+            &flow,
+            0,
+            offset,
+            bytes,
+            id,
+            SegHdr::of(&flow, 1),
+            SegFlags::default(),
+        )
+    };
+    let mut inputs: Vec<Input> = (0..8).map(|i| seg(i * 1000, 1000, i as u16)).collect();
+    inputs.push(seg(9500, 500, 8));
+    inputs.push(seg(8000, 1500, 9));
+    let case = Case {
+        flows: vec![flow],
+        streams: vec![stream],
+        bursts: vec![(inputs.len(), 0)],
+        inputs,
+    };
+    let pool = HeapPool::new(256);
+    let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+    let frames = run(&case, &mut merger, |f| pool.packet(f));
+    let emitted = check_outputs(&case, &frames, 9000);
+    let ranges: Vec<(u32, usize)> = emitted
+        .iter()
+        .map(|e| (e.seq.wrapping_sub(77), e.payload.len()))
+        .collect();
+    let first = ranges.first().map_or(0, |r| r.1);
+    assert!(first > 8000, "X was cut into `a`: {ranges:?}");
+    assert_eq!(
+        ranges,
+        [(0, first), (first as u32, 10_000 - first)],
+        "`a` filled to the iMTU, then the rest of X joined with `c`"
+    );
+    assert_eq!(merger.stats().cuts, 1);
+}
+
 /// IPv6 segments whose flow labels differ are not merged, as in Linux GRO (`ipv6_gro_receive`
 /// compares version and flow label): a new label (Linux picks one on a retransmission timeout,
 /// to move the flow to another path) starts a new packet, and each packet carries its own.

@@ -55,8 +55,24 @@ impl<B: PacketBuf> Merger<B> {
         self.flows.get_mut(flow).deadline = 0;
     }
 
+    /// Emits the flow's first item and frees its slot.
     pub(super) fn emit_head(&mut self, flow: u32, now: u64, out: &mut Vec<B>) {
         let idx = self.flows.get(flow).items;
+        self.send_item(flow, idx, now, out);
+        let e = self.flows.get_mut(flow);
+        let next = self.items[idx as usize].next;
+        e.items = next;
+        e.n_items -= 1;
+        if next == NIL {
+            e.deadline = 0;
+        }
+        self.free_item(idx);
+    }
+
+    /// Sends the packet of item `idx`, the flow's first: its headers rewritten, the yield and
+    /// the added delay recorded. The slot stays linked and holds no packet: the caller frees it
+    /// ([`emit_head`](Self::emit_head)) or starts it afresh (a cut's rest, in `place`).
+    pub(super) fn send_item(&mut self, flow: u32, idx: u32, now: u64, out: &mut Vec<B>) {
         let mss = u32::from(self.flows.get(flow).mss);
         let it = &mut self.items[idx as usize];
         let mut pkt = it
@@ -66,8 +82,8 @@ impl<B: PacketBuf> Merger<B> {
             .into_packet();
         let full = it.ip_len() + mss > u32::from(self.cfg.imtu);
         let weight = it.ip_len() as f32 / f32::from(self.cfg.imtu);
-        let (payload, segs, arrival_sum, oldest, next) =
-            (it.payload_len, it.segs, it.arrival_sum, it.oldest, it.next);
+        let (payload, segs, arrival_sum, oldest) =
+            (it.payload_len, it.segs, it.arrival_sum, it.oldest);
         if it.modified() && !finalize(&mut pkt, it, self.cfg.checksum_offload, &self.pool) {
             // Headers could not be rewritten (no buffer for a private copy): the packet would be
             // wrong on the wire, so it is dropped and counted.
@@ -91,13 +107,7 @@ impl<B: PacketBuf> Merger<B> {
         self.record_delay(wait, u64::from(segs));
         self.stats.max_hold_ns = self.stats.max_hold_ns.max(now.saturating_sub(oldest));
         let e = self.flows.get_mut(flow);
-        e.items = next;
-        e.n_items -= 1;
         e.yield_avg = delay::update_yield(e.yield_avg, full, weight);
-        if next == NIL {
-            e.deadline = 0;
-        }
-        self.free_item(idx);
     }
 }
 

@@ -6,7 +6,7 @@
 use super::flow_table::NIL;
 use super::segment::{Segment, TCP_HEADER_LEN};
 use super::Merger;
-use crate::buf::PacketBuf;
+use crate::buf::{PacketBuf, PacketChain};
 use crate::checksum::Sum;
 use crate::wire::{tcp_flags, Headers};
 
@@ -83,6 +83,32 @@ impl<B: PacketBuf> Item<B> {
     }
     pub(super) fn closed(&self) -> bool {
         self.tail_flags & (tcp_flags::PSH | tcp_flags::FIN) != 0
+    }
+
+    /// Starts the item afresh with `pkt`, segment `seg` arrived at `now` (its signature is the
+    /// caller's to set, and its place in the flow's list). `carried`: `pkt` is the rest of a
+    /// cut, inserted with headers already to be rewritten, and carried over (see
+    /// [`marks::CARRIED`]).
+    #[inline]
+    pub(super) fn start(&mut self, pkt: B, seg: &Segment, now: u64, carried: bool) {
+        self.nb_segs = pkt.num_segs() as u16;
+        self.pkt = Some(B::Chain::new(pkt));
+        self.seq = seg.seq;
+        self.payload_len = u32::from(seg.payload_len);
+        self.layout = seg.layout;
+        self.first_id = seg.ip_id;
+        self.last_id = seg.ip_id;
+        self.segs = 1;
+        self.tail_flags = seg.flags & (tcp_flags::PSH | tcp_flags::FIN);
+        self.marks = if carried {
+            marks::MODIFIED | marks::CARRIED
+        } else {
+            0
+        };
+        self.last_window = seg.window;
+        self.payload_sum = seg.payload_sum;
+        self.arrival_sum = now;
+        self.oldest = now;
     }
 
     /// Notes `n` segments joined at the item's end at `now` (their bytes and sums are the

@@ -313,22 +313,23 @@ impl<B: PacketBuf> Merger<B> {
         out: &mut Vec<B>,
     ) -> bool {
         let mut chunk = std::mem::take(&mut self.chunk);
-        chunk.extend(pkts.take(BURST_CHUNK));
-        let n = chunk.len();
         let mut rss = [0u32; BURST_CHUNK];
         let mut with_rss = 0u64;
         // The last packet of the chunk with each hash (modulo the table's size): a packet is
         // the last of its flow in the chunk when it is the last of its hash. A false "not
         // last" only keeps a segment for the settle, which sends it anyway.
         let mut last = [u8::MAX; LAST_SLOTS];
-        for (i, (pkt, h)) in chunk.iter().zip(rss.iter_mut()).enumerate() {
+        // One pass: each packet's RSS hash is read as it is taken.
+        for (i, (pkt, h)) in pkts.take(BURST_CHUNK).zip(rss.iter_mut()).enumerate() {
             if let Some(hash) = pkt.rss_hash() {
                 *h = hash;
                 with_rss |= 1 << i;
                 last[hash as usize % LAST_SLOTS] = i as u8;
                 self.fast.warm(hash, &self.flows);
             }
+            chunk.push(pkt);
         }
+        let n = chunk.len();
         if with_rss == 0 {
             self.stream_next = false;
             self.group_chunk(chunk.drain(..), now, out);

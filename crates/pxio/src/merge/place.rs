@@ -10,7 +10,7 @@ use super::segment::{range_sum, Segment};
 use super::Merger;
 use crate::buf::{PacketBuf, PacketChain};
 use crate::checksum::Sum;
-use crate::wire::{self, tcp_flags};
+use crate::wire::tcp_flags;
 
 impl<B: PacketBuf> Merger<B> {
     /// Places `pkt` into the flow's items.
@@ -129,19 +129,29 @@ impl<B: PacketBuf> Merger<B> {
         let cut = pkt.truncate(seg.hdr_len() + room as usize);
         debug_assert!(cut, "room < payload length");
         self.stats.cuts += 1;
-        // The segment joined the item, so its signature is the item's (`compatible`, or the
-        // fast path's masked compare): the rest takes it as it is.
-        let sig = self.items[idx as usize].sig;
         // The first part carries no PSH/FIN: they belong to the last byte, now in `rest`.
         self.join_segment(idx, pkt, seg.hdr_len(), Tail::of(&seg, head_sum, 0), now);
-        self.emit_through(flow, idx, now, out);
+        // The items before this one leave first, in sequence order; then this one, whose slot
+        // the rest takes over where it lies: it becomes the flow's first item (every later
+        // item starts past the segment's end), with the same signature and layout, which the
+        // segment shares (`compatible`, or the fast path's masked compare).
+        while self.flows.get(flow).items != idx {
+            self.emit_head(flow, now, out);
+        }
+        self.send_item(flow, idx, now, out);
         let mut rest_seg = seg;
         rest_seg.seq = seg.seq.wrapping_add(room);
         rest_seg.payload_len = (len - room) as u16;
         rest_seg.ip_len = seg.ip_len - room as u16;
         rest_seg.payload_sum = rest_sum;
-        let prev = self.last_item_before(flow, rest_seg.seq);
-        self.insert_item(flow, prev, rest, rest_seg, now, out, Some(sig));
+        let it = &mut self.items[idx as usize];
+        it.start(rest, &rest_seg, now, true);
+        if it.next == NIL {
+            // As when the flow's last item leaves: the rest waits for a new deadline.
+            self.flows.get_mut(flow).deadline = 0;
+        }
+        // The rest may close a gap with its successor, or be complete on its own.
+        self.after_growth(flow, idx, now, out);
     }
 
     /// Payload sums of the first `room` bytes and of the rest, each aligned to its own first
@@ -169,11 +179,13 @@ impl<B: PacketBuf> Merger<B> {
     /// headers (sequence number advanced) chained to a zero-copy view of the rest.
     fn remainder(&self, pkt: &B, seg: &Segment, room: u32) -> Option<B> {
         let hdr_len = seg.hdr_len();
-        let mut head = B::alloc_with(&self.pool, &pkt.head()[..hdr_len])?;
-        let bytes = head.head_mut()?;
-        let tcp_at = seg.layout.l4_offset();
-        let mut tcp = wire::TcpPacket::new_checked(&mut bytes[tcp_at..hdr_len]).ok()?;
-        tcp.set_seq_number(seg.seq.wrapping_add(room));
+        let mut head = B::alloc_with(&self.pool, pkt.head().get(..hdr_len)?)?;
+        // The sequence number, where the layout puts it in the copied header.
+        let seq: &mut [u8; 4] = head
+            .head_mut()?
+            .get_mut(seg.layout.l4_offset() + 4..)?
+            .first_chunk_mut()?;
+        *seq = seg.seq.wrapping_add(room).to_be_bytes();
         let rest_len = usize::from(seg.payload_len) - room as usize;
         let view = pkt.share_range(hdr_len + room as usize, rest_len, &self.pool)?;
         head.chain(view).ok()?;
@@ -345,25 +357,7 @@ impl<B: PacketBuf> Merger<B> {
             Some(sig) => it.sig = *sig,
             None => it.sig.set(&seg, pkt.head()),
         }
-        it.nb_segs = pkt.num_segs() as u16;
-        it.pkt = Some(B::Chain::new(pkt));
-        it.seq = seg.seq;
-        it.payload_len = u32::from(seg.payload_len);
-        it.layout = seg.layout;
-        it.first_id = seg.ip_id;
-        it.last_id = seg.ip_id;
-        it.segs = 1;
-        it.tail_flags = seg.flags & (tcp_flags::PSH | tcp_flags::FIN);
-        // Only the rest of a cut is inserted already modified; it is carried over.
-        it.marks = if cut_from.is_some() {
-            marks::MODIFIED | marks::CARRIED
-        } else {
-            0
-        };
-        it.last_window = seg.window;
-        it.payload_sum = seg.payload_sum;
-        it.arrival_sum = now;
-        it.oldest = now;
+        it.start(pkt, &seg, now, cut_from.is_some());
         it.next = NIL;
         let e = self.flows.get_mut(flow);
         if prev == NIL {
