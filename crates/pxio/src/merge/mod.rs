@@ -372,15 +372,8 @@ impl<B: PacketBuf> Merger<B> {
                     Err(back) => pkt = back,
                 }
             }
-            let parsed = Parsed::of(pkt.head(), pkt.len());
-            match parsed.class() {
-                Class::Tcp(hdr) => {
-                    let hash = flow_table::key_hash(&hdr.key, self.hash_seed);
-                    let alone = hashed && usize::from(last[rss[i] as usize % LAST_SLOTS]) == i;
-                    self.rx_tcp(pkt, hdr, hash, None, alone, now, out);
-                }
-                _ => self.rx_other(pkt, &parsed, now, out),
-            }
+            let alone = hashed && usize::from(last[rss[i] as usize % LAST_SLOTS]) == i;
+            self.rx_general(pkt, alone, now, out);
         }
         // The counters of the segments the fast path appended, once for the chunk.
         let s = &mut self.stats;
@@ -388,6 +381,21 @@ impl<B: PacketBuf> Merger<B> {
         s.merges += joins;
         s.run_merges += joins;
         s.fast_merges += joins;
+    }
+
+    /// The general path of [`stream_chunk`](Self::stream_chunk), for a packet the fast path
+    /// refused: parsed, then merged. Kept out of line, so that the fast path's loop holds only
+    /// what it needs (fewer values spilled to the stack on every packet).
+    #[inline(never)]
+    fn rx_general(&mut self, pkt: B, alone: bool, now: u64, out: &mut Vec<B>) {
+        let parsed = Parsed::of(pkt.head(), pkt.len());
+        match parsed.class() {
+            Class::Tcp(hdr) => {
+                let hash = flow_table::key_hash(&hdr.key, self.hash_seed);
+                self.rx_tcp(pkt, hdr, hash, None, alone, now, out);
+            }
+            _ => self.rx_other(pkt, &parsed, now, out),
+        }
     }
 
     /// Merges a chunk whose packets carry no RSS hash: every packet is parsed and hashed
