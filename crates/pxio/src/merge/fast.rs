@@ -31,8 +31,8 @@
 //! could have waited for a merge.
 
 use super::flow_table::NIL;
-use super::item::Layout;
-use super::place::{concat_sum, unreachable_chain};
+use super::item::{Layout, Opening};
+use super::place::{concat_sum, unreachable_chain, Tail};
 use super::segment::{claimed_payload_sum, Segment};
 use super::Merger;
 use crate::buf::{PacketBuf, PacketChain};
@@ -180,9 +180,94 @@ impl<B: PacketBuf> Merger<B> {
     /// from the segment is read here; its flow and item are known.
     #[cold]
     fn fast_cut(&mut self, pkt: B, flow: u32, idx: u32, ip_len: u16, now: u64, out: &mut Vec<B>) {
-        // The segment as the general path would read it: what varies from its header (read
-        // again here, as `fast_admits` read it), the rest from its item's signature, which its
-        // header matched.
+        match self.fast_cut_offloaded(pkt, flow, idx, ip_len, now, out) {
+            Ok(()) => {}
+            Err(pkt) => self.fast_cut_general(pkt, flow, idx, ip_len, now, out),
+        }
+    }
+
+    /// The cut of `fast_cut` done here, for what makes up nearly every cut: TX checksum offload
+    /// (no payload sums), and a buffer for the rest's header. It does exactly what the general
+    /// path's cut (`append`) does for the flow's only item, without building the segment: the
+    /// first `room` bytes complete the item, which leaves, and the rest restarts its slot.
+    /// Gives the packet back untouched when it cannot.
+    #[inline(always)]
+    fn fast_cut_offloaded(
+        &mut self,
+        pkt: B,
+        flow: u32,
+        idx: u32,
+        ip_len: u16,
+        now: u64,
+        out: &mut Vec<B>,
+    ) -> Result<(), B> {
+        if !self.cfg.checksum_offload {
+            return Err(pkt);
+        }
+        let it = &self.items[idx as usize];
+        let layout = it.layout;
+        let payload = (u32::from(ip_len) - layout.l3_l4_len()) as u16;
+        // Not 0 (the item would have left when it reached the iMTU), and less than the payload
+        // (the segment does not fit).
+        let room = u32::from(self.cfg.imtu).saturating_sub(it.ip_len());
+        let seq = it.end_seq();
+        let Some(tail) = TailFields::of(pkt.head(), layout) else {
+            return Err(pkt);
+        };
+        if room == 0 || room >= u32::from(payload) {
+            return Err(pkt);
+        }
+        let Some(rest) = self.remainder_at(&pkt, layout, seq, payload, room) else {
+            return Err(pkt);
+        };
+        self.stats.packets_in += 1;
+        self.stats.payload_in += u64::from(payload);
+        self.note_arrival(flow, ip_len, payload, now);
+        let mut pkt = pkt;
+        let hdr_len = layout.hdr_len();
+        let cut = pkt.truncate(hdr_len + room as usize);
+        debug_assert!(cut, "room < payload length");
+        self.stats.cuts += 1;
+        // The first part carries no PSH/FIN: they belong to the last byte, now in `rest`.
+        let first = Tail {
+            ip_id: tail.ip_id,
+            window: tail.window,
+            flags: 0,
+            sum: Sum::default(),
+        };
+        self.join_segment(idx, pkt, hdr_len, first, now);
+        // The flow's only item leaves; the rest takes over its slot, signature and layout.
+        self.send_item(flow, idx, now, out);
+        let opening = Opening {
+            seq: seq.wrapping_add(room),
+            payload_len: payload - room as u16,
+            ip_id: tail.ip_id,
+            window: tail.window,
+            flags: tail.flags,
+            payload_sum: Sum::default(),
+        };
+        self.items[idx as usize].begin(rest, opening, now, true);
+        // As when the flow's last item leaves: the rest waits for a new deadline.
+        self.flows.get_mut(flow).deadline = 0;
+        // No successor to join; the rest leaves at once when it ends with PSH/FIN.
+        self.emit_if_done(flow, idx, now, out);
+        self.touch(flow);
+        Ok(())
+    }
+
+    /// The cut of `fast_cut` on the general path (`append`), from the segment as the general
+    /// path would read it.
+    fn fast_cut_general(
+        &mut self,
+        pkt: B,
+        flow: u32,
+        idx: u32,
+        ip_len: u16,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        // What varies is read from its header again (as `fast_admits` read it), the rest from
+        // its item's signature, which its header matched.
         let it = &self.items[idx as usize];
         let layout = it.layout;
         let payload = (u32::from(ip_len) - layout.l3_l4_len()) as u16;

@@ -5,7 +5,7 @@
 //! than copied (§4.2, zero-copy chaining). Chaining never copies payload.
 
 use super::flow_table::NIL;
-use super::item::{marks, MergeSig};
+use super::item::{marks, Layout, MergeSig};
 use super::segment::{range_sum, Segment};
 use super::Merger;
 use crate::buf::{PacketBuf, PacketChain};
@@ -178,15 +178,28 @@ impl<B: PacketBuf> Merger<B> {
     /// A new packet for the bytes of `pkt` past the first `room` payload bytes: a copy of its
     /// headers (sequence number advanced) chained to a zero-copy view of the rest.
     fn remainder(&self, pkt: &B, seg: &Segment, room: u32) -> Option<B> {
-        let hdr_len = seg.hdr_len();
+        self.remainder_at(pkt, seg.layout, seg.seq, seg.payload_len, room)
+    }
+
+    /// [`remainder`](Self::remainder) of a segment whose headers have `layout`, whose payload
+    /// of `payload` bytes starts at sequence number `seq`.
+    pub(super) fn remainder_at(
+        &self,
+        pkt: &B,
+        layout: Layout,
+        seq: u32,
+        payload: u16,
+        room: u32,
+    ) -> Option<B> {
+        let hdr_len = layout.hdr_len();
         let mut head = B::alloc_with(&self.pool, pkt.head().get(..hdr_len)?)?;
         // The sequence number, where the layout puts it in the copied header.
-        let seq: &mut [u8; 4] = head
+        let at: &mut [u8; 4] = head
             .head_mut()?
-            .get_mut(seg.layout.l4_offset() + 4..)?
+            .get_mut(layout.l4_offset() + 4..)?
             .first_chunk_mut()?;
-        *seq = seg.seq.wrapping_add(room).to_be_bytes();
-        let rest_len = usize::from(seg.payload_len) - room as usize;
+        *at = seq.wrapping_add(room).to_be_bytes();
+        let rest_len = usize::from(payload) - room as usize;
         let view = pkt.share_range(hdr_len + room as usize, rest_len, &self.pool)?;
         head.chain(view).ok()?;
         Some(head)
