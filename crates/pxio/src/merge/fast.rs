@@ -20,8 +20,9 @@
 //! segments to the general path. The hash is never trusted for the flow's identity.
 //!
 //! A segment that continues its item but would overshoot the iMTU is cut here too
-//! ([`Merger::fast_cut`]): the general path's cut (`place`), without the parse, the hash, the
-//! lookup and the walk of the flow's items.
+//! ([`Merger::fast_cut`]), without the parse, the hash, the lookup and the walk of the flow's
+//! items: with TX checksum offload the fast path cuts the flow's only item itself, exactly as
+//! the general path's cut (`place`) would; otherwise it hands the segment to that cut.
 //!
 //! **Order.** A packet the fast path refuses is parsed and merged on the general path at once,
 //! before the next packet is looked at, so every packet is taken in arrival order and no
@@ -174,10 +175,9 @@ impl<B: PacketBuf> Merger<B> {
         Ok(Joined::Appended)
     }
 
-    /// Cuts `pkt`, admitted as `a` but too long for its item's room under the iMTU, as the
-    /// general path would: the part that fits completes the item, which leaves, and the rest
-    /// starts the flow's next item (see `place`). Only what the general path would have read
-    /// from the segment is read here; its flow and item are known.
+    /// Cuts `pkt` (of IP length `ip_len`), admitted to item `idx` of `flow` but too long for
+    /// the item's room under the iMTU, as the general path would: the part that fits completes
+    /// the item, which leaves, and the rest starts the flow's next item (see `place`).
     #[cold]
     fn fast_cut(&mut self, pkt: B, flow: u32, idx: u32, ip_len: u16, now: u64, out: &mut Vec<B>) {
         match self.fast_cut_offloaded(pkt, flow, idx, ip_len, now, out) {
