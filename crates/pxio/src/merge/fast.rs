@@ -20,9 +20,8 @@
 //! segments to the general path. The hash is never trusted for the flow's identity.
 //!
 //! A segment that continues its item but would overshoot the iMTU is cut here too
-//! ([`Merger::fast_cut`]), without the parse, the hash, the lookup and the walk of the flow's
-//! items: with TX checksum offload the fast path cuts the flow's only item itself, exactly as
-//! the general path's cut (`place`) would; otherwise it hands the segment to that cut.
+//! ([`Merger::fast_cut`]): the general path's cut (`place`), without the parse, the hash, the
+//! lookup and the walk of the flow's items.
 //!
 //! **Order.** A packet the fast path refuses is parsed and merged on the general path at once,
 //! before the next packet is looked at, so every packet is taken in arrival order and no
@@ -32,7 +31,7 @@
 //! could have waited for a merge.
 
 use super::flow_table::NIL;
-use super::item::{Layout, Opening};
+use super::item::Layout;
 use super::place::{concat_sum, unreachable_chain, Tail};
 use super::segment::{claimed_payload_sum, Segment};
 use super::Merger;
@@ -99,35 +98,7 @@ struct Admitted {
     payload: u32,
     /// It fits the item's room under the iMTU; else it must be cut.
     fits: bool,
-    sum: Sum,
-    tail: TailFields,
-}
-
-/// What a segment's header gives its item's tail: the IP ID, the window and the PSH/FIN flags.
-#[derive(Clone, Copy)]
-struct TailFields {
-    ip_id: u16,
-    window: u16,
-    flags: u8,
-}
-
-impl TailFields {
-    /// Read from a frame whose header has `layout` (the masked compare matched it, so the fixed
-    /// headers lie inside `frame`).
-    #[inline(always)]
-    fn of(frame: &[u8], layout: Layout) -> Option<TailFields> {
-        let ip: &[u8; 8] = frame.get(usize::from(layout.l2_len)..)?.first_chunk()?;
-        let tcp: &[u8; 20] = frame.get(layout.l4_offset()..)?.first_chunk()?;
-        Some(TailFields {
-            ip_id: if layout.v6 {
-                0
-            } else {
-                u16::from_be_bytes([ip[4], ip[5]])
-            },
-            window: u16::from_be_bytes([tcp[14], tcp[15]]),
-            flags: tcp[13] & (tcp_flags::PSH | tcp_flags::FIN),
-        })
-    }
+    tail: Tail,
 }
 
 impl<B: PacketBuf> Merger<B> {
@@ -163,7 +134,7 @@ impl<B: PacketBuf> Merger<B> {
             unreachable_chain();
         }
         it.nb_segs += 1;
-        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, a.sum);
+        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, a.tail.sum);
         it.payload_len += a.payload;
         it.note_tail(1, a.tail.ip_id, a.tail.window, a.tail.flags, now);
         let done = it.closed() || it.ip_len() >= imtu;
@@ -175,107 +146,23 @@ impl<B: PacketBuf> Merger<B> {
         Ok(Joined::Appended)
     }
 
-    /// Cuts `pkt` (of IP length `ip_len`), admitted to item `idx` of `flow` but too long for
-    /// the item's room under the iMTU, as the general path would: the part that fits completes
-    /// the item, which leaves, and the rest starts the flow's next item (see `place`).
+    /// Cuts `pkt`, admitted as `a` but too long for its item's room under the iMTU, as the
+    /// general path would: the part that fits completes the item, which leaves, and the rest
+    /// starts the flow's next item (see `place`). Only what the general path would have read
+    /// from the segment is read here; its flow and item are known.
     #[cold]
     fn fast_cut(&mut self, pkt: B, flow: u32, idx: u32, ip_len: u16, now: u64, out: &mut Vec<B>) {
-        match self.fast_cut_offloaded(pkt, flow, idx, ip_len, now, out) {
-            Ok(()) => {}
-            Err(pkt) => self.fast_cut_general(pkt, flow, idx, ip_len, now, out),
-        }
-    }
-
-    /// The cut of `fast_cut` done here, for what makes up nearly every cut: TX checksum offload
-    /// (no payload sums), and a buffer for the rest's header. It does exactly what the general
-    /// path's cut (`append`) does for the flow's only item, without building the segment: the
-    /// first `room` bytes complete the item, which leaves, and the rest restarts its slot.
-    /// Gives the packet back untouched when it cannot.
-    #[inline(always)]
-    fn fast_cut_offloaded(
-        &mut self,
-        pkt: B,
-        flow: u32,
-        idx: u32,
-        ip_len: u16,
-        now: u64,
-        out: &mut Vec<B>,
-    ) -> Result<(), B> {
-        if !self.cfg.checksum_offload {
-            return Err(pkt);
-        }
-        let it = &self.items[idx as usize];
-        let layout = it.layout;
-        let payload = (u32::from(ip_len) - layout.l3_l4_len()) as u16;
-        // Not 0 (the item would have left when it reached the iMTU), and less than the payload
-        // (the segment does not fit).
-        let room = u32::from(self.cfg.imtu).saturating_sub(it.ip_len());
-        let seq = it.end_seq();
-        let Some(tail) = TailFields::of(pkt.head(), layout) else {
-            return Err(pkt);
-        };
-        if room == 0 || room >= u32::from(payload) {
-            return Err(pkt);
-        }
-        let Some(rest) = self.remainder_at(&pkt, layout, seq, payload, room) else {
-            return Err(pkt);
-        };
-        self.stats.packets_in += 1;
-        self.stats.payload_in += u64::from(payload);
-        self.note_arrival(flow, ip_len, payload, now);
-        let mut pkt = pkt;
-        let hdr_len = layout.hdr_len();
-        let cut = pkt.truncate(hdr_len + room as usize);
-        debug_assert!(cut, "room < payload length");
-        self.stats.cuts += 1;
-        // The first part carries no PSH/FIN: they belong to the last byte, now in `rest`.
-        let first = Tail {
-            ip_id: tail.ip_id,
-            window: tail.window,
-            flags: 0,
-            sum: Sum::default(),
-        };
-        self.join_segment(idx, pkt, hdr_len, first, now);
-        // The flow's only item leaves; the rest takes over its slot, signature and layout.
-        self.send_item(flow, idx, now, out);
-        let opening = Opening {
-            seq: seq.wrapping_add(room),
-            payload_len: payload - room as u16,
-            ip_id: tail.ip_id,
-            window: tail.window,
-            flags: tail.flags,
-            payload_sum: Sum::default(),
-        };
-        self.items[idx as usize].begin(rest, opening, now, true);
-        // As when the flow's last item leaves: the rest waits for a new deadline.
-        self.flows.get_mut(flow).deadline = 0;
-        // No successor to join; the rest leaves at once when it ends with PSH/FIN.
-        self.emit_if_done(flow, idx, now, out);
-        self.touch(flow);
-        Ok(())
-    }
-
-    /// The cut of `fast_cut` on the general path (`append`), from the segment as the general
-    /// path would read it.
-    fn fast_cut_general(
-        &mut self,
-        pkt: B,
-        flow: u32,
-        idx: u32,
-        ip_len: u16,
-        now: u64,
-        out: &mut Vec<B>,
-    ) {
-        // What varies is read from its header again (as `fast_admits` read it), the rest from
-        // its item's signature, which its header matched.
+        // The segment as the general path would read it: what varies from its header (read
+        // again here, as `fast_admits` read it), the rest from its item's signature, which its
+        // header matched.
         let it = &self.items[idx as usize];
         let layout = it.layout;
         let payload = (u32::from(ip_len) - layout.l3_l4_len()) as u16;
         let frame = pkt.head();
-        let Some(tail) = TailFields::of(frame, layout) else {
+        let payload_sum = self.claimed_sum(frame, layout, ip_len, payload);
+        let Some(tail) = Tail::read(frame, layout, payload_sum) else {
             unreachable!("the masked compare read the whole header");
         };
-        let payload_sum = self.claimed_sum(frame, layout, ip_len, payload);
         let mut seg = Segment {
             layout,
             ip_len,
@@ -289,7 +176,7 @@ impl<B: PacketBuf> Merger<B> {
             flow_label: 0,
             df: false,
             ip_id: tail.ip_id,
-            payload_sum,
+            payload_sum: tail.sum,
         };
         it.sig.stamp(&mut seg);
         self.stats.packets_in += 1;
@@ -381,13 +268,13 @@ impl<B: PacketBuf> Merger<B> {
             ip_len: ip_len as u16,
             payload,
             fits: it.ip_len() + payload <= u32::from(self.cfg.imtu),
-            sum: self.claimed_sum(frame, layout, ip_len as u16, payload as u16),
-            // Read here as `TailFields::of` reads them (spelled out: through that function the
-            // path took 35 more instructions per packet).
-            tail: TailFields {
+            // Read here as `Tail::read` reads them (spelled out: through that function the path
+            // took 35 more instructions per packet).
+            tail: Tail {
                 ip_id,
                 window: be16([tcp[14], tcp[15]]),
                 flags: tcp[13] & (tcp_flags::PSH | tcp_flags::FIN),
+                sum: self.claimed_sum(frame, layout, ip_len as u16, payload as u16),
             },
         })
     }

@@ -91,28 +91,22 @@ impl<B: PacketBuf> Item<B> {
     /// [`marks::CARRIED`]).
     #[inline]
     pub(super) fn start(&mut self, pkt: B, seg: &Segment, now: u64, carried: bool) {
-        self.layout = seg.layout;
-        self.begin(pkt, Opening::of(seg), now, carried);
-    }
-
-    /// [`start`](Self::start) with the layout the item has, from what the segment brings.
-    #[inline]
-    pub(super) fn begin(&mut self, pkt: B, first: Opening, now: u64, carried: bool) {
         self.nb_segs = pkt.num_segs() as u16;
         self.pkt = Some(B::Chain::new(pkt));
-        self.seq = first.seq;
-        self.payload_len = u32::from(first.payload_len);
-        self.first_id = first.ip_id;
-        self.last_id = first.ip_id;
+        self.seq = seg.seq;
+        self.payload_len = u32::from(seg.payload_len);
+        self.layout = seg.layout;
+        self.first_id = seg.ip_id;
+        self.last_id = seg.ip_id;
         self.segs = 1;
-        self.tail_flags = first.flags & (tcp_flags::PSH | tcp_flags::FIN);
+        self.tail_flags = seg.flags & (tcp_flags::PSH | tcp_flags::FIN);
         self.marks = if carried {
             marks::MODIFIED | marks::CARRIED
         } else {
             0
         };
-        self.last_window = first.window;
-        self.payload_sum = first.payload_sum;
+        self.last_window = seg.window;
+        self.payload_sum = seg.payload_sum;
         self.arrival_sum = now;
         self.oldest = now;
     }
@@ -129,31 +123,6 @@ impl<B: PacketBuf> Item<B> {
         self.marks |= marks::MODIFIED;
         self.arrival_sum += now * u64::from(n);
         self.oldest = self.oldest.min(now);
-    }
-}
-
-/// What an item's first segment gives it besides its buffers and layout (see [`Item::begin`]).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Opening {
-    pub(super) seq: u32,
-    pub(super) payload_len: u16,
-    pub(super) ip_id: u16,
-    pub(super) window: u16,
-    /// TCP flags; only PSH and FIN are kept.
-    pub(super) flags: u8,
-    pub(super) payload_sum: Sum,
-}
-
-impl Opening {
-    pub(super) fn of(seg: &Segment) -> Opening {
-        Opening {
-            seq: seg.seq,
-            payload_len: seg.payload_len,
-            ip_id: seg.ip_id,
-            window: seg.window,
-            flags: seg.flags,
-            payload_sum: seg.payload_sum,
-        }
     }
 }
 

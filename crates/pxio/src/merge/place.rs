@@ -178,28 +178,15 @@ impl<B: PacketBuf> Merger<B> {
     /// A new packet for the bytes of `pkt` past the first `room` payload bytes: a copy of its
     /// headers (sequence number advanced) chained to a zero-copy view of the rest.
     fn remainder(&self, pkt: &B, seg: &Segment, room: u32) -> Option<B> {
-        self.remainder_at(pkt, seg.layout, seg.seq, seg.payload_len, room)
-    }
-
-    /// [`remainder`](Self::remainder) of a segment whose headers have `layout`, whose payload
-    /// of `payload` bytes starts at sequence number `seq`.
-    pub(super) fn remainder_at(
-        &self,
-        pkt: &B,
-        layout: Layout,
-        seq: u32,
-        payload: u16,
-        room: u32,
-    ) -> Option<B> {
-        let hdr_len = layout.hdr_len();
+        let hdr_len = seg.hdr_len();
         let mut head = B::alloc_with(&self.pool, pkt.head().get(..hdr_len)?)?;
         // The sequence number, where the layout puts it in the copied header.
-        let at: &mut [u8; 4] = head
+        let seq: &mut [u8; 4] = head
             .head_mut()?
-            .get_mut(layout.l4_offset() + 4..)?
+            .get_mut(seg.layout.l4_offset() + 4..)?
             .first_chunk_mut()?;
-        *at = seq.wrapping_add(room).to_be_bytes();
-        let rest_len = usize::from(payload) - room as usize;
+        *seq = seg.seq.wrapping_add(room).to_be_bytes();
+        let rest_len = usize::from(seg.payload_len) - room as usize;
         let view = pkt.share_range(hdr_len + room as usize, rest_len, &self.pool)?;
         head.chain(view).ok()?;
         Some(head)
@@ -407,6 +394,24 @@ impl Tail {
             flags,
             sum,
         }
+    }
+
+    /// The tail of the segment in `frame`, whose headers have `layout` (checked to lie inside
+    /// `frame`, else `None`), with payload sum `sum`.
+    #[inline(always)]
+    pub(super) fn read(frame: &[u8], layout: Layout, sum: Sum) -> Option<Tail> {
+        let ip: &[u8; 8] = frame.get(usize::from(layout.l2_len)..)?.first_chunk()?;
+        let tcp: &[u8; 20] = frame.get(layout.l4_offset()..)?.first_chunk()?;
+        Some(Tail {
+            ip_id: if layout.v6 {
+                0
+            } else {
+                u16::from_be_bytes([ip[4], ip[5]])
+            },
+            window: u16::from_be_bytes([tcp[14], tcp[15]]),
+            flags: tcp[13] & (tcp_flags::PSH | tcp_flags::FIN),
+            sum,
+        })
     }
 }
 
