@@ -324,20 +324,7 @@ fn a_segment_overlapping_a_later_held_item_is_not_appended() {
         seg(1000, &x_bytes, 3),
         seg(2400, &y_bytes, 4),
     ];
-    let case = Case {
-        flows: vec![flow],
-        streams: vec![stream],
-        inputs,
-        bursts: vec![(4, 0)],
-    };
-    let pool = HeapPool::new(256);
-    let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
-    let frames = run(&case, &mut merger, |f| pool.packet(f));
-    let emitted = check_outputs(&case, &frames, 9000);
-    let ranges: Vec<(u32, usize)> = emitted
-        .iter()
-        .map(|e| (e.seq.wrapping_sub(77), e.payload.len()))
-        .collect();
+    let (ranges, _) = one_burst(flow, stream, inputs, 9000);
     assert_eq!(
         ranges,
         [(0, 1000), (2000, 1000), (1000, 1400), (2400, 1000)],
@@ -345,39 +332,16 @@ fn a_segment_overlapping_a_later_held_item_is_not_appended() {
     );
 }
 
-/// Held `a[0,8000)` and `c[9500,10000)`; then `X[8000,9500)` arrives. It continues `a` but
-/// overshoots the iMTU, so it is cut: its first part fills `a`, which leaves, and its rest
-/// (ending at 9500) touches `c` and must be joined with it (gap-fill), not sent as a runt
-/// beside it: two packets leave, not three.
-#[test]
-fn a_cuts_rest_is_joined_with_the_held_item_it_touches() {
-    let flow = FlowSpec {
-        v6: false,
-        id: 1,
-        sport: 1000,
-        dport: 80,
-        isn: 77,
-        ack: 1,
-        df: true,
-        ttl: 64,
-        ..FlowSpec::default()
-    };
-    let stream: Vec<u8> = (0..10_000).map(|i| (i % 241) as u8).collect();
-    let seg = |offset: usize, len: usize, id| {
-        let bytes = &stream[offset..offset + len];
-        Input::data(
-            &flow,
-            0,
-            offset,
-            bytes,
-            id,
-            SegHdr::of(&flow, 1),
-            SegFlags::default(),
-        )
-    };
-    let mut inputs: Vec<Input> = (0..8).map(|i| seg(i * 1000, 1000, i as u16)).collect();
-    inputs.push(seg(9500, 500, 8));
-    inputs.push(seg(8000, 1500, 9));
+/// Runs `inputs` of `flow` (whose bytes are `stream`) through a merger at `imtu`, delay off, as
+/// one burst, checks what comes out as a receiver would (`check_outputs`), and returns each
+/// output's payload range (start relative to the flow's ISN, length) and the merger's cuts.
+fn one_burst(
+    flow: FlowSpec,
+    stream: Vec<u8>,
+    inputs: Vec<Input>,
+    imtu: u16,
+) -> (Vec<(u32, usize)>, u64) {
+    let isn = flow.isn;
     let case = Case {
         flows: vec![flow],
         streams: vec![stream],
@@ -385,21 +349,48 @@ fn a_cuts_rest_is_joined_with_the_held_item_it_touches() {
         inputs,
     };
     let pool = HeapPool::new(256);
-    let mut merger = Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(256)).unwrap();
+    let mut merger = Merger::<HeapBuf>::new(config(imtu, false), HeapPool::new(256)).unwrap();
     let frames = run(&case, &mut merger, |f| pool.packet(f));
-    let emitted = check_outputs(&case, &frames, 9000);
-    let ranges: Vec<(u32, usize)> = emitted
+    let ranges = check_outputs(&case, &frames, usize::from(imtu))
         .iter()
-        .map(|e| (e.seq.wrapping_sub(77), e.payload.len()))
+        .map(|e| (e.seq.wrapping_sub(isn), e.payload.len()))
         .collect();
-    let first = ranges.first().map_or(0, |r| r.1);
-    assert!(first > 8000, "X was cut into `a`: {ranges:?}");
-    assert_eq!(
-        ranges,
-        [(0, first), (first as u32, 10_000 - first)],
-        "`a` filled to the iMTU, then the rest of X joined with `c`"
-    );
-    assert_eq!(merger.stats().cuts, 1);
+    (ranges, merger.stats().cuts)
+}
+
+/// Held `a` (whole 1000 B segments, one fewer than the iMTU holds) and `c`, which starts 1500 B
+/// after `a` ends; then `X`, the 1500 B between them, arrives. It continues `a` but overshoots
+/// the iMTU, so it is cut: its first part fills `a`, which leaves, and its rest (ending where
+/// `c` starts) touches `c` and must be joined with it (gap-fill), not sent as a runt beside it:
+/// two packets leave, not three. IPv4 and IPv6, at iMTUs of 4000 and 9000 B.
+#[test]
+fn a_cuts_rest_is_joined_with_the_held_item_it_touches() {
+    for (id, imtu) in [(1, 9000), (2, 9000), (1, 4000), (2, 4000)] {
+        let flow = common::simple_flow(id);
+        let a_len = (usize::from(imtu) / 1000 - 1) * 1000;
+        let total = a_len + 2000;
+        let stream: Vec<u8> = (0..total).map(|i| (i % 241) as u8).collect();
+        let seg = |offset: usize, len: usize, id| {
+            let bytes = &stream[offset..offset + len];
+            let hdr = SegHdr::of(&flow, 1);
+            Input::data(&flow, 0, offset, bytes, id, hdr, SegFlags::default())
+        };
+        let mut inputs: Vec<Input> = (0..a_len / 1000)
+            .map(|i| seg(i * 1000, 1000, i as u16))
+            .collect();
+        inputs.push(seg(a_len + 1500, 500, 100));
+        inputs.push(seg(a_len, 1500, 101));
+        let (ranges, cuts) = one_burst(flow.clone(), stream, inputs, imtu);
+        let what = format!("v6 {} iMTU {imtu}: {ranges:?}", flow.v6);
+        let first = ranges.first().map_or(0, |r| r.1);
+        assert!(first > a_len, "X was cut into `a`: {what}");
+        assert_eq!(
+            ranges,
+            [(0, first), (first as u32, total - first)],
+            "`a` filled to the iMTU, then the rest of X joined with `c`: {what}"
+        );
+        assert_eq!(cuts, 1, "{what}");
+    }
 }
 
 /// IPv6 segments whose flow labels differ are not merged, as in Linux GRO (`ipv6_gro_receive`
