@@ -624,22 +624,7 @@ fn counters(
 /// segment over the pseudo-header sum the engine left in the field), so a wrong seed shows
 /// as a bad checksum.
 fn nic_tx(b: &HeapBuf) -> Vec<u8> {
-    use pxio::checksum::Sum;
-    let mut f = b.to_vec();
-    if let Some(o) = b.requested_tx_offload() {
-        let l3 = usize::from(o.l2_len);
-        let l4 = l3 + usize::from(o.l3_len);
-        if o.ip_checksum {
-            f[l3 + 10..l3 + 12].fill(0);
-            let c = Sum::of(&f[l3..l4]).checksum();
-            f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-        }
-        if o.tcp_checksum {
-            let c = Sum::of(&f[l4..]).checksum();
-            f[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
-        }
-    }
-    f
+    common::nic_tx_frame(b.to_vec(), b.requested_tx_offload())
 }
 
 proptest! {

@@ -372,23 +372,27 @@ fn arb_merge_config() -> impl Strategy<Value = MergeConfig> {
             prop_oneof![any::<u64>(), 0u64..2_000_000_000],
             prop_oneof![any::<u64>(), 0u64..2_000_000_000],
         ),
+        prop_oneof![Just(0u16), any::<u16>()],
     )
         .prop_map(
-            |((imtu, flows, ipf, items, segs, csum), (en, rate, yb, q, win, tau))| MergeConfig {
-                imtu,
-                flow_capacity: flows,
-                max_items_per_flow: ipf,
-                max_items: items,
-                max_segs: segs,
-                checksum_offload: csum,
-                delay: DelayConfig {
-                    enabled: en,
-                    rate_threshold_bps: rate,
-                    yield_bypass: yb,
-                    quantile: q,
-                    max_window_ns: win,
-                    rate_tau_ns: tau,
-                },
+            |((imtu, flows, ipf, items, segs, csum), (en, rate, yb, q, win, tau), tso)| {
+                MergeConfig {
+                    imtu,
+                    flow_capacity: flows,
+                    max_items_per_flow: ipf,
+                    max_items: items,
+                    max_segs: segs,
+                    checksum_offload: csum,
+                    tso_max_len: tso,
+                    delay: DelayConfig {
+                        enabled: en,
+                        rate_threshold_bps: rate,
+                        yield_bypass: yb,
+                        quantile: q,
+                        max_window_ns: win,
+                        rate_tau_ns: tau,
+                    },
+                }
             },
         )
 }

@@ -62,6 +62,14 @@ pub struct MergeConfig {
     /// left to the NIC. Input segments are verified either way (the NIC's receive verdict where
     /// the buffer carries one, else in software; see the merge module's "Checksums").
     pub checksum_offload: bool,
+    /// The port segments TCP on transmit (TSO): the largest IP packet (bytes) a TSO request may
+    /// carry, or 0 when the port has no TSO. With TSO, merged packets grow past the iMTU up to
+    /// the largest whole number of iMTU-sized pieces this allows, and leave with a TSO request
+    /// at the iMTU: the NIC cuts them, as the paper's PXIO does (SIGCOMM'26 §4.1, "After
+    /// merging, PM applies TSO"). Every packet on the wire still fits the iMTU. Without it,
+    /// merged packets are cut to the iMTU here, in software. Needs `checksum_offload` (a NIC
+    /// that segments also fills the pieces' checksums).
+    pub tso_max_len: u16,
     /// Adaptive delayed merging.
     pub delay: DelayConfig,
 }
@@ -75,6 +83,7 @@ impl Default for MergeConfig {
             max_items: 65536,
             max_segs: 64,
             checksum_offload: false,
+            tso_max_len: 0,
             delay: DelayConfig::default(),
         }
     }
@@ -102,6 +111,20 @@ impl MergeConfig {
         };
         if self.imtu < 1280 {
             return Err(bad("imtu", &self.imtu, "1280..=65535"));
+        }
+        if self.tso_max_len != 0 && self.tso_max_len < self.imtu {
+            return Err(bad(
+                "tso_max_len",
+                &self.tso_max_len,
+                "0 (no TSO) or at least the iMTU",
+            ));
+        }
+        if self.tso_max_len != 0 && !self.checksum_offload {
+            return Err(bad(
+                "tso_max_len",
+                &self.tso_max_len,
+                "0 unless checksum_offload is on (a NIC that segments fills the checksums)",
+            ));
         }
         if self.flow_capacity == 0 || self.flow_capacity > 1 << 24 {
             return Err(bad("flow_capacity", &self.flow_capacity, "1..=16777216"));

@@ -28,7 +28,7 @@ impl<B: PacketBuf> Merger<B> {
     /// be cut to fill it exactly (partial stashing).
     pub(super) fn emit_if_done(&mut self, flow: u32, idx: u32, now: u64, out: &mut Vec<B>) {
         let it = &self.items[idx as usize];
-        if it.closed() || it.ip_len() >= u32::from(self.cfg.imtu) {
+        if it.closed() || it.ip_len() >= self.item_limit(it.layout) {
             self.emit_through(flow, idx, now, out);
         }
     }
@@ -80,11 +80,28 @@ impl<B: PacketBuf> Merger<B> {
             .take()
             .expect("held items have a packet")
             .into_packet();
-        let full = it.ip_len() + mss > u32::from(self.cfg.imtu);
-        let weight = it.ip_len() as f32 / f32::from(self.cfg.imtu);
+        let imtu = u32::from(self.cfg.imtu);
         let (payload, segs, arrival_sum, oldest) =
             (it.payload_len, it.segs, it.arrival_sum, it.oldest);
-        if it.modified() && !finalize(&mut pkt, it, self.cfg.checksum_offload, &self.pool) {
+        let l34 = it.layout.l3_l4_len();
+        // With TSO, a packet past the iMTU leaves whole and the NIC cuts it into pieces of
+        // `segsz` payload bytes: every piece but the last is iMTU-sized.
+        let segsz = if it.ip_len() > imtu {
+            imtu.saturating_sub(l34)
+        } else {
+            0
+        };
+        let (whole, last) = if segsz > 0 {
+            (payload / segsz, payload % segsz)
+        } else {
+            (0, payload)
+        };
+        let last_full = last > 0 && l34 + last + mss > imtu;
+        let offload = Offload {
+            checksum: self.cfg.checksum_offload,
+            tso_segsz: segsz as u16,
+        };
+        if it.modified() && !finalize(&mut pkt, it, offload, &self.pool) {
             // Headers could not be rewritten (no buffer for a private copy): the packet would be
             // wrong on the wire, so it is dropped and counted.
             self.stats.dropped_no_buffer += 1;
@@ -93,9 +110,8 @@ impl<B: PacketBuf> Merger<B> {
             self.stats.packets_out += 1;
             out.push(pkt);
         }
-        if full {
-            self.stats.payload_full += u64::from(payload);
-        }
+        self.stats.payload_full +=
+            u64::from(whole * segsz) + if last_full { u64::from(last) } else { 0 };
         // Every segment arrived in this burst (the usual case): the mean is `now`, with no
         // division.
         let mean_arrival = if oldest >= now {
@@ -107,7 +123,13 @@ impl<B: PacketBuf> Merger<B> {
         self.record_delay(wait, u64::from(segs));
         self.stats.max_hold_ns = self.stats.max_hold_ns.max(now.saturating_sub(oldest));
         let e = self.flows.get_mut(flow);
-        e.yield_avg = delay::update_yield(e.yield_avg, full, weight);
+        for _ in 0..whole {
+            e.yield_avg = delay::update_yield(e.yield_avg, true, 1.0);
+        }
+        if last > 0 {
+            let weight = (l34 + last) as f32 / imtu as f32;
+            e.yield_avg = delay::update_yield(e.yield_avg, last_full, weight);
+        }
     }
 }
 
@@ -145,7 +167,18 @@ impl<B: PacketBuf> Merger<B> {
 /// when the first segment arrived (an IPv4 header without options, a TCP header of `l4_len`
 /// bytes), and only this engine has written to them since. A header that is not there (no
 /// longer as long as the layout says) fails the rewrite rather than a bounds check.
-fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Pool) -> bool {
+/// What the NIC does for a merged packet on transmit.
+#[derive(Clone, Copy)]
+struct Offload {
+    /// It fills the IPv4 and TCP checksums.
+    checksum: bool,
+    /// It cuts the packet into pieces of this many payload bytes (TSO); 0: it sends it whole.
+    tso_segsz: u16,
+}
+
+fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, nic: Offload, pool: &B::Pool) -> bool {
+    let offload = nic.checksum;
+    let tso = nic.tso_segsz > 0;
     let layout = it.layout;
     let hdr_len = layout.hdr_len();
     if pkt.head_mut().is_none() && !privatize_head(pkt, hdr_len, pool) {
@@ -161,13 +194,21 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
         return false;
     };
     let l4_len = ip_len - u32::from(layout.l3_len);
+    // DPDK's TSO contract: the TCP checksum field holds the pseudo-header sum without the
+    // length, which differs per piece.
+    let pseudo_len = if tso { 0 } else { l4_len };
     let pseudo = if layout.v6 {
         let Some(ip) = ip.first_chunk_mut::<40>() else {
             return false;
         };
         ip[4..6].copy_from_slice(&((ip_len - 40) as u16).to_be_bytes());
         let ip = wire::Ipv6Packet::new_unchecked(&ip[..]);
-        checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), wire::ip_proto::TCP, l4_len)
+        checksum::pseudo_header_v6(
+            ip.src_addr(),
+            ip.dst_addr(),
+            wire::ip_proto::TCP,
+            pseudo_len,
+        )
     } else {
         let Some(ip) = ip.first_chunk_mut::<20>() else {
             return false;
@@ -183,7 +224,7 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
             ip.src_addr(),
             ip.dst_addr(),
             wire::ip_proto::TCP,
-            l4_len as u16,
+            pseudo_len as u16,
         )
     };
     tcp_fixed[13] = tcp_fixed[13] & !(tcp_flags::PSH | tcp_flags::FIN) | it.tail_flags;
@@ -204,6 +245,7 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, offload: bool, pool: &B::Po
             ipv4: !layout.v6,
             ip_checksum: !layout.v6,
             tcp_checksum: true,
+            tso_segsz: nic.tso_segsz,
             ..TxOffload::default()
         });
     }

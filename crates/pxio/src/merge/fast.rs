@@ -96,8 +96,11 @@ struct Admitted {
     hdr_len: usize,
     ip_len: u16,
     payload: u32,
-    /// It fits the item's room under the iMTU; else it must be cut.
+    /// It fits the item's room under its limit (the iMTU, or with TSO a multiple of it); else
+    /// it must be cut.
     fits: bool,
+    /// The item's limit.
+    limit: u32,
     tail: Tail,
 }
 
@@ -126,7 +129,7 @@ impl<B: PacketBuf> Merger<B> {
         let mut pkt = pkt;
         let stripped = pkt.adj(a.hdr_len);
         debug_assert!(stripped, "the compared header is in the only segment");
-        let imtu = u32::from(self.cfg.imtu);
+        let limit = a.limit;
         let it = &mut self.items[a.idx as usize];
         let head = it.pkt.as_mut().expect("held items have a packet");
         // `fast_admits` checked the segment count, so chaining cannot fail.
@@ -137,7 +140,7 @@ impl<B: PacketBuf> Merger<B> {
         it.payload_sum = concat_sum(it.payload_sum, it.payload_len, a.tail.sum);
         it.payload_len += a.payload;
         it.note_tail(1, a.tail.ip_id, a.tail.window, a.tail.flags, now);
-        let done = it.closed() || it.ip_len() >= imtu;
+        let done = it.closed() || it.ip_len() >= limit;
         self.stats.payload_in += u64::from(a.payload);
         if done {
             self.emit_through(a.flow, a.idx, now, out);
@@ -253,6 +256,7 @@ impl<B: PacketBuf> Merger<B> {
             return None;
         }
         let payload = ip_len - l34;
+        let limit = self.item_limit(layout);
         let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
         let ip_id = if layout.v6 { 0 } else { be16([ip[4], ip[5]]) };
         let df = it.sig.df; // compared: the packet's equals the item's
@@ -267,7 +271,8 @@ impl<B: PacketBuf> Merger<B> {
             hdr_len: layout.hdr_len(),
             ip_len: ip_len as u16,
             payload,
-            fits: it.ip_len() + payload <= u32::from(self.cfg.imtu),
+            fits: it.ip_len() + payload <= limit,
+            limit,
             // Read here as `Tail::read` reads them (spelled out: through that function the path
             // took 35 more instructions per packet).
             tail: Tail {

@@ -143,7 +143,7 @@ use delay::Etm;
 pub use delay::{UnitGammaQuantiles, MAX_K};
 use flow_table::{flags, Slot};
 pub use flow_table::{FlowEntry, FlowTable};
-use item::Item;
+use item::{Item, Layout};
 use segment::{Refusal, Segment};
 pub use stats::MergeStats;
 
@@ -201,7 +201,25 @@ pub struct Merger<B: PacketBuf> {
     stats: MergeStats,
     /// A run of equal added delays not yet in `stats.delay_ns`: (wait ns, segments).
     delay_run: (u64, u64),
+    /// The longest an item may grow (IP bytes), by its IP + TCP header length (see
+    /// [`item_limit`](Self::item_limit)).
+    limits: [u32; LIMIT_SLOTS],
 }
+
+/// [`Merger::item_limit`] for IP + TCP headers of `l34` bytes: `l34` plus the most whole pieces
+/// of `imtu - l34` payload bytes that fit `tso_max_len`, or the iMTU without TSO.
+fn item_limit_for(cfg: &MergeConfig, l34: u32) -> u32 {
+    let imtu = u32::from(cfg.imtu);
+    if cfg.tso_max_len == 0 || l34 >= imtu {
+        return imtu;
+    }
+    let segsz = imtu - l34;
+    let pieces = (u32::from(cfg.tso_max_len).saturating_sub(l34) / segsz).max(1);
+    l34 + pieces * segsz
+}
+
+/// Slots of [`Merger::limits`]: IP + TCP headers are at most 40 + 60 bytes.
+const LIMIT_SLOTS: usize = 128;
 
 impl<B: PacketBuf> Merger<B> {
     /// An engine with `cfg`, allocating new headers (for cut segments) from `pool`. The flow
@@ -237,11 +255,26 @@ impl<B: PacketBuf> Merger<B> {
             chunk: Vec::with_capacity(BURST_CHUNK),
             stream_next: true,
             flows,
-            cfg,
             pool,
             stats: MergeStats::new(),
             delay_run: (0, 0),
+            limits: std::array::from_fn(|l34| item_limit_for(&cfg, l34 as u32)),
+            cfg,
         })
+    }
+
+    /// The longest IP packet an item with headers `layout` may grow to: the iMTU, or with TSO
+    /// (`MergeConfig::tso_max_len`) the most whole iMTU-sized pieces a TSO request may carry.
+    #[inline(always)]
+    fn item_limit(&self, layout: Layout) -> u32 {
+        self.limits[layout.l3_l4_len() as usize % LIMIT_SLOTS]
+    }
+
+    /// The payload bytes of each piece the NIC cuts an item with headers `layout` into, when
+    /// it segments (the iMTU less the headers).
+    #[inline]
+    fn tso_segsz(&self, layout: Layout) -> u32 {
+        u32::from(self.cfg.imtu).saturating_sub(layout.l3_l4_len())
     }
 
     /// The configuration.

@@ -261,7 +261,7 @@ impl<B: PacketBuf> Merger<B> {
             || pkt.num_segs() != 1
             || pkt.len() != usize::from(hdr.l2_len) + usize::from(hdr.ip_len)
             || usize::from(run.nb_segs) + 1 > self.max_segs()
-            || run.ip_len + payload > u32::from(self.cfg.imtu)
+            || run.ip_len + payload > self.item_limit(layout)
         {
             return None;
         }
@@ -323,7 +323,7 @@ impl<B: PacketBuf> Merger<B> {
         run.window = tail.window;
         run.tail_flags = tail.flags;
         run.done = tail.flags & (tcp_flags::PSH | tcp_flags::FIN) != 0
-            || run.ip_len >= u32::from(self.cfg.imtu);
+            || run.ip_len >= self.item_limit(run.layout);
     }
 
     /// Ends a run: the item's bookkeeping and the counters, once for all the segments it

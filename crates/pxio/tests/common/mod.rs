@@ -15,7 +15,7 @@ use etherparse::{
 };
 use proptest::prelude::*;
 use pxio::merge::{DelayConfig, MergeConfig, Merger};
-use pxio::{HeapBuf, HeapPool, PacketBuf};
+use pxio::{HeapBuf, HeapPool, PacketBuf, TxOffload};
 
 pub const SRC_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 pub const DST_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -643,6 +643,28 @@ type Pieces = Vec<(usize, usize, usize)>;
 ///   timestamps and VLAN tags; none with IPv4 options or IPv6 extension headers is merged; with DF=0, merged
 ///   inputs have consecutive IP IDs. PSH/FIN sit on the last byte; SYN/RST leave alone.
 pub fn check_outputs(case: &Case, outputs: &[Vec<u8>], imtu: usize) -> Vec<Emitted> {
+    check_outputs_with(case, outputs, imtu, IpIds::FirstInputs)
+}
+
+/// Which IPv4 ID a merged packet must carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpIds {
+    /// Its first input's.
+    FirstInputs,
+    /// Its first input's, or for the last piece of a TSO packet kept back (partial stashing),
+    /// the one the NIC would have given that piece: the ID of an input of the flow at or
+    /// before the piece's first byte. And the window may be a later advertisement than its
+    /// last input's (the whole pieces sent ahead of a kept-back piece carry the tail's).
+    TsoPieces,
+}
+
+/// [`check_outputs`], with the IP ID rule `ids`.
+pub fn check_outputs_with(
+    case: &Case,
+    outputs: &[Vec<u8>],
+    imtu: usize,
+    ids: IpIds,
+) -> Vec<Emitted> {
     let junk_in: Vec<&Vec<u8>> = case
         .inputs
         .iter()
@@ -669,7 +691,7 @@ pub fn check_outputs(case: &Case, outputs: &[Vec<u8>], imtu: usize) -> Vec<Emitt
     b.sort();
     assert_eq!(a, b, "non-TCP and malformed frames pass through untouched");
     for (fi, flow) in case.flows.iter().enumerate() {
-        check_flow(case, fi, flow, &emitted);
+        check_flow(case, fi, flow, &emitted, ids);
     }
     // SYN / RST segments come out alone, unmerged.
     let syn_in = case
@@ -686,7 +708,7 @@ pub fn check_outputs(case: &Case, outputs: &[Vec<u8>], imtu: usize) -> Vec<Emitt
     emitted
 }
 
-fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted]) {
+fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted], ids: IpIds) {
     let stream_len = case.streams[fi].len();
     // Which inputs carried each offset, in arrival order.
     let mut arrivals: Vec<Vec<usize>> = vec![Vec::new(); stream_len];
@@ -744,7 +766,7 @@ fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted]) {
                 );
             }
         }
-        check_merge_decision(case, fi, flow, e, &pieces);
+        check_merge_decision(case, fi, flow, e, &pieces, ids);
         earlier.extend(pieces);
     }
     for (o, (&t, a)) in taken.iter().zip(&arrivals).enumerate() {
@@ -778,12 +800,30 @@ fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted]) {
 /// The headers of emitted packet `e` (made of `pieces`) are those of the input holding its
 /// first byte, its window that of the input holding its last byte, and only inputs that may be
 /// merged were.
-fn check_merge_decision(case: &Case, fi: usize, flow: &FlowSpec, e: &Emitted, pieces: &Pieces) {
+fn check_merge_decision(
+    case: &Case,
+    fi: usize,
+    flow: &FlowSpec,
+    e: &Emitted,
+    pieces: &Pieces,
+    ids: IpIds,
+) {
     let first = &case.inputs[pieces[0].0];
     let last = &case.inputs[pieces[pieces.len() - 1].0];
     let what = |field: &str| format!("flow {fi}: the {field} of a packet is its first input's");
+    let last_idx = pieces[pieces.len() - 1].0;
+    // With TSO, the whole pieces of a tail that keeps back its last piece carry the tail's
+    // window: a later advertisement of the same flow, with the same ACK.
+    let later_window = ids == IpIds::TsoPieces
+        && case.inputs[last_idx..].iter().any(|i| {
+            i.flow == Some(fi) && i.hdr.window == e.hdr.window && i.hdr.ack == first.hdr.ack
+        });
     let expected = SegHdr {
-        window: last.hdr.window,
+        window: if later_window {
+            e.hdr.window
+        } else {
+            last.hdr.window
+        },
         ..first.hdr.clone()
     };
     assert_eq!(
@@ -796,7 +836,12 @@ fn check_merge_decision(case: &Case, fi: usize, flow: &FlowSpec, e: &Emitted, pi
         "{}",
         what("extension header")
     );
-    if !flow.v6 {
+    let piece_id = || {
+        case.inputs
+            .iter()
+            .any(|i| i.flow == Some(fi) && i.ip_id == e.ip_id && i.offset <= pieces[0].1)
+    };
+    if !flow.v6 && !(ids == IpIds::TsoPieces && e.ip_id != first.ip_id && piece_id()) {
         assert_eq!(e.ip_id, first.ip_id, "{}", what("IP ID"));
     }
     let mut prev = first;
@@ -1195,14 +1240,57 @@ pub fn roomy_config(imtu: u16, delay: bool) -> MergeConfig {
     }
 }
 
+/// Plays the NIC's part on transmit for a packet that asked for offloads `o` (`None`: none):
+/// fills the IPv4 header checksum from scratch, and the TCP one by summing the segment over
+/// the pseudo-header sum the engine left in the field (TX checksum offload as DPDK defines
+/// it), so a wrong seed shows as a bad checksum. With TSO the seed leaves out the length,
+/// which the NIC adds for each piece it cuts; here it adds the whole packet's, so the packet
+/// is checked whole (a seed with the length in it shows as a bad checksum too).
+pub fn nic_tx_frame(mut f: Vec<u8>, o: Option<TxOffload>) -> Vec<u8> {
+    use pxio::checksum::Sum;
+    let Some(o) = o else {
+        return f;
+    };
+    let l3 = usize::from(o.l2_len);
+    let l4 = l3 + usize::from(o.l3_len);
+    if o.ip_checksum {
+        f[l3 + 10..l3 + 12].fill(0);
+        let c = Sum::of(&f[l3..l4]).checksum();
+        f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+    }
+    if o.tcp_checksum {
+        let mut sum = Sum::of(&f[l4..]);
+        if o.tso_segsz > 0 {
+            sum = sum.add(Sum((f.len() - l4) as u32));
+        }
+        f[l4 + 16..l4 + 18].copy_from_slice(&sum.checksum().to_be_bytes());
+    }
+    f
+}
+
+/// The IP packets a NIC puts on the wire for one of `ip_len` bytes with `l34` bytes of IP and
+/// TCP headers: that one, or past the iMTU (TSO) pieces of the iMTU and a last shorter one.
+pub fn wire_sizes(ip_len: usize, l34: usize, imtu: usize) -> Vec<usize> {
+    if ip_len <= imtu {
+        return vec![ip_len];
+    }
+    let (payload, segsz) = (ip_len - l34, imtu - l34);
+    let mut sizes = vec![imtu; payload / segsz];
+    if payload % segsz > 0 {
+        sizes.push(l34 + payload % segsz);
+    }
+    sizes
+}
+
 /// Every flow of a [`full_mss_case`] left as iMTU-sized packets, all but its last, and in as
-/// few packets as its bytes need.
+/// few packets as its bytes need. A packet past the iMTU (TSO) counts as the pieces the NIC
+/// cuts it into.
 pub fn assert_imtu_bound(case: &Case, emitted: &[Emitted], imtu: u16) {
     for (fi, flow) in case.flows.iter().enumerate() {
         let sizes: Vec<usize> = emitted
             .iter()
             .filter(|e| e.flow == fi)
-            .map(|e| e.ip_len)
+            .flat_map(|e| wire_sizes(e.ip_len, flow.l3_l4_len(), usize::from(imtu)))
             .collect();
         let per_packet = usize::from(imtu) - flow.l3_l4_len();
         let needed = case.streams[fi].len().div_ceil(per_packet);
