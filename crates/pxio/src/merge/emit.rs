@@ -91,11 +91,10 @@ impl<B: PacketBuf> Merger<B> {
         } else {
             0
         };
-        let (whole, last) = if segsz > 0 {
-            (payload / segsz, payload % segsz)
-        } else {
-            (0, payload)
-        };
+        let (whole, last) = payload
+            .checked_div(segsz)
+            .zip(payload.checked_rem(segsz))
+            .unwrap_or((0, payload));
         let last_full = last > 0 && l34 + last + mss > imtu;
         let offload = Offload {
             checksum: self.cfg.checksum_offload,
