@@ -841,7 +841,8 @@ fn check_merge_decision(
             .iter()
             .any(|i| i.flow == Some(fi) && i.ip_id == e.ip_id && i.offset <= pieces[0].1)
     };
-    if !flow.v6 && !(ids == IpIds::TsoPieces && e.ip_id != first.ip_id && piece_id()) {
+    let kept_back_piece = ids == IpIds::TsoPieces && e.ip_id != first.ip_id && piece_id();
+    if !flow.v6 && !kept_back_piece {
         assert_eq!(e.ip_id, first.ip_id, "{}", what("IP ID"));
     }
     let mut prev = first;
