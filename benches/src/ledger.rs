@@ -8,7 +8,9 @@
 //! merges up to 64 KB), so an output of `P` bytes is counted as if it had been cut at the cap:
 //! `floor(P / cap) * cap` bytes are iMTU-bound, plus the remainder when the remainder itself
 //! could not take one more segment. For an engine that respects the cap (`P <= cap`) the rule
-//! reduces to the plain definition, so one rule serves both.
+//! reduces to the plain definition, so one rule serves both. An output that asks the NIC to cut
+//! it at the iMTU (TSO, [`Ledger::record_tso`]) is counted by the same rule: it is the pieces
+//! the NIC puts on the wire.
 //!
 //! **Packets per iMTU** (issue 12, §3) is what the yield hides: how many packets leave per
 //! iMTU's worth of payload, `outputs / (input payload / cap)`; 1.0 is ideal, and every runt a cut
@@ -176,6 +178,16 @@ impl<'t> Ledger<'t> {
     where
         F: FnOnce(&mut dyn FnMut(&[u8])),
     {
+        self.record_tso(visit, emit_ns, None);
+    }
+
+    /// [`record`](Self::record) for an output that asks the NIC to cut it into pieces of
+    /// `tso_segsz` payload bytes (TSO): past the iMTU it is no fault when its pieces fit it,
+    /// and it counts as those pieces, by the same rule as an uncapped output.
+    pub fn record_tso<F>(&mut self, visit: F, emit_ns: u64, tso_segsz: Option<u16>)
+    where
+        F: FnOnce(&mut dyn FnMut(&[u8])),
+    {
         self.output_packets += 1;
         let mut total = 0usize;
         let (head, copy, verify) = (&mut self.head, &mut self.copy, self.verify_payload);
@@ -196,7 +208,8 @@ impl<'t> Ledger<'t> {
             return;
         };
         let payload = total - hl;
-        if self.enforce_imtu && payload > self.cap {
+        let cut_to_cap = tso_segsz.is_some_and(|s| usize::from(s) == self.cap);
+        if self.enforce_imtu && payload > self.cap && !cut_to_cap {
             self.faults.oversize += 1;
         }
         let (first_seg, offset) = ((start / mss) as u32, start % mss);
@@ -241,7 +254,7 @@ impl<'t> Ledger<'t> {
     /// frees it.
     pub fn record_mbufs(&mut self, pkts: impl IntoIterator<Item = dpdk::Mbuf>, emit_ns: u64) {
         for m in pkts {
-            self.record(|v| m.segments().for_each(v), emit_ns);
+            self.record_tso(|v| m.segments().for_each(v), emit_ns, m.tso_request());
         }
     }
 
@@ -496,6 +509,27 @@ mod tests {
             Faults {
                 oversize: 1,
                 missing: t.len() as u64 - 13,
+                ..Faults::default()
+            }
+        );
+    }
+
+    /// A longer output asking the NIC to cut it at the iMTU (TSO) is no fault: it counts as
+    /// the pieces the NIC cuts, like an uncapped one. A TSO request for other pieces is.
+    #[test]
+    fn a_tso_output_cut_at_the_imtu_is_no_fault() {
+        let t = trace();
+        let mut l = Ledger::new(&t, "tso", 9000, false).enforcing_imtu();
+        let out = merged(&t, 0..13);
+        l.record_tso(|v| v(&out), t.end_ns(), Some(8948));
+        let wrong = merged(&t, 13..26);
+        l.record_tso(|v| v(&wrong), t.end_ns(), Some(9000));
+        let err = l.finish().unwrap_err();
+        assert_eq!(
+            err.faults,
+            Faults {
+                oversize: 1,
+                missing: t.len() as u64 - 26,
                 ..Faults::default()
             }
         );

@@ -108,23 +108,24 @@ pub fn run_scenario(
     let trace = Trace::generate(cfg.trace_config(flows, gbps_per_flow))?;
     let generate_s = started.elapsed().as_secs_f64();
 
-    // The headline pxio gets everything a NIC gives; the other two each miss one thing. The
+    // The headline pxio gets everything a NIC gives; the other three each miss one thing. The
     // engines take turns, repetition by repetition, so that on a shared machine each one's
     // fastest run is picked from the same stretch of time as the others'.
     let once = MergeBenchConfig {
         repetitions: 1,
         ..cfg.clone()
     };
-    let mut runs: [Vec<EngineResult>; 5] = Default::default();
+    let mut runs: [Vec<EngineResult>; 6] = Default::default();
     for _ in 0..cfg.repetitions.max(1) {
         runs[0].push(run_rte_gro(eal, &trace, &once)?);
         runs[1].push(run_pxio(eal, &trace, &once, NicInfo::FULL)?);
         runs[2].push(run_pxio(eal, &trace, &once, NicInfo::SOFTWARE_CSUM)?);
         runs[3].push(run_pxio(eal, &trace, &once, NicInfo::SOFTWARE_HASH)?);
         runs[4].push(run_rte_gro_gso(eal, &trace, &once)?);
+        runs[5].push(run_pxio(eal, &trace, &once, NicInfo::SOFTWARE_CUT)?);
     }
-    let [gro, full, sw_csum, sw_hash, gro_gso] = runs.map(fastest);
-    let (gro, full, sw_hash, gro_gso) = (gro?, full?, sw_hash?, gro_gso?);
+    let [gro, full, sw_csum, sw_hash, gro_gso, sw_cut] = runs.map(fastest);
+    let (gro, full, sw_hash, gro_gso, sw_cut) = (gro?, full?, sw_hash?, gro_gso?, sw_cut?);
     let pxio = Some(sw_csum?);
     let parsed = gro.parsed_in_timed_region.unwrap_or(0);
     if parsed != trace.len() as u64 {
@@ -176,6 +177,10 @@ pub fn run_scenario(
         speedup_vs_gro_gso: Some(gro_gso.ns_per_pkt / full.ns_per_pkt),
         rte_gro_gso_yield: Some(gro_gso.outcome.conversion_yield),
         rte_gro_gso_packets_per_imtu: Some(gro_gso.outcome.packets_per_imtu),
+        pxio_sw_cut_ns_per_pkt: Some(sw_cut.ns_per_pkt),
+        speedup_sw_cut_vs_gro_gso: Some(gro_gso.ns_per_pkt / sw_cut.ns_per_pkt),
+        pxio_sw_cut_yield: Some(sw_cut.outcome.conversion_yield),
+        pxio_sw_cut_packets_per_imtu: Some(sw_cut.outcome.packets_per_imtu),
     };
     let cost = ScenarioCost {
         schedule: cfg.schedule.name().to_owned(),
@@ -184,7 +189,9 @@ pub fn run_scenario(
         generate_s,
         trace_bytes: trace.heap_bytes(),
         rte_gro_wall_s: gro.wall_s + gro_gso.wall_s,
-        pxio_wall_s: Some(full.wall_s + sw_hash.wall_s + pxio.as_ref().map_or(0.0, |p| p.wall_s)),
+        pxio_wall_s: Some(
+            full.wall_s + sw_hash.wall_s + sw_cut.wall_s + pxio.as_ref().map_or(0.0, |p| p.wall_s),
+        ),
         rte_gro_discarded: gro.discarded_sections + gro_gso.discarded_sections,
         pxio_discarded: Some(full.discarded_sections),
         peak_rss_bytes: peak_rss(),

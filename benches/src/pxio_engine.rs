@@ -35,6 +35,11 @@ pub struct NicInfo {
     pub csum: bool,
     /// The RSS hash (`RTE_MBUF_F_RX_RSS_HASH`). Without it, pxio hashes in software.
     pub hash: bool,
+    /// TCP segmentation on transmit (TSO, `RTE_MBUF_F_TX_TCP_SEG`): pxio merges past the iMTU
+    /// and asks the NIC to cut at the iMTU (`MergeConfig::tso_max_len`), as the paper's PXIO
+    /// does; the ledger counts each such packet as the pieces the NIC cuts. Without it, pxio
+    /// cuts at the iMTU itself. Needs `csum` (a NIC that segments fills the checksums).
+    pub tso: bool,
 }
 
 impl NicInfo {
@@ -42,23 +47,34 @@ impl NicInfo {
     pub const FULL: NicInfo = NicInfo {
         csum: true,
         hash: true,
+        tso: true,
     };
-    /// The RSS hash but no checksum verdict: every segment verified in software.
+    /// The checksum verdict and the RSS hash, but no TSO: pxio cuts at the iMTU itself.
+    pub const SOFTWARE_CUT: NicInfo = NicInfo {
+        csum: true,
+        hash: true,
+        tso: false,
+    };
+    /// The RSS hash but no checksum verdict (and so no TSO): every segment verified in
+    /// software, every cut made in software.
     pub const SOFTWARE_CSUM: NicInfo = NicInfo {
         csum: false,
         hash: true,
+        tso: false,
     };
-    /// The checksum verdict but no RSS hash: the flow hash computed in software.
+    /// The checksum verdict and TSO but no RSS hash: the flow hash computed in software.
     pub const SOFTWARE_HASH: NicInfo = NicInfo {
         csum: true,
         hash: false,
+        tso: true,
     };
 
     fn engine_name(self) -> String {
         format!(
-            "pxio ({} csum, {} hash)",
+            "pxio ({} csum, {} hash, {} cut)",
             if self.csum { "NIC" } else { "software" },
-            if self.hash { "NIC" } else { "software" }
+            if self.hash { "NIC" } else { "software" },
+            if self.tso { "TSO" } else { "software" }
         )
     }
 }
@@ -69,9 +85,13 @@ pub fn bench_merge_config(
     cfg: &MergeBenchConfig,
     flows: u32,
     checksum_offload: bool,
+    tso: bool,
 ) -> MergeConfig {
     MergeConfig {
         checksum_offload,
+        // A TSO request may carry an IPv4 packet of up to 64 KB, as DPDK's drivers and
+        // rte_gro's own outputs (and so the peer's TSO) allow.
+        tso_max_len: if tso && checksum_offload { u16::MAX } else { 0 },
         imtu: cfg.imtu as u16,
         flow_capacity: (flows as usize * 4).max(1024),
         // Enough for every flow's items within a window; a worker's memory is warm, a fresh
@@ -122,7 +142,7 @@ fn run_once(
     // The flow table's hash seed comes from the trace's seed: every repetition places the same
     // flows in the same buckets, so repetitions must agree exactly (checked by `run_pxio`).
     let mut merger = Merger::<Mbuf>::with_hash_seed(
-        bench_merge_config(cfg, trace.config().flows, checksum_offload),
+        bench_merge_config(cfg, trace.config().flows, checksum_offload, nic.tso),
         headers.clone(),
         cfg.seed,
     )

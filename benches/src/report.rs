@@ -127,6 +127,19 @@ pub struct MergeRow {
     /// rte_gro + rte_gso's output packets per iMTU of input payload.
     #[serde(default)]
     pub rte_gro_gso_packets_per_imtu: Option<f64>,
+    /// pxio with the NIC's checksum verdict and RSS hash but no TSO: it cuts every merged
+    /// packet at the iMTU itself (a port without TSO); CPU time per input packet, ns.
+    #[serde(default)]
+    pub pxio_sw_cut_ns_per_pkt: Option<f64>,
+    /// `rte_gro_gso_ns_per_pkt / pxio_sw_cut_ns_per_pkt`: both cut in software.
+    #[serde(default)]
+    pub speedup_sw_cut_vs_gro_gso: Option<f64>,
+    /// That pxio's conversion yield, 0..=1.
+    #[serde(default)]
+    pub pxio_sw_cut_yield: Option<f64>,
+    /// That pxio's output packets per iMTU of input payload.
+    #[serde(default)]
+    pub pxio_sw_cut_packets_per_imtu: Option<f64>,
 }
 
 /// A "win" below this yield on both sides compares two engines that merge nothing.
@@ -167,9 +180,10 @@ pub struct ScenarioCost {
 }
 
 /// Prints the comparison table: per scenario and schedule, pxio with what a NIC gives
-/// ("NIC"), pxio verifying checksums in software ("sw csum"), pxio hashing in software
-/// ("sw hash"), rte_gro with its header parse, the ratio, rte_gro followed by rte_gso at the
-/// iMTU and its ratio, and each engine's yield and packets per iMTU. A ratio where neither engine merges is starred and flagged in the last column.
+/// ("NIC": checksum verdict, RSS hash, TSO), pxio cutting at the iMTU itself ("sw cut"), pxio
+/// verifying checksums in software ("sw csum"), pxio hashing in software ("sw hash"), rte_gro
+/// with its header parse, the ratio, rte_gro followed by rte_gso at the iMTU and its ratios to
+/// pxio and to pxio's own software cut, and each engine's yield and packets per iMTU. A ratio where neither engine merges is starred and flagged in the last column.
 pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
     let headers = [
         "schedule",
@@ -178,12 +192,14 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
         "Gb/s/flow",
         "in pkts",
         "pxio NIC ns",
+        "pxio sw cut",
         "pxio sw csum",
         "pxio sw hash",
         "rte_gro ns (parse)",
         "gro/pxio",
         "gro+gso ns (gso)",
         "(gro+gso)/pxio",
+        "(gro+gso)/sw cut",
         "cyc/pkt pxio/gro",
         "yield pxio/gro",
         "pkts/iMTU pxio/gro",
@@ -202,6 +218,7 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
                 format!("{}", r.gbps_per_flow),
                 r.input_packets.to_string(),
                 opt(r.pxio_offload_ns_per_pkt, |v| format!("{v:.1}")),
+                opt(r.pxio_sw_cut_ns_per_pkt, |v| format!("{v:.1}")),
                 opt(r.pxio_ns_per_pkt, |v| format!("{v:.1}")),
                 opt(r.pxio_sw_hash_ns_per_pkt, |v| format!("{v:.1}")),
                 format!(
@@ -216,6 +233,9 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
                     _ => "n/a".into(),
                 },
                 opt(r.speedup_vs_gro_gso, |v| {
+                    format!("{v:.2}x{}", if flag { "*" } else { "" })
+                }),
+                opt(r.speedup_sw_cut_vs_gro_gso, |v| {
                     format!("{v:.2}x{}", if flag { "*" } else { "" })
                 }),
                 format!(
@@ -388,6 +408,10 @@ mod tests {
             speedup_vs_gro_gso: pxio.map(|p| 300.0 / p),
             rte_gro_gso_yield: Some(0.5),
             rte_gro_gso_packets_per_imtu: Some(1.2),
+            pxio_sw_cut_ns_per_pkt: pxio,
+            speedup_sw_cut_vs_gro_gso: pxio.map(|p| 300.0 / p),
+            pxio_sw_cut_yield: None,
+            pxio_sw_cut_packets_per_imtu: None,
         }
     }
 

@@ -165,14 +165,17 @@ fn main() -> Result<()> {
     print_table(&mut out, &rows)?;
     writeln!(
         out,
-        "Every engine gets what a NIC gives (RSS hash, L4 checksum verdict) and no more. \
-         pxio NIC: uses both; sw csum: verifies every checksum itself; sw hash: hashes itself. \
+        "Every engine gets what a NIC gives (RSS hash, L4 checksum verdict, TSO on transmit) \
+         and no more. pxio NIC: uses all three, merging past the iMTU and asking the NIC to cut \
+         at the iMTU (TSO), as the paper's PXIO does and as rte_gro's 64 KB outputs need too; \
+         sw cut: cuts at the iMTU itself (a port without TSO); sw csum: verifies every checksum \
+         itself (and cuts itself); sw hash: hashes itself. \
          rte_gro ns includes rte_net_get_ptype (the header parse it needs) on every packet; its share in parentheses. \
          gro/pxio: rte_gro ns / pxio NIC ns. gro+gso: rte_gro, then rte_gso cutting every flushed \
-         packet longer than the iMTU (DPDK's way to deliver packets that fit it, as pxio's do); \
-         the cut's share in parentheses. (gro+gso)/pxio: gro+gso ns / pxio NIC ns. pkts/iMTU: \
-         packets out per iMTU of payload (ideal 1.0; rte_gro's uncapped outputs counted as cut \
-         at the iMTU, which is what gro+gso sends)."
+         packet longer than the iMTU (DPDK's way to deliver packets that fit it without TSO); \
+         the cut's share in parentheses. (gro+gso)/pxio and (gro+gso)/sw cut: gro+gso ns over \
+         each. pkts/iMTU: packets out per iMTU of payload (ideal 1.0; an output past the iMTU, \
+         rte_gro's or a TSO request, counted as the packets it is cut into at the iMTU)."
     )?;
     writeln!(out)?;
     writeln!(out, "cost of each scenario:")?;

@@ -692,6 +692,17 @@ impl Mbuf {
         (f.l2_len() as u8, f.l3_len() as u16, f.l4_len() as u8)
     }
 
+    /// The payload bytes per piece the NIC is asked to cut this packet into
+    /// (`RTE_MBUF_F_TX_TCP_SEG` with `tso_segsz`), or `None` when no TSO is requested.
+    pub fn tso_request(&self) -> Option<u16> {
+        if self.ol_flags() & crate::tx_flags::TCP_SEG == 0 {
+            return None;
+        }
+        // SAFETY: reading the u64 view of the tx_offload union, valid for any bits.
+        let tx = unsafe { self.head().__bindgen_anon_3.tx_offload };
+        Some(((tx >> TSO_SEGSZ.0) & ((1 << TSO_SEGSZ.1) - 1)) as u16)
+    }
+
     /// Records the L2, L3 and L4 header lengths, leaving the offload flags and TSO size alone
     /// (`rte_gro` reads the headers at these offsets).
     #[inline]

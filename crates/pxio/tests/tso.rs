@@ -1,7 +1,8 @@
 //! TSO on transmit (`MergeConfig::tso_max_len`): merged packets grow past the iMTU and leave
 //! with a TSO request at the iMTU, for the NIC to cut, as the paper's PXIO does (SIGCOMM'26
-//! §4.1, "After merging, PM applies TSO"); a tail that waits for more segments keeps back only
-//! its last, short piece (Appendix A, partial stashing).
+//! §4.1, "After merging, PM applies TSO"). A tail that waits for more segments waits whole:
+//! its last piece is what it waits for, and its full pieces wait with it, within the same
+//! window.
 //!
 //! The properties of `merge_props`, checked on what the NIC is handed (each packet whole, its
 //! checksums filled as the NIC fills them, so a wrong seed shows) and on what the NIC puts on
@@ -11,8 +12,8 @@
 mod common;
 
 use common::{
-    assert_imtu_bound, case_strategy, check_outputs_with, config, full_mss_case, roomy_config,
-    segment_frames, simple_flow, wire_sizes, IpIds, Knobs,
+    assert_imtu_bound, case_strategy, check_outputs, config, full_mss_case, roomy_config,
+    segment_frames, simple_flow, wire_sizes, Knobs,
 };
 use proptest::prelude::*;
 use pxio::merge::{MergeConfig, Merger};
@@ -76,7 +77,7 @@ proptest! {
                 |_, i| common::nic_packet(&pool, i, rss.then_some(i.flow.map_or(7, |f| f as u32 + 1))),
                 |p| handed(p, imtu, tso_max),
             );
-            check_outputs_with(&case, &frames, usize::from(tso_max), IpIds::TsoPieces);
+            check_outputs(&case, &frames, usize::from(tso_max));
             let s = merger.stats();
             prop_assert_eq!(s.packets_in as usize, case.inputs.len());
             prop_assert_eq!(s.packets_out as usize, frames.len());
@@ -91,9 +92,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// In-order full segments of a burst reach the wire as iMTU-sized pieces, all but each
-    /// flow's last, in as few pieces as their bytes need: the packets handed to the NIC
-    /// (whole pieces, and a last piece kept back while the flow waits) cut where the software
-    /// cut would have.
+    /// flow's last, in as few pieces as their bytes need: the packets handed to the NIC hold
+    /// whole pieces but each flow's last, and are cut where the software cut would have.
     #[test]
     fn with_tso_in_order_full_segments_reach_the_wire_imtu_sized(
         (case, imtu) in full_mss_case(),
@@ -109,25 +109,30 @@ proptest! {
             |_, i| common::nic_packet(&pool, i, None),
             |p| handed(p, imtu, tso_max),
         );
-        let emitted = check_outputs_with(&case, &frames, usize::from(tso_max), IpIds::TsoPieces);
+        let emitted = check_outputs(&case, &frames, usize::from(tso_max));
         assert_imtu_bound(&case, &emitted, imtu);
     }
 }
 
-/// A burst's flow that waits for more segments sends its whole iMTU pieces at once, in one
-/// packet for the NIC to cut, and keeps back only the last, short piece (partial stashing); the
-/// next burst's segments join that piece. IPv4 and IPv6, at iMTUs of 4000 and 9000 B: on the
-/// wire, every piece but the last is iMTU-sized, and no more pieces leave than the bytes need.
+/// A flow's tail past the iMTU waits whole for the segments that complete its last piece: a
+/// burst ends and nothing leaves; the next burst's segments grow it to the TSO limit (the most
+/// whole pieces a request may carry), where it leaves and the rest of the cut segment starts
+/// the next packet. IPv4 and IPv6, at iMTUs of 4000 and 9000 B: on the wire every piece but
+/// the last is iMTU-sized, and no more pieces leave than the bytes need.
 #[test]
-fn a_waiting_tail_sends_its_whole_pieces_and_keeps_back_the_last() {
+fn a_tail_past_the_imtu_waits_whole_and_leaves_at_the_tso_limit() {
     for (id, imtu) in [(1u8, 9000u16), (2, 9000), (1, 4000), (2, 4000)] {
         let fl = simple_flow(id);
         let l34 = fl.l3_l4_len();
         let segsz = usize::from(imtu) - l34;
+        let limit = (65_535 - l34) / segsz * segsz;
         let mss = 1448 - if fl.v6 { 20 } else { 0 };
-        let frames = segment_frames(&fl, 40, mss);
+        let frames = segment_frames(&fl, 60, mss);
         let pool = HeapPool::new(4096);
-        let cfg = with_tso(config(imtu, true), 65_535);
+        let cfg = MergeConfig {
+            max_segs: 128,
+            ..with_tso(config(imtu, true), 65_535)
+        };
         let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
         let make = |f: &Vec<u8>| {
             let mut b = pool.packet(f);
@@ -137,67 +142,55 @@ fn a_waiting_tail_sends_its_whole_pieces_and_keeps_back_the_last() {
             b
         };
         let mut out = Vec::new();
-        let mut sizes = Vec::new();
         let handed_over = |out: &mut Vec<HeapBuf>| -> Vec<usize> {
             out.drain(..)
                 .map(|b| {
                     let o = b
                         .requested_tx_offload()
                         .expect("merged packets ask for offloads");
-                    assert!(o.tso_segsz == 0 || usize::from(o.tso_segsz) == segsz);
-                    b.len() - usize::from(o.l2_len)
+                    let ip_len = b.len() - usize::from(o.l2_len);
+                    let tso = if ip_len > usize::from(imtu) { segsz } else { 0 };
+                    assert_eq!(usize::from(o.tso_segsz), tso, "{ip_len} B");
+                    ip_len
                 })
                 .collect()
         };
         let what = format!("{} iMTU {imtu}", if fl.v6 { "IPv6" } else { "IPv4" });
 
-        // First burst: 20 segments. The whole pieces leave in one packet; the rest is held.
+        // First burst: 20 segments, more than one piece. The tail waits, whole.
         merger.rx_burst(frames[..20].iter().map(make), 1_000, &mut out);
-        let first = handed_over(&mut out);
-        let bytes = 20 * mss;
         assert_eq!(
-            first,
-            vec![l34 + bytes / segsz * segsz],
+            handed_over(&mut out),
+            Vec::<usize>::new(),
             "{what}: first burst"
         );
-        assert_eq!(merger.stats().stashes, 1, "{what}");
-        assert_eq!(merger.stats().held_items, 1, "{what}: the last piece waits");
-        sizes.extend(
-            first
-                .iter()
-                .flat_map(|&s| wire_sizes(s, l34, usize::from(imtu))),
-        );
+        assert_eq!(merger.stats().held_items, 1, "{what}: the tail waits");
+        assert_eq!(merger.stats().delayed_items, 1, "{what}");
 
-        // Second burst, 2 µs later: the held piece grows with 20 more segments.
-        merger.rx_burst(frames[20..].iter().map(make), 3_000, &mut out);
-        let second = handed_over(&mut out);
-        let held = bytes % segsz + 20 * mss;
+        // Second burst, 1 µs later: 40 more. The tail reaches the TSO limit and leaves.
+        merger.rx_burst(frames[20..].iter().map(make), 2_000, &mut out);
         assert_eq!(
-            second,
-            vec![l34 + held / segsz * segsz],
+            handed_over(&mut out),
+            vec![l34 + limit],
             "{what}: second burst"
         );
-        assert_eq!(merger.stats().stashes, 2, "{what}");
-        sizes.extend(
-            second
-                .iter()
-                .flat_map(|&s| wire_sizes(s, l34, usize::from(imtu))),
-        );
+        assert_eq!(merger.stats().cuts, 1, "{what}: one cut, at the TSO limit");
 
         merger.flush_all(10_000, &mut out);
-        let last = handed_over(&mut out);
-        assert_eq!(last, vec![l34 + 40 * mss % segsz], "{what}: the last piece");
-        sizes.extend(last);
+        let rest = 60 * mss - limit;
+        assert_eq!(handed_over(&mut out), vec![l34 + rest], "{what}: the rest");
 
+        let mut sizes = wire_sizes(l34 + limit, l34, usize::from(imtu));
+        sizes.extend(wire_sizes(l34 + rest, l34, usize::from(imtu)));
         let full = sizes[..sizes.len() - 1]
             .iter()
             .all(|&s| s == usize::from(imtu));
         assert!(full, "{what}: wire pieces {sizes:?}");
-        assert_eq!(sizes.len(), (40 * mss).div_ceil(segsz), "{what}: {sizes:?}");
+        assert_eq!(sizes.len(), (60 * mss).div_ceil(segsz), "{what}: {sizes:?}");
         assert_eq!(
             merger.pool().in_use(),
             0,
-            "{what}: header copies and views returned"
+            "{what}: the cut's header copy returned"
         );
         drop(merger);
         assert_eq!(pool.in_use(), 0, "{what}: every segment freed once");

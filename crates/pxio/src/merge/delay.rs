@@ -246,20 +246,23 @@ impl<B: PacketBuf> Merger<B> {
         let e = *self.flows.get(flow);
         let it = &self.items[tail as usize];
         let d = &self.cfg.delay;
-        // What would wait: the item, or with TSO past the iMTU only its last piece, which the
-        // NIC would send short (partial stashing: the whole pieces leave now, see
-        // `stash_last_piece`). An item of whole pieces has nothing to wait for.
+        // What the wait is for: the item, or with TSO past the iMTU its last piece, which the
+        // NIC would send short. The whole pieces wait with it (one packet for the NIC, and
+        // no cut: splitting the item at every burst's end cost more than the cuts TSO saves),
+        // no longer than its window, which starts at the item's oldest segment. An item of
+        // whole pieces has nothing to wait for.
         let imtu = u32::from(self.cfg.imtu);
-        let (waiting_len, stash) = if it.ip_len() > imtu {
+        let (waiting_len, tso) = if it.ip_len() > imtu {
             let l34 = it.layout.l3_l4_len();
             let last = it.payload_len % self.tso_segsz(it.layout);
             (l34 + last, true)
         } else {
             (it.ip_len(), false)
         };
-        let incomplete = !stash || waiting_len > it.layout.l3_l4_len();
+        let incomplete = waiting_len > it.layout.l3_l4_len();
         // A flow whose yield is already high needs no wait (the bypass), except for a tail that
-        // holds the rest of a cut: the flow is mid-stream (its last packet left full), and
+        // holds the rest of a cut, or whole TSO pieces: the flow is mid-stream (its last packet
+        // left full, or its tail holds full pieces), and
         // flushing the rest now would send a runt where waiting for the next RX burst makes a
         // full packet (issue 12, packet efficiency). Without this, the bypass itself caps the
         // yield: a flow above it stops waiting, sends runts, and drops below it again.
@@ -267,7 +270,7 @@ impl<B: PacketBuf> Merger<B> {
             && incomplete
             && !it.closed()
             && e.rate >= self.etm.rate_threshold
-            && (it.carried() || f64::from(e.yield_avg) <= d.yield_bypass);
+            && (it.carried() || tso || f64::from(e.yield_avg) <= d.yield_bypass);
         if !eligible {
             return self.flush_flow(flow, now, out);
         }
@@ -287,20 +290,15 @@ impl<B: PacketBuf> Merger<B> {
         if deadline <= now {
             return self.flush_flow(flow, now, out);
         }
-        let scheduled = e.scheduled;
-        let new_timer = scheduled == 0 || deadline < scheduled;
-        if new_timer && self.etm.timers.len() >= self.etm.timer_capacity {
-            return self.flush_flow(flow, now, out);
-        }
-        if stash && !self.stash_last_piece(flow, tail, now, out) {
-            // No buffer for the last piece's header: it all goes now.
-            return self.flush_flow(flow, now, out);
-        }
         if e.deadline == 0 {
             self.stats.delayed_items += 1;
         }
         self.flows.get_mut(flow).deadline = deadline;
-        if new_timer {
+        let scheduled = self.flows.get(flow).scheduled;
+        if scheduled == 0 || deadline < scheduled {
+            if self.etm.timers.len() >= self.etm.timer_capacity {
+                return self.flush_flow(flow, now, out);
+            }
             self.schedule(flow, deadline);
         }
     }

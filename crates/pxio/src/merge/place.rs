@@ -154,96 +154,6 @@ impl<B: PacketBuf> Merger<B> {
         self.after_growth(flow, idx, now, out);
     }
 
-    /// Partial stashing with TSO (SIGCOMM'26 Appendix A, Figure 15): item `idx`, the flow's only
-    /// item, is past the iMTU and is to wait for more segments, but only its last piece, which
-    /// the NIC would send short, has anything to wait for. Its whole pieces leave now (one
-    /// packet, with a TSO request); the last piece's bytes stay as the item, behind a copy of
-    /// its headers with the sequence number advanced, its first buffer a refcounted view when
-    /// the cut falls inside a segment. Nothing is copied but the headers. False, and nothing
-    /// changed, when no buffer is left for the header copy or the view.
-    pub(super) fn stash_last_piece(
-        &mut self,
-        flow: u32,
-        idx: u32,
-        now: u64,
-        out: &mut Vec<B>,
-    ) -> bool {
-        // TSO needs checksum offload (`MergeConfig::validate`): no payload sums to carry.
-        debug_assert!(self.cfg.checksum_offload);
-        let it = &self.items[idx as usize];
-        let layout = it.layout;
-        let hdr_len = layout.hdr_len();
-        let segsz = self.tso_segsz(layout);
-        let whole = it.payload_len / segsz * segsz;
-        let last = it.payload_len - whole;
-        debug_assert!(
-            whole > 0 && last > 0,
-            "only a packet past the iMTU is stashed"
-        );
-        let Some(packet) = it.pkt.as_ref().map(|c| c.packet()) else {
-            return false;
-        };
-        let Some(mut head) = packet
-            .head()
-            .get(..hdr_len)
-            .and_then(|h| B::alloc_with(&self.pool, h))
-        else {
-            return false;
-        };
-        // The sequence number, where the layout puts it in the copied header.
-        let Some(seq) = head
-            .head_mut()
-            .and_then(|h| h.get_mut(layout.l4_offset() + 4..))
-            .and_then(|h| h.first_chunk_mut::<4>())
-        else {
-            return false;
-        };
-        *seq = it.seq.wrapping_add(whole).to_be_bytes();
-        // The IPv4 ID the NIC would have given that piece: one more per whole piece before it.
-        let pieces = (whole / segsz) as u16;
-        let ip_id = it.first_id.wrapping_add(pieces);
-        if !layout.v6 {
-            let at = usize::from(layout.l2_len) + 4;
-            let Some(id) = head
-                .head_mut()
-                .and_then(|h| h.get_mut(at..))
-                .and_then(|h| h.first_chunk_mut::<2>())
-            else {
-                return false;
-            };
-            *id = ip_id.to_be_bytes();
-        }
-        let it = &mut self.items[idx as usize];
-        let mut pkt = it.pkt.take().expect("checked above").into_packet();
-        let Some(rest) = split_at(&mut pkt, hdr_len + whole as usize, &self.pool) else {
-            it.pkt = Some(B::Chain::new(pkt));
-            return false;
-        };
-        if head.chain(rest).is_err() {
-            unreachable_chain();
-        }
-        it.nb_segs = pkt.num_segs() as u16;
-        it.pkt = Some(B::Chain::new(pkt));
-        it.payload_len = whole;
-        self.stats.stashes += 1;
-        self.send_item(flow, idx, now, out);
-        // The slot now holds the last piece: same flow, headers and signature, carried over.
-        // Like a cut's rest it counts as one segment, dated at the packet's oldest arrival:
-        // no byte waits longer than its window, and none is reported as waiting less.
-        let it = &mut self.items[idx as usize];
-        it.nb_segs = head.num_segs() as u16;
-        it.pkt = Some(B::Chain::new(head));
-        it.seq = it.seq.wrapping_add(whole);
-        it.payload_len = last;
-        it.first_id = ip_id;
-        it.segs = 1;
-        it.tail_flags = 0;
-        it.marks = marks::MODIFIED | marks::CARRIED;
-        it.payload_sum = Sum::default();
-        it.arrival_sum = it.oldest;
-        true
-    }
-
     /// Payload sums of the first `room` bytes and of the rest, each aligned to its own first
     /// byte. The segment was verified on arrival, so its payload sum is known: only the shorter
     /// part is read, the other follows by subtraction.
@@ -503,39 +413,6 @@ impl Tail {
             sum,
         })
     }
-}
-
-/// Cuts `pkt` at byte `at` (strictly inside it): `pkt` keeps the first `at` bytes and the rest
-/// comes back. The segments past the cut move; the segment the cut falls in stays with `pkt`,
-/// trimmed, and its bytes past the cut come back as a refcounted view. `None`, and `pkt`
-/// unchanged, when no buffer is left for the view.
-fn split_at<B: PacketBuf>(pkt: &mut B, at: usize, pool: &B::Pool) -> Option<B> {
-    if at == 0 || at >= pkt.len() {
-        return None;
-    }
-    // The segment holding byte `at`: [start, end).
-    let (mut start, mut end) = (0, 0);
-    pkt.for_each_segment(|s| {
-        if end <= at {
-            start = end;
-            end += s.len();
-        }
-    });
-    if at == start {
-        return pkt.detach_at(at);
-    }
-    let mut rest = pkt.share_range(at, end - at, pool)?;
-    if end < pkt.len() {
-        let after = pkt
-            .detach_at(end)
-            .expect("`end` is a segment boundary inside the packet");
-        if rest.chain(after).is_err() {
-            unreachable_chain();
-        }
-    }
-    let trimmed = pkt.truncate(at);
-    debug_assert!(trimmed);
-    Some(rest)
 }
 
 /// `a < b` in TCP sequence space.

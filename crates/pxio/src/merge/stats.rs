@@ -27,9 +27,6 @@ pub struct MergeStats {
     pub fast_merges: u64,
     /// Segments cut at the iMTU boundary, their rest held by a refcounted view.
     pub cuts: u64,
-    /// With TSO (`MergeConfig::tso_max_len`): items past the iMTU whose last, short piece was
-    /// kept back to wait for more segments while their whole pieces left (partial stashing).
-    pub stashes: u64,
     /// Packets passed through without merging (not TCP data, or not eligible).
     pub passthrough: u64,
     /// Malformed packets (passed through untouched, never merged).
@@ -62,7 +59,6 @@ impl MergeStats {
             packets_out: 0,
             payload_in: 0,
             payload_full: 0,
-            stashes: 0,
             merges: 0,
             run_merges: 0,
             fast_merges: 0,

@@ -643,28 +643,6 @@ type Pieces = Vec<(usize, usize, usize)>;
 ///   timestamps and VLAN tags; none with IPv4 options or IPv6 extension headers is merged; with DF=0, merged
 ///   inputs have consecutive IP IDs. PSH/FIN sit on the last byte; SYN/RST leave alone.
 pub fn check_outputs(case: &Case, outputs: &[Vec<u8>], imtu: usize) -> Vec<Emitted> {
-    check_outputs_with(case, outputs, imtu, IpIds::FirstInputs)
-}
-
-/// Which IPv4 ID a merged packet must carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IpIds {
-    /// Its first input's.
-    FirstInputs,
-    /// Its first input's, or for the last piece of a TSO packet kept back (partial stashing),
-    /// the one the NIC would have given that piece: the ID of an input of the flow at or
-    /// before the piece's first byte. And the window may be a later advertisement than its
-    /// last input's (the whole pieces sent ahead of a kept-back piece carry the tail's).
-    TsoPieces,
-}
-
-/// [`check_outputs`], with the IP ID rule `ids`.
-pub fn check_outputs_with(
-    case: &Case,
-    outputs: &[Vec<u8>],
-    imtu: usize,
-    ids: IpIds,
-) -> Vec<Emitted> {
     let junk_in: Vec<&Vec<u8>> = case
         .inputs
         .iter()
@@ -691,7 +669,7 @@ pub fn check_outputs_with(
     b.sort();
     assert_eq!(a, b, "non-TCP and malformed frames pass through untouched");
     for (fi, flow) in case.flows.iter().enumerate() {
-        check_flow(case, fi, flow, &emitted, ids);
+        check_flow(case, fi, flow, &emitted);
     }
     // SYN / RST segments come out alone, unmerged.
     let syn_in = case
@@ -708,7 +686,7 @@ pub fn check_outputs_with(
     emitted
 }
 
-fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted], ids: IpIds) {
+fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted]) {
     let stream_len = case.streams[fi].len();
     // Which inputs carried each offset, in arrival order.
     let mut arrivals: Vec<Vec<usize>> = vec![Vec::new(); stream_len];
@@ -766,7 +744,7 @@ fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted], ids:
                 );
             }
         }
-        check_merge_decision(case, fi, flow, e, &pieces, ids);
+        check_merge_decision(case, fi, flow, e, &pieces);
         earlier.extend(pieces);
     }
     for (o, (&t, a)) in taken.iter().zip(&arrivals).enumerate() {
@@ -800,30 +778,12 @@ fn check_flow(case: &Case, fi: usize, flow: &FlowSpec, emitted: &[Emitted], ids:
 /// The headers of emitted packet `e` (made of `pieces`) are those of the input holding its
 /// first byte, its window that of the input holding its last byte, and only inputs that may be
 /// merged were.
-fn check_merge_decision(
-    case: &Case,
-    fi: usize,
-    flow: &FlowSpec,
-    e: &Emitted,
-    pieces: &Pieces,
-    ids: IpIds,
-) {
+fn check_merge_decision(case: &Case, fi: usize, flow: &FlowSpec, e: &Emitted, pieces: &Pieces) {
     let first = &case.inputs[pieces[0].0];
     let last = &case.inputs[pieces[pieces.len() - 1].0];
     let what = |field: &str| format!("flow {fi}: the {field} of a packet is its first input's");
-    let last_idx = pieces[pieces.len() - 1].0;
-    // With TSO, the whole pieces of a tail that keeps back its last piece carry the tail's
-    // window: a later advertisement of the same flow, with the same ACK.
-    let later_window = ids == IpIds::TsoPieces
-        && case.inputs[last_idx..].iter().any(|i| {
-            i.flow == Some(fi) && i.hdr.window == e.hdr.window && i.hdr.ack == first.hdr.ack
-        });
     let expected = SegHdr {
-        window: if later_window {
-            e.hdr.window
-        } else {
-            last.hdr.window
-        },
+        window: last.hdr.window,
         ..first.hdr.clone()
     };
     assert_eq!(
@@ -836,13 +796,7 @@ fn check_merge_decision(
         "{}",
         what("extension header")
     );
-    let piece_id = || {
-        case.inputs
-            .iter()
-            .any(|i| i.flow == Some(fi) && i.ip_id == e.ip_id && i.offset <= pieces[0].1)
-    };
-    let kept_back_piece = ids == IpIds::TsoPieces && e.ip_id != first.ip_id && piece_id();
-    if !flow.v6 && !kept_back_piece {
+    if !flow.v6 {
         assert_eq!(e.ip_id, first.ip_id, "{}", what("IP ID"));
     }
     let mut prev = first;
