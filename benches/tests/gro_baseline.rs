@@ -196,6 +196,9 @@ fn pxio_variants_agree_on_everything_but_time() {
         let other = run_pxio(eal(), &trace, &cfg, NicInfo::SOFTWARE_HASH).unwrap();
         assert_eq!(other.outcome, full.outcome, "software hash, TSO");
         let other = run_pxio(eal(), &trace, &cfg, NicInfo::SOFTWARE_CSUM).unwrap();
-        assert_eq!(other.outcome, cut.outcome, "software checksums, software cut");
+        assert_eq!(
+            other.outcome, cut.outcome,
+            "software checksums, software cut"
+        );
     }
 }
