@@ -82,6 +82,8 @@ proptest! {
             prop_assert_eq!(s.packets_in as usize, case.inputs.len());
             prop_assert_eq!(s.packets_out as usize, frames.len());
             prop_assert_eq!(s.held_items, 0);
+            prop_assert!(s.max_hold_ns <= common::MAX_WINDOW_NS + common::MAX_POLL_GAP_NS,
+                "held {} ns", s.max_hold_ns);
             prop_assert_eq!(merger.pool().in_use(), 0, "header copies and views all returned");
         }
         prop_assert_eq!(pool.in_use(), 0, "every input segment freed once");

@@ -280,12 +280,27 @@ impl<B: PacketBuf> Merger<B> {
             .quantiles
             .etm_ns(imtu, waiting_len, pmtu, f64::from(e.rate))
             .min(d.max_window_ns as f64);
-        // Anchored at the item's oldest segment: no segment waits longer than the window.
-        let deadline = (it.oldest.min(now) + etm as u64).max(1);
-        let deadline = if e.deadline == 0 {
-            deadline
+        let whole = it.payload_len - (waiting_len - it.layout.l3_l4_len());
+        let deadline = if tso && whole > 0 {
+            // With TSO the tail's last piece is what waits, and it began after the whole pieces:
+            // its window is anchored where its first byte arrived, estimated from the item's
+            // arrival span (its bytes arrived between the oldest segment and the flow's last),
+            // and a new piece gets a new window. No byte waits longer than the longest window
+            // after the item's oldest segment.
+            let span = e.last_seen.max(it.oldest) - it.oldest;
+            let share = u128::from(span) * u128::from(whole) / u128::from(it.payload_len);
+            let anchor = (it.oldest + share as u64).min(now);
+            (anchor + etm as u64)
+                .min(it.oldest + d.max_window_ns)
+                .max(1)
         } else {
-            deadline.min(e.deadline)
+            // Anchored at the item's oldest segment: no segment waits longer than the window.
+            let deadline = (it.oldest.min(now) + etm as u64).max(1);
+            if e.deadline == 0 {
+                deadline
+            } else {
+                deadline.min(e.deadline)
+            }
         };
         if deadline <= now {
             return self.flush_flow(flow, now, out);
