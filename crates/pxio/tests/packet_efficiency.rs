@@ -9,8 +9,9 @@
 
 mod common;
 
-use common::{check_outputs, run, Case, FlowSpec, Input, SegFlags, SegHdr};
+use common::{check_outputs, Case, FlowSpec, Input, SegFlags, SegHdr};
 use pxio::merge::{MergeConfig, Merger};
+use pxio::PacketBuf;
 use pxio::{HeapBuf, HeapPool};
 
 /// Segments of one 64 KB TSO burst.
@@ -105,35 +106,61 @@ fn tso_case(v6: bool, flows: usize, tso_bursts: usize) -> Case {
     }
 }
 
-/// Packets out per iMTU of payload, for `case` through an engine with the defaults at `imtu`.
-fn packets_per_imtu(case: &Case, imtu: u16) -> (f64, Vec<usize>) {
+/// Packets out per iMTU of payload, for `case` through an engine with the defaults at `imtu`
+/// (with `tso`, TSO on transmit: each packet past the iMTU counts as the pieces the NIC cuts).
+fn packets_per_imtu(case: &Case, imtu: u16, tso: bool) -> (f64, Vec<usize>) {
     let cfg = MergeConfig {
         imtu,
+        checksum_offload: tso,
+        tso_max_len: if tso { u16::MAX } else { 0 },
         ..MergeConfig::default()
     };
     let pool = HeapPool::new(256);
     let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
-    let frames = run(case, &mut merger, |f| pool.packet(f));
-    let emitted = check_outputs(case, &frames, usize::from(imtu));
-    let per_packet = usize::from(imtu) - case.flows[0].l3_l4_len();
+    let frames = common::run_with(
+        case,
+        &mut merger,
+        // With TSO the frames carry the NIC's checksum verdicts (TSO needs checksum offload);
+        // without, the engine verifies every segment itself.
+        |_, i| {
+            if tso {
+                common::nic_packet(&pool, i, None)
+            } else {
+                common::assemble(i, &|f: &[u8]| pool.packet(f))
+            }
+        },
+        |p| common::nic_tx_frame(p.to_vec(), p.requested_tx_offload()),
+    );
+    let bound = if tso {
+        usize::from(u16::MAX)
+    } else {
+        usize::from(imtu)
+    };
+    let emitted = check_outputs(case, &frames, bound);
+    let l34 = case.flows[0].l3_l4_len();
+    let per_packet = usize::from(imtu) - l34;
     let payload: usize = case.streams.iter().map(Vec::len).sum();
-    let sizes: Vec<usize> = emitted.iter().map(|e| e.ip_len).collect();
+    let sizes: Vec<usize> = emitted
+        .iter()
+        .flat_map(|e| common::wire_sizes(e.ip_len, l34, usize::from(imtu)))
+        .collect();
     (
         sizes.len() as f64 / (payload as f64 / per_packet as f64),
         sizes,
     )
 }
 
-fn assert_efficient(v6: bool, imtu: u16) {
+fn assert_efficient(v6: bool, imtu: u16, tso: bool) {
     for flows in [1, 2, 4, 8, 16] {
         let case = tso_case(v6, flows, 6);
-        let (ppi, sizes) = packets_per_imtu(&case, imtu);
+        let (ppi, sizes) = packets_per_imtu(&case, imtu, tso);
         let runts = sizes.iter().filter(|&&s| s < usize::from(imtu) / 4).count();
         assert!(
             ppi <= 1.15,
-            "{} iMTU {imtu}, {flows} flow(s): {ppi:.3} packets per iMTU of payload ({} packets, \
+            "{} iMTU {imtu}{}, {flows} flow(s): {ppi:.3} packets per iMTU of payload ({} packets, \
              {runts} under a quarter of the iMTU): {sizes:?}",
             if v6 { "IPv6" } else { "IPv4" },
+            if tso { " with TSO" } else { "" },
             sizes.len()
         );
     }
@@ -141,20 +168,40 @@ fn assert_efficient(v6: bool, imtu: u16) {
 
 #[test]
 fn tso_bursts_leave_few_runts_ipv4_imtu_4000() {
-    assert_efficient(false, 4000);
+    assert_efficient(false, 4000, false);
 }
 
 #[test]
 fn tso_bursts_leave_few_runts_ipv6_imtu_4000() {
-    assert_efficient(true, 4000);
+    assert_efficient(true, 4000, false);
 }
 
 #[test]
 fn tso_bursts_leave_few_runts_ipv4_imtu_9000() {
-    assert_efficient(false, 9000);
+    assert_efficient(false, 9000, false);
 }
 
 #[test]
 fn tso_bursts_leave_few_runts_ipv6_imtu_9000() {
-    assert_efficient(true, 9000);
+    assert_efficient(true, 9000, false);
+}
+
+#[test]
+fn tso_bursts_leave_few_runts_ipv4_imtu_4000_with_tso() {
+    assert_efficient(false, 4000, true);
+}
+
+#[test]
+fn tso_bursts_leave_few_runts_ipv6_imtu_4000_with_tso() {
+    assert_efficient(true, 4000, true);
+}
+
+#[test]
+fn tso_bursts_leave_few_runts_ipv4_imtu_9000_with_tso() {
+    assert_efficient(false, 9000, true);
+}
+
+#[test]
+fn tso_bursts_leave_few_runts_ipv6_imtu_9000_with_tso() {
+    assert_efficient(true, 9000, true);
 }
