@@ -26,6 +26,17 @@
 //!    for a flow's incomplete tail item only, when the flow is fast and its yield is low — when
 //!    its ETM window expires ([`Merger::poll`]).
 //!
+//! **With TSO on transmit** ([`MergeConfig::tso_max_len`]), as the paper's PXIO ("After
+//! merging, PM applies TSO"): an item's bound is not the iMTU but the most whole iMTU-sized
+//! pieces a TSO request may carry (62,636 payload bytes for IPv4 with timestamps at 9000 B),
+//! and a packet past the iMTU leaves with a TSO request at the iMTU (`tso_segsz` = iMTU less
+//! its headers, the TCP checksum seeded without the length), for the NIC to cut. Every packet
+//! on the wire still fits the iMTU, and the engine cuts a segment only at that bound: one cut
+//! per seven 9000 B packets instead of one per packet. A tail past the iMTU waits whole for
+//! its last piece, in that piece's own ETM window (anchored where its first byte arrived,
+//! estimated from the item's arrival span), never past the longest window after the item's
+//! oldest segment.
+//!
 //! # Merge rules (at least as strict as Linux `tcp_gro_receive` / `inet_gro_receive`)
 //! Segments join only with identical Ethernet header, ACK number, TCP options, TTL and TOS (IPv6:
 //! hop limit, traffic class and flow label), DF bit, and TCP flags other than PSH/FIN. With DF=0 the IP IDs
