@@ -252,13 +252,8 @@ impl<B: PacketBuf> Merger<B> {
         // no longer than its window, which starts at the item's oldest segment. An item of
         // whole pieces has nothing to wait for.
         let imtu = u32::from(self.cfg.imtu);
-        let (waiting_len, tso) = if it.ip_len() > imtu {
-            let l34 = it.layout.l3_l4_len();
-            let last = it.payload_len % self.tso_segsz(it.layout);
-            (l34 + last, true)
-        } else {
-            (it.ip_len(), false)
-        };
+        let pieces = self.tso_pieces(it.layout, it.payload_len);
+        let waiting_len = pieces.map_or(it.ip_len(), |p| it.layout.l3_l4_len() + p.last);
         let incomplete = waiting_len > it.layout.l3_l4_len();
         // A flow whose yield is already high needs no wait (the bypass), except for a tail that
         // holds the rest of a cut, or whole TSO pieces: the flow is mid-stream (its last packet
@@ -270,7 +265,7 @@ impl<B: PacketBuf> Merger<B> {
             && incomplete
             && !it.closed()
             && e.rate >= self.etm.rate_threshold
-            && (it.carried() || tso || f64::from(e.yield_avg) <= d.yield_bypass);
+            && (it.carried() || pieces.is_some() || f64::from(e.yield_avg) <= d.yield_bypass);
         if !eligible {
             return self.flush_flow(flow, now, out);
         }
@@ -280,15 +275,15 @@ impl<B: PacketBuf> Merger<B> {
             .quantiles
             .etm_ns(imtu, waiting_len, pmtu, f64::from(e.rate))
             .min(d.max_window_ns as f64);
-        let whole = it.payload_len - (waiting_len - it.layout.l3_l4_len());
-        let deadline = if tso && whole > 0 {
+        let deadline = if let Some(p) = pieces {
             // With TSO the tail's last piece is what waits, and it began after the whole pieces:
             // its window is anchored where its first byte arrived, estimated from the item's
             // arrival span (its bytes arrived between the oldest segment and the flow's last),
             // and a new piece gets a new window. No byte waits longer than the longest window
             // after the item's oldest segment.
             let span = e.last_seen.max(it.oldest) - it.oldest;
-            let share = u128::from(span) * u128::from(whole) / u128::from(it.payload_len);
+            let whole = u128::from(p.whole * p.segsz);
+            let share = u128::from(span) * whole / u128::from(it.payload_len);
             let anchor = (it.oldest + share as u64).min(now);
             (anchor + etm as u64)
                 .min(it.oldest + d.max_window_ns)

@@ -74,6 +74,8 @@ impl<B: PacketBuf> Merger<B> {
     /// ([`emit_head`](Self::emit_head)) or starts it afresh (a cut's rest, in `place`).
     pub(super) fn send_item(&mut self, flow: u32, idx: u32, now: u64, out: &mut Vec<B>) {
         let mss = u32::from(self.flows.get(flow).mss);
+        let it = &self.items[idx as usize];
+        let pieces = self.tso_pieces(it.layout, it.payload_len);
         let it = &mut self.items[idx as usize];
         let mut pkt = it
             .pkt
@@ -86,15 +88,7 @@ impl<B: PacketBuf> Merger<B> {
         let l34 = it.layout.l3_l4_len();
         // With TSO, a packet past the iMTU leaves whole and the NIC cuts it into pieces of
         // `segsz` payload bytes: every piece but the last is iMTU-sized.
-        let segsz = if it.ip_len() > imtu {
-            imtu.saturating_sub(l34)
-        } else {
-            0
-        };
-        let (whole, last) = payload
-            .checked_div(segsz)
-            .zip(payload.checked_rem(segsz))
-            .unwrap_or((0, payload));
+        let (segsz, whole, last) = pieces.map_or((0, 0, payload), |p| (p.segsz, p.whole, p.last));
         let last_full = last > 0 && l34 + last + mss > imtu;
         let offload = Offload {
             checksum: self.cfg.checksum_offload,

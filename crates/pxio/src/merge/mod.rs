@@ -229,6 +229,17 @@ fn item_limit_for(cfg: &MergeConfig, l34: u32) -> u32 {
     l34 + pieces * segsz
 }
 
+/// How the NIC cuts a packet past the iMTU ([`Merger::tso_pieces`]).
+#[derive(Clone, Copy, Debug)]
+struct TsoPieces {
+    /// Payload bytes per piece: the iMTU less the headers.
+    segsz: u32,
+    /// Whole pieces (at least one).
+    whole: u32,
+    /// Payload bytes of the last, short piece; 0 when every piece is whole.
+    last: u32,
+}
+
 /// Slots of [`Merger::limits`]: IP + TCP headers are at most 40 + 60 bytes.
 const LIMIT_SLOTS: usize = 128;
 
@@ -281,11 +292,23 @@ impl<B: PacketBuf> Merger<B> {
         self.limits[layout.l3_l4_len() as usize % LIMIT_SLOTS]
     }
 
-    /// The payload bytes of each piece the NIC cuts an item with headers `layout` into, when
-    /// it segments (the iMTU less the headers).
+    /// How the NIC cuts an item with headers `layout` and `payload_len` payload bytes (TSO), or
+    /// `None` when it leaves as it is: without TSO, or within the iMTU. The one place that
+    /// decides whether an item is sent with a TSO request.
     #[inline]
-    fn tso_segsz(&self, layout: Layout) -> u32 {
-        u32::from(self.cfg.imtu).saturating_sub(layout.l3_l4_len())
+    fn tso_pieces(&self, layout: Layout, payload_len: u32) -> Option<TsoPieces> {
+        let imtu = u32::from(self.cfg.imtu);
+        let l34 = layout.l3_l4_len();
+        if self.cfg.tso_max_len == 0 || l34 + payload_len <= imtu {
+            return None;
+        }
+        // Past the iMTU, so the headers leave room for a piece and the item holds one whole.
+        let segsz = imtu - l34;
+        Some(TsoPieces {
+            segsz,
+            whole: payload_len / segsz,
+            last: payload_len % segsz,
+        })
     }
 
     /// The configuration.
