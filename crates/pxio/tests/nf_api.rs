@@ -410,6 +410,9 @@ proptest! {
             .merge(merge.clone())
             .tx_mtu(tx_mtu)
             .build::<HeapBuf, _>(HeapPool::new(256), &clock);
+        // The engine runs `merge` with its `checksum_offload` taken from the offloads the
+        // builder was given (none here): that is the configuration its verdict is about.
+        let merge = MergeConfig { checksum_offload: SplitOffloads::default().checksum, ..merge };
         let mut px = match built {
             Err(e) => {
                 // Refused: the same verdict as validate(), with a message naming the setting.
