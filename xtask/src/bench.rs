@@ -24,7 +24,10 @@
 //! `rte_gro` (its parse included), each alone under valgrind's callgrind, which counts the
 //! instructions of their timed sections exactly: the noise-free side of `merge`'s comparison on
 //! a shared machine without hardware counters. `poisson-tso` at 1 and 800 flows, or the one
-//! scenario given after `--` (e.g. `-- --flows 64 --schedule paced`).
+//! scenario given after `--` (e.g. `-- --flows 64 --schedule paced`). Beside the instructions,
+//! callgrind's cache model (the host's cache sizes, as valgrind reads them) gives each engine's
+//! instruction-cache, data-cache and last-level misses per packet: a simulation, not the CPU's
+//! counters, but the same for every run of the same binary.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -155,6 +158,19 @@ const COUNTED: [(&str, &str); 2] = [
     ("--profile-gro", "pxbench::gro_baseline::timed_*"),
 ];
 
+/// What callgrind counted in one engine's timed sections, per input packet.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct PerPacket {
+    /// Instructions executed.
+    instructions: f64,
+    /// First-level instruction-cache misses.
+    i1_misses: f64,
+    /// First-level data-cache misses (reads and writes).
+    d1_misses: f64,
+    /// Last-level cache misses (instructions and data).
+    ll_misses: f64,
+}
+
 /// `cargo xtask bench instructions`: see the module docs.
 fn instructions(extra: &[String]) -> Result<()> {
     let scenarios: Vec<Vec<String>> = if extra.is_empty() {
@@ -176,37 +192,54 @@ fn instructions(extra: &[String]) -> Result<()> {
     let out = std::env::temp_dir().join(format!("px-callgrind-{}.out", std::process::id()));
     println!(
         "instructions: per input packet in each engine's timed sections, exact (valgrind \
-         callgrind), one run each"
+         callgrind), one run each; cache misses per packet from callgrind's cache model \
+         (I1: first-level instruction, D1: first-level data, LL: last level)"
     );
     println!(
-        "{:>12}  {:>5}  {:>8}  {:>9}  {:>8}  {:>12}",
-        "schedule", "flows", "packets", "pxio NIC", "rte_gro", "pxio/rte_gro"
+        "{:>12}  {:>5}  {:>8}  {:>9}  {:>8}  {:>12}  {:>17}  {:>17}  {:>19}",
+        "schedule",
+        "flows",
+        "packets",
+        "pxio NIC",
+        "rte_gro",
+        "pxio/rte_gro",
+        "I1 miss pxio/gro",
+        "D1 miss pxio/gro",
+        "LL miss pxio/gro",
     );
     for args in &scenarios {
         let mut per_packet = Vec::with_capacity(COUNTED.len());
         let mut scenario = None;
         for (flag, pattern) in COUNTED {
             let mut cmd = Command::new("valgrind");
-            cmd.args(["--tool=callgrind", "--collect-atstart=no"])
-                .arg(format!("--toggle-collect={pattern}"))
-                .arg(format!("--callgrind-out-file={}", out.display()))
-                .arg(&merge)
-                .args(args)
-                .args(["--reps", "1", flag]);
+            cmd.args([
+                "--tool=callgrind",
+                "--collect-atstart=no",
+                "--cache-sim=yes",
+            ])
+            .arg(format!("--toggle-collect={pattern}"))
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(&merge)
+            .args(args)
+            .args(["--reps", "1", flag]);
             let stdout = run_output(&mut cmd)?;
             let (name, packets) = profiled_scenario(&stdout)?;
-            let total = callgrind_total(&out)?;
+            let counted = callgrind_per_packet(&out, packets)?;
             let _ = std::fs::remove_file(&out);
-            per_packet.push(total as f64 / packets as f64);
+            per_packet.push(counted);
             scenario = Some((name, packets));
         }
         let (name, packets) = scenario.context("no engine was counted")?;
         let (schedule, flows) = name.split_once(' ').unwrap_or((name.as_str(), "?"));
+        let (pxio, gro) = (per_packet[0], per_packet[1]);
         println!(
-            "{schedule:>12}  {flows:>5}  {packets:>8}  {:>9.1}  {:>8.1}  {:>12.2}",
-            per_packet[0],
-            per_packet[1],
-            per_packet[0] / per_packet[1]
+            "{schedule:>12}  {flows:>5}  {packets:>8}  {:>9.1}  {:>8.1}  {:>12.2}  {:>17}  {:>17}  {:>19}",
+            pxio.instructions,
+            gro.instructions,
+            pxio.instructions / gro.instructions,
+            format!("{:.2} / {:.2}", pxio.i1_misses, gro.i1_misses),
+            format!("{:.2} / {:.2}", pxio.d1_misses, gro.d1_misses),
+            format!("{:.3} / {:.3}", pxio.ll_misses, gro.ll_misses),
         );
     }
     Ok(())
@@ -235,14 +268,50 @@ fn profiled_scenario(stdout: &str) -> Result<(String, u64)> {
     parse().with_context(|| format!("unexpected profile line: {line:?}"))
 }
 
-/// The instructions a callgrind output file counted (its `summary:` line).
-fn callgrind_total(path: &Path) -> Result<u64> {
+/// What a callgrind output file counted (its `events:` and `summary:` lines), per packet.
+fn callgrind_per_packet(path: &Path, packets: u64) -> Result<PerPacket> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading callgrind's output {}", path.display()))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("summary: "))
-        .and_then(|n| n.trim().parse().ok())
-        .with_context(|| format!("no summary line in {}", path.display()))
+    parse_callgrind_summary(&text, packets)
+        .with_context(|| format!("no events and summary lines in {}", path.display()))
+}
+
+/// [`callgrind_per_packet`] on the file's text. The events are named in the `events:` line and
+/// counted in the same order in the `summary:` line; an event the run did not simulate (no
+/// cache model) counts as 0.
+fn parse_callgrind_summary(text: &str, packets: u64) -> Option<PerPacket> {
+    let names: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("events: "))?
+        .split_whitespace()
+        .collect();
+    let counts: Vec<u64> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("summary: "))?
+        .split_whitespace()
+        .map(|n| n.parse().ok())
+        .collect::<Option<_>>()?;
+    if names.len() != counts.len() || packets == 0 {
+        return None;
+    }
+    let sum = |wanted: &[&str]| -> f64 {
+        names
+            .iter()
+            .zip(&counts)
+            .filter(|(n, _)| wanted.contains(n))
+            .map(|(_, &c)| c as f64)
+            .sum::<f64>()
+            / packets as f64
+    };
+    if !names.contains(&"Ir") {
+        return None;
+    }
+    Some(PerPacket {
+        instructions: sum(&["Ir"]),
+        i1_misses: sum(&["I1mr"]),
+        d1_misses: sum(&["D1mr", "D1mw"]),
+        ll_misses: sum(&["ILmr", "DLmr", "DLmw"]),
+    })
 }
 
 #[cfg(test)]
@@ -261,5 +330,27 @@ mod tests {
         assert!(profiled_scenario(&two).is_err(), "one scenario at a time");
         assert!(profiled_scenario("profile: garbled\n").is_err());
         assert!(profiled_scenario("").is_err());
+    }
+
+    #[test]
+    fn a_callgrind_summary_gives_each_event_per_packet() {
+        let text = "positions: line\nevents: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n\
+                    fl=x\n0 1 2 3 4 5 6 7 8 9\nsummary: 1000 400 200 50 30 10 5 3 2\n";
+        let p = parse_callgrind_summary(text, 10).unwrap();
+        assert_eq!(
+            p,
+            PerPacket {
+                instructions: 100.0,
+                i1_misses: 5.0,
+                d1_misses: 4.0,
+                ll_misses: 1.0,
+            }
+        );
+        // Without the cache model only instructions are counted.
+        let plain = parse_callgrind_summary("events: Ir\nsummary: 500\n", 5).unwrap();
+        assert_eq!((plain.instructions, plain.i1_misses), (100.0, 0.0));
+        assert!(parse_callgrind_summary("events: Ir Dr\nsummary: 5\n", 5).is_none());
+        assert!(parse_callgrind_summary("events: Ir\n", 5).is_none());
+        assert!(parse_callgrind_summary("events: Ir\nsummary: 5\n", 0).is_none());
     }
 }
