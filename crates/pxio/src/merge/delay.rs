@@ -98,6 +98,28 @@ pub fn update_yield(y: f32, full: bool, weight: f32) -> f32 {
     y + (target - y) * YIELD_ALPHA * weight.clamp(0.0, 1.0)
 }
 
+/// [`update_yield`] for `n` full packets in a row (the whole pieces of a TSO packet): in closed
+/// form, 1 − (1 − y)(1 − α)ⁿ, where `n` updates one by one would be a chain of `n` dependent
+/// floating-point steps on every TSO packet sent.
+#[inline]
+pub fn update_yield_full(y: f32, n: u32) -> f32 {
+    /// (1 − α)ⁿ for the piece counts TSO packets carry at common iMTUs.
+    const KEEP: [f32; 16] = {
+        let mut t = [1.0f32; 16];
+        let mut i = 1;
+        while i < t.len() {
+            t[i] = t[i - 1] * (1.0 - YIELD_ALPHA);
+            i += 1;
+        }
+        t
+    };
+    let keep = match KEEP.get(n as usize) {
+        Some(&k) => k,
+        None => (1.0 - YIELD_ALPHA).powi(n.min(i32::MAX as u32) as i32),
+    };
+    1.0 - (1.0 - y) * keep
+}
+
 /// The ETM scheduler's state, kept in the engine: the heap of pending deadlines and the model's
 /// constants, derived once from the [`DelayConfig`].
 #[derive(Debug)]
@@ -282,9 +304,11 @@ impl<B: PacketBuf> Merger<B> {
             // and a new piece gets a new window. No byte waits longer than the longest window
             // after the item's oldest segment.
             let span = e.last_seen.max(it.oldest) - it.oldest;
-            let whole = u128::from(p.whole * p.segsz);
-            let share = u128::from(span) * whole / u128::from(it.payload_len);
-            let anchor = (it.oldest + share as u64).min(now);
+            // In 64 bits (a 128-bit division is a library call): the span is at most the
+            // time the item was held, and saturating only caps an anchor that `min(now)` caps.
+            let whole = u64::from(p.whole * p.segsz);
+            let share = span.saturating_mul(whole) / u64::from(it.payload_len);
+            let anchor = (it.oldest + share).min(now);
             (anchor + etm as u64)
                 .min(it.oldest + d.max_window_ns)
                 .max(1)
@@ -367,6 +391,19 @@ mod tests {
         assert!((y - 2.0 / 3.0).abs() < 0.03, "{y}");
         // One full packet does not flip a flow's average.
         assert!(update_yield(0.0, true, 1.0) < 0.1);
+    }
+
+    #[test]
+    fn full_packets_in_closed_form_move_the_yield_as_one_by_one() {
+        for y0 in [0.0f32, 0.3, 0.93, 1.0] {
+            let mut y = y0;
+            for n in 0..100u32 {
+                let closed = update_yield_full(y0, n);
+                assert!((closed - y).abs() < 1e-5, "y0 {y0} n {n}: {closed} vs {y}");
+                assert!((0.0..=1.0).contains(&closed));
+                y = update_yield(y, true, 1.0);
+            }
+        }
     }
 
     #[test]

@@ -116,8 +116,8 @@ impl<B: PacketBuf> Merger<B> {
         self.record_delay(wait, u64::from(segs));
         self.stats.max_hold_ns = self.stats.max_hold_ns.max(now.saturating_sub(oldest));
         let e = self.flows.get_mut(flow);
-        for _ in 0..whole {
-            e.yield_avg = delay::update_yield(e.yield_avg, true, 1.0);
+        if whole > 0 {
+            e.yield_avg = delay::update_yield_full(e.yield_avg, whole);
         }
         if last > 0 {
             let weight = (l34 + last) as f32 / imtu as f32;

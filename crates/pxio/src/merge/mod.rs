@@ -199,6 +199,10 @@ pub struct Merger<B: PacketBuf> {
     /// The chunk of the burst being read ([`rx_burst`](Self::rx_burst)); kept to reuse its
     /// memory.
     chunk: Vec<B>,
+    /// The last packet of the chunk with each RSS hash (modulo the table's size), see
+    /// `stream_or_group`. Never cleared: only the slots of the current chunk's hashes are
+    /// read, and the chunk's own prologue wrote each of those.
+    chunk_last: Box<[u8; LAST_SLOTS]>,
     /// Whether [`rx_burst`](Self::rx_burst) takes its next chunk in arrival order through
     /// the fast path (`stream_chunk`) rather than grouped by flow (`group_chunk`): chosen
     /// after each chunk by how many of its segments continued an item.
@@ -275,6 +279,7 @@ impl<B: PacketBuf> Merger<B> {
             run_masks: run::RunMasks::new(),
             pending: Vec::with_capacity(BURST_CHUNK),
             chunk: Vec::with_capacity(BURST_CHUNK),
+            chunk_last: Box::new([u8::MAX; LAST_SLOTS]),
             stream_next: true,
             flows,
             pool,
@@ -385,14 +390,14 @@ impl<B: PacketBuf> Merger<B> {
         let mut with_rss = 0u64;
         // The last packet of the chunk with each hash (modulo the table's size): a packet is
         // the last of its flow in the chunk when it is the last of its hash. A false "not
-        // last" only keeps a segment for the settle, which sends it anyway.
-        let mut last = [u8::MAX; LAST_SLOTS];
+        // last" only keeps a segment for the settle, which sends it anyway. The table is not
+        // cleared (a 1 KB store per chunk): every slot read below was written here.
         // One pass: each packet's RSS hash is read as it is taken.
         for (i, (pkt, h)) in pkts.take(BURST_CHUNK).zip(rss.iter_mut()).enumerate() {
             if let Some(hash) = pkt.rss_hash() {
                 *h = hash;
                 with_rss |= 1 << i;
-                last[hash as usize % LAST_SLOTS] = i as u8;
+                self.chunk_last[hash as usize % LAST_SLOTS] = i as u8;
                 self.fast.warm(hash, &self.flows);
             }
             chunk.push(pkt);
@@ -403,7 +408,7 @@ impl<B: PacketBuf> Merger<B> {
             self.group_chunk(chunk.drain(..), now, out);
         } else {
             let joined = self.stats.fast_merges + self.stats.cuts;
-            self.stream_chunk(chunk.drain(..), &rss, with_rss, &last, now, out);
+            self.stream_chunk(chunk.drain(..), &rss, with_rss, now, out);
             // Few segments continued an item (finely interleaved flows): the grouped path,
             // which looks every flow up ahead, serves them better.
             self.stream_next = (self.stats.fast_merges + self.stats.cuts - joined) * 4 >= n as u64;
@@ -415,7 +420,7 @@ impl<B: PacketBuf> Merger<B> {
     /// Merges a chunk whose packets carry the NIC's RSS hash (`rss[i]` where bit `i` of
     /// `with_rss` is set), one packet at a time in arrival order: each is first offered to the
     /// fast path (`fast`), which joins a segment that continues its flow's only item without
-    /// parsing it; the others are parsed and merged on the general path. `last` (see
+    /// parsing it; the others are parsed and merged on the general path. `chunk_last` (see
     /// `stream_or_group`) tells which segments are the last of their flow in the chunk, so
     /// that a segment alone in its burst can leave at once.
     fn stream_chunk(
@@ -423,7 +428,6 @@ impl<B: PacketBuf> Merger<B> {
         chunk: impl Iterator<Item = B>,
         rss: &[u32; BURST_CHUNK],
         with_rss: u64,
-        last: &[u8; LAST_SLOTS],
         now: u64,
         out: &mut Vec<B>,
     ) {
@@ -440,7 +444,7 @@ impl<B: PacketBuf> Merger<B> {
                     Err(back) => pkt = back,
                 }
             }
-            let alone = hashed && usize::from(last[rss[i] as usize % LAST_SLOTS]) == i;
+            let alone = hashed && usize::from(self.chunk_last[rss[i] as usize % LAST_SLOTS]) == i;
             self.rx_general(pkt, alone, now, out);
         }
         // The counters of the segments the fast path appended, once for the chunk.
@@ -468,7 +472,7 @@ impl<B: PacketBuf> Merger<B> {
 
     /// Merges a chunk whose packets carry no RSS hash: every packet is parsed and hashed
     /// first, then each flow's packets are taken together (see [`merge_chunk`](Self::merge_chunk)).
-    #[inline(always)]
+    #[inline(never)]
     fn group_chunk(
         &mut self,
         chunk: impl Iterator<Item = B>,
