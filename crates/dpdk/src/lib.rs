@@ -27,6 +27,7 @@ mod lcore;
 mod mbuf;
 mod mempool;
 mod port;
+mod prefetch;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -45,6 +46,7 @@ pub use port::{
     DescLimits, DeviceInfo, Link, Port, PortBuilder, PortStats, RssHash, RxOffloads, RxQueue,
     TxOffloads, TxQueue, RSS_KEY_LEN,
 };
+pub use prefetch::prefetch;
 
 /// The `RTE_MBUF_F_TX_*` flags [`Mbuf::set_tx_offload`] takes.
 pub mod tx_flags {

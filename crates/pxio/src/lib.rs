@@ -85,6 +85,16 @@ pub use nf::{
     MergeFilter, PacketMeta, Pxio, PxioBuilder, PxioConfig, PxioError, RxPacket, TxSink, TxStats,
 };
 
+/// Asks the CPU to bring `*value`'s cache lines in, for a read soon after: DPDK's
+/// `rte_prefetch0` (see [`dpdk::prefetch`]); nothing without the `dpdk` feature.
+#[inline(always)]
+pub(crate) fn prefetch<T>(value: &T) {
+    #[cfg(feature = "dpdk")]
+    dpdk::prefetch(value);
+    #[cfg(not(feature = "dpdk"))]
+    let _ = value;
+}
+
 /// The README's Rust examples (the `dpdk` wrapper and embedding pxio), compiled as doc tests so
 /// they cannot drift from the API. They use DPDK, so they need the `dpdk` feature.
 #[cfg(all(doctest, feature = "dpdk"))]

@@ -63,7 +63,13 @@ impl FastIndex {
         self.slots[(hash & self.mask) as usize]
     }
 
-    /// Reads the flow entry the index names for `hash`, so it is on its way into the cache
+    /// Prefetches `hash`'s slot.
+    #[inline]
+    pub(super) fn warm_slot(&self, hash: u32) {
+        crate::prefetch(&self.slots[(hash & self.mask) as usize]);
+    }
+
+    /// Prefetches the flow entry the index names for `hash`, so it is on its way into the cache
     /// before the packet is taken (see [`FlowTable::warm`](super::FlowTable::warm)).
     #[inline]
     pub(super) fn warm(&self, hash: u32, flows: &super::FlowTable) {

@@ -197,19 +197,19 @@ impl FlowTable {
         }
     }
 
-    /// Reads the first entry of `hash`'s bucket, so it is in the cache by the time a lookup
-    /// needs it (a load the CPU does not wait for: a prefetch without `unsafe`).
+    /// Prefetches the first entry of `hash`'s bucket, so it is in the cache by the time a
+    /// lookup needs it.
     #[inline]
     pub fn warm(&self, hash: u32) {
         let base = ((hash & self.bucket_mask) as usize) * WAYS;
-        std::hint::black_box(self.entries[base].flags);
+        crate::prefetch(&self.entries[base]);
     }
 
-    /// Reads entry `idx`, as [`warm`](Self::warm) does a bucket's first.
+    /// Prefetches entry `idx` (both of its cache lines when it straddles two).
     #[inline]
     pub fn warm_entry(&self, idx: u32) {
         if let Some(e) = self.entries.get(idx as usize) {
-            std::hint::black_box(e.n_items);
+            crate::prefetch(e);
         }
     }
 

@@ -392,17 +392,25 @@ impl<B: PacketBuf> Merger<B> {
         // the last of its flow in the chunk when it is the last of its hash. A false "not
         // last" only keeps a segment for the settle, which sends it anyway. The table is not
         // cleared (a 1 KB store per chunk): every slot read below was written here.
-        // One pass: each packet's RSS hash is read as it is taken.
+        // One pass: each packet's RSS hash is read as it is taken, and its fast-index slot
+        // prefetched.
         for (i, (pkt, h)) in pkts.take(BURST_CHUNK).zip(rss.iter_mut()).enumerate() {
             if let Some(hash) = pkt.rss_hash() {
                 *h = hash;
                 with_rss |= 1 << i;
                 self.chunk_last[hash as usize % LAST_SLOTS] = i as u8;
-                self.fast.warm(hash, &self.flows);
+                self.fast.warm_slot(hash);
             }
             chunk.push(pkt);
         }
         let n = chunk.len();
+        // Then the flow entry each slot names: the slots were asked for all at once, so their
+        // misses overlap instead of each waiting for the one before.
+        for (i, &hash) in rss.iter().enumerate().take(n) {
+            if with_rss & (1 << i) != 0 {
+                self.fast.warm(hash, &self.flows);
+            }
+        }
         if with_rss == 0 {
             self.stream_next = false;
             self.group_chunk(chunk.drain(..), now, out);
