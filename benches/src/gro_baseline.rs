@@ -9,7 +9,9 @@
 //!    nothing itself; a NIC does not fill in the lengths, so an application must parse first, as
 //!    testpmd does before GRO. Here that is `rte_net_get_ptype` (all layers) per packet
 //!    ([`Mbuf::parse_packet_type`]), inside the timed region, as pxio's own classify is inside
-//!    its. [`EngineResult::parsed_in_timed_region`] counts the parses.
+//!    its. [`EngineResult::parsed_in_timed_region`] counts the parses. Each flush readies the
+//!    merged packets it hands out for the NIC ([`prepare_tx`]): rte_gro leaves their checksums
+//!    stale, and pxio's emit does the same work for its own inside its timed region.
 //! 3. **Not timed:** record what came out in the [`Ledger`] and free it (a TX path would).
 //!
 //! **The flush emulates "timeout flush with the same delay budget".** `rte_gro` stamps each held
@@ -152,6 +154,7 @@ fn run_once(
         gso,
         cut: Vec::with_capacity(FLUSH_CAPACITY * 8),
         gso_timer: CycleTimer::new(cfg.tsc_hz),
+        imtu: u32::try_from(cfg.imtu).unwrap_or(u32::MAX),
     };
     let mut rx = Burst::<RX_CAPACITY>::new();
 
@@ -223,10 +226,56 @@ fn timed_reassemble(gro: &mut GroContext, rx: &mut Burst<RX_CAPACITY>) -> usize 
     gro.reassemble(rx)
 }
 
-/// See [`timed_parse`].
+/// See [`timed_parse`]. The flush, then, given the iMTU `tso_at`, each merged packet readied
+/// for the NIC ([`prepare_tx`]), with TSO when it is longer than the iMTU. (When rte_gso cuts
+/// what comes out, it readies its outputs instead.)
 #[inline(never)]
-fn timed_flush(gro: &mut GroContext, out: &mut Burst<FLUSH_CAPACITY>) -> usize {
-    gro.timeout_flush(0, out)
+fn timed_flush(
+    gro: &mut GroContext,
+    out: &mut Burst<FLUSH_CAPACITY>,
+    tso_at: Option<u32>,
+) -> Result<usize, dpdk::Error> {
+    let n = gro.timeout_flush(0, out);
+    if let Some(imtu) = tso_at {
+        for m in out.as_mut_slice() {
+            let lens = m.header_lens();
+            prepare_tx(m, lens, imtu, true)?;
+        }
+    }
+    Ok(n)
+}
+
+/// Readies a packet that left rte_gro (or rte_gso) for a NIC with checksum offload, and with
+/// TSO at the iMTU when `tso` and it is longer: the TX flags and header lengths, the IPv4
+/// checksum zeroed and the TCP checksum seeded with the pseudo-header sum
+/// ([`Mbuf::prepare_tx_checksums`], DPDK's `rte_net_intel_cksum_prepare`). rte_gro rewrites
+/// only a merged packet's IPv4 length, and rte_gso its pieces' lengths, IDs, sequence numbers
+/// and flags: both leave the checksums stale, for the application to fix before transmit (as
+/// testpmd's csum engine does). pxio's emit does the same work for its merged packets inside
+/// its timed region (`finalize`). A packet of one segment was not merged and leaves as it came.
+#[inline]
+fn prepare_tx(
+    m: &mut Mbuf,
+    (l2, l3, l4): (u8, u16, u8),
+    imtu: u32,
+    tso: bool,
+) -> Result<(), dpdk::Error> {
+    use dpdk::tx_flags as f;
+    if m.num_segs() == 1 {
+        return Ok(());
+    }
+    let ip_len = (m.len() - usize::from(l2)) as u32;
+    let headers = u32::from(l3) + u32::from(l4);
+    let (flags, segsz) = if tso && ip_len > imtu && imtu > headers {
+        let segsz = u16::try_from(imtu - headers).unwrap_or(u16::MAX);
+        (f::IPV4 | f::IP_CKSUM | f::TCP_CKSUM | f::TCP_SEG, segsz)
+    } else {
+        (f::IPV4 | f::IP_CKSUM | f::TCP_CKSUM, 0)
+    };
+    // A piece rte_gso cut may carry its input's TSO request: it is a packet of its own now.
+    m.reset_metadata();
+    m.set_tx_offload(l2, l3, l4, flags, segsz);
+    m.prepare_tx_checksums()
 }
 
 /// The state of one run.
@@ -248,6 +297,8 @@ struct Run<'t> {
     cut: Vec<Mbuf>,
     /// GSO's sections.
     gso_timer: CycleTimer,
+    /// The iMTU, bytes: merged packets longer leave with a TSO request (or cut by rte_gso).
+    imtu: u32,
 }
 
 impl Run<'_> {
@@ -256,15 +307,23 @@ impl Run<'_> {
     fn flush(&mut self, now_ns: u64) -> Result<(), BenchError> {
         self.flushes += 1;
         self.held_at_flushes += self.gro.item_count() as u64;
+        let imtu = self.imtu;
+        let tso_at = self.gso.is_none().then_some(imtu);
         loop {
             let (gro, out) = (&mut self.gro, &mut *self.out);
-            self.timer.time(|| timed_flush(gro, out));
+            self.timer.time(|| timed_flush(gro, out, tso_at))?;
             let more = self.out.is_full();
             if let Some(gso) = &self.gso {
                 let (out, cut) = (&mut *self.out, &mut self.cut);
                 self.gso_timer.time(|| {
-                    out.drain()
-                        .try_for_each(|m| gso.segment(m, cut).map(drop).map_err(|(e, _)| e))
+                    out.drain().try_for_each(|m| {
+                        let lens = m.header_lens();
+                        let from = cut.len();
+                        gso.segment(m, cut).map_err(|(e, _)| e)?;
+                        cut[from..]
+                            .iter_mut()
+                            .try_for_each(|piece| prepare_tx(piece, lens, imtu, false))
+                    })
                 })?;
                 self.ledger.record_mbufs(self.cut.drain(..), now_ns);
             }

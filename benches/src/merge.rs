@@ -155,6 +155,7 @@ pub fn run_scenario(
         p99_delay_us: Some(full.outcome.p99_delay_us),
         flow_entry_bytes: Some(full.flow_entry_bytes),
         rte_gro_parse_in_timed_region: true,
+        rte_gro_tx_prepare_in_timed_region: true,
         rte_gro_parsed_packets: parsed,
         rte_gro_parse_ns_per_pkt: gro.parse_ns_per_pkt.unwrap_or(0.0),
         rte_gro_yield: gro.outcome.conversion_yield,

@@ -5,7 +5,10 @@
 //! fields come first: `flows, gbps_per_flow, pxio_ns_per_pkt, rte_gro_ns_per_pkt, speedup,
 //! yield, mean_delay_us, p99_delay_us, flow_entry_bytes`, then issue 12's `schedule`,
 //! `packets_per_imtu`, `rte_gro_parse_in_timed_region` (always `true`: rte_gro's cost includes
-//! the `rte_net_get_ptype` parse it depends on) and `cycles_per_pkt`.
+//! the `rte_net_get_ptype` parse it depends on) and `cycles_per_pkt`; then
+//! `rte_gro_tx_prepare_in_timed_region` (always `true` since session 12: rte_gro's cost
+//! includes readying its merged packets for the NIC's checksum offload and TSO, as pxio's
+//! includes its emit's).
 //!
 //! Which pxio: `pxio_ns_per_pkt` (and `speedup`, as before issue 12) is pxio verifying every
 //! checksum in software; `pxio_offload_ns_per_pkt`, `speedup_nic_csum` and `cycles_per_pkt`
@@ -79,6 +82,10 @@ pub struct MergeRow {
     /// Whether rte_gro's timed region includes the header parse it needs (`rte_net_get_ptype`
     /// and the header lengths); always `true` since issue 12.
     pub rte_gro_parse_in_timed_region: bool,
+    /// Whether rte_gro's timed region includes readying each merged packet for the NIC's
+    /// checksum offload and TSO (`rte_net_intel_cksum_prepare`: rte_gro leaves the checksums
+    /// stale), as pxio's includes its emit's header rewrite; always `true`.
+    pub rte_gro_tx_prepare_in_timed_region: bool,
     /// Packets parsed inside rte_gro's timed region (every input packet).
     pub rte_gro_parsed_packets: u64,
     /// The parse's share of `rte_gro_ns_per_pkt`, ns.
@@ -389,6 +396,7 @@ mod tests {
             rte_gro_mean_delay_us: 10.0,
             rte_gro_p99_delay_us: 20.0,
             rte_gro_parse_in_timed_region: true,
+            rte_gro_tx_prepare_in_timed_region: true,
             rte_gro_parsed_packets: 300_000,
             rte_gro_parse_ns_per_pkt: 10.0,
             rte_gro_flow_entry_bytes: 2304,
@@ -432,6 +440,7 @@ mod tests {
             "schedule",
             "packets_per_imtu",
             "rte_gro_parse_in_timed_region",
+            "rte_gro_tx_prepare_in_timed_region",
             "cycles_per_pkt",
         ] {
             assert!(obj.contains_key(field), "{field} missing");

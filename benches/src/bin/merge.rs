@@ -170,10 +170,13 @@ fn main() -> Result<()> {
          at the iMTU (TSO), as the paper's PXIO does and as rte_gro's 64 KB outputs need too; \
          sw cut: cuts at the iMTU itself (a port without TSO); sw csum: verifies every checksum \
          itself (and cuts itself); sw hash: hashes itself. \
-         rte_gro ns includes rte_net_get_ptype (the header parse it needs) on every packet; its share in parentheses. \
-         gro/pxio: rte_gro ns / pxio NIC ns. gro+gso: rte_gro, then rte_gso cutting every flushed \
-         packet longer than the iMTU (DPDK's way to deliver packets that fit it without TSO); \
-         the cut's share in parentheses. (gro+gso)/pxio and (gro+gso)/sw cut: gro+gso ns over \
+         rte_gro ns includes rte_net_get_ptype (the header parse it needs) on every packet, its \
+         share in parentheses, and readies each merged packet for the NIC's checksum offload and \
+         TSO (rte_net_intel_cksum_prepare: rte_gro leaves its checksums stale), as pxio's emit \
+         does for its own. gro/pxio: rte_gro ns / pxio NIC ns. gro+gso: rte_gro, then rte_gso \
+         cutting every flushed packet longer than the iMTU (DPDK's way to deliver packets that \
+         fit it without TSO), each output readied for checksum offload; the cut's share in \
+         parentheses. (gro+gso)/pxio and (gro+gso)/sw cut: gro+gso ns over \
          each. pkts/iMTU: packets out per iMTU of payload (ideal 1.0; an output past the iMTU, \
          rte_gro's or a TSO request, counted as the packets it is cut into at the iMTU)."
     )?;

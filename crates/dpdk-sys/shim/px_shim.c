@@ -46,6 +46,8 @@ void px_pktmbuf_detach(struct rte_mbuf *m) { rte_pktmbuf_detach(m); }
 
 int px_mbuf_is_direct(const struct rte_mbuf *m) { return RTE_MBUF_DIRECT(m); }
 
+int px_net_intel_cksum_prepare(struct rte_mbuf *m) { return rte_net_intel_cksum_prepare(m); }
+
 int px_errno(void) { return rte_errno; }
 
 unsigned int px_lcore_id(void) { return rte_lcore_id(); }

@@ -11,6 +11,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_net.h>
 
 uint16_t px_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts);
 uint16_t px_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts, uint16_t nb_pkts);
@@ -34,6 +35,10 @@ void px_pktmbuf_attach(struct rte_mbuf *mi, struct rte_mbuf *m);
 void px_pktmbuf_detach(struct rte_mbuf *m);
 /* Non-zero when `m` owns its data buffer (not indirect, not external). */
 int px_mbuf_is_direct(const struct rte_mbuf *m);
+
+/* The pseudo-header checksums and zeroed IPv4 checksum a NIC's checksum and TSO offloads need,
+ * as `ol_flags` asks for them (what rte_eth_tx_prepare does for Intel PMDs). */
+int px_net_intel_cksum_prepare(struct rte_mbuf *m);
 
 int px_errno(void);
 unsigned int px_lcore_id(void);

@@ -661,6 +661,72 @@ impl Mbuf {
         }
     }
 
+    /// Writes into the headers what the NIC's transmit offloads that [`set_tx_offload`]
+    /// requested need: the IPv4 header checksum zeroed, and the TCP or UDP checksum field
+    /// seeded with the pseudo-header sum (without the length under TSO, which differs per
+    /// piece). DPDK's `rte_net_intel_cksum_prepare`, what `rte_eth_tx_prepare` runs for Intel
+    /// PMDs: what an application must do to a packet whose headers it changed (a merged one)
+    /// before a NIC fills its checksums.
+    ///
+    /// # Errors
+    /// [`Error::SharedData`] when the first segment's data is shared with a clone;
+    /// [`Error::InvalidArgument`] for outer (tunnel) offloads, which this does not prepare,
+    /// and when the header lengths do not cover the headers the flags name, in the first
+    /// segment.
+    ///
+    /// [`set_tx_offload`]: Mbuf::set_tx_offload
+    pub fn prepare_tx_checksums(&mut self) -> Result<()> {
+        use dpdk_sys as d;
+        let m = self.head();
+        let flags = m.ol_flags;
+        let outer = d::RTE_MBUF_F_TX_OUTER_IPV4
+            | d::RTE_MBUF_F_TX_OUTER_IPV6
+            | d::RTE_MBUF_F_TX_OUTER_IP_CKSUM
+            | d::RTE_MBUF_F_TX_OUTER_UDP_CKSUM;
+        if flags & outer != 0 {
+            return Err(Error::InvalidArgument(
+                "outer (tunnel) checksum offloads are not prepared here".into(),
+            ));
+        }
+        let l4 = flags & d::RTE_MBUF_F_TX_L4_MASK;
+        let tcp = l4 == d::RTE_MBUF_F_TX_TCP_CKSUM || flags & d::RTE_MBUF_F_TX_TCP_SEG != 0;
+        let udp = l4 == d::RTE_MBUF_F_TX_UDP_CKSUM;
+        let ipv4 = flags & d::RTE_MBUF_F_TX_IPV4 != 0;
+        let ip_csum = ipv4 && flags & d::RTE_MBUF_F_TX_IP_CKSUM != 0;
+        if !(tcp || udp || ip_csum) {
+            return Ok(());
+        }
+        let (l2, l3, l4_len) = self.header_lens();
+        // The headers the C function writes or reads, whole, in the first segment.
+        let l3_min = if ipv4 { 20 } else { 40 };
+        let l4_min = if tcp {
+            20
+        } else if udp {
+            8
+        } else {
+            0
+        };
+        let covered = usize::from(l3) >= l3_min
+            && usize::from(l4_len) >= l4_min
+            && usize::from(l2) + usize::from(l3) + usize::from(l4_len) <= usize::from(m.data_len);
+        if !covered {
+            return Err(Error::InvalidArgument(format!(
+                "header lengths {l2}/{l3}/{l4_len} do not cover the headers the TX flags name \
+                 in the first segment ({} bytes)",
+                m.data_len
+            )));
+        }
+        writable(self.raw)?;
+        // SAFETY: the first segment's data is exclusively ours (checked writable), and it holds
+        // the l2 + l3 + l4 header bytes, which are long enough for every field the function
+        // reads or writes under these flags (an IPv4 header of 20+ bytes, or IPv6 of 40+; a
+        // TCP header of 20+ or a UDP one of 8); it touches nothing else, and no outer offload
+        // is set. It returns 0 or -ENOTSUP (headers past the first segment, excluded above).
+        let rc = unsafe { dpdk_sys::px_net_intel_cksum_prepare(self.raw.as_ptr()) };
+        debug_assert_eq!(rc, 0);
+        Ok(())
+    }
+
     /// Replaces the offload flags (for the wrappers that hand the packet to a DPDK library
     /// that reads them, and restore them after).
     pub(crate) fn set_ol_flags(&mut self, flags: u64) {
@@ -1077,6 +1143,105 @@ mod tests {
         assert_eq!((head.ol_flags(), head.header_lens()), (0, (0, 0, 0)));
         assert_eq!(head.rss_hash(), None);
         drop(head);
+        assert_no_leaks(&pool);
+    }
+
+    /// The 16-bit one's-complement sum of `bytes` (big-endian words), folded.
+    fn ones_sum(bytes: &[u8]) -> u32 {
+        let mut sum: u32 = bytes
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum
+    }
+
+    /// What a NIC's checksum offload does with the prepared TCP field: sums the segment, seed
+    /// included (and under TSO each piece's length, here one piece of `tso_len` bytes), and
+    /// writes the complement.
+    fn nic_tcp_checksum(frame: &[u8], l4: usize, tso_len: Option<usize>) -> u16 {
+        let len = tso_len.map_or(0, |n| u32::from(n as u16));
+        let mut sum = ones_sum(&frame[l4..]) + len;
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
+    }
+
+    #[test]
+    fn prepared_checksum_fields_let_a_nic_fill_the_right_checksums() {
+        use crate::tx_flags as f;
+        use etherparse::PacketBuilder;
+        let pool = pool(16, 2048);
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let v4 = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(1000, 2000, 12345, 512);
+        let v6 = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv6([0x20; 16], [0x30; 16], 64)
+            .tcp(1000, 2000, 12345, 512);
+        let frames = [(v4, false), (v6, true)].map(|(builder, v6)| {
+            let mut frame = Vec::new();
+            builder.write(&mut frame, &payload).unwrap();
+            (frame, v6)
+        });
+        for (frame, v6) in frames {
+            let l3 = if v6 { 40 } else { 20 };
+            let l4 = 14 + l3;
+            let correct_tcp = [frame[l4 + 16], frame[l4 + 17]];
+            for tso in [0u16, 500] {
+                let mut m = pool.alloc().unwrap();
+                m.extend_from_slice(&frame).unwrap();
+                let mut flags = f::TCP_CKSUM;
+                flags |= if v6 { f::IPV6 } else { f::IPV4 | f::IP_CKSUM };
+                if tso > 0 {
+                    flags |= f::TCP_SEG;
+                }
+                m.set_tx_offload(14, l3 as u16, 20, flags, tso);
+                m.prepare_tx_checksums().unwrap();
+                let out = m.to_vec();
+                if !v6 {
+                    assert_eq!(
+                        &out[24..26],
+                        &[0, 0],
+                        "the IPv4 checksum is the NIC's to fill"
+                    );
+                }
+                // The seed, completed as a NIC completes it, is the segment's checksum.
+                let tcp_len = frame.len() - l4;
+                let filled = nic_tcp_checksum(&out, l4, (tso > 0).then_some(tcp_len));
+                assert_eq!(filled.to_be_bytes(), correct_tcp, "v6 {v6} tso {tso}");
+            }
+        }
+        assert_no_leaks(&pool);
+    }
+
+    #[test]
+    fn checksum_preparation_refuses_headers_it_cannot_reach() {
+        use crate::tx_flags as f;
+        let pool = pool(16, 2048);
+        let mut m = pool.alloc().unwrap();
+        m.extend_from_slice(&[0u8; 54]).unwrap();
+        let before = m.to_vec();
+        // A TCP header shorter than TCP's, an IPv4 one shorter than IPv4's, headers longer
+        // than the segment: refused, nothing written.
+        for (l3, l4) in [(20, 8), (12, 20), (20, 40)] {
+            m.set_tx_offload(14, l3, l4, f::IPV4 | f::IP_CKSUM | f::TCP_CKSUM, 0);
+            assert!(matches!(
+                m.prepare_tx_checksums(),
+                Err(Error::InvalidArgument(_))
+            ));
+            assert_eq!(m.to_vec(), before);
+        }
+        // Shared with a clone: refused.
+        m.set_tx_offload(14, 20, 20, f::IPV4 | f::IP_CKSUM | f::TCP_CKSUM, 0);
+        let clone = m.try_clone(&pool).unwrap();
+        assert!(matches!(m.prepare_tx_checksums(), Err(Error::SharedData)));
+        drop(clone);
+        m.prepare_tx_checksums().unwrap();
+        drop(m);
         assert_no_leaks(&pool);
     }
 
