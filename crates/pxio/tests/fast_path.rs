@@ -43,11 +43,20 @@ fn interleaved(flows: &[FlowSpec], n: usize, len: usize) -> Case {
 /// Runs `case` with the NIC's verdicts and an RSS hash per frame from `rss`; returns the
 /// frames that left and the merger.
 fn merge(case: &Case, rss: impl Fn(&[u8]) -> u32) -> (Vec<Vec<u8>>, Merger<HeapBuf>) {
-    let pool = HeapPool::new(256);
     let cfg = MergeConfig {
         checksum_offload: false,
         ..config(9000, false)
     };
+    merge_with(case, cfg, rss)
+}
+
+/// [`merge`] under `cfg`.
+fn merge_with(
+    case: &Case,
+    cfg: MergeConfig,
+    rss: impl Fn(&[u8]) -> u32,
+) -> (Vec<Vec<u8>>, Merger<HeapBuf>) {
+    let pool = HeapPool::new(256);
     let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
     let frames = common::run_with(
         case,
@@ -96,4 +105,33 @@ fn flows_sharing_a_hash_merge_as_flows_that_do_not() {
     assert_eq!(shared.stats().merges, own.stats().merges);
     assert_eq!(shared.stats().cuts, own.stats().cuts);
     check_outputs(&case, &shared_frames, 9000);
+}
+
+/// An item that holds as many segments as it may waits for the burst's settle; the flow's
+/// next segment starts a second item on the general path, and the segments after it join that
+/// one on the fast path, exactly as the general path would have joined them (IPv4 and IPv6
+/// side by side).
+#[test]
+fn segments_after_an_item_out_of_segments_join_the_next_one_on_the_fast_path() {
+    let case = interleaved(&[flow(1), flow(2)], 8, 1000);
+    let cfg = MergeConfig {
+        checksum_offload: false,
+        max_segs: 4,
+        ..config(9000, false)
+    };
+    let (frames, merger) = merge_with(&case, cfg.clone(), by_port);
+    let s = merger.stats();
+    // Per flow: segments 0 and 4 start items, the other six join one.
+    assert_eq!((s.merges, s.cuts), (12, 0));
+    assert_eq!(s.fast_merges, s.merges, "every join is a fast one");
+    // With one hash for both flows the hint (almost) never matches: the general path sends
+    // the same packets.
+    let (general_frames, general) = merge_with(&case, cfg, |_| 0x5eed);
+    assert!(general.stats().fast_merges < s.fast_merges);
+    let (mut a, mut b) = (frames.clone(), general_frames);
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the same packets leave");
+    assert_eq!(frames.len(), 4, "two items per flow");
+    check_outputs(&case, &frames, 9000);
 }

@@ -1,10 +1,11 @@
-//! The fast path (issue 12): a segment that continues its flow's only held item joins it
+//! The fast path (issue 12): a segment that continues its flow's last held item joins it
 //! before it is parsed at all.
 //!
 //! [`Merger::rx_burst`] offers each packet here first, in arrival order. The NIC's RSS hash
 //! (written into the buffer on receive, free to read) picks a slot of [`FastIndex`], which names
-//! the flow a packet of that hash last belonged to. The packet joins that flow's item when the
-//! item is the flow's only one and open, and the packet passes the run path's test (see
+//! the flow a packet of that hash last belonged to. The packet joins that flow's last item when
+//! the flow holds one or two (the first of two out of segments and waiting for the burst's
+//! settle, say) and the item is open, and the packet passes the run path's test (see
 //! `run`): both checksums vouched for by the NIC, one buffer, and its header equal to the
 //! item's first segment's in every byte a merge compares. That masked compare covers the
 //! Ethernet type and VLAN tags, the IP version and header length, the protocol, the fragment
@@ -215,7 +216,7 @@ impl<B: PacketBuf> Merger<B> {
         claimed_payload_sum(frame, &hdr)
     }
 
-    /// Whether `pkt` continues the only item of the flow the fast index names for `hash`, and
+    /// Whether `pkt` continues the last item of the flow the fast index names for `hash`, and
     /// if so what it brings, and whether it fits the item's room under the iMTU (else it must
     /// be cut). Reads only (but for building a header mask the first time a layout is met).
     #[inline(always)]
@@ -225,10 +226,14 @@ impl<B: PacketBuf> Merger<B> {
             return None;
         }
         let e = self.flows.get(flow);
-        if e.n_items != 1 {
-            return None;
-        }
-        let idx = e.items;
+        // The flow's last item: its only one, or the second of two (the first one out of
+        // segments and waiting for the burst's settle, or before a gap). A segment that
+        // continues the last item is appended to it on the general path too.
+        let idx = match e.n_items {
+            1 => e.items,
+            2 => self.items.get(e.items as usize)?.next,
+            _ => return None,
+        };
         let it = &self.items[idx as usize];
         let layout = it.layout;
         if it.closed()

@@ -11,7 +11,7 @@
 //!    5-tuple is compared in full (not the NIC's RSS hash: see `flow_table` for why). A burst
 //!    is classified and hashed first, then each flow's segments are taken together
 //!    ([`Merger::rx_burst`]), so a flow is looked up once per burst. With the NIC's RSS hash,
-//!    a segment that continues its flow's only item skips steps 1 and 2: the hash names a
+//!    a segment that continues its flow's last item skips steps 1 and 2: the hash names a
 //!    flow, and one masked compare of the whole header against the item's confirms it (the
 //!    fast path, `fast`).
 //! 3. Merge into a held item: **append** (it starts where an item ends), **prepend** (it ends
@@ -345,7 +345,7 @@ impl<B: PacketBuf> Merger<B> {
     ///
     /// The burst is taken in chunks of [`BURST_CHUNK`], each one of two ways:
     /// - **in arrival order, through the fast path**, when the packets carry the NIC's RSS
-    ///   hash: a segment that continues its flow's only item joins it (or is cut into it at
+    ///   hash: a segment that continues its flow's last item joins it (or is cut into it at
     ///   the iMTU) before it is parsed, the flow found by the hash and confirmed by a masked
     ///   compare of the whole header (see `fast`); any other packet is parsed and merged at
     ///   once;
@@ -427,7 +427,7 @@ impl<B: PacketBuf> Merger<B> {
 
     /// Merges a chunk whose packets carry the NIC's RSS hash (`rss[i]` where bit `i` of
     /// `with_rss` is set), one packet at a time in arrival order: each is first offered to the
-    /// fast path (`fast`), which joins a segment that continues its flow's only item without
+    /// fast path (`fast`), which joins a segment that continues its flow's last item without
     /// parsing it; the others are parsed and merged on the general path. `chunk_last` (see
     /// `stream_or_group`) tells which segments are the last of their flow in the chunk, so
     /// that a segment alone in its burst can leave at once.
@@ -710,9 +710,9 @@ impl<B: PacketBuf> Merger<B> {
         let rss = pkt.rss_hash();
         self.merge(flow, pkt, seg, now, out);
         self.touch(flow);
-        // The flow's next segment may join its item on the fast path.
+        // The flow's next segment may join its last item on the fast path.
         if let Some(rss) = rss {
-            if self.flows.get(flow).n_items == 1 {
+            if matches!(self.flows.get(flow).n_items, 1 | 2) {
                 self.fast.note(rss, flow);
             }
         }
