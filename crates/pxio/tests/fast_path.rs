@@ -107,6 +107,24 @@ fn flows_sharing_a_hash_merge_as_flows_that_do_not() {
     check_outputs(&case, &shared_frames, 9000);
 }
 
+/// Two flows whose hashes differ but share the fast index's bucket (equal low bits) both keep
+/// the fast path, taking turns in one burst, IPv4 and IPv6 side by side.
+#[test]
+fn flows_whose_hashes_share_a_bucket_both_take_the_fast_path() {
+    let case = interleaved(&[flow(1), flow(2)], 30, 1448);
+    let (frames, merger) = merge(&case, |f| by_port(f) << 20);
+    let s = merger.stats();
+    assert!(s.cuts > 0);
+    assert_eq!(
+        s.fast_merges,
+        s.merges - s.cuts,
+        "{} of {}",
+        s.fast_merges,
+        s.merges
+    );
+    check_outputs(&case, &frames, 9000);
+}
+
 /// An item that holds as many segments as it may waits for the burst's settle; the flow's
 /// next segment starts a second item on the general path, and the segments after it join that
 /// one on the fast path, exactly as the general path would have joined them (IPv4 and IPv6

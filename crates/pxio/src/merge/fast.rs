@@ -2,8 +2,8 @@
 //! before it is parsed at all.
 //!
 //! [`Merger::rx_burst`] offers each packet here first, in arrival order. The NIC's RSS hash
-//! (written into the buffer on receive, free to read) picks a slot of [`FastIndex`], which names
-//! the flow a packet of that hash last belonged to. The packet joins that flow's last item when
+//! (written into the buffer on receive, free to read) finds in [`FastIndex`] the flow a packet
+//! of that hash last belonged to. The packet joins that flow's last item when
 //! the flow holds one or two (the first of two out of segments and waiting for the burst's
 //! settle, say) and the item is open, and the packet passes the run path's test (see
 //! `run`): both checksums vouched for by the NIC, one buffer, and its header equal to the
@@ -16,9 +16,9 @@
 //! and the segment limit. The decision is the run path's, which decides as the general path
 //! does (`tests/merge_props.rs` compares the three).
 //!
-//! A wrong slot costs nothing but the compare: two flows whose RSS hashes share a slot (or a
-//! NIC key under which many flows hash alike, like the symmetric key) only send each other's
-//! segments to the general path. The hash is never trusted for the flow's identity.
+//! A wrong flow costs nothing but the compare: two flows with the same RSS hash (or a NIC key
+//! under which many flows hash alike, like the symmetric key), or more flows than the index's
+//! two ways whose hashes share a bucket, only send each other's segments to the general path. The hash is never trusted for the flow's identity.
 //!
 //! A segment that continues its item but would overshoot the iMTU is cut here too
 //! ([`Merger::fast_cut`]): the general path's cut (`place`), without the parse, the hash, the
@@ -40,20 +40,31 @@ use crate::buf::{PacketBuf, PacketChain};
 use crate::checksum::Sum;
 use crate::wire::{ip_proto, tcp_flags, Headers};
 
-/// Flow entries by RSS hash: the flow a packet with that hash (masked to the index's size)
-/// last belonged to, or [`NIL`]. Only a hint: every use is checked against the held item's
-/// header.
+/// Flow entries by RSS hash: the flow a packet with that hash last belonged to, or [`NIL`].
+/// Only a hint: every use is checked against the held item's header.
+///
+/// Two ways per bucket, each tagged with the whole hash: two flows whose hashes share a bucket
+/// (at 8 flows in 1024 slots, one chance in 40) both keep their fast path. Flows with the same
+/// whole hash (a symmetric key, see `flow_table`) still take turns.
 pub(super) struct FastIndex {
-    slots: Box<[u32]>,
+    buckets: Box<[[Way; 2]]>,
     mask: u32,
 }
 
+/// One way of a [`FastIndex`] bucket.
+#[derive(Clone, Copy)]
+struct Way {
+    hash: u32,
+    flow: u32,
+}
+
 impl FastIndex {
-    /// An index of `capacity` slots (rounded up to a power of two), all empty.
+    /// An index of at least `capacity` ways (rounded up to a power of two), all empty.
     pub(super) fn new(capacity: usize) -> Self {
-        let n = capacity.max(1).next_power_of_two();
+        let n = capacity.div_ceil(2).max(1).next_power_of_two();
+        let empty = Way { hash: 0, flow: NIL };
         Self {
-            slots: vec![NIL; n].into_boxed_slice(),
+            buckets: vec![[empty; 2]; n].into_boxed_slice(),
             mask: (n - 1) as u32,
         }
     }
@@ -61,13 +72,21 @@ impl FastIndex {
     /// The flow last noted for `hash`, or [`NIL`].
     #[inline(always)]
     fn get(&self, hash: u32) -> u32 {
-        self.slots[(hash & self.mask) as usize]
+        // Selects without branching (two flows taking turns in a bucket would make branches
+        // here a coin toss).
+        let [a, b] = self.buckets[(hash & self.mask) as usize];
+        let w = if a.hash == hash { a } else { b };
+        if w.hash == hash {
+            w.flow
+        } else {
+            NIL
+        }
     }
 
-    /// Prefetches `hash`'s slot.
+    /// Prefetches `hash`'s bucket.
     #[inline]
     pub(super) fn warm_slot(&self, hash: u32) {
-        crate::prefetch(&self.slots[(hash & self.mask) as usize]);
+        crate::prefetch(&self.buckets[(hash & self.mask) as usize]);
     }
 
     /// Prefetches the flow entry the index names for `hash`, so it is on its way into the cache
@@ -80,10 +99,15 @@ impl FastIndex {
         }
     }
 
-    /// Notes that a packet with RSS hash `hash` belongs to `flow`.
+    /// Notes that a packet with RSS hash `hash` belongs to `flow`: in the bucket's first way,
+    /// the first one's flow moving to the second unless it had the same hash.
     #[inline]
     pub(super) fn note(&mut self, hash: u32, flow: u32) {
-        self.slots[(hash & self.mask) as usize] = flow;
+        let ways = &mut self.buckets[(hash & self.mask) as usize];
+        if ways[0].hash != hash {
+            ways[1] = ways[0];
+        }
+        ways[0] = Way { hash, flow };
     }
 }
 
