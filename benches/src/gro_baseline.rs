@@ -10,7 +10,7 @@
 //!    testpmd does before GRO. Here that is `rte_net_get_ptype` (all layers) per packet
 //!    ([`Mbuf::parse_packet_type`]), inside the timed region, as pxio's own classify is inside
 //!    its. [`EngineResult::parsed_in_timed_region`] counts the parses. Each flush readies the
-//!    merged packets it hands out for the NIC ([`prepare_tx`]): rte_gro leaves their checksums
+//!    merged packets it hands out for the NIC (`prepare_tx`): rte_gro leaves their checksums
 //!    stale, and pxio's emit does the same work for its own inside its timed region.
 //! 3. **Not timed:** record what came out in the [`Ledger`] and free it (a TX path would).
 //!

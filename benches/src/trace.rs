@@ -28,7 +28,8 @@
 //!
 //! **What the NIC would add** (and the engines are given outside their timed regions, as a NIC
 //! writes it into the mbuf): the RSS hash, a Toeplitz hash over the 5-tuple with the default
-//! key of `pxio::toeplitz` (Microsoft's, which NICs ship with), per flow ([`Trace::rss_hash`]);
+//! key of `pxio::toeplitz` (the symmetric key the gateway programs into its ports), per flow
+//! ([`Trace::rss_hash`]);
 //! and the verdict that the L4 checksum is good (every frame's is).
 //!
 //! **Length.** A scenario lasts long enough for at least [`TraceConfig::min_packets`] packets
