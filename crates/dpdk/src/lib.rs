@@ -10,6 +10,7 @@
 //! - [`FlowRule`]: `rte_flow` steering rules (queue, RSS over a queue subset, drop).
 //! - [`HairpinCapability`], [`PortBuilder::hairpin_queues`]: NIC-side forwarding queues
 //!   (SIGCOMM'26 §4.4); [`PortBuilder::header_split`]: header-only DMA (§4.2).
+//! - [`prefetch`]: DPDK's `rte_prefetch0`, in Rust so that it inlines into a packet loop.
 //! - `testing` (cargo feature `testing`, for tests and labs only): one EAL per test process, vdevs
 //!   on demand, and the mempool leak check. Product builds do not compile it.
 //!
