@@ -3,9 +3,9 @@
 //!
 //! [`Merger::rx_burst`] offers each packet here first, in arrival order. The NIC's RSS hash
 //! (written into the buffer on receive, free to read) finds in [`FastIndex`] the flow a packet
-//! of that hash last belonged to. The packet joins that flow's last item when
-//! the flow holds one or two (the first of two out of segments and waiting for the burst's
-//! settle, say) and the item is open, and the packet passes the run path's test (see
+//! of that hash last belonged to. The packet joins that flow's last item when the flow holds
+//! one or two (the first of two out of segments and waiting for the burst's settle, say) and
+//! the item is open, and the packet passes the run path's test (see
 //! `run`): both checksums vouched for by the NIC, one buffer, and its header equal to the
 //! item's first segment's in every byte a merge compares. That masked compare covers the
 //! Ethernet type and VLAN tags, the IP version and header length, the protocol, the fragment
@@ -18,7 +18,8 @@
 //!
 //! A wrong flow costs nothing but the compare: two flows with the same RSS hash (or a NIC key
 //! under which many flows hash alike, like the symmetric key), or more flows than the index's
-//! two ways whose hashes share a bucket, only send each other's segments to the general path. The hash is never trusted for the flow's identity.
+//! two ways whose hashes share a bucket, only send each other's segments to the general path.
+//! The hash is never trusted for the flow's identity.
 //!
 //! A segment that continues its item but would overshoot the iMTU is cut here too
 //! ([`Merger::fast_cut`]): the general path's cut (`place`), without the parse, the hash, the
