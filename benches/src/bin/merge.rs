@@ -175,7 +175,7 @@ fn main() -> Result<()> {
          TSO (rte_net_intel_cksum_prepare: rte_gro leaves its checksums stale), as pxio's emit \
          does for its own. gro/pxio: rte_gro ns / pxio NIC ns. gro+gso: rte_gro, then rte_gso \
          cutting every flushed packet longer than the iMTU (DPDK's way to deliver packets that \
-         fit it without TSO), each output readied for checksum offload; the cut's share in \
+         fit it without TSO), each merged or cut output readied for checksum offload; the cut's share in \
          parentheses. (gro+gso)/pxio and (gro+gso)/sw cut: gro+gso ns over \
          each. pkts/iMTU: packets out per iMTU of payload (ideal 1.0; an output past the iMTU, \
          rte_gro's or a TSO request, counted as the packets it is cut into at the iMTU)."
