@@ -9,14 +9,12 @@
 //! at least the threshold) and its conversion yield is low (below the bypass). Its deadline goes
 //! into a heap ([`Etm`]) that [`Merger::poll`] drains.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use statrs::distribution::{ContinuousCDF, Gamma};
 
 use super::config::DelayConfig;
 use super::flow_table::NIL;
 use super::segment::Segment;
+use super::timers::Timers;
 use super::Merger;
 use crate::buf::PacketBuf;
 
@@ -124,11 +122,8 @@ pub fn update_yield_full(y: f32, n: u32) -> f32 {
 /// constants, derived once from the [`DelayConfig`].
 #[derive(Debug)]
 pub(super) struct Etm {
-    /// Pending (deadline ns, flow) pairs, earliest first. An entry is stale when the flow's
-    /// `scheduled` no longer equals its deadline; `poll` skips those.
-    timers: BinaryHeap<Reverse<u128>>,
-    /// Heap entries allowed: past it, a flow is flushed rather than delayed (no growth).
-    timer_capacity: usize,
+    /// Each waiting tail item's deadline, by flow, earliest first.
+    pub(super) timers: Timers,
     quantiles: UnitGammaQuantiles,
     /// Rate threshold in bytes/ns.
     rate_threshold: f32,
@@ -139,13 +134,11 @@ pub(super) struct Etm {
 impl Etm {
     /// The scheduler for `cfg`, for a flow table of `flow_capacity` entries.
     pub(super) fn new(cfg: &DelayConfig, flow_capacity: usize) -> Self {
-        let timer_capacity = flow_capacity * 2;
         Self {
             quantiles: UnitGammaQuantiles::new(cfg.quantile),
             rate_threshold: (cfg.rate_threshold_bps / 8e9) as f32,
             inv_tau: (1.0 / cfg.rate_tau_ns as f64) as f32,
-            timers: BinaryHeap::with_capacity(timer_capacity),
-            timer_capacity,
+            timers: Timers::new(flow_capacity),
         }
     }
 
@@ -158,19 +151,6 @@ impl Etm {
     pub(super) fn clear(&mut self) {
         self.timers.clear();
     }
-}
-
-/// A timer heap entry: the deadline above the flow, so one integer compare orders entries as
-/// the pair `(deadline, flow)` would.
-#[inline]
-fn timer(due: u64, flow: u32) -> u128 {
-    u128::from(due) << 32 | u128::from(flow)
-}
-
-/// The deadline and flow of a [`timer`] entry.
-#[inline]
-fn untimer(t: u128) -> (u64, u32) {
-    ((t >> 32) as u64, t as u32)
 }
 
 impl<B: PacketBuf> Merger<B> {
@@ -199,55 +179,21 @@ impl<B: PacketBuf> Merger<B> {
 
     /// Emits every delayed tail item whose window has passed by `now`.
     pub fn poll(&mut self, now: u64, out: &mut Vec<B>) {
-        while let Some(&Reverse(timer)) = self.etm.timers.peek() {
-            let (due, flow) = untimer(timer);
+        while let Some((due, flow)) = self.etm.timers.peek() {
             if due > now {
                 break;
             }
             self.etm.timers.pop();
-            let e = self.flows.get_mut(flow);
-            if !e.occupied() || e.scheduled != due {
-                continue; // stale: the flow was rescheduled, evicted or flushed
-            }
-            e.scheduled = 0;
-            let deadline = e.deadline;
-            if deadline == 0 {
-                continue;
-            }
-            if deadline <= now {
-                self.flush_flow(flow, now, out);
-            } else {
-                self.schedule(flow, deadline);
-            }
+            self.flush_flow(flow, now, out);
         }
-        self.drop_stale_timers();
         self.flush_delay_record();
     }
 
-    /// Pops stale entries off the top of the timer heap (their flow's items left, or the flow
-    /// was rescheduled or evicted), so [`next_deadline`](Self::next_deadline) names a live
-    /// deadline and a poll loop does not wake up for nothing.
-    pub(super) fn drop_stale_timers(&mut self) {
-        while let Some(&Reverse(timer)) = self.etm.timers.peek() {
-            let (due, flow) = untimer(timer);
-            let e = self.flows.get(flow);
-            let live = e.occupied() && e.scheduled == due;
-            if live && e.deadline != 0 {
-                return;
-            }
-            self.etm.timers.pop();
-            if live {
-                // Its items left before the deadline: a later tail schedules anew.
-                self.flows.get_mut(flow).scheduled = 0;
-            }
-        }
-    }
-
     /// The earliest pending ETM deadline, if any: when a poll loop with nothing to receive
-    /// should call [`poll`](Self::poll) next. It may be a deadline that was since moved (a poll
-    /// then does nothing), never a later one than the truth.
+    /// should call [`poll`](Self::poll) next. Exact: a deadline moves with its flow's tail and
+    /// goes when the flow's items leave (see `timers`).
     pub fn next_deadline(&self) -> Option<u64> {
-        self.etm.timers.peek().map(|&Reverse(t)| untimer(t).0)
+        self.etm.timers.peek().map(|(due, _)| due)
     }
 
     /// Settles one flow after a burst: every item but the tail goes out; the tail waits for its
@@ -266,6 +212,8 @@ impl<B: PacketBuf> Merger<B> {
             return;
         }
         let e = *self.flows.get(flow);
+        // The tail's deadline from an earlier burst, or 0.
+        let held = self.etm.timers.deadline(flow);
         let it = &self.items[tail as usize];
         let d = &self.cfg.delay;
         // What the wait is for: the item, or with TSO past the iMTU its last piece, which the
@@ -315,31 +263,18 @@ impl<B: PacketBuf> Merger<B> {
         } else {
             // Anchored at the item's oldest segment: no segment waits longer than the window.
             let deadline = (it.oldest.min(now) + etm as u64).max(1);
-            if e.deadline == 0 {
-                deadline
-            } else {
-                deadline.min(e.deadline)
+            match held {
+                0 => deadline,
+                held => deadline.min(held),
             }
         };
         if deadline <= now {
             return self.flush_flow(flow, now, out);
         }
-        if e.deadline == 0 {
+        if held == 0 {
             self.stats.delayed_items += 1;
         }
-        self.flows.get_mut(flow).deadline = deadline;
-        let scheduled = self.flows.get(flow).scheduled;
-        if scheduled == 0 || deadline < scheduled {
-            if self.etm.timers.len() >= self.etm.timer_capacity {
-                return self.flush_flow(flow, now, out);
-            }
-            self.schedule(flow, deadline);
-        }
-    }
-
-    fn schedule(&mut self, flow: u32, deadline: u64) {
-        self.flows.get_mut(flow).scheduled = deadline;
-        self.etm.timers.push(Reverse(timer(deadline, flow)));
+        self.etm.timers.set(flow, deadline);
     }
 }
 
@@ -416,32 +351,6 @@ mod tests {
         assert!((r - 0.25).abs() < 0.01, "{r}");
         // A long silence resets it.
         assert!(update_rate(r, 5_000_000, 1500, 1e-6) < 0.01);
-    }
-
-    /// A timer entry orders as its `(deadline, flow)` pair, and gives both back, at the edges
-    /// of both ranges too.
-    #[test]
-    fn timer_entries_order_as_deadline_then_flow() {
-        let values = [
-            (0u64, 0u32),
-            (0, u32::MAX),
-            (1, 0),
-            (1, 7),
-            (u64::MAX - 1, u32::MAX),
-            (u64::MAX, 0),
-            (u64::MAX, u32::MAX),
-            (1 << 40, 3),
-        ];
-        for a in values {
-            assert_eq!(untimer(timer(a.0, a.1)), a);
-            for b in values {
-                assert_eq!(
-                    timer(a.0, a.1).cmp(&timer(b.0, b.1)),
-                    a.cmp(&b),
-                    "{a:?} {b:?}"
-                );
-            }
-        }
     }
 
     /// `note_arrival` adds within a burst (Δt = 0) without the decay: it must give exactly

@@ -52,7 +52,7 @@ impl<B: PacketBuf> Merger<B> {
         while self.flows.get(flow).items != NIL {
             self.emit_head(flow, now, out);
         }
-        self.flows.get_mut(flow).deadline = 0;
+        self.etm.timers.cancel(flow);
     }
 
     /// Emits the flow's first item and frees its slot.
@@ -64,7 +64,8 @@ impl<B: PacketBuf> Merger<B> {
         e.items = next;
         e.n_items -= 1;
         if next == NIL {
-            e.deadline = 0;
+            // The last item left: nothing waits.
+            self.etm.timers.cancel(flow);
         }
         self.free_item(idx);
     }

@@ -145,6 +145,7 @@ mod place;
 mod run;
 mod segment;
 mod stats;
+mod timers;
 
 use crate::buf::PacketBuf;
 use crate::wire::{self, ip_proto, Class, FlowKey, Headers, Parsed};
@@ -752,7 +753,8 @@ impl<B: PacketBuf> Merger<B> {
         let e = self.flows.get_mut(flow);
         let full = ip_len + u32::from(e.mss) > imtu;
         e.yield_avg = delay::update_yield(e.yield_avg, full, ip_len as f32 / imtu as f32);
-        e.deadline = 0;
+        // It held no items (`leaves_alone`), so it has no deadline.
+        debug_assert_eq!(self.etm.timers.deadline(flow), 0);
         self.stats.payload_in += u64::from(seg.payload_len);
         if full {
             self.stats.payload_full += u64::from(seg.payload_len);
@@ -773,7 +775,6 @@ impl<B: PacketBuf> Merger<B> {
         }
         self.touched = touched;
         self.touched.clear();
-        self.drop_stale_timers();
         self.flush_delay_record();
     }
 

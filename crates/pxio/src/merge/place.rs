@@ -148,7 +148,7 @@ impl<B: PacketBuf> Merger<B> {
         it.start(rest, &rest_seg, now, true);
         if it.next == NIL {
             // As when the flow's last item leaves: the rest waits for a new deadline.
-            self.flows.get_mut(flow).deadline = 0;
+            self.etm.timers.cancel(flow);
         }
         // The rest may close a gap with its successor, or be complete on its own.
         self.after_growth(flow, idx, now, out);
