@@ -12,7 +12,7 @@
 use statrs::distribution::{ContinuousCDF, Gamma};
 
 use super::config::DelayConfig;
-use super::flow_table::NIL;
+use super::flow_table::{FlowEntry, NIL};
 use super::segment::Segment;
 use super::timers::Timers;
 use super::Merger;
@@ -83,6 +83,22 @@ pub fn update_rate(rate: f32, dt_ns: u64, bytes: u32, inv_tau: f32) -> f32 {
     rate * decay + bytes as f32 * inv_tau
 }
 
+/// Notes in flow entry `e` a segment of `ip_len` IP bytes carrying `payload_len` bytes of
+/// payload, arrived at `now`: its rate average (time constant 1/`inv_tau`) and its MSS.
+#[inline(always)]
+pub(super) fn arrive(e: &mut FlowEntry, ip_len: u16, payload_len: u16, now: u64, inv_tau: f32) {
+    let dt = now.saturating_sub(e.last_seen);
+    // The rest of a burst (Δt = 0) only adds: what `update_rate` computes then (its decay is
+    // exactly 1), without the decay's arithmetic.
+    e.rate = if dt == 0 {
+        e.rate + f32::from(ip_len) * inv_tau
+    } else {
+        update_rate(e.rate, dt, u32::from(ip_len), inv_tau)
+    };
+    e.last_seen = now;
+    e.mss = e.mss.max(payload_len);
+}
+
 /// Weight of one full-sized packet in the conversion-yield average: the average spans about
 /// the last 32 iMTU packets' worth of bytes.
 pub const YIELD_ALPHA: f32 = 1.0 / 32.0;
@@ -142,6 +158,11 @@ impl Etm {
         }
     }
 
+    /// 1 / the rate's time constant, per ns.
+    pub(super) fn inv_tau(&self) -> f32 {
+        self.inv_tau
+    }
+
     /// The rate threshold, bytes/ns.
     pub(super) fn rate_threshold(&self) -> f32 {
         self.rate_threshold
@@ -164,17 +185,7 @@ impl<B: PacketBuf> Merger<B> {
     #[inline]
     pub(super) fn note_arrival(&mut self, flow: u32, ip_len: u16, payload_len: u16, now: u64) {
         let inv_tau = self.etm.inv_tau;
-        let e = self.flows.get_mut(flow);
-        let dt = now.saturating_sub(e.last_seen);
-        // The rest of a burst (Δt = 0) only adds: what `update_rate` computes then (its decay is
-        // exactly 1), without the decay's arithmetic.
-        e.rate = if dt == 0 {
-            e.rate + f32::from(ip_len) * inv_tau
-        } else {
-            update_rate(e.rate, dt, u32::from(ip_len), inv_tau)
-        };
-        e.last_seen = now;
-        e.mss = e.mss.max(payload_len);
+        arrive(self.flows.get_mut(flow), ip_len, payload_len, now, inv_tau);
     }
 
     /// Emits every delayed tail item whose window has passed by `now`.

@@ -32,11 +32,12 @@
 //! hashes too; a NIC that gives one flow two hashes can only make a segment leave alone that
 //! could have waited for a merge.
 
+use super::flow_table::flags;
 use super::flow_table::NIL;
 use super::item::Layout;
 use super::place::{concat_sum, unreachable_chain, Tail};
 use super::segment::{claimed_payload_sum, Segment};
-use super::Merger;
+use super::{delay, Merger, LIMIT_SLOTS};
 use crate::buf::{PacketBuf, PacketChain};
 use crate::checksum::Sum;
 use crate::wire::{ip_proto, tcp_flags, Headers};
@@ -91,13 +92,15 @@ impl FastIndex {
     }
 
     /// Prefetches the flow entry the index names for `hash`, so it is on its way into the cache
-    /// before the packet is taken (see [`FlowTable::warm`](super::FlowTable::warm)).
+    /// before the packet is taken (see [`FlowTable::warm`](super::FlowTable::warm)); returns
+    /// that flow (or [`NIL`]), the packet's hint for [`Merger::fast_join`].
     #[inline]
-    pub(super) fn warm(&self, hash: u32, flows: &super::FlowTable) {
+    pub(super) fn warm(&self, hash: u32, flows: &super::FlowTable) -> u32 {
         let flow = self.get(hash);
         if flow != NIL {
             flows.warm_entry(flow);
         }
+        flow
     }
 
     /// Notes that a packet with RSS hash `hash` belongs to `flow`: in the bucket's first way,
@@ -121,63 +124,140 @@ pub(super) enum Joined {
     Cut,
 }
 
-/// What an admitted packet brings: its lengths and what its item's tail takes from it.
-struct Admitted {
-    flow: u32,
-    idx: u32,
-    hdr_len: usize,
-    ip_len: u16,
-    payload: u32,
-    /// It fits the item's room under its limit (the iMTU, or with TSO a multiple of it); else
-    /// it must be cut.
-    fits: bool,
-    /// The item's limit.
-    limit: u32,
-    tail: Tail,
-}
-
 impl<B: PacketBuf> Merger<B> {
     /// Joins `pkt`, whose RSS hash is `hash`, to the item of the flow the fast index names for
     /// it, when it continues that item (see the module docs); otherwise gives it back
-    /// untouched.
-    #[inline]
+    /// untouched. `hint`: the flow the index named when the chunk was prefetched (it may have
+    /// changed since; a wrong flow only fails the header compare), or [`NIL`] to look now.
+    ///
+    /// One function, holding the flow's entry and its item for the whole join: each is looked
+    /// up once (split into an admission test and a join, the path looked both up again, and
+    /// returned what it read through memory).
+    #[inline(always)]
     pub(super) fn fast_join(
         &mut self,
         pkt: B,
         hash: u32,
+        hint: u32,
         now: u64,
         out: &mut Vec<B>,
     ) -> Result<Joined, B> {
-        let Some(a) = self.fast_admits(&pkt, hash) else {
+        let flow = if hint != NIL {
+            hint
+        } else {
+            self.fast.get(hash)
+        };
+        if flow == NIL {
+            return Err(pkt);
+        }
+        let max_segs = self.max_segs();
+        let offload = self.cfg.checksum_offload;
+        let inv_tau = self.etm.inv_tau();
+        let Self {
+            flows,
+            items,
+            run_masks,
+            limits,
+            stats,
+            touched,
+            ..
+        } = self;
+        let e = flows.get_mut(flow);
+        // The flow's last item: its only one, or the second of two (the first one out of
+        // segments and waiting for the burst's settle, or before a gap). A segment that
+        // continues the last item is appended to it on the general path too.
+        let idx = match e.n_items {
+            1 => e.items,
+            2 => match items.get(e.items as usize) {
+                Some(first) => first.next,
+                None => return Err(pkt),
+            },
+            _ => return Err(pkt),
+        };
+        let Some(it) = items.get_mut(idx as usize) else {
             return Err(pkt);
         };
-        if !a.fits {
+        let layout = it.layout;
+        if it.closed()
+            || !pkt.csum_vouched(!layout.v6)
+            || pkt.num_segs() != 1
+            || usize::from(it.nb_segs) + 1 > max_segs
+        {
+            return Err(pkt);
+        }
+        let Some(held) = it.pkt.as_ref() else {
+            return Err(pkt);
+        };
+        let frame = pkt.head();
+        let mask = run_masks.slot_for(layout);
+        if !run_masks.same(mask, held.packet().head(), frame) {
+            return Err(pkt);
+        }
+        // The header is the item's layout and lies in `frame` (the compare read it): the
+        // fixed fields below are inside it.
+        let l3 = usize::from(layout.l2_len);
+        let (Some(ip), Some(tcp)) = (
+            frame.get(l3..).and_then(<[u8]>::first_chunk::<8>),
+            frame
+                .get(layout.l4_offset()..)
+                .and_then(<[u8]>::first_chunk::<20>),
+        ) else {
+            return Err(pkt);
+        };
+        let be16 = |b: [u8; 2]| u16::from_be_bytes(b);
+        let ip_len = if layout.v6 {
+            40 + u32::from(be16([ip[4], ip[5]]))
+        } else {
+            u32::from(be16([ip[2], ip[3]]))
+        };
+        let l34 = layout.l3_l4_len();
+        // The frame holds exactly the IP packet (no padding: a padded frame is trimmed on the
+        // general path), and the packet carries payload.
+        if frame.len() != l3 + ip_len as usize || ip_len <= l34 {
+            return Err(pkt);
+        }
+        let payload = ip_len - l34;
+        let limit = limits[l34 as usize % LIMIT_SLOTS];
+        let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+        let ip_id = if layout.v6 { 0 } else { be16([ip[4], ip[5]]) };
+        let df = it.df(); // compared: the packet's equals the item's
+        if seq != it.end_seq() || (!layout.v6 && !df && ip_id != it.last_id.wrapping_add(1)) {
+            return Err(pkt);
+        }
+        if it.ip_len() + payload > limit {
             // Only what the cold path cannot read again is handed over: nothing is stored for
             // it on the way of every appended packet.
-            self.fast_cut(pkt, a.flow, a.idx, a.ip_len, now, out);
+            self.fast_cut(pkt, flow, idx, ip_len as u16, now, out);
             return Ok(Joined::Cut);
         }
-        self.note_arrival(a.flow, a.ip_len, a.payload as u16, now);
+        // Read as `Tail::read` reads them (spelled out: through that function the path took 35
+        // more instructions per packet). The NIC verified the checksum, so the field's claim
+        // is the truth; with TX offload not even that is needed (see `segment`).
+        let window = be16([tcp[14], tcp[15]]);
+        let tail_flags = tcp[13] & (tcp_flags::PSH | tcp_flags::FIN);
+        let sum = claimed_sum(offload, frame, layout, ip_len as u16, payload as u16);
+        delay::arrive(e, ip_len as u16, payload as u16, now, inv_tau);
         let mut pkt = pkt;
-        let stripped = pkt.adj(a.hdr_len);
+        let stripped = pkt.adj(layout.hdr_len());
         debug_assert!(stripped, "the compared header is in the only segment");
-        let limit = a.limit;
-        let it = &mut self.items[a.idx as usize];
         let head = it.pkt.as_mut().expect("held items have a packet");
-        // `fast_admits` checked the segment count, so chaining cannot fail.
+        // The segment count was checked above, so chaining cannot fail.
         if head.append(pkt).is_err() {
             unreachable_chain();
         }
         it.nb_segs += 1;
-        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, a.tail.sum);
-        it.payload_len += a.payload;
-        it.note_tail(1, a.tail.ip_id, a.tail.window, a.tail.flags, now);
+        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
+        it.payload_len += payload;
+        it.note_tail(1, ip_id, window, tail_flags, now);
         let done = it.closed() || it.ip_len() >= limit;
-        self.stats.payload_in += u64::from(a.payload);
-        if done {
-            self.emit_through(a.flow, a.idx, now, out);
+        stats.payload_in += u64::from(payload);
+        if e.flags & flags::TOUCHED == 0 {
+            e.flags |= flags::TOUCHED;
+            touched.push(flow);
         }
-        self.touch(a.flow);
+        if done {
+            self.emit_through(flow, idx, now, out);
+        }
         Ok(Joined::Appended)
     }
 
@@ -194,7 +274,7 @@ impl<B: PacketBuf> Merger<B> {
         let layout = it.layout;
         let payload = (u32::from(ip_len) - layout.l3_l4_len()) as u16;
         let frame = pkt.head();
-        let payload_sum = self.claimed_sum(frame, layout, ip_len, payload);
+        let payload_sum = claimed_sum(self.cfg.checksum_offload, frame, layout, ip_len, payload);
         let Some(tail) = Tail::read(frame, layout, payload_sum) else {
             unreachable!("the masked compare read the whole header");
         };
@@ -220,103 +300,24 @@ impl<B: PacketBuf> Merger<B> {
         self.append(flow, idx, pkt, seg, now, out);
         self.touch(flow);
     }
+}
 
-    /// The payload's sum as the segment's checksum field claims it, which the NIC verified (see
-    /// `segment`); nothing with TX checksum offload, which needs no sum.
-    #[inline(always)]
-    fn claimed_sum(&self, frame: &[u8], layout: Layout, ip_len: u16, payload: u16) -> Sum {
-        if self.cfg.checksum_offload {
-            return Sum::default();
-        }
-        let hdr = Headers {
-            l2_len: u16::from(layout.l2_len),
-            l3_len: u16::from(layout.l3_len),
-            l4_len: u16::from(layout.l4_len),
-            v6: layout.v6,
-            proto: ip_proto::TCP,
-            ip_len,
-            payload_len: payload,
-            key: super::FlowEntry::EMPTY_KEY,
-        };
-        claimed_payload_sum(frame, &hdr)
+/// The payload's sum as the segment's checksum field claims it, which the NIC verified (see
+/// `segment`); nothing with TX checksum offload (`offload`), which needs no sum.
+#[inline(always)]
+fn claimed_sum(offload: bool, frame: &[u8], layout: Layout, ip_len: u16, payload: u16) -> Sum {
+    if offload {
+        return Sum::default();
     }
-
-    /// Whether `pkt` continues the last item of the flow the fast index names for `hash`, and
-    /// if so what it brings, and whether it fits the item's room under the iMTU (else it must
-    /// be cut). Reads only (but for building a header mask the first time a layout is met).
-    #[inline(always)]
-    fn fast_admits(&mut self, pkt: &B, hash: u32) -> Option<Admitted> {
-        let flow = self.fast.get(hash);
-        if flow == NIL {
-            return None;
-        }
-        let e = self.flows.get(flow);
-        // The flow's last item: its only one, or the second of two (the first one out of
-        // segments and waiting for the burst's settle, or before a gap). A segment that
-        // continues the last item is appended to it on the general path too.
-        let idx = match e.n_items {
-            1 => e.items,
-            2 => self.items.get(e.items as usize)?.next,
-            _ => return None,
-        };
-        let it = &self.items[idx as usize];
-        let layout = it.layout;
-        if it.closed()
-            || !pkt.csum_vouched(!layout.v6)
-            || pkt.num_segs() != 1
-            || usize::from(it.nb_segs) + 1 > self.max_segs()
-        {
-            return None;
-        }
-        let held = it.pkt.as_ref()?.packet().head();
-        let frame = pkt.head();
-        let mask = self.run_masks.slot_for(layout);
-        if !self.run_masks.same(mask, held, frame) {
-            return None;
-        }
-        // The header is the item's layout and lies in `frame` (the compare read it): the
-        // fixed fields below are inside it.
-        let l3 = usize::from(layout.l2_len);
-        let ip: &[u8; 8] = frame.get(l3..)?.first_chunk()?;
-        let tcp: &[u8; 20] = frame.get(layout.l4_offset()..)?.first_chunk()?;
-        let be16 = |b: [u8; 2]| u16::from_be_bytes(b);
-        let ip_len = if layout.v6 {
-            40 + u32::from(be16([ip[4], ip[5]]))
-        } else {
-            u32::from(be16([ip[2], ip[3]]))
-        };
-        let l34 = layout.l3_l4_len();
-        // The frame holds exactly the IP packet (no padding: a padded frame is trimmed on the
-        // general path), and the packet carries payload.
-        if frame.len() != l3 + ip_len as usize || ip_len <= l34 {
-            return None;
-        }
-        let payload = ip_len - l34;
-        let limit = self.item_limit(layout);
-        let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
-        let ip_id = if layout.v6 { 0 } else { be16([ip[4], ip[5]]) };
-        let df = it.sig.df; // compared: the packet's equals the item's
-        if seq != it.end_seq() || (!layout.v6 && !df && ip_id != it.last_id.wrapping_add(1)) {
-            return None;
-        }
-        // The NIC verified the checksum, so the field's claim is the truth; with TX offload
-        // not even that is needed (see `segment`).
-        Some(Admitted {
-            flow,
-            idx,
-            hdr_len: layout.hdr_len(),
-            ip_len: ip_len as u16,
-            payload,
-            fits: it.ip_len() + payload <= limit,
-            limit,
-            // Read here as `Tail::read` reads them (spelled out: through that function the path
-            // took 35 more instructions per packet).
-            tail: Tail {
-                ip_id,
-                window: be16([tcp[14], tcp[15]]),
-                flags: tcp[13] & (tcp_flags::PSH | tcp_flags::FIN),
-                sum: self.claimed_sum(frame, layout, ip_len as u16, payload as u16),
-            },
-        })
-    }
+    let hdr = Headers {
+        l2_len: u16::from(layout.l2_len),
+        l3_len: u16::from(layout.l3_len),
+        l4_len: u16::from(layout.l4_len),
+        v6: layout.v6,
+        proto: ip_proto::TCP,
+        ip_len,
+        payload_len: payload,
+        key: super::FlowEntry::EMPTY_KEY,
+    };
+    claimed_payload_sum(frame, &hdr)
 }

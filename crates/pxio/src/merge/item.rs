@@ -81,6 +81,11 @@ impl<B: PacketBuf> Item<B> {
     pub(super) fn carried(&self) -> bool {
         self.marks & marks::CARRIED != 0
     }
+    /// Its segments have DF set (their signature's `df`, kept in the first cache line too: the
+    /// fast path reads it for every IPv4 segment, and needs nothing else from the signature).
+    pub(super) fn df(&self) -> bool {
+        self.marks & marks::DF != 0
+    }
     pub(super) fn closed(&self) -> bool {
         self.tail_flags & (tcp_flags::PSH | tcp_flags::FIN) != 0
     }
@@ -104,7 +109,7 @@ impl<B: PacketBuf> Item<B> {
             marks::MODIFIED | marks::CARRIED
         } else {
             0
-        };
+        } | if seg.df { marks::DF } else { 0 };
         self.last_window = seg.window;
         self.payload_sum = seg.payload_sum;
         self.arrival_sum = now;
@@ -134,6 +139,8 @@ pub(super) mod marks {
     /// full, and this one is carried into the next burst rather than sent as a runt (see
     /// `Merger::settle_flow`).
     pub(crate) const CARRIED: u8 = 2;
+    /// The segments have DF set (a copy of the signature's `df`).
+    pub(crate) const DF: u8 = 4;
 }
 
 /// Where a mergeable segment's headers lie: its [`Headers`] without the flow key (the flow entry

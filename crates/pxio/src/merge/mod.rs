@@ -406,10 +406,12 @@ impl<B: PacketBuf> Merger<B> {
         }
         let n = chunk.len();
         // Then the flow entry each slot names: the slots were asked for all at once, so their
-        // misses overlap instead of each waiting for the one before.
-        for (i, &hash) in rss.iter().enumerate().take(n) {
+        // misses overlap instead of each waiting for the one before. The flows are kept as
+        // hints for the fast path, which need not read the index again.
+        let mut hints = [flow_table::NIL; BURST_CHUNK];
+        for (i, (&hash, hint)) in rss.iter().zip(hints.iter_mut()).enumerate().take(n) {
             if with_rss & (1 << i) != 0 {
-                self.fast.warm(hash, &self.flows);
+                *hint = self.fast.warm(hash, &self.flows);
             }
         }
         if with_rss == 0 {
@@ -417,7 +419,7 @@ impl<B: PacketBuf> Merger<B> {
             self.group_chunk(chunk.drain(..), now, out);
         } else {
             let joined = self.stats.fast_merges + self.stats.cuts;
-            self.stream_chunk(chunk.drain(..), &rss, with_rss, now, out);
+            self.stream_chunk(chunk.drain(..), &rss, &hints, with_rss, now, out);
             // Few segments continued an item (finely interleaved flows): the grouped path,
             // which looks every flow up ahead, serves them better.
             self.stream_next = (self.stats.fast_merges + self.stats.cuts - joined) * 4 >= n as u64;
@@ -436,6 +438,7 @@ impl<B: PacketBuf> Merger<B> {
         &mut self,
         chunk: impl Iterator<Item = B>,
         rss: &[u32; BURST_CHUNK],
+        hints: &[u32; BURST_CHUNK],
         with_rss: u64,
         now: u64,
         out: &mut Vec<B>,
@@ -444,7 +447,7 @@ impl<B: PacketBuf> Merger<B> {
         for (i, mut pkt) in chunk.enumerate() {
             let hashed = with_rss & (1 << i) != 0;
             if hashed {
-                match self.fast_join(pkt, rss[i], now, out) {
+                match self.fast_join(pkt, rss[i], hints[i], now, out) {
                     Ok(fast::Joined::Appended) => {
                         joins += 1;
                         continue;

@@ -227,7 +227,7 @@ impl<B: PacketBuf> Merger<B> {
             idx,
             layout,
             mask: self.run_masks.slot_for(layout),
-            df: it.sig.df,
+            df: it.df(),
             end_seq: it.end_seq(),
             last_id: it.last_id,
             ip_len: it.ip_len(),
