@@ -276,6 +276,7 @@ impl Mbuf {
 
     /// Removes `len` bytes from the front of the first segment (no data is written, so this is
     /// allowed on clones).
+    #[inline(always)]
     pub fn adj(&mut self, len: usize) -> Result<()> {
         let available = self.head().data_len as usize;
         if len > available {
@@ -328,7 +329,7 @@ impl Mbuf {
 
     /// Links `tail` after `last`, which must be this chain's last segment (`rte_pktmbuf_chain`
     /// without its walk).
-    #[inline]
+    #[inline(always)]
     fn link_after(
         &mut self,
         last: NonNull<dpdk_sys::rte_mbuf>,
@@ -897,7 +898,7 @@ impl MbufChain {
 
     /// Appends `tail`'s segments; on failure (too many segments) `tail` comes back untouched.
     /// Only `tail` is walked, to find the new last segment.
-    #[inline]
+    #[inline(always)]
     pub fn append(&mut self, tail: Mbuf) -> std::result::Result<(), (Error, Mbuf)> {
         // A single segment is its own last: its `next`, in the mbuf's second cache line, is
         // not read (null by DPDK's invariant, nb_segs counting the chain).

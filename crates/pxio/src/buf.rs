@@ -208,7 +208,7 @@ impl PacketBuf for dpdk::Mbuf {
             f(s);
         }
     }
-    #[inline]
+    #[inline(always)]
     fn adj(&mut self, n: usize) -> bool {
         dpdk::Mbuf::adj(self, n).is_ok()
     }
@@ -318,7 +318,7 @@ impl PacketChain for dpdk::MbufChain {
     fn new(pkt: dpdk::Mbuf) -> Self {
         dpdk::MbufChain::new(pkt)
     }
-    #[inline]
+    #[inline(always)]
     fn append(&mut self, tail: dpdk::Mbuf) -> Result<(), dpdk::Mbuf> {
         dpdk::MbufChain::append(self, tail).map_err(|(_, tail)| tail)
     }
