@@ -221,3 +221,57 @@ fn tso_needs_checksum_offload_and_a_limit_past_the_imtu() {
         Err("tso_max_len")
     );
 }
+
+/// A waiting tail's deadline is exact as it moves: after each burst, `next_deadline` names the
+/// tail's own deadline (a TSO tail's moves with its data), a poll before it sends nothing and
+/// leaves it in place, a poll at it sends the tail, and then nothing waits. IPv4 and IPv6.
+#[test]
+fn a_waiting_tails_deadline_is_exact_as_it_moves() {
+    for id in [1u8, 2] {
+        let fl = simple_flow(id);
+        let mss = 1448 - if fl.v6 { 20 } else { 0 };
+        let frames = segment_frames(&fl, 40, mss);
+        let pool = HeapPool::new(4096);
+        let cfg = MergeConfig {
+            max_segs: 128,
+            ..with_tso(config(9000, true), 65_535)
+        };
+        let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
+        let make = |f: &Vec<u8>| {
+            let mut b = pool.packet(f);
+            let (ip, l4) = common::nic_rx_verdicts(f);
+            b.set_ip_csum_verdict(ip);
+            b.set_l4_csum_verdict(l4);
+            b
+        };
+        let what = if fl.v6 { "IPv6" } else { "IPv4" };
+        let mut out = Vec::new();
+        // Three bursts, together short of the TSO limit: the tail waits through all three. The
+        // second moves its deadline earlier (the flow's rate rose), the third, 13 µs later,
+        // moves the IPv4 tail's later (its last piece began later): a poll at the earlier
+        // deadline would find nothing due.
+        let t3 = 15_000;
+        merger.rx_burst(frames[..14].iter().map(make), 1_000, &mut out);
+        merger.rx_burst(frames[14..27].iter().map(make), 2_000, &mut out);
+        assert!(merger.next_deadline().is_some(), "{what}: the tail waits");
+        merger.rx_burst(frames[27..].iter().map(make), t3, &mut out);
+        assert!(out.is_empty(), "{what}: the tail waits");
+        let due = merger.next_deadline().expect("the tail waits");
+        assert!(due > t3, "{what}: {due}");
+
+        merger.poll(due - 1, &mut out);
+        assert!(out.is_empty(), "{what}: not yet due");
+        assert_eq!(merger.next_deadline(), Some(due), "{what}: unmoved");
+        merger.poll(due, &mut out);
+        let sent: usize = out.drain(..).map(|b| b.len()).sum();
+        assert_eq!(
+            sent,
+            40 * mss + 14 + 4 * fl.vlan.len() + fl.l3_l4_len(),
+            "{what}: the whole tail, one packet"
+        );
+        assert_eq!(merger.next_deadline(), None, "{what}: nothing waits");
+        assert_eq!(merger.stats().held_items, 0, "{what}");
+        drop(merger);
+        assert_eq!(pool.in_use(), 0, "{what}: every segment freed once");
+    }
+}

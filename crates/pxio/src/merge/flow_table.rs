@@ -219,6 +219,14 @@ impl FlowTable {
             .map(|i| (base + i) as u32)
     }
 
+    /// Whether entry `idx` holds `key`'s flow.
+    #[inline]
+    pub fn holds(&self, idx: u32, key: &FlowKey) -> bool {
+        self.entries
+            .get(idx as usize)
+            .is_some_and(|e| e.occupied() && e.key == *key)
+    }
+
     /// Reinitialises entry `idx` for `key` (after its previous flow was flushed).
     #[inline]
     pub fn claim(&mut self, idx: u32, key: &FlowKey, now: u64) {

@@ -457,7 +457,7 @@ impl<B: PacketBuf> Merger<B> {
                 }
             }
             let alone = hashed && usize::from(self.chunk_last[rss[i] as usize % LAST_SLOTS]) == i;
-            self.rx_general(pkt, alone, now, out);
+            self.rx_general(pkt, hints[i], alone, now, out);
         }
         // The counters of the segments the fast path appended, once for the chunk.
         let s = &mut self.stats;
@@ -471,12 +471,20 @@ impl<B: PacketBuf> Merger<B> {
     /// refused: parsed, then merged. Kept out of line, so that the fast path's loop holds only
     /// what it needs (fewer values spilled to the stack on every packet).
     #[inline(never)]
-    fn rx_general(&mut self, pkt: B, alone: bool, now: u64, out: &mut Vec<B>) {
+    fn rx_general(&mut self, pkt: B, hint: u32, alone: bool, now: u64, out: &mut Vec<B>) {
         let parsed = Parsed::of(pkt.head(), pkt.len());
         match parsed.class() {
             Class::Tcp(hdr) => {
-                let hash = flow_table::key_hash(&hdr.key, self.hash_seed);
-                self.rx_tcp(pkt, hdr, hash, None, alone, now, out);
+                // The flow the fast index named, when it is this packet's (its entry was
+                // prefetched): no hash, no lookup. A flow's first segment after its items left
+                // (the start of its next burst) comes here with its flow known.
+                let known =
+                    (hint != flow_table::NIL && self.flows.holds(hint, &hdr.key)).then_some(hint);
+                let hash = match known {
+                    Some(_) => 0,
+                    None => flow_table::key_hash(&hdr.key, self.hash_seed),
+                };
+                self.rx_tcp(pkt, hdr, hash, known, alone, now, out);
             }
             _ => self.rx_other(pkt, &parsed, now, out),
         }
@@ -620,10 +628,7 @@ impl<B: PacketBuf> Merger<B> {
         match parsed.class() {
             Class::Tcp(hdr) => {
                 // The previous segment's flow, when this one belongs to it: no hash, no lookup.
-                let recent = self.recent.filter(|&f| {
-                    let e = self.flows.get(f);
-                    e.occupied() && e.key == hdr.key
-                });
+                let recent = self.recent.filter(|&f| self.flows.holds(f, &hdr.key));
                 // The same flow again: it may simply go on with its item (the run path, as in
                 // `rx_burst`; the gateway's pipeline hands packets over one at a time).
                 let pkt = match recent {
