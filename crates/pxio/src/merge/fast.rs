@@ -21,6 +21,11 @@
 //! two ways whose hashes share a bucket, only send each other's segments to the general path.
 //! The hash is never trusted for the flow's identity.
 //!
+//! The index is read once per packet, when the chunk is prefetched (`stream_or_group`): the
+//! flow it names then is the packet's hint, for the fast path and, should it refuse the packet,
+//! for the general path, which takes that flow without hashing when its key is the packet's.
+//! A hint that went stale within the chunk only fails those checks.
+//!
 //! A segment that continues its item but would overshoot the iMTU is cut here too
 //! ([`Merger::fast_cut`]): the general path's cut (`place`), without the parse, the hash, the
 //! lookup and the walk of the flow's items.
@@ -268,7 +273,7 @@ impl<B: PacketBuf> Merger<B> {
     #[cold]
     fn fast_cut(&mut self, pkt: B, flow: u32, idx: u32, ip_len: u16, now: u64, out: &mut Vec<B>) {
         // The segment as the general path would read it: what varies from its header (read
-        // again here, as `fast_admits` read it), the rest from its item's signature, which its
+        // again here, as `fast_join` read it), the rest from its item's signature, which its
         // header matched.
         let it = &self.items[idx as usize];
         let layout = it.layout;
