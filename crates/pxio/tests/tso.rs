@@ -20,6 +20,15 @@ use pxio::merge::{MergeConfig, Merger};
 use pxio::wire::{Class, Parsed};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
+/// `frame` as a NIC receives it: in a buffer of `pool`, with its checksum verdicts.
+fn received(pool: &HeapPool, frame: &[u8]) -> HeapBuf {
+    let mut b = pool.packet(frame);
+    let (ip, l4) = common::nic_rx_verdicts(frame);
+    b.set_ip_csum_verdict(ip);
+    b.set_l4_csum_verdict(l4);
+    b
+}
+
 fn with_tso(cfg: MergeConfig, tso_max_len: u16) -> MergeConfig {
     MergeConfig {
         checksum_offload: true,
@@ -136,13 +145,7 @@ fn a_tail_past_the_imtu_waits_whole_and_leaves_at_the_tso_limit() {
             ..with_tso(config(imtu, true), 65_535)
         };
         let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
-        let make = |f: &Vec<u8>| {
-            let mut b = pool.packet(f);
-            let (ip, l4) = common::nic_rx_verdicts(f);
-            b.set_ip_csum_verdict(ip);
-            b.set_l4_csum_verdict(l4);
-            b
-        };
+        let make = |f: &Vec<u8>| received(&pool, f);
         let mut out = Vec::new();
         let handed_over = |out: &mut Vec<HeapBuf>| -> Vec<usize> {
             out.drain(..)
@@ -237,13 +240,7 @@ fn a_waiting_tails_deadline_is_exact_as_it_moves() {
             ..with_tso(config(9000, true), 65_535)
         };
         let mut merger = Merger::<HeapBuf>::new(cfg, HeapPool::new(256)).unwrap();
-        let make = |f: &Vec<u8>| {
-            let mut b = pool.packet(f);
-            let (ip, l4) = common::nic_rx_verdicts(f);
-            b.set_ip_csum_verdict(ip);
-            b.set_l4_csum_verdict(l4);
-            b
-        };
+        let make = |f: &Vec<u8>| received(&pool, f);
         let what = if fl.v6 { "IPv6" } else { "IPv4" };
         let mut out = Vec::new();
         // Three bursts, together short of the TSO limit: the tail waits through all three. The

@@ -37,12 +37,11 @@
 //! hashes too; a NIC that gives one flow two hashes can only make a segment leave alone that
 //! could have waited for a merge.
 
-use super::flow_table::flags;
 use super::flow_table::NIL;
 use super::item::Layout;
 use super::place::{concat_sum, unreachable_chain, Tail};
 use super::segment::{claimed_payload_sum, Segment};
-use super::{delay, Merger, LIMIT_SLOTS};
+use super::{delay, Merger};
 use crate::buf::{PacketBuf, PacketChain};
 use crate::checksum::Sum;
 use crate::wire::{ip_proto, tcp_flags, Headers};
@@ -222,7 +221,7 @@ impl<B: PacketBuf> Merger<B> {
             return Err(pkt);
         }
         let payload = ip_len - l34;
-        let limit = limits[l34 as usize % LIMIT_SLOTS];
+        let limit = super::limit_of(limits, layout);
         let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
         let ip_id = if layout.v6 { 0 } else { be16([ip[4], ip[5]]) };
         let df = it.df(); // compared: the packet's equals the item's
@@ -256,10 +255,7 @@ impl<B: PacketBuf> Merger<B> {
         it.note_tail(1, ip_id, window, tail_flags, now);
         let done = it.closed() || it.ip_len() >= limit;
         stats.payload_in += u64::from(payload);
-        if e.flags & flags::TOUCHED == 0 {
-            e.flags |= flags::TOUCHED;
-            touched.push(flow);
-        }
+        super::touch_entry(e, flow, touched);
         if done {
             self.emit_through(flow, idx, now, out);
         }

@@ -295,7 +295,7 @@ impl<B: PacketBuf> Merger<B> {
     /// (`MergeConfig::tso_max_len`) the most whole iMTU-sized pieces a TSO request may carry.
     #[inline(always)]
     fn item_limit(&self, layout: Layout) -> u32 {
-        self.limits[layout.l3_l4_len() as usize % LIMIT_SLOTS]
+        limit_of(&self.limits, layout)
     }
 
     /// How the NIC cuts an item with headers `layout` and `payload_len` payload bytes (TSO), or
@@ -830,12 +830,23 @@ impl<B: PacketBuf> Merger<B> {
     }
 
     pub(super) fn touch(&mut self, flow: u32) {
-        let e = self.flows.get_mut(flow);
-        if e.flags & flags::TOUCHED == 0 {
-            e.flags |= flags::TOUCHED;
-            self.touched.push(flow);
-        }
+        touch_entry(self.flows.get_mut(flow), flow, &mut self.touched);
     }
+}
+
+/// Lists `flow` (its entry `e`) among the flows to settle after this burst, once.
+#[inline(always)]
+fn touch_entry(e: &mut FlowEntry, flow: u32, touched: &mut Vec<u32>) {
+    if e.flags & flags::TOUCHED == 0 {
+        e.flags |= flags::TOUCHED;
+        touched.push(flow);
+    }
+}
+
+/// The limit in `limits` (a [`Merger`]'s, by header length) of an item with headers `layout`.
+#[inline(always)]
+fn limit_of(limits: &[u32; LIMIT_SLOTS], layout: Layout) -> u32 {
+    limits[layout.l3_l4_len() as usize % LIMIT_SLOTS]
 }
 
 /// Links the TCP segments of `pending` that share a flow (`next`), each list in arrival order.
