@@ -38,6 +38,9 @@ pub struct Config {
     /// ICMP errors the gateway sends toward the inside, as a router would.
     #[serde(default)]
     pub icmp: Icmp,
+    /// The ports' RSS key: random at start (the default) or a fixed 16-bit pattern.
+    #[serde(default)]
+    pub rss: crate::rss::RssConfig,
     /// Operator output.
     #[serde(default)]
     pub stats: Stats,
@@ -360,18 +363,56 @@ impl Default for Caravan {
 pub struct Mss {
     /// Rewrite the MSS option of SYN and SYN-ACK segments.
     pub rewrite: bool,
+    /// The floor for IPv4, bytes: an outside SYN or SYN-ACK announcing a smaller MSS keeps it
+    /// (the inside host then segments for itself, never below its own floor, as Linux's
+    /// `tcp_min_snd_mss` keeps it), and the gateway never splits IPv4 segments to less than
+    /// this MSS. 536 is TCP's default MSS (RFC 9293 §3.7.1); Linux's own floor is 48.
+    pub min: u16,
+    /// The floor for IPv6, bytes: 1220, what the IPv6 minimum MTU of 1280 carries.
+    pub min_v6: u16,
 }
+
+/// The lowest MSS floor accepted: Linux's `tcp_min_snd_mss` default.
+pub const MSS_FLOOR_MIN: u16 = 48;
 
 impl Default for Mss {
     fn default() -> Self {
-        Self { rewrite: true }
+        Self {
+            rewrite: true,
+            min: 536,
+            min_v6: 1220,
+        }
     }
 }
 
-/// Which connections the gateway merges (issue 15; `crate::conn`).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+impl Mss {
+    /// Checks the floors against what the external MTU `emtu` carries.
+    fn validate(&self, emtu: u16) -> Result<(), ConfigError> {
+        for (key, value, overhead) in [
+            ("mss.min", self.min, crate::mss::overhead(false)),
+            ("mss.min_v6", self.min_v6, crate::mss::overhead(true)),
+        ] {
+            let max = emtu.saturating_sub(overhead);
+            if !(MSS_FLOOR_MIN..=max).contains(&value) {
+                return Err(invalid(
+                    key,
+                    value,
+                    &format!("{MSS_FLOOR_MIN}..={max} (what the external MTU carries)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which connections the gateway merges (`crate::conn`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Connections {
+    /// Established connections each worker remembers. When the table is full, the least
+    /// recently seen connection makes room (`mss.established_evicted` counts it): a host that
+    /// opens many connections cannot keep later ones from being merged.
+    pub max: usize,
     /// Merge connections this instance sees in one direction only: a run of in-order MSS-sized
     /// segments from outside while no segment of the connection from inside crossed this
     /// instance. Turn it on when several instances sit behind routers that choose each
@@ -379,6 +420,15 @@ pub struct Connections {
     /// host's SYN-ACK and ACKs may cross another instance. Off by default: an instance that sees
     /// both directions then admits no connection the inside host did not acknowledge.
     pub one_way: bool,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self {
+            max: 65536,
+            one_way: false,
+        }
+    }
 }
 
 /// Path MTU policy for outbound TCP.
@@ -412,6 +462,13 @@ pub struct Pmtu {
     pub blackhole_window_ms: u64,
     /// The size split IPv6 falls back to after a black hole (1280, the IPv6 minimum MTU).
     pub blackhole_mtu: u16,
+    /// A lowered path MTU (Packet Too Big, F-PMTUD, black-hole fallback) is forgotten this many
+    /// seconds after it was lowered, and the destination probed again (RFC 1191 §6.3, RFC 8201
+    /// §4: 600).
+    pub expire_s: u64,
+    /// F-PMTUD reports per second over all outside sources together, per worker (the
+    /// per-source limit stays 50 per second).
+    pub respond_per_sec: u32,
 }
 
 impl Default for Pmtu {
@@ -427,6 +484,8 @@ impl Default for Pmtu {
             blackhole_retransmits: 2,
             blackhole_window_ms: 10_000,
             blackhole_mtu: 1280,
+            expire_s: 600,
+            respond_per_sec: 1000,
         }
     }
 }
@@ -752,6 +811,14 @@ impl Config {
                 "1..=100000",
             ));
         }
+        self.mss.validate(self.emtu())?;
+        if self.connections.max == 0 || self.connections.max > 1 << 24 {
+            return Err(invalid(
+                "connections.max",
+                self.connections.max,
+                "1..=16777216",
+            ));
+        }
         if self.merge.max_segs < 2 {
             return Err(invalid("merge.max_segs", self.merge.max_segs, "2..=65535"));
         }
@@ -822,6 +889,30 @@ impl Config {
                 self.pmtu.blackhole_window_ms,
                 "1..=600000",
             ));
+        }
+        // Up to a week: the age is kept in nanoseconds.
+        if self.pmtu.expire_s == 0 || self.pmtu.expire_s > 604_800 {
+            return Err(invalid(
+                "pmtu.expire_s",
+                self.pmtu.expire_s,
+                "1..=604800 (RFC 8201 recommends 600)",
+            ));
+        }
+        if self.pmtu.respond_per_sec == 0 || self.pmtu.respond_per_sec > 1_000_000 {
+            return Err(invalid(
+                "pmtu.respond_per_sec",
+                self.pmtu.respond_per_sec,
+                "1..=1000000 (to answer none, set pmtu.respond = false)",
+            ));
+        }
+        if let crate::rss::RssKey::Pattern(p) = self.rss.key {
+            if let Err(e) = crate::rss::SymmetricKey::new(p) {
+                return Err(invalid(
+                    "rss.key",
+                    format!("{p:#06x}"),
+                    &format!("{e}; or \"random\" (the default)"),
+                ));
+            }
         }
         if self.icmp.ratelimit_burst == 0 {
             return Err(invalid("icmp.ratelimit_burst", 0, "at least 1"));

@@ -50,8 +50,10 @@
 //! of their own ([`ConnTable::retransmits_mut`]): only the inside host's segments create entries
 //! there, and a wrong guess only lowers one destination's split size.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::num::NonZeroUsize;
+
+use lru::LruCache;
 
 use pxio::wire::{tcp_flags, FlowKey};
 
@@ -65,6 +67,75 @@ pub struct Conn {
     pub last_seen: u64,
     /// Retransmissions of split segments, for black-hole detection.
     pub retx: Retransmits,
+    /// What the inside host has in flight, for ICMP errors that quote it.
+    pub flight: Flight,
+}
+
+impl Conn {
+    fn new(pmtu: u16, now: u64) -> Self {
+        Self {
+            pmtu,
+            last_seen: now,
+            retx: Retransmits::default(),
+            flight: Flight::default(),
+        }
+    }
+}
+
+/// The inside host's send window as the gateway sees it (RFC 9293 §3.3.1: SND.UNA and SND.NXT),
+/// for the check an endpoint makes on an ICMP error that quotes one of its segments (RFC 5927
+/// §4.1; Linux's `tcp_v4_err` and `tcp_v6_err`): the quoted sequence number must lie between
+/// the oldest unacknowledged byte and the next byte to send.
+///
+/// Either end may be unknown: a connection learned from its data, or seen one way, has not shown
+/// both. [`Flight::in_flight`] then checks against the end it knows, within [`MAX_WINDOW`], and
+/// refuses everything when it knows neither.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flight {
+    /// The oldest byte the outside has not acknowledged: the highest ACK from outside that
+    /// acknowledges nothing beyond what the inside host sent.
+    pub una: Option<u32>,
+    /// The next byte the inside host sends: the end of its highest segment seen.
+    pub nxt: Option<u32>,
+}
+
+/// The most a TCP sender can have in flight: a window of 2^30 bytes (RFC 7323 §2.3, the largest
+/// window scale).
+pub const MAX_WINDOW: u32 = 1 << 30;
+
+impl Flight {
+    /// The inside host sent `seg`.
+    pub fn on_inside(&mut self, seg: &Segment) {
+        let end = seg.seq.wrapping_add(seg.len);
+        if self.nxt.is_none_or(|n| before(n, end)) {
+            self.nxt = Some(end);
+        }
+    }
+
+    /// The outside acknowledged up to `ack`. An ACK beyond what the inside host sent, or one
+    /// more than a window ahead of the last, proves nothing and moves nothing (RFC 5961 §5.2:
+    /// what an endpoint accepts as an acknowledgement).
+    pub fn on_outside_ack(&mut self, ack: u32) {
+        let sent = self.nxt.is_none_or(|n| !before(n, ack));
+        let forward = self
+            .una
+            .is_none_or(|u| before(u, ack) && ack.wrapping_sub(u) < MAX_WINDOW);
+        if sent && forward {
+            self.una = Some(ack);
+        }
+    }
+
+    /// Whether a segment of the inside host starting at `seq` may be in flight: SND.UNA ≤ `seq`
+    /// ≤ SND.NXT, as Linux checks (`between(seq, snd_una, snd_nxt)`). With one end unknown, within
+    /// [`MAX_WINDOW`] of the other; with both unknown, never.
+    pub fn in_flight(&self, seq: u32) -> bool {
+        match (self.una, self.nxt) {
+            (Some(u), Some(n)) => !before(seq, u) && !before(n, seq),
+            (Some(u), None) => !before(seq, u) && seq.wrapping_sub(u) < MAX_WINDOW,
+            (None, Some(n)) => !before(n, seq) && n.wrapping_sub(seq) < MAX_WINDOW,
+            (None, None) => false,
+        }
+    }
 }
 
 /// What the gateway saw of the inside host's segments it split.
@@ -328,18 +399,36 @@ impl Segment {
 pub enum Outcome {
     /// The connection is established (it was, or this segment completed it).
     Established,
-    /// It completed the handshake, but the established table is full: left untranslated.
-    TableFull,
     /// Still half-open (or unknown).
     Pending,
 }
 
-/// The connection table: established connections (bounded; when full, new ones are left
-/// untranslated and counted) and half-open ones (bounded, oldest evicted), kept apart.
+/// What an ICMP error quoting one of the inside host's TCP segments is worth
+/// ([`ConnTable::check_quoted`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quoted {
+    /// The quoted segment may be in flight: the error is believable.
+    InFlight,
+    /// The quoted sequence number is not in flight (RFC 5927 §4.1): a guess, or a stale error.
+    OutOfWindow,
+    /// No connection this instance knows (established or learned one way).
+    Unknown,
+}
+
+/// The connection table: established connections and half-open ones, kept apart, each bounded
+/// and evicting rather than refusing. The established table evicts its least recently seen
+/// connection when full (a connection that went quiet loses its translation first; an active
+/// one is seen again and refreshed on every packet), so connections made by one flooding host
+/// cannot keep every later real connection from being merged.
 #[derive(Debug)]
 pub struct ConnTable {
-    map: HashMap<FlowKey, Conn>,
-    capacity: usize,
+    /// Established connections, least recently seen first out (keyed by `std`'s SipHash with
+    /// per-table random keys).
+    map: LruCache<FlowKey, Conn, RandomState>,
+    /// Established connections evicted to make room for newer ones.
+    established_evicted: u64,
+    /// SYN and SYN-ACK segments on an established connection that changed nothing.
+    syn_ignored: u64,
     half_open: Slots<HalfOpen>,
     learning: Slots<Learning>,
     /// Half-open entries evicted to make room for newer ones.
@@ -375,8 +464,12 @@ impl ConnTable {
     /// `learning` connections being learned from their data, allocated up front.
     pub fn new(capacity: usize, half_open: usize, learning: usize) -> Self {
         Self {
-            map: HashMap::with_capacity(capacity),
-            capacity,
+            map: LruCache::with_hasher(
+                NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
+                RandomState::new(),
+            ),
+            established_evicted: 0,
+            syn_ignored: 0,
             half_open: Slots::new(half_open),
             learning: Slots::new(learning),
             evicted: 0,
@@ -394,31 +487,29 @@ impl ConnTable {
         self
     }
 
-    /// Records or refreshes an established connection; false when the table is full.
-    pub fn upsert(&mut self, key: FlowKey, pmtu: u16, now: u64) -> bool {
-        if let Some(c) = self.map.get_mut(&key) {
-            c.pmtu = pmtu;
-            c.last_seen = now;
-            return true;
+    /// Records an established connection, evicting the least recently seen one when the table
+    /// is full.
+    fn establish(&mut self, key: FlowKey, conn: Conn) {
+        if let Some((old, _)) = self.map.push(key, conn) {
+            if old != key {
+                self.established_evicted += 1;
+            }
         }
-        if self.map.len() >= self.capacity {
-            return false;
-        }
-        self.map.insert(
-            key,
-            Conn {
-                pmtu,
-                last_seen: now,
-                retx: Retransmits::default(),
-            },
-        );
-        true
     }
 
     /// A SYN or SYN-ACK of the connection `key` (inbound-oriented) from outside (`inbound`) or
     /// from inside, with the outside's path MTU hint when it came from outside. A SYN-ACK from
     /// outside that acknowledges the inside's SYN completes the connection; anything else is
     /// remembered as half-open.
+    ///
+    /// **On an established connection** a SYN or SYN-ACK changes nothing, as an endpoint that
+    /// answers it with a challenge ACK changes nothing (RFC 5961 §4): its sequence number is
+    /// anyone's guess, and its MSS must not set the split size of a connection it may not belong
+    /// to. The inside host alone decides whether it starts a new incarnation (after FIN or RST,
+    /// or reusing a connection in TIME-WAIT, as Linux allows), and says so in its answer: a
+    /// SYN-ACK that acknowledges the outside's SYN, or a SYN of its own. Only then is the old
+    /// connection forgotten and the new one handled as any handshake is. Until then the
+    /// outside's SYN waits as a half-open entry, where a flood of them only churns that table.
     pub fn on_handshake(
         &mut self,
         key: FlowKey,
@@ -428,11 +519,34 @@ impl ConnTable {
         now: u64,
     ) -> Outcome {
         if let Some(c) = self.map.get_mut(&key) {
-            if let Some(p) = pmtu {
-                c.pmtu = p;
-            }
             c.last_seen = now;
-            return Outcome::Established;
+            let new_incarnation = match (inbound, seg.ack) {
+                (true, _) => {
+                    let candidate = HalfOpen {
+                        pmtu: pmtu.unwrap_or(0),
+                        outside_isn: Some(seg.seq),
+                        ..HalfOpen::default()
+                    };
+                    if self.half_open.insert(key, candidate, now) {
+                        self.evicted += 1;
+                    }
+                    false
+                }
+                // The inside host opens a connection on this 4-tuple: it holds the old one
+                // closed.
+                (false, None) => true,
+                // The inside host accepts the outside's SYN.
+                (false, Some(ack)) => self
+                    .half_open
+                    .get_mut(&key, now)
+                    .and_then(|h| h.outside_isn)
+                    .is_some_and(|isn| ack == isn.wrapping_add(1)),
+            };
+            if !new_incarnation {
+                self.syn_ignored += 1;
+                return Outcome::Established;
+            }
+            self.map.pop(&key);
         }
         let mut entry = self
             .half_open
@@ -465,16 +579,19 @@ impl ConnTable {
     /// outside's SYN. Otherwise it teaches the table the connection from its data (see the
     /// module documentation, "learned").
     pub fn on_segment(&mut self, key: &FlowKey, seg: &Segment, inbound: bool, now: u64) -> Outcome {
-        if self.map.contains_key(key) {
+        if self.map.contains(key) {
             return Outcome::Established;
         }
         let inside_rst = seg.rst && !inbound;
         if let Some(one_way) = &mut self.one_way {
-            if one_way.get_mut(key, now).is_some() {
+            if let Some(c) = one_way.get_mut(key, now) {
                 // The inside host resetting it: a spoofer's stream, or the connection's end.
                 if inside_rst {
                     one_way.remove(key);
                     return Outcome::Pending;
+                }
+                if let (true, Some(ack)) = (inbound, seg.ack) {
+                    c.flight.on_outside_ack(ack);
                 }
                 return Outcome::Established;
             }
@@ -607,35 +724,37 @@ impl ConnTable {
                 return Outcome::Pending;
             };
             self.learning.remove(key);
-            one_way.insert(
-                *key,
-                Conn {
-                    pmtu: e.ip_len,
-                    last_seen: now,
-                    retx: Retransmits::default(),
-                },
-                now,
-            );
+            let mut conn = Conn::new(e.ip_len, now);
+            conn.flight.on_outside_ack(ack);
+            one_way.insert(*key, conn, now);
             self.learned_one_way += 1;
             return Outcome::Established;
         }
         self.learning.remove(key);
-        if self.upsert(*key, e.ip_len, now) {
-            self.learned += 1;
-            Outcome::Established
+        let mut conn = Conn::new(e.ip_len, now);
+        if inbound {
+            conn.flight.on_outside_ack(ack);
         } else {
-            Outcome::TableFull
+            conn.flight.on_inside(seg);
         }
+        self.establish(*key, conn);
+        self.learned += 1;
+        Outcome::Established
     }
 
     /// Moves a half-open connection whose handshake completed to the established table.
     fn promote(&mut self, key: FlowKey, entry: HalfOpen, now: u64) -> Outcome {
         self.half_open.remove(&key);
-        if self.upsert(key, entry.pmtu, now) {
-            Outcome::Established
-        } else {
-            Outcome::TableFull
+        let mut conn = Conn::new(entry.pmtu, now);
+        if let Some(isn) = entry.inside_isn {
+            // The inside host's SYN is in flight until the outside acknowledges it.
+            conn.flight = Flight {
+                una: Some(isn),
+                nxt: Some(entry.inside_snd_max),
+            };
         }
+        self.establish(key, conn);
+        Outcome::Established
     }
 
     /// The path MTU hint of a connection, established, one-way or half-open, refreshing it;
@@ -653,24 +772,54 @@ impl ConnTable {
         (hint > 0).then_some(hint)
     }
 
-    /// Whether the connection is established or learned one way (refreshing it): a Packet Too
-    /// Big quoting it is worth believing.
-    pub fn is_known(&mut self, key: &FlowKey, now: u64) -> bool {
-        self.touch(key, now).is_some()
-            || self
-                .one_way
-                .as_mut()
-                .is_some_and(|t| t.get_mut(key, now).is_some())
+    /// What an ICMP error quoting the inside host's segment at `seq` of the connection `key`
+    /// (inbound-oriented) is worth: whether the connection is known here (established, or
+    /// learned one way) and the segment may be in flight ([`Flight::in_flight`]).
+    pub fn check_quoted(&mut self, key: &FlowKey, seq: u32, now: u64) -> Quoted {
+        let conn = match self.touch(key, now) {
+            Some(c) => c,
+            None => match self.one_way.as_mut().and_then(|t| t.get_mut(key, now)) {
+                Some(c) => *c,
+                None => return Quoted::Unknown,
+            },
+        };
+        if conn.flight.in_flight(seq) {
+            Quoted::InFlight
+        } else {
+            Quoted::OutOfWindow
+        }
+    }
+
+    /// A segment from outside (`seg`, when its TCP header was readable) of the connection
+    /// `key`: true when the connection is established, which the segment refreshes (and its
+    /// acknowledgement, [`Flight::on_outside_ack`]).
+    pub fn on_outside(&mut self, key: &FlowKey, seg: Option<&Segment>, now: u64) -> bool {
+        let Some(c) = self.touch_mut(key, now) else {
+            return false;
+        };
+        if let Some(ack) = seg.and_then(|s| s.ack) {
+            c.flight.on_outside_ack(ack);
+        }
+        true
+    }
+
+    /// A segment from inside of the connection `key` (inbound-oriented): true when the
+    /// connection is established, which the segment refreshes (and what it sent,
+    /// [`Flight::on_inside`]).
+    pub fn on_inside(&mut self, key: &FlowKey, seg: &Segment, now: u64) -> bool {
+        let Some(c) = self.touch_mut(key, now) else {
+            return false;
+        };
+        c.flight.on_inside(seg);
+        true
     }
 
     /// The established connection, refreshed.
     pub fn touch(&mut self, key: &FlowKey, now: u64) -> Option<Conn> {
-        let c = self.map.get_mut(key)?;
-        c.last_seen = now;
-        Some(*c)
+        self.touch_mut(key, now).map(|c| *c)
     }
 
-    /// The established connection, refreshed, to update.
+    /// The established connection, refreshed (and made the most recently seen), to update.
     pub fn touch_mut(&mut self, key: &FlowKey, now: u64) -> Option<&mut Conn> {
         let c = self.map.get_mut(key)?;
         c.last_seen = now;
@@ -681,10 +830,8 @@ impl ConnTable {
     /// established or one-way connection's, else an entry of the bounded table of connections
     /// split but not known (made now if needed). `None` only if a table cannot hold it.
     pub fn retransmits_mut(&mut self, key: &FlowKey, now: u64) -> Option<&mut Retransmits> {
-        if self.map.contains_key(key) {
-            let c = self.map.get_mut(key)?;
-            c.last_seen = now;
-            return Some(&mut c.retx);
+        if self.map.contains(key) {
+            return self.touch_mut(key, now).map(|c| &mut c.retx);
         }
         if self.one_way.as_ref().is_some_and(|t| t.find(key).is_some()) {
             return self
@@ -703,7 +850,11 @@ impl ConnTable {
     /// returns how many established ones went.
     pub fn expire(&mut self, cutoff: u64) -> usize {
         let before = self.map.len();
-        self.map.retain(|_, c| c.last_seen >= cutoff);
+        // Least recently seen first: every refresh moves an entry to the front, so the idle
+        // ones are at the back, and the walk stops at the first one seen since `cutoff`.
+        while self.map.peek_lru().is_some_and(|(_, c)| c.last_seen < cutoff) {
+            self.map.pop_lru();
+        }
         self.half_open.expire(cutoff);
         self.learning.expire(cutoff);
         if let Some(t) = &mut self.one_way {
@@ -731,6 +882,16 @@ impl ConnTable {
     /// Half-open entries evicted so far to make room for newer ones.
     pub fn evicted(&self) -> u64 {
         self.evicted
+    }
+
+    /// Established connections evicted so far to make room for newer ones.
+    pub fn established_evicted(&self) -> u64 {
+        self.established_evicted
+    }
+
+    /// SYN and SYN-ACK segments on established connections that changed nothing, so far.
+    pub fn syn_ignored(&self) -> u64 {
+        self.syn_ignored
     }
 
     /// Connections learned from their data so far.
@@ -914,13 +1075,15 @@ mod tests {
         );
         assert_eq!((t.len(), t.one_way(), t.learned_one_way()), (0, 1, 1));
         assert_eq!(t.pmtu_hint(&k, 0), Some(1488), "the observed size");
-        assert!(t.is_known(&k, 0));
+        // Its acknowledgements bound what an ICMP error may quote: from the last one on.
+        assert_eq!(t.check_quoted(&k, 77, 0), Quoted::InFlight);
+        assert_eq!(t.check_quoted(&k, 76, 0), Quoted::OutOfWindow);
         // The inside host resets it: gone.
         let mut rst = data(5, seq, 0);
         rst.rst = true;
         assert_eq!(t.on_segment(&k, &rst, false, 0), Outcome::Pending);
         assert_eq!(t.one_way(), 0);
-        assert!(!t.is_known(&k, 0));
+        assert_eq!(t.check_quoted(&k, 5, 0), Quoted::Unknown);
     }
 
     #[test]
@@ -1058,18 +1221,72 @@ mod tests {
     }
 
     #[test]
-    fn a_full_established_table_is_reported() {
-        let mut t = ConnTable::new(1, 16, 16);
-        for i in 0..2 {
-            let k = key(10 + i);
-            t.on_handshake(k, &seg(1, None, true), true, Some(1500), 0);
-            t.on_handshake(k, &seg(50, Some(2), true), false, None, 0);
-            let want = if i == 0 {
-                Outcome::Established
-            } else {
-                Outcome::TableFull
-            };
-            assert_eq!(t.on_segment(&k, &seg(2, Some(51), false), true, 1), want);
+    fn a_full_established_table_evicts_the_least_recently_seen() {
+        let mut t = ConnTable::new(2, 16, 16);
+        let open = |t: &mut ConnTable, k: FlowKey, now: u64| {
+            t.on_handshake(k, &seg(1, None, true), true, Some(1500), now);
+            t.on_handshake(k, &seg(50, Some(2), true), false, None, now);
+            t.on_segment(&k, &seg(2, Some(51), false), true, now)
+        };
+        for i in 0..3 {
+            assert_eq!(open(&mut t, key(10 + i), i.into()), Outcome::Established);
+            if i == 1 {
+                // The first connection is seen again: the second is now the idlest.
+                assert!(t.touch(&key(10), 2).is_some());
+            }
         }
+        assert_eq!((t.len(), t.established_evicted()), (2, 1));
+        assert!(t.touch(&key(10), 3).is_some() && t.touch(&key(12), 3).is_some());
+        assert!(t.touch(&key(11), 3).is_none());
+        // Expiry walks from the idlest end and stops at the first one seen since the cutoff.
+        assert!(t.touch(&key(12), 9).is_some());
+        assert_eq!(t.expire(5), 1);
+        assert!(t.touch(&key(12), 9).is_some());
+    }
+
+    #[test]
+    fn the_flight_window_follows_what_the_inside_sent_and_the_outside_acknowledged() {
+        let mut f = Flight::default();
+        assert!(!f.in_flight(0), "nothing known: nothing believed");
+        f.on_inside(&data(1000, 1, 500));
+        assert!(f.in_flight(1000) && f.in_flight(1500) && !f.in_flight(1501));
+        assert!(!f.in_flight(1000u32.wrapping_sub(MAX_WINDOW)));
+        f.on_outside_ack(1200);
+        assert!(!f.in_flight(1199) && f.in_flight(1200));
+        // An ACK beyond what was sent, or one going back, moves nothing.
+        f.on_outside_ack(9999);
+        f.on_outside_ack(1100);
+        assert_eq!(f.una, Some(1200));
+        // Across the wrap.
+        let mut f = Flight::default();
+        f.on_inside(&data(u32::MAX - 10, 1, 100));
+        f.on_outside_ack(u32::MAX - 5);
+        assert!(f.in_flight(5) && !f.in_flight(u32::MAX - 6) && !f.in_flight(90));
+    }
+
+    #[test]
+    fn a_syn_on_an_established_connection_waits_for_the_inside_hosts_answer() {
+        let mut t = ConnTable::new(4, 16, 16);
+        let k = key(30);
+        t.on_handshake(k, &seg(100, None, true), true, Some(1400), 0);
+        t.on_handshake(k, &seg(500, Some(101), true), false, None, 0);
+        t.on_segment(&k, &seg(101, Some(501), false), true, 0);
+        assert_eq!(t.pmtu_hint(&k, 1), Some(1400));
+        // A SYN with another MSS: remembered apart, the connection unchanged.
+        let outcome = t.on_handshake(k, &seg(9000, None, true), true, Some(600), 2);
+        assert_eq!(outcome, Outcome::Established);
+        assert_eq!((t.pmtu_hint(&k, 3), t.syn_ignored()), (Some(1400), 1));
+        // The inside host answers with a SYN-ACK for another SYN: still nothing.
+        t.on_handshake(k, &seg(7000, Some(1234), true), false, None, 4);
+        assert_eq!((t.pmtu_hint(&k, 5), t.syn_ignored()), (Some(1400), 2));
+        // It accepts the SYN: a new incarnation, with that SYN's hint, once the outside's ACK
+        // of the inside's SYN-ACK completes it.
+        t.on_handshake(k, &seg(7000, Some(9001), true), false, None, 6);
+        assert_eq!(t.len(), 0);
+        assert_eq!(
+            t.on_segment(&k, &seg(9001, Some(7001), false), true, 7),
+            Outcome::Established
+        );
+        assert_eq!((t.pmtu_hint(&k, 8), t.syn_ignored()), (Some(600), 2));
     }
 }

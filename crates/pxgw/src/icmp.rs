@@ -17,9 +17,9 @@
 //!   original's, swapped (as if the router the host sent to answered), VLAN tag kept.
 //! - **Rate limit:** per destination (the host answered), a token bucket like Linux's
 //!   `icmp_ratelimit` (one per second, burst 6), and a global one like `icmp_msgs_per_sec` and
-//!   `icmp_msgs_burst` (1000/s, burst 50). The per-destination table is bounded.
+//!   `icmp_msgs_burst` (1000/s, burst 50). The per-destination table is bounded, and set
+//!   associative: a new destination costs the same whatever it holds.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 use pxio::wire::{self, ethernet, icmp, ip_proto, ipv6, EthernetFrame, EthernetRepr};
@@ -61,6 +61,15 @@ pub struct RouterSummary {
     pub blackhole_fallbacks: u64,
     /// ICMP errors answering the gateway's own F-PMTUD probes, consumed (never forwarded).
     pub probe_errors_consumed: u64,
+    /// Packet Too Big / "fragmentation needed" quoting a TCP sequence number the inside host
+    /// does not have in flight (RFC 5927 §4.1): not learned (still forwarded).
+    pub ptb_out_of_window: u64,
+    /// Packet Too Big / "fragmentation needed" with an MTU below the floor (IPv6's 1280, or the
+    /// MSS floor's): not learned (still forwarded).
+    pub ptb_below_floor: u64,
+    /// Packet Too Big / "fragmentation needed" quoting a TCP connection this instance does not
+    /// know: not learned (still forwarded).
+    pub ptb_unknown: u64,
 }
 
 impl RouterSummary {
@@ -76,98 +85,51 @@ impl RouterSummary {
         self.ptb_learned += o.ptb_learned;
         self.blackhole_fallbacks += o.blackhole_fallbacks;
         self.probe_errors_consumed += o.probe_errors_consumed;
+        self.ptb_out_of_window += o.ptb_out_of_window;
+        self.ptb_below_floor += o.ptb_below_floor;
+        self.ptb_unknown += o.ptb_unknown;
     }
 }
 
-/// A token bucket counted in nanoseconds of credit, like Linux's `inet_peer_xrlim_allow`.
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    credit: u64,
-    last: u64,
-}
-
-impl Bucket {
-    fn full(cap: u64, now: u64) -> Self {
-        Self {
-            credit: cap,
-            last: now,
-        }
-    }
-
-    fn refill(&mut self, now: u64, cap: u64) {
-        self.credit = self
-            .credit
-            .saturating_add(now.saturating_sub(self.last))
-            .min(cap);
-        self.last = now;
-    }
-}
-
-/// The per-destination and global limits.
+/// The per-destination and global limits: [`fpmtud::ratelimit::RateLimiter`], the token buckets
+/// F-PMTUD's responder uses, in a bounded set-associative table (a new destination reads one
+/// set, never the whole table). A destination whose set is full of buckets still in use gets no
+/// error until one refills.
 #[derive(Debug)]
 pub struct RateLimiter {
-    per_dest: HashMap<IpAddr, Bucket>,
-    global: Bucket,
-    dest_cost: u64,
-    dest_cap: u64,
-    global_cost: u64,
-    global_cap: u64,
-    max_destinations: usize,
+    limits: fpmtud::ratelimit::RateLimiter<IpAddr>,
 }
 
 impl RateLimiter {
     /// Limits from the `[icmp]` configuration, both buckets full at `now`.
     pub fn new(cfg: &IcmpConfig, now: u64) -> Self {
-        let dest_cost = cfg.ratelimit_ms.saturating_mul(NS_PER_MS);
-        let global_cost = NS_PER_S / u64::from(cfg.msgs_per_sec.max(1));
-        let global_cap = global_cost.saturating_mul(u64::from(cfg.msgs_burst.max(1)));
+        use fpmtud::ratelimit::{Limit, WhenFull};
+        let per_dest = (cfg.ratelimit_ms > 0).then(|| {
+            Limit::every(
+                cfg.ratelimit_ms.saturating_mul(NS_PER_MS),
+                cfg.ratelimit_burst,
+            )
+        });
+        let global = Limit::every(NS_PER_S / u64::from(cfg.msgs_per_sec.max(1)), cfg.msgs_burst);
         Self {
-            per_dest: HashMap::with_capacity(cfg.max_destinations.min(4096)),
-            global: Bucket::full(global_cap, now),
-            dest_cost,
-            dest_cap: dest_cost.saturating_mul(u64::from(cfg.ratelimit_burst.max(1))),
-            global_cost,
-            global_cap,
-            max_destinations: cfg.max_destinations,
+            limits: fpmtud::ratelimit::RateLimiter::new(
+                per_dest,
+                global,
+                cfg.max_destinations,
+                WhenFull::Refuse,
+                now,
+            ),
         }
     }
 
     /// Whether an error to `dest` may go at `now`; takes the tokens when it may.
     pub fn allow(&mut self, dest: IpAddr, now: u64) -> bool {
-        self.global.refill(now, self.global_cap);
-        if self.global.credit < self.global_cost {
-            return false;
-        }
-        if self.dest_cost > 0 {
-            if !self.per_dest.contains_key(&dest) && self.per_dest.len() >= self.max_destinations {
-                // Forget the destinations whose bucket is full again: they hold no state.
-                let cap = self.dest_cap;
-                self.per_dest.retain(|_, b| {
-                    b.refill(now, cap);
-                    b.credit < cap
-                });
-                if self.per_dest.len() >= self.max_destinations {
-                    return false;
-                }
-            }
-            let cap = self.dest_cap;
-            let b = self
-                .per_dest
-                .entry(dest)
-                .or_insert_with(|| Bucket::full(cap, now));
-            b.refill(now, cap);
-            if b.credit < self.dest_cost {
-                return false;
-            }
-            b.credit -= self.dest_cost;
-        }
-        self.global.credit -= self.global_cost;
-        true
+        self.limits.check(dest, now) == fpmtud::ratelimit::Verdict::Allowed
     }
 
     /// Destinations whose rate state is held.
     pub fn tracked(&self) -> usize {
-        self.per_dest.len()
+        self.limits.len()
     }
 }
 

@@ -473,6 +473,21 @@ impl Collector for Collect {
                 |r| r.pmtud.answered,
             ),
             (
+                "pxgw_pmtud_expired",
+                "Lowered path MTUs forgotten after pmtu.expire_s (back at the eMTU).",
+                |r| r.pmtud.expired,
+            ),
+            (
+                "pxgw_pmtud_respond_source_limited",
+                "F-PMTUD probes from outside not answered: their source exceeded its rate.",
+                |r| r.pmtud.respond_source_limited,
+            ),
+            (
+                "pxgw_pmtud_respond_global_limited",
+                "F-PMTUD probes from outside not answered: pmtu.respond_per_sec reached.",
+                |r| r.pmtud.respond_global_limited,
+            ),
+            (
                 "pxgw_mss_handshakes",
                 "SYN and SYN-ACK segments seen.",
                 |r| r.mss.handshakes,
@@ -494,6 +509,46 @@ impl Collector for Collect {
                 "pxgw_connections_half_open_evicted",
                 "Half-open connections evicted for newer ones (a SYN flood shows here).",
                 |r| r.mss.half_open_evicted,
+            ),
+            (
+                "pxgw_connections_evicted",
+                "Established connections evicted, least recently seen first, for newer ones.",
+                |r| r.mss.established_evicted,
+            ),
+            (
+                "pxgw_mss_below_floor",
+                "Outside SYNs announcing an MSS below [mss] min: not raised.",
+                |r| r.mss.below_floor,
+            ),
+            (
+                "pxgw_syn_ignored",
+                "SYN and SYN-ACK segments on established connections that changed nothing.",
+                |r| r.mss.syn_ignored,
+            ),
+            (
+                "pxgw_ptb_learned",
+                "Packet Too Big / fragmentation needed from outside that lowered a path MTU.",
+                |r| r.router.ptb_learned,
+            ),
+            (
+                "pxgw_ptb_out_of_window",
+                "Packet Too Big / fragmentation needed quoting a sequence number not in flight: ignored.",
+                |r| r.router.ptb_out_of_window,
+            ),
+            (
+                "pxgw_ptb_below_floor",
+                "Packet Too Big / fragmentation needed with an MTU below the floor: ignored.",
+                |r| r.router.ptb_below_floor,
+            ),
+            (
+                "pxgw_ptb_unknown",
+                "Packet Too Big / fragmentation needed quoting an unknown connection: ignored.",
+                |r| r.router.ptb_unknown,
+            ),
+            (
+                "pxgw_caravan_mark_cleared",
+                "Inbound packets that wore the caravan mark, cleared.",
+                |r| r.caravan.mark_cleared,
             ),
             (
                 "pxgw_split_packets",
@@ -537,6 +592,7 @@ impl Collector for Collect {
                 ("pool_exhausted", d.pool_exhausted),
                 ("oversize_inbound", d.oversize_inbound),
                 ("merge_no_buffer", d.merge_no_buffer),
+                ("mark_uncleared", d.mark_uncleared),
             ] {
                 drops.push((
                     vec![("worker", i.to_string()), ("reason", reason.to_owned())],

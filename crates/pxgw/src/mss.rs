@@ -43,6 +43,16 @@ pub fn is_syn(frame: &[u8], hdr: &Headers) -> bool {
     wire::TcpPacket::new_checked(tcp).is_ok_and(|t| t.flags() & tcp_flags::SYN != 0)
 }
 
+/// The MSS option of the TCP segment in `frame` (classified as `hdr`), when it has a
+/// well-formed, non-zero one.
+pub fn read(frame: &[u8], hdr: &Headers) -> Option<u16> {
+    let tcp = frame.get(hdr.l4_offset()..hdr.hdr_len())?;
+    wire::TcpPacket::new_checked(tcp)
+        .ok()?
+        .mss()
+        .filter(|&m| m > 0)
+}
+
 /// Reads the MSS of a SYN in `frame` and, if `target` is given, rewrites it to `target` when
 /// `raise` (inbound: raise or lower to exactly target) or to `min(mss, target)` otherwise
 /// (outbound clamp). The TCP checksum is patched incrementally.

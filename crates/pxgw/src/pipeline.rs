@@ -49,8 +49,6 @@ const ETH_HLEN: usize = 14;
 const VLAN_ETH_HLEN: usize = 18;
 /// Open caravans at once, per worker.
 const MAX_OPEN_CARAVANS: usize = 1024;
-/// Connections remembered, per worker.
-const MAX_CONNECTIONS: usize = 65536;
 /// Half-open connections remembered, per worker (oldest evicted: `crate::conn`).
 const MAX_HALF_OPEN: usize = 65536;
 /// Connections being learned from their data, per worker (oldest evicted: `crate::conn`).
@@ -80,9 +78,9 @@ pub struct Pipeline<B: PacketBuf> {
 /// What an inbound UDP flow holds: one datagram, kept as it came until a second one joins it (a
 /// caravan of one is never built: `docs/caravan.md`, "Single datagrams"), or an open caravan.
 enum Open<B: PacketBuf> {
-    /// A lone datagram, its headers, and the parse they come from (handed to the caravan
-    /// builder when a second datagram joins it).
-    Lone(B, Headers, Parsed),
+    /// A lone datagram and its parse (handed to the caravan builder when a second datagram
+    /// joins it).
+    Lone(B, Parsed),
     /// A caravan of at least two.
     Caravan(CaravanBuilder<B>),
 }
@@ -94,6 +92,12 @@ struct Settings {
     imtu: u16,
     merge: bool,
     mss_rewrite: bool,
+    /// The smallest MSS the gateway raises, and the smallest it splits to: IPv4, IPv6
+    /// (`[mss] min`, `min_v6`).
+    mss_floor: (u16, u16),
+    /// The caravan mark (`[caravan] dscp`), which no inbound packet keeps unless pxgw packed it,
+    /// caravans on or off.
+    mark: u8,
     caravan: Option<CaravanConfig>,
     caravan_timeout_ns: u64,
     exclude: Vec<u16>,
@@ -140,6 +144,8 @@ impl<B: PacketBuf> Pipeline<B> {
                 imtu: cfg.imtu(),
                 merge: cfg.merge.enabled,
                 mss_rewrite: cfg.mss.rewrite,
+                mss_floor: (cfg.mss.min, cfg.mss.min_v6),
+                mark: cfg.caravan.dscp,
                 caravan: cfg.caravan.enabled.then_some(CaravanConfig {
                     dscp: cfg.caravan.dscp,
                     imtu: cfg.imtu(),
@@ -164,7 +170,7 @@ impl<B: PacketBuf> Pipeline<B> {
             },
             merger: Merger::new(merge_cfg, merge_pool)?,
             conns: {
-                let t = ConnTable::new(MAX_CONNECTIONS, MAX_HALF_OPEN, MAX_LEARNING);
+                let t = ConnTable::new(cfg.connections.max, MAX_HALF_OPEN, MAX_LEARNING);
                 if cfg.connections.one_way {
                     t.with_one_way(MAX_ONE_WAY)
                 } else {
@@ -175,7 +181,7 @@ impl<B: PacketBuf> Pipeline<B> {
             expired: Vec::with_capacity(MAX_OPEN_CARAVANS),
             pool,
             report: Report::default(),
-            pmtu: PathMtu::new(cfg.emtu(), cfg.pmtu.port, cfg.pmtu.probe, cfg.pmtu.respond)?,
+            pmtu: PathMtu::from_config(cfg)?,
             replies: Vec::with_capacity(64),
             inside_replies: Vec::with_capacity(64),
             limiter: RateLimiter::new(&cfg.icmp, 0),
@@ -200,6 +206,8 @@ impl<B: PacketBuf> Pipeline<B> {
         r.connections = self.conns.len() as u64;
         r.mss.half_open = self.conns.half_open() as u64;
         r.mss.half_open_evicted = self.conns.evicted();
+        r.mss.established_evicted = self.conns.established_evicted();
+        r.mss.syn_ignored = self.conns.syn_ignored();
         r.mss.learned = self.conns.learned();
         r.mss.learned_one_way = self.conns.learned_one_way();
         r.pmtud = self.pmtu.summary();
@@ -303,6 +311,9 @@ impl<B: PacketBuf> Pipeline<B> {
         self.report.inbound.packets_in += 1;
         self.report.inbound.bytes_in += pkt.len() as u64;
         self.report.sizes.inbound_received.record(pkt.len());
+        if !self.inbound_unmark(&mut pkt) {
+            return;
+        }
         // Only a frame longer than an untagged iMTU frame can hold an IP packet above the iMTU:
         // the common case costs one comparison.
         let imtu = usize::from(self.cfg.imtu);
@@ -327,11 +338,10 @@ impl<B: PacketBuf> Pipeline<B> {
                     self.inbound_syn(&mut pkt, &h, &seg, now);
                 }
                 let known = match seg {
-                    _ if self.conns.touch(&key, now).is_some() => true,
+                    _ if self.conns.on_outside(&key, seg.as_ref(), now) => true,
                     // A segment that completes a half-open connection makes it known.
                     Some(seg) if !seg.syn => {
-                        let outcome = self.conns.on_segment(&key, &seg, true, now);
-                        self.count_outcome(outcome)
+                        self.conns.on_segment(&key, &seg, true, now) == conn::Outcome::Established
                     }
                     _ => false,
                 };
@@ -425,6 +435,52 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
+    /// Clears the caravan mark of an inbound frame, whatever it is: the mark is the gateway's to
+    /// give (inside hosts' decapsulators trust it), and an outsider's pre-formed caravan must
+    /// reach the inside as the ordinary datagram it is. This runs before any other inbound
+    /// step, so no path (caravans off, excluded ports, fragments, other protocols, malformed
+    /// headers, oversize packets) lets the mark through. False when the frame must be dropped
+    /// (counted): it wears the mark, or may, and cannot be rewritten (shared data, or a first
+    /// buffer too short to hold the IP header's first bytes).
+    fn inbound_unmark(&mut self, pkt: &mut B) -> bool {
+        use wire::ethernet::ethertype;
+        let chained = pkt.num_segs() > 1;
+        let head = pkt.head();
+        let (l3, v6) = match wire::EthernetFrame::new_checked(head) {
+            Ok(eth) => match eth.ethertype() {
+                ethertype::IPV4 => (eth.header_len(), false),
+                ethertype::IPV6 => (eth.header_len(), true),
+                _ => return true,
+            },
+            // A runt, whole: not IP. A chain whose first buffer does not even hold the Ethernet
+            // header: what it is cannot be told.
+            Err(_) if !chained => return true,
+            Err(_) => return self.mark_uncleared(),
+        };
+        match dscp_at(head, l3, v6) {
+            Some(dscp) if dscp != self.cfg.mark => return true,
+            // Too short to hold the IP header's first bytes, whole: not IP enough to carry it.
+            None if !chained => return true,
+            // Marked; or a chain whose first buffer does not hold the DSCP.
+            _ => {}
+        }
+        match pkt.head_mut() {
+            Some(frame) if frame.len() >= l3 + dscp_span(v6) => {
+                clear_dscp(frame, l3, v6);
+                self.report.caravan.mark_cleared += 1;
+                true
+            }
+            _ => self.mark_uncleared(),
+        }
+    }
+
+    /// Counts an inbound frame dropped because it wears the caravan mark, or may, and the mark
+    /// cannot be cleared; false, for [`inbound_unmark`](Self::inbound_unmark).
+    fn mark_uncleared(&mut self) -> bool {
+        self.report.drops.mark_uncleared += 1;
+        false
+    }
+
     /// An ICMP or ICMPv6 error from outside. Returns true when it answers one of the gateway's
     /// own F-PMTUD probes (then it is consumed: the inside host never sent that probe). A Packet
     /// Too Big ("fragmentation needed" for IPv4) quoting a segment of a connection the gateway
@@ -443,17 +499,31 @@ impl<B: PacketBuf> Pipeline<B> {
         let Some(mtu) = err.too_big else {
             return false;
         };
-        if !self.cfg.learn_ptb || err.proto != wire::ip_proto::TCP {
+        let Some(seq) = err.tcp_seq.filter(|_| self.cfg.learn_ptb) else {
+            return false;
+        };
+        // An endpoint believes the error only when it quotes a segment it may have in flight
+        // (RFC 5927 §4.1, Linux's tcp_v4_err); so does the gateway, on the inside host's behalf.
+        let floor = self.split_floor(err.v6);
+        let router = &mut self.report.router;
+        match self.conns.check_quoted(&conn::reverse(&err.flow()), seq, now) {
+            conn::Quoted::InFlight => {}
+            conn::Quoted::OutOfWindow => {
+                router.ptb_out_of_window += 1;
+                return false;
+            }
+            conn::Quoted::Unknown => {
+                router.ptb_unknown += 1;
+                return false;
+            }
+        }
+        // Below the floor the gateway never splits (`split_floor`); IPv6 never below its
+        // minimum MTU (RFC 8201 §4). Linux ignores such an MTU for IPv6 too and clamps IPv4 to
+        // its own floor (`ip_rt_min_pmtu`): either way the path MTU is not lowered by it.
+        if mtu < floor {
+            router.ptb_below_floor += 1;
             return false;
         }
-        let key = conn::reverse(&err.flow());
-        if !self.conns.is_known(&key, now) {
-            return false;
-        }
-        // RFC 8201 §4: never below the IPv6 minimum; IPv4 as low as RFC 791's 576 (Linux's
-        // floor is 552).
-        let floor = if err.v6 { 1280 } else { 576 };
-        let mtu = mtu.max(floor);
         if self.pmtu.cap(err.dst, mtu, now) {
             self.report.router.ptb_learned += 1;
             tracing::info!(dst = %err.dst, mtu, "path MTU learned from an ICMP error");
@@ -472,47 +542,53 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
-    /// Counts a connection the established table could not take; true when it is established.
-    fn count_outcome(&mut self, outcome: conn::Outcome) -> bool {
-        match outcome {
-            conn::Outcome::Established => true,
-            conn::Outcome::TableFull => {
-                self.report.mss.table_full += 1;
-                false
-            }
-            conn::Outcome::Pending => false,
+    /// The smallest MSS the gateway raises toward the inside host (`[mss] min`, `min_v6`).
+    fn mss_floor(&self, v6: bool) -> u16 {
+        if v6 {
+            self.cfg.mss_floor.1
+        } else {
+            self.cfg.mss_floor.0
         }
     }
 
+    /// The smallest IP packet the gateway splits to: the MSS floor's. Whatever the path MTU
+    /// hints say (an MSS, a Packet Too Big, F-PMTUD, the black-hole fallback), no outside host
+    /// can make the gateway cut a segment into more pieces than this.
+    fn split_floor(&self, v6: bool) -> u16 {
+        self.mss_floor(v6).saturating_add(mss::overhead(v6))
+    }
+
+    /// An outside SYN or SYN-ACK. Its MSS is raised to the iMTU's, so the inside host sends
+    /// large segments that the gateway splits on the way out; but not when it is below the
+    /// floor (`[mss] min`): an outside host announcing a tiny MSS (8 B, say) would otherwise
+    /// have the gateway cut each large segment into a thousand frames, where the inside host's
+    /// own TCP would never send below its own floor (Linux's `tcp_min_snd_mss`, 48 B). Left as
+    /// it is, that MSS reaches the inside host, which segments and checks for itself.
     fn inbound_syn(&mut self, pkt: &mut B, h: &Headers, seg: &conn::Segment, now: u64) {
         self.report.mss.handshakes += 1;
-        let target = self
-            .cfg
-            .mss_rewrite
-            .then(|| self.cfg.imtu.saturating_sub(mss::overhead(h.key.v6)));
-        let Some(frame) = pkt.head_mut() else {
-            return;
-        };
-        let hs = mss::rewrite(frame, h, target, true);
-        if hs.mss.is_none() {
-            self.report.mss.without_mss += 1;
+        let v6 = h.key.v6;
+        let announced = mss::read(pkt.head(), h);
+        let below_floor = announced.is_some_and(|m| m < self.mss_floor(v6));
+        self.report.mss.below_floor += u64::from(below_floor);
+        let target = (self.cfg.mss_rewrite && !below_floor)
+            .then(|| self.cfg.imtu.saturating_sub(mss::overhead(v6)));
+        if let Some(frame) = pkt.head_mut() {
+            let hs = mss::rewrite(frame, h, target, true);
+            self.report.mss.rewritten += u64::from(hs.rewritten.is_some());
         }
-        if hs.rewritten.is_some() {
-            self.report.mss.rewritten += 1;
-        }
+        self.report.mss.without_mss += u64::from(announced.is_none());
         let pmtu = match self.cfg.policy {
-            PmtuPolicy::Mss => match hs.mss {
-                Some(_) => mss::pmtu_from_mss(hs.mss, h.key.v6, self.cfg.emtu),
+            PmtuPolicy::Mss => match announced {
+                Some(_) => mss::pmtu_from_mss(announced, v6, self.cfg.emtu),
                 None => self.fallback_pmtu(),
             },
             _ => self.fallback_pmtu_for(self.cfg.policy),
         };
         // A SYN from outside only makes a half-open connection; a SYN-ACK that acknowledges
-        // the inside host's SYN completes one (`crate::conn`).
-        let outcome =
-            self.conns
-                .on_handshake(conn::inbound_key(&h.key), seg, true, Some(pmtu), now);
-        self.count_outcome(outcome);
+        // the inside host's SYN completes one; neither changes an established one
+        // (`crate::conn`).
+        self.conns
+            .on_handshake(conn::inbound_key(&h.key), seg, true, Some(pmtu), now);
     }
 
     fn fallback_pmtu(&self) -> u16 {
@@ -530,7 +606,7 @@ impl<B: PacketBuf> Pipeline<B> {
     /// which every caravan step below takes instead of classifying again).
     fn inbound_udp(
         &mut self,
-        mut pkt: B,
+        pkt: B,
         h: &Headers,
         parsed: &Parsed,
         now: u64,
@@ -542,10 +618,6 @@ impl<B: PacketBuf> Pipeline<B> {
         let excluded =
             self.cfg.exclude.contains(&h.key.sport) || self.cfg.exclude.contains(&h.key.dport);
         if excluded {
-            // An outside datagram must never reach the inside wearing the caravan mark.
-            if dscp(pkt.head(), h) == ccfg.dscp {
-                remark(&mut pkt, h);
-            }
             return out.push(pkt);
         }
         if let Some(why) = self.unpackable(pkt.head(), h) {
@@ -557,7 +629,7 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             // What the flow has held leaves first, so the flow keeps its order.
             self.close_caravan(&h.key, out);
-            return self.pass_udp(pkt, h, ccfg.dscp, out);
+            return out.push(pkt);
         }
         let pkt = match self.caravans.get_mut(&h.key) {
             Some((Open::Caravan(builder), _)) => match builder.push_parsed(pkt, parsed) {
@@ -574,10 +646,10 @@ impl<B: PacketBuf> Pipeline<B> {
                 }
                 Err((_, pkt)) => {
                     self.close_caravan(&h.key, out);
-                    return self.pass_udp(pkt, h, ccfg.dscp, out);
+                    return out.push(pkt);
                 }
             },
-            Some((Open::Lone(first, _, first_parsed), _)) => {
+            Some((Open::Lone(first, first_parsed), _)) => {
                 match caravan::can_pair_parsed(first, first_parsed, &pkt, parsed, &ccfg) {
                     Ok(()) => return self.pair(pkt, h, parsed, &ccfg, out),
                     // Nothing joins the held datagram: it leaves as it came, first.
@@ -590,16 +662,16 @@ impl<B: PacketBuf> Pipeline<B> {
             None => pkt,
         };
         if self.caravans.len() >= MAX_OPEN_CARAVANS {
-            return self.pass_udp(pkt, h, ccfg.dscp, out);
+            return out.push(pkt);
         }
         // Held as it came until a second datagram joins it; one that could never open a caravan
         // passes at once.
         match caravan::packable_parsed(&pkt, parsed, &ccfg) {
             Ok(()) => {
                 self.caravans
-                    .insert(h.key, (Open::Lone(pkt, *h, *parsed), now));
+                    .insert(h.key, (Open::Lone(pkt, *parsed), now));
             }
-            Err(_) => self.pass_udp(pkt, h, ccfg.dscp, out),
+            Err(_) => out.push(pkt),
         }
     }
 
@@ -614,18 +686,16 @@ impl<B: PacketBuf> Pipeline<B> {
         ccfg: &CaravanConfig,
         out: &mut Vec<B>,
     ) {
-        let (first, first_hdr, first_parsed, since) = match self.caravans.remove(&h.key) {
-            Some((Open::Lone(first, first_hdr, first_parsed), since)) => {
-                (first, first_hdr, first_parsed, since)
-            }
+        let (first, first_parsed, since) = match self.caravans.remove(&h.key) {
+            Some((Open::Lone(first, first_parsed), since)) => (first, first_parsed, since),
             // Callers pair only with a lone datagram. Should an open caravan be found instead,
             // it leaves whole, first, rather than being dropped, and the datagram follows it.
             Some(open) => {
                 self.caravans.insert(h.key, open);
                 self.close_caravan(&h.key, out);
-                return self.pass_udp(second, h, ccfg.dscp, out);
+                return out.push(second);
             }
-            None => return self.pass_udp(second, h, ccfg.dscp, out),
+            None => return out.push(second),
         };
         match CaravanBuilder::start_parsed(first, &first_parsed, *ccfg, &self.pool) {
             Ok(mut b) => match b.push_parsed(second, parsed) {
@@ -639,16 +709,15 @@ impl<B: PacketBuf> Pipeline<B> {
                     self.report.caravan.datagrams_packed += 1;
                     self.report.caravan.caravans_built += 1;
                     out.push(b.finish());
-                    self.pass_udp(second, h, ccfg.dscp, out);
+                    out.push(second);
                 }
             },
             // No buffer for the caravan's header: both leave as they came, in order (nothing
             // is lost for want of a header buffer).
             Err((_, first)) => {
-                self.report.caravan.unwrapped_single += 1;
-                self.pass_udp(first, &first_hdr, ccfg.dscp, out);
-                self.report.caravan.unwrapped_single += 1;
-                self.pass_udp(second, h, ccfg.dscp, out);
+                self.report.caravan.unwrapped_single += 2;
+                out.push(first);
+                out.push(second);
             }
         }
     }
@@ -680,24 +749,16 @@ impl<B: PacketBuf> Pipeline<B> {
         (ttl <= self.cfg.pass_ttl).then_some(Unpackable::LowTtl)
     }
 
-    fn pass_udp(&mut self, mut pkt: B, h: &Headers, mark: u8, out: &mut Vec<B>) {
-        if dscp(pkt.head(), h) == mark {
-            remark(&mut pkt, h);
-        }
-        out.push(pkt);
-    }
-
     fn close_caravan(&mut self, key: &FlowKey, out: &mut Vec<B>) {
         match self.caravans.remove(key) {
             Some((Open::Caravan(b), _)) => {
                 self.report.caravan.caravans_built += 1;
                 out.push(b.finish());
             }
-            // Nothing joined it: it goes as it came (re-marked, if it wore the mark).
-            Some((Open::Lone(pkt, h, _), _)) => {
+            // Nothing joined it: it goes as it came.
+            Some((Open::Lone(pkt, _), _)) => {
                 self.report.caravan.unwrapped_single += 1;
-                let mark = self.cfg.caravan.map_or(0, |c| c.dscp);
-                self.pass_udp(pkt, &h, mark, out);
+                out.push(pkt);
             }
             None => {}
         }
@@ -777,17 +838,18 @@ impl<B: PacketBuf> Pipeline<B> {
                 let seg = conn::Segment::parse(pkt.head(), &h);
                 if let Some(seg) = seg.filter(|s| !s.syn) {
                     // The inside host's segments may complete a half-open connection.
-                    if self.conns.touch(&key, now).is_none() {
-                        let outcome = self.conns.on_segment(&key, &seg, false, now);
-                        self.count_outcome(outcome);
+                    if !self.conns.on_inside(&key, &seg, now) {
+                        self.conns.on_segment(&key, &seg, false, now);
                     }
                 }
                 if let Some(seg) = seg.filter(|s| s.syn) {
                     self.pmtu
                         .on_outbound_syn(pkt.head(), &h, now, &mut self.replies);
                     self.report.mss.handshakes += 1;
-                    let pmtu = self.conns.pmtu_hint(&key, now).unwrap_or(self.cfg.emtu);
+                    // The handshake first: a SYN-ACK that starts a new incarnation takes the
+                    // hint of the SYN it answers, not the old connection's.
                     self.conns.on_handshake(key, &seg, false, None, now);
+                    let pmtu = self.conns.pmtu_hint(&key, now).unwrap_or(self.cfg.emtu);
                     let target = self
                         .cfg
                         .mss_rewrite
@@ -814,7 +876,9 @@ impl<B: PacketBuf> Pipeline<B> {
                 } else {
                     std::net::IpAddr::from([h.key.dst[0], h.key.dst[1], h.key.dst[2], h.key.dst[3]])
                 };
-                let mut pmtu = hint.min(self.pmtu.pmtu(dst, now));
+                let mut pmtu = hint
+                    .min(self.pmtu.pmtu(dst, now))
+                    .max(self.split_floor(h.key.v6));
                 if h.key.v6 && h.ip_len > pmtu && pmtu > self.cfg.blackhole_mtu {
                     pmtu = self.watch_blackhole(pkt.head(), &h, key, dst, pmtu, now);
                 }
@@ -1076,6 +1140,8 @@ struct QuotedError {
     dst: IpAddr,
     sport: u16,
     dport: u16,
+    /// The quoted TCP segment's sequence number (the 8 bytes RFC 792 guarantees hold it).
+    tcp_seq: Option<u32>,
 }
 
 impl QuotedError {
@@ -1154,6 +1220,10 @@ fn quoted_error(head: &[u8]) -> Option<QuotedError> {
         )
     };
     let ports = quoted_ip.get(l4..l4 + 4)?;
+    let tcp_seq = quoted_ip
+        .get(l4 + 4..l4 + 8)
+        .filter(|_| proto == wire::ip_proto::TCP)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
     let too_big = match (v6, icmp.msg_type(), icmp.code()) {
         (false, v4::DEST_UNREACHABLE, v4::CODE_FRAG_NEEDED) => Some(icmp.next_hop_mtu()),
         (true, v6::PACKET_TOO_BIG, _) => Some(u16::try_from(icmp.mtu_v6()).unwrap_or(u16::MAX)),
@@ -1168,6 +1238,7 @@ fn quoted_error(head: &[u8]) -> Option<QuotedError> {
         dst,
         sport: u16::from_be_bytes([ports[0], ports[1]]),
         dport: u16::from_be_bytes([ports[2], ports[3]]),
+        tcp_seq,
     })
 }
 
@@ -1180,17 +1251,40 @@ fn dscp(frame: &[u8], h: &Headers) -> u8 {
     }
 }
 
-/// Sets DSCP 0 (fixing the IPv4 header checksum).
-fn remark<B: PacketBuf>(pkt: &mut B, h: &Headers) {
-    let Some(frame) = pkt.head_mut() else {
-        return;
-    };
-    let l3 = &mut frame[h.l3_offset()..h.l4_offset()];
-    if h.key.v6 {
-        wire::Ipv6Packet::new_unchecked(l3).set_dscp(0);
+/// The bytes of an IP header's start that clearing its DSCP rewrites (for IPv4, up to its
+/// checksum).
+fn dscp_span(v6: bool) -> usize {
+    if v6 {
+        // The version, traffic class and flow label word.
+        4
     } else {
-        let mut ip = wire::Ipv4Packet::new_unchecked(l3);
-        ip.set_dscp(0);
-        ip.fill_checksum();
+        wire::ipv4::field::CHECKSUM.end
     }
+}
+
+/// The DSCP of the IP header at `l3` of `frame`, when the frame holds the bytes that carry it.
+fn dscp_at(frame: &[u8], l3: usize, v6: bool) -> Option<u8> {
+    let ip = frame.get(l3..l3 + if v6 { dscp_span(v6) } else { 2 })?;
+    Some(if v6 {
+        wire::Ipv6Packet::new_unchecked(ip).dscp()
+    } else {
+        wire::Ipv4Packet::new_unchecked(ip).dscp()
+    })
+}
+
+/// Sets the DSCP of the IP header at `l3` to 0. The IPv4 header checksum is updated for the one
+/// word that changed (RFC 1624), never computed afresh: a header that arrived damaged stays
+/// damaged, for the receiver to drop.
+fn clear_dscp(frame: &mut [u8], l3: usize, v6: bool) {
+    let ip = &mut frame[l3..l3 + dscp_span(v6)];
+    if v6 {
+        wire::Ipv6Packet::new_unchecked(ip).set_dscp(0);
+        return;
+    }
+    // Version, IHL and TOS: the header's first 16-bit word, before and after.
+    let old = u16::from_be_bytes([ip[0], ip[1]]);
+    wire::Ipv4Packet::new_unchecked(&mut *ip).set_dscp(0);
+    let new = u16::from_be_bytes([ip[0], ip[1]]);
+    let mut ip = wire::Ipv4Packet::new_unchecked(ip);
+    ip.set_checksum(pxio::checksum::update(ip.checksum(), old, new));
 }

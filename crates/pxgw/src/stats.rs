@@ -50,6 +50,9 @@ pub struct Drops {
     /// Merged packets the merge engine dropped because no buffer was left to rewrite their
     /// shared headers.
     pub merge_no_buffer: u64,
+    /// Inbound frames that wore the caravan mark (or may have) and could not be rewritten
+    /// without it (shared data, or a first buffer too short for the IP header's first bytes).
+    pub mark_uncleared: u64,
 }
 
 impl Drops {
@@ -61,6 +64,7 @@ impl Drops {
         self.pool_exhausted += o.pool_exhausted;
         self.oversize_inbound += o.oversize_inbound;
         self.merge_no_buffer += o.merge_no_buffer;
+        self.mark_uncleared += o.mark_uncleared;
     }
 
     /// All drops.
@@ -72,6 +76,7 @@ impl Drops {
             + self.pool_exhausted
             + self.oversize_inbound
             + self.merge_no_buffer
+            + self.mark_uncleared
     }
 }
 
@@ -161,6 +166,9 @@ pub struct CaravanSummary {
     /// Inbound datagrams that nothing joined before their caravan would have left: sent inside
     /// as they came, since a caravan of one only adds 16 bytes (`docs/caravan.md`).
     pub unwrapped_single: u64,
+    /// Inbound packets that wore the caravan mark and had it cleared: the mark is the gateway's
+    /// to give, so an outsider's pre-formed caravan reaches the inside as one ordinary datagram.
+    pub mark_cleared: u64,
 }
 
 /// Outbound TCP packets split to the path MTU in software (one packet in, `segments` out; a
@@ -192,8 +200,15 @@ pub struct MssSummary {
     pub rewritten: u64,
     /// Of those, without an MSS option.
     pub without_mss: u64,
-    /// Connections the table could not take (left untranslated).
-    pub table_full: u64,
+    /// Established connections evicted, least recently seen first, to make room for newer
+    /// ones (the table never refuses one).
+    pub established_evicted: u64,
+    /// Outside SYN and SYN-ACK segments whose MSS was below the floor (`[mss] min`): not
+    /// raised, so the inside host segments for itself.
+    pub below_floor: u64,
+    /// SYN and SYN-ACK segments on an established connection that changed nothing (RFC 5961
+    /// §4): a spoofed or stale one, or a new incarnation the inside host did not accept.
+    pub syn_ignored: u64,
     /// Half-open connections held now (a SYN seen, the handshake not completed).
     pub half_open: u64,
     /// Half-open connections evicted to make room for newer ones (a SYN flood shows here).
@@ -338,10 +353,13 @@ impl Report {
         self.caravan.marked_plain += o.caravan.marked_plain;
         self.caravan.unknown_version += o.caravan.unknown_version;
         self.caravan.unwrapped_single += o.caravan.unwrapped_single;
+        self.caravan.mark_cleared += o.caravan.mark_cleared;
         self.mss.handshakes += o.mss.handshakes;
         self.mss.rewritten += o.mss.rewritten;
         self.mss.without_mss += o.mss.without_mss;
-        self.mss.table_full += o.mss.table_full;
+        self.mss.established_evicted += o.mss.established_evicted;
+        self.mss.below_floor += o.mss.below_floor;
+        self.mss.syn_ignored += o.mss.syn_ignored;
         self.split.packets += o.split.packets;
         self.split.segments += o.split.segments;
         self.gateway_frames.sent += o.gateway_frames.sent;
@@ -360,6 +378,9 @@ impl Report {
         a.cached += b.cached;
         a.answered += b.answered;
         a.fragments_in += b.fragments_in;
+        a.expired += b.expired;
+        a.respond_source_limited += b.respond_source_limited;
+        a.respond_global_limited += b.respond_global_limited;
         self.pmtud_paths.extend_from_slice(&o.pmtud_paths);
         self.router.add(&o.router);
         self.inbound_oversize.add(&o.inbound_oversize);

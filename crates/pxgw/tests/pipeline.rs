@@ -110,11 +110,12 @@ fn a_syn_without_mss_is_left_alone_and_the_fallback_pmtu_applies() {
 }
 
 #[test]
-fn a_tiny_mss_is_honoured() {
-    let (syn, sizes, _) = handshake_then_send(Some(88));
+fn a_small_mss_at_the_floor_is_raised_and_honoured() {
+    // The smallest MSS raised by default: 536 (below it, `tests/border.rs`).
+    let (syn, sizes, _) = handshake_then_send(Some(536));
     assert_eq!(mss_of(&syn), (Some(8960), true));
-    assert!(sizes.iter().all(|&s| s <= 128), "88 + 40: {sizes:?}");
-    assert_eq!(sizes.len(), 8000usize.div_ceil(128 - 52));
+    assert!(sizes.iter().all(|&s| s <= 576), "536 + 40: {sizes:?}");
+    assert_eq!(sizes.len(), 8000usize.div_ceil(576 - 52));
 }
 
 #[test]
