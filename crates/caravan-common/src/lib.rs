@@ -67,11 +67,15 @@ pub enum Counter {
     MarkedPlain = 5,
     /// Caravan headers of a version this program does not understand: passed untouched.
     UnknownVersion = 6,
+    /// Marked packets whose outer IPv4 header checksum fails, and caravans whose outer UDP
+    /// checksum fails or is zero: damaged or forged, passed untouched (never rewritten or
+    /// cut) for the kernel to judge as any datagram.
+    BadChecksum = 7,
 }
 
 impl Counter {
     /// Number of counter slots.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 8;
 
     /// Every counter, in slot order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
@@ -82,6 +86,7 @@ impl Counter {
         Counter::HelperErrors,
         Counter::MarkedPlain,
         Counter::UnknownVersion,
+        Counter::BadChecksum,
     ];
 
     /// The counter's name as `caravan stats` prints it.
@@ -94,6 +99,7 @@ impl Counter {
             Counter::HelperErrors => "helper_errors",
             Counter::MarkedPlain => "marked_not_caravan",
             Counter::UnknownVersion => "unknown_version",
+            Counter::BadChecksum => "bad_checksum",
         }
     }
 }

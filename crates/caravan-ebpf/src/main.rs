@@ -6,9 +6,10 @@
 //! extension headers, DSCP = the mark, untagged or behind one 802.1Q tag, whose payload starts
 //! with the caravan header (magic `PXCV`, version 1). A marked packet without that header is an
 //! ordinary datagram, and one with another version is not understood: both pass untouched,
-//! counted. It validates the whole caravan first, and a malformed one is dropped and counted, so
-//! nothing of it is delivered. Then it hands every inner datagram to the stack as an ordinary
-//! UDP packet.
+//! counted. A caravan whose outer IPv4 header checksum or outer UDP checksum fails is not
+//! trusted: it passes untouched, counted (see "Checksums"). It validates the whole caravan
+//! first, and a malformed one is dropped and counted, so nothing of it is delivered. Then it
+//! hands every inner datagram to the stack as an ordinary UDP packet.
 //!
 //! # VLAN tags
 //! At clsact ingress the kernel has already moved a frame's first VLAN tag out of the data into
@@ -42,10 +43,23 @@
 //! through this program with DSCP 0, so they pass it as plain UDP.
 //!
 //! # Checksums
+//! At TC ingress the kernel has verified neither outer checksum: `ip_rcv` checks the IPv4
+//! header later, `udp_rcv` the UDP checksum (unless the device already did). A caravan is
+//! rewritten and cut only once both verify here, so a damaged or forged one is never "repaired":
+//! * The outer IPv4 header checksum is verified (20 bytes, in registers).
+//! * The outer UDP checksum must not be zero (the packer always sends one; IPv6 requires it).
+//!   It is trusted when the socket buffer is `CHECKSUM_UNNECESSARY` (`bpf_csum_level` query: the
+//!   NIC, or GRO, verified the outermost L4 checksum); otherwise it is computed over the whole
+//!   outer UDP packet with its pseudo-header ([`outer_udp_verified`]).
+//!
+//! A marked packet whose caravan header is there but whose outer checksums fail passes untouched
+//! (counted as `bad_checksum`): the kernel then drops it, or delivers it whole, as it would any
+//! datagram. Then, for the datagrams handed on:
 //! * The IPv4 header checksum of every datagram is recomputed here (IPv6 has none).
 //! * The inner UDP checksum is the sender's, untouched. It covers the original pseudo-header:
 //!   the same addresses, protocol and UDP length as the restored datagram. So it stays valid, and
-//!   the UDP stack verifies it as for any datagram.
+//!   the UDP stack verifies it as for any datagram: `bpf_skb_adjust_room` resets a
+//!   `CHECKSUM_UNNECESSARY` verdict, which was about the outer checksum only.
 //!
 //! # Not handled (passed untouched)
 //! IPv4 headers with options, IPv6 packets with extension headers, double-tagged frames and
@@ -59,9 +73,12 @@
 #![no_main]
 
 use aya_ebpf::bindings::{
-    bpf_adj_room_mode::BPF_ADJ_ROOM_NET, BPF_F_INGRESS, TC_ACT_OK, TC_ACT_SHOT,
+    bpf_adj_room_mode::BPF_ADJ_ROOM_NET, BPF_CSUM_LEVEL_QUERY, BPF_F_INGRESS, TC_ACT_OK,
+    TC_ACT_SHOT,
 };
-use aya_ebpf::helpers::{bpf_skb_vlan_pop, bpf_skb_vlan_push};
+use aya_ebpf::helpers::{
+    bpf_csum_diff, bpf_csum_level, bpf_skb_load_bytes, bpf_skb_vlan_pop, bpf_skb_vlan_push,
+};
 use aya_ebpf::macros::{classifier, map};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
 use aya_ebpf::programs::TcContext;
@@ -98,6 +115,11 @@ const ETH_P_8021Q: u16 = 0x8100;
 const TAGGED: u32 = 1 << 16;
 /// IP protocol number of UDP.
 const IPPROTO_UDP: u8 = 17;
+/// Bytes summed per `bpf_csum_diff` call while verifying the outer UDP checksum: a multiple of
+/// 4 (the helper's unit), at most 512 (its limit on older kernels).
+const CSUM_CHUNK: usize = 512;
+/// Most whole chunks of one UDP packet (at most 65535 bytes): the summing loop's bound.
+const CSUM_CHUNKS: usize = 65536 / CSUM_CHUNK;
 
 /// Byte offsets inside the IPv4 header.
 mod ip {
@@ -108,6 +130,7 @@ mod ip {
     pub const FRAG: usize = 6;
     pub const PROTO: usize = 9;
     pub const CSUM: usize = 10;
+    pub const SRC: usize = 12;
 }
 
 /// Byte offsets inside the IPv6 header; the traffic class straddles bytes 0 and 1.
@@ -118,6 +141,7 @@ mod ip6 {
     pub const TC_FLOW: usize = 1;
     pub const PAYLOAD_LEN: usize = 4;
     pub const NEXT_HEADER: usize = 6;
+    pub const SRC: usize = 8;
 }
 
 /// Byte offsets inside a UDP header: the caravan format's.
@@ -131,12 +155,17 @@ static CARAVAN_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::
 #[map(name = "CARAVAN_CONFIG")]
 static CARAVAN_CONFIG: Array<u32> = Array::with_max_entries(CONFIG_LEN, 0);
 
+/// Where the outer UDP packet is copied, a chunk at a time, for `bpf_csum_diff` to sum: the
+/// stack (512 B for the whole program) has no room for a chunk.
+#[map(name = "CARAVAN_SCRATCH")]
+static CARAVAN_SCRATCH: PerCpuArray<[u8; CSUM_CHUNK]> = PerCpuArray::with_max_entries(1, 0);
+
 /// UDP destination ports (host byte order) whose caravans are delivered whole.
 #[map(name = "CARAVAN_PASSTHROUGH")]
 static CARAVAN_PASSTHROUGH: HashMap<u16, u8> = HashMap::with_max_entries(PASSTHROUGH_MAX_PORTS, 0);
 
 /// The classifier: non-caravans pass, valid caravans are unpacked (or passed whole), malformed
-/// ones are dropped.
+/// ones are dropped, and ones whose outer checksums fail pass untouched.
 #[classifier]
 pub fn caravan_decap(ctx: TcContext) -> i32 {
     match classify(&ctx) {
@@ -147,6 +176,10 @@ pub fn caravan_decap(ctx: TcContext) -> i32 {
         }
         Verdict::UnknownVersion => {
             count(Counter::UnknownVersion, 1);
+            TC_ACT_OK as i32
+        }
+        Verdict::BadChecksum => {
+            count(Counter::BadChecksum, 1);
             TC_ACT_OK as i32
         }
         Verdict::Malformed => {
@@ -206,6 +239,9 @@ enum Verdict {
     MarkedPlain,
     /// A caravan header of a version this program does not understand: handed on untouched.
     UnknownVersion,
+    /// Marked, but the outer IPv4 header checksum or the outer UDP checksum does not verify (or
+    /// the UDP checksum is zero): damaged or forged, handed on untouched for the kernel to judge.
+    BadChecksum,
     /// A caravan that breaks a rule of `docs/caravan.md`: drop it whole.
     Malformed,
     /// A well-formed caravan.
@@ -279,16 +315,27 @@ fn classify_v4(ctx: &TcContext, l3: usize, tag: u32) -> Verdict {
     {
         return Verdict::Pass;
     }
+    // Nothing of a damaged header is trusted, not even its length: `ip_rcv` will drop it.
+    if ones_sum(&ip, 0) != 0xffff {
+        return Verdict::BadChecksum;
+    }
     let tot_len = be16(&ip, ip::TOT_LEN) as usize;
     let header = match recognise(ctx, l3 + IP_HLEN, tot_len.saturating_sub(IP_HLEN)) {
         Ok(header) => header,
         Err(verdict) => return verdict,
     };
-    // From here on it is a caravan: every failure is "malformed".
+    // From here on it is a caravan: every failure is "malformed", unless its checksum fails.
     if l3 + tot_len > ctx.len() as usize {
         return Verdict::Malformed; // truncated
     }
-    match walk(ctx, l3 + IP_HLEN, tot_len - IP_HLEN, &header) {
+    let udp_len = tot_len - IP_HLEN;
+    // The pseudo-header (RFC 768): addresses, protocol, UDP length.
+    let pseudo = ones_sum(&ip[ip::SRC..], u32::from(IPPROTO_UDP) + udp_len as u32);
+    let outer = match outer_udp(ctx, l3 + IP_HLEN, udp_len, pseudo) {
+        Ok(outer) => outer,
+        Err(verdict) => return verdict,
+    };
+    match walk(ctx, &outer, &header) {
         Some((count, dport)) => Verdict::Caravan(Caravan {
             v6: false,
             ip,
@@ -319,13 +366,22 @@ fn classify_v6(ctx: &TcContext, l3: usize, tag: u32) -> Verdict {
         Ok(header) => header,
         Err(verdict) => return verdict,
     };
-    // From here on it is a caravan: every failure is "malformed".
+    // From here on it is a caravan: every failure is "malformed", unless its checksum fails.
     if l3 + IP6_HLEN + payload_len > ctx.len() as usize {
         return Verdict::Malformed; // truncated
     }
+    // The pseudo-header (RFC 8200 §8.1): addresses, upper-layer length, next header.
+    let pseudo = ones_sum(
+        &hdr[ip6::SRC..],
+        u32::from(IPPROTO_UDP) + payload_len as u32,
+    );
+    let outer = match outer_udp(ctx, l3 + IP6_HLEN, payload_len, pseudo) {
+        Ok(outer) => outer,
+        Err(verdict) => return verdict,
+    };
     let mut ip = [0u8; IP_HLEN];
     ip.copy_from_slice(&hdr[..IP_HLEN]);
-    match walk(ctx, l3 + IP6_HLEN, payload_len, &header) {
+    match walk(ctx, &outer, &header) {
         Some((count, dport)) => Verdict::Caravan(Caravan {
             v6: true,
             ip,
@@ -353,20 +409,153 @@ fn recognise(ctx: &TcContext, l4: usize, udp_len: usize) -> Result<format::Carav
     })
 }
 
-/// Checks the outer UDP header at `l4` (its length must be `udp_len`, the IP layer's) and every
-/// inner header behind the caravan header `header`; returns the datagram count and the
-/// destination port, or `None` when the caravan is malformed.
-fn walk(
-    ctx: &TcContext,
-    l4: usize,
-    udp_len: usize,
-    header: &format::CaravanHeader,
-) -> Option<(u32, u16)> {
-    let outer = ctx.load::<[u8; UDP_HLEN]>(l4).ok()?;
+/// A caravan's outer UDP header, its length and checksum verified.
+struct OuterUdp {
+    /// Offset of the header in the frame.
+    at: usize,
+    /// UDP length: header and payload.
+    len: usize,
+    /// Source port.
+    sport: u16,
+    /// Destination port.
+    dport: u16,
+}
+
+/// Checks the outer UDP header at `l4` of a caravan whose IP layer gives `udp_len` bytes, all in
+/// the frame: its length must be the IP layer's (otherwise the caravan is malformed), and its
+/// checksum, with the pseudo-header sum `pseudo`, must verify (otherwise it is not trusted).
+fn outer_udp(ctx: &TcContext, l4: usize, udp_len: usize, pseudo: u32) -> Result<OuterUdp, Verdict> {
+    let Ok(outer) = ctx.load::<[u8; UDP_HLEN]>(l4) else {
+        return Err(Verdict::Malformed);
+    };
     if be16(&outer, udp::LENGTH) as usize != udp_len {
-        return None; // IP and UDP lengths disagree
+        return Err(Verdict::Malformed); // IP and UDP lengths disagree
     }
-    let (sport, dport) = (be16(&outer, udp::SRC_PORT), be16(&outer, udp::DST_PORT));
+    // Zero is "no checksum" (IPv4) or forbidden (IPv6); the packer never sends it.
+    if be16(&outer, udp::CHECKSUM) == 0 || !outer_udp_verified(ctx, l4, udp_len, pseudo) {
+        return Err(Verdict::BadChecksum);
+    }
+    Ok(OuterUdp {
+        at: l4,
+        len: udp_len,
+        sport: be16(&outer, udp::SRC_PORT),
+        dport: be16(&outer, udp::DST_PORT),
+    })
+}
+
+/// Whether the outer UDP checksum of the `udp_len` bytes at `l4` verifies with the pseudo-header
+/// sum `pseudo`. The kernel's verdict is taken when it has one: `CHECKSUM_UNNECESSARY` means
+/// the NIC (or GRO, which verifies in software before TC) checked the outermost L4 checksum,
+/// which is this one. `CHECKSUM_NONE` and `CHECKSUM_COMPLETE` are summed here: every byte,
+/// `CSUM_CHUNK` at a time.
+fn outer_udp_verified(ctx: &TcContext, l4: usize, udp_len: usize, pseudo: u32) -> bool {
+    // SAFETY: `skb` is the context pointer the kernel passed; the query only reads its
+    // checksum state (a level when it is CHECKSUM_UNNECESSARY, an error otherwise).
+    if unsafe { bpf_csum_level(ctx.skb.skb, u64::from(BPF_CSUM_LEVEL_QUERY)) } >= 0 {
+        return true;
+    }
+    match sum_packet(ctx, l4, udp_len) {
+        // `bpf_csum_diff` sums 16-bit words in memory order: byte-swapped on this little-endian
+        // target, which RFC 1071's sum allows, once folded (§2 B).
+        Some(sum) => fold(u32::from(u16::from_be(fold(sum))) + pseudo) == 0xffff,
+        None => false,
+    }
+}
+
+/// The ones'-complement sum of the `len` bytes at `off` as `bpf_csum_diff` returns it (16-bit
+/// words in memory order, not folded), or `None` when a helper fails. Bytes are copied to a
+/// per-CPU buffer a chunk at a time; an odd tail is padded with zeros, as RFC 768 pads the sum.
+fn sum_packet(ctx: &TcContext, off: usize, len: usize) -> Option<u32> {
+    let buf = CARAVAN_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: the pointer comes from a successful per-CPU array lookup, so it is valid for a
+    // whole value; only this run uses it, from here to the end of the sum (the program runs
+    // with migration disabled and is not preempted by itself on one CPU).
+    let buf = unsafe { &mut *buf };
+    let mut sum = 0u32;
+    let mut done = 0usize;
+    for _ in 0..CSUM_CHUNKS {
+        if len - done < CSUM_CHUNK {
+            break;
+        }
+        sum = sum_chunk(ctx, off + done, buf, CSUM_CHUNK, sum)?;
+        done += CSUM_CHUNK;
+    }
+    let left = len - done;
+    if left >= CSUM_CHUNK {
+        return None; // more than 65535 bytes: no UDP packet
+    }
+    let words = left & !3;
+    if words > 0 {
+        sum = sum_chunk(ctx, off + done, buf, words, sum)?;
+    }
+    let rest = left & 3;
+    if rest > 0 {
+        let mut last = [0u8; 4];
+        sum = sum_chunk(ctx, off + done + words, &mut last, rest, sum)?;
+    }
+    Some(sum)
+}
+
+/// Loads `len` bytes (1..=`buf.len()`) at `off` into `buf` and adds them to `sum`: the whole of
+/// `buf` is summed when `len` is not a multiple of 4, whose bytes past `len` are zero.
+#[inline(always)]
+fn sum_chunk(ctx: &TcContext, off: usize, buf: &mut [u8], len: usize, sum: u32) -> Option<u32> {
+    let size = (len + 3) & !3;
+    if len == 0 || size > buf.len() {
+        return None;
+    }
+    // SAFETY: `buf` holds at least `size` >= `len` bytes, which the helper writes; `skb` is the
+    // context pointer the kernel passed. The helper fails (and writes nothing) when the packet
+    // ends before `off + len`.
+    if unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb.cast(),
+            off as u32,
+            buf.as_mut_ptr().cast(),
+            len as u32,
+        )
+    } != 0
+    {
+        return None;
+    }
+    // SAFETY: `buf` holds `size` readable bytes; a null `from` of size 0 adds `to` to the seed.
+    let sum = unsafe {
+        bpf_csum_diff(
+            core::ptr::null_mut(),
+            0,
+            buf.as_mut_ptr().cast(),
+            size as u32,
+            sum,
+        )
+    };
+    u32::try_from(sum).ok()
+}
+
+/// Folds a 32-bit ones'-complement sum to 16 bits.
+#[inline(always)]
+fn fold(sum: u32) -> u16 {
+    let sum = (sum & 0xffff) + (sum >> 16);
+    ((sum & 0xffff) + (sum >> 16)) as u16
+}
+
+/// The ones'-complement sum of `bytes` (an even number of them, read as big-endian words) and
+/// `add`, folded: 0xffff over a header whose checksum verifies.
+#[inline(always)]
+fn ones_sum(bytes: &[u8], add: u32) -> u32 {
+    let mut sum = add;
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        sum += u32::from(be16(bytes, i));
+        i += 2;
+    }
+    u32::from(fold(sum))
+}
+
+/// Checks every inner header behind the caravan header `header` of the `outer` UDP packet;
+/// returns the datagram count and the destination port, or `None` when the caravan is
+/// malformed.
+fn walk(ctx: &TcContext, outer: &OuterUdp, header: &format::CaravanHeader) -> Option<(u32, u16)> {
+    let (l4, udp_len, sport, dport) = (outer.at, outer.len, outer.sport, outer.dport);
     let max = config(CONFIG_MAX_DATAGRAMS, MAX_DATAGRAMS).min(MAX_DATAGRAMS);
     let payload_at = l4 + UDP_HLEN;
     // The rules of docs/caravan.md, one inner header per step, in their one copy
@@ -406,15 +595,7 @@ fn untag(ctx: &TcContext, tag: u32) -> bool {
 
 /// The IPv4 header checksum of `hdr` (whose checksum field is zero).
 fn ip_checksum(hdr: &[u8; IP_HLEN]) -> u16 {
-    let mut sum = 0u32;
-    let mut i = 0;
-    while i < IP_HLEN {
-        sum += u32::from(be16(hdr, i));
-        i += 2;
-    }
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16)
+    !(ones_sum(hdr, 0) as u16)
 }
 
 /// Removes `len` (8..=12285) bytes right behind the IP header.

@@ -92,6 +92,9 @@ pub struct Stats {
     pub marked_plain: u64,
     /// Caravan headers of an unknown version, passed untouched.
     pub unknown_version: u64,
+    /// Marked packets with a failing outer IPv4 header checksum, and caravans with a failing
+    /// or zero outer UDP checksum, passed untouched.
+    pub bad_checksum: u64,
 }
 
 impl Stats {
@@ -104,6 +107,7 @@ impl Stats {
             Counter::HelperErrors => self.helper_errors = value,
             Counter::MarkedPlain => self.marked_plain = value,
             Counter::UnknownVersion => self.unknown_version = value,
+            Counter::BadChecksum => self.bad_checksum = value,
         }
     }
 
@@ -118,6 +122,7 @@ impl Stats {
                 Counter::HelperErrors => self.helper_errors,
                 Counter::MarkedPlain => self.marked_plain,
                 Counter::UnknownVersion => self.unknown_version,
+                Counter::BadChecksum => self.bad_checksum,
             };
             (c.name(), v)
         })

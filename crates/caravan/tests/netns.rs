@@ -9,7 +9,8 @@
 //! sender writes tagged frames to a packet socket, and the receiving kernel moves each tag into
 //! the socket buffer's metadata before the program sees the frame, as for any tagged frame. (This
 //! test kernel has no 802.1Q devices, so the tags carry VLAN 0, priority 3: the stack then
-//! delivers the datagrams on the interface itself.)
+//! delivers the datagrams on the interface itself.) A caravan damaged on the way (its outer UDP
+//! checksum fails) reaches no socket: the program passes it untouched and the kernel drops it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -18,7 +19,7 @@ use caravan::{Decap, DecapConfig, Reader};
 use netlab::Netns;
 use nix::sys::socket::{setsockopt, sockopt};
 use pxio::caravan::{CaravanBuilder, CaravanConfig};
-use pxio::{wire, HeapPool, PacketBuf};
+use pxio::{checksum, wire, HeapPool, PacketBuf};
 
 const IMTU: usize = 9000;
 const SPORT: u16 = 41000;
@@ -136,6 +137,23 @@ impl Case {
         };
         assert_eq!(dscp, 7, "pxio marks the caravan");
         frame
+    }
+
+    /// Recomputes the outer UDP checksum of a caravan frame whose bytes were edited: a
+    /// malformed caravan that arrived intact.
+    fn reseal(self, frame: &mut [u8]) {
+        let l4 = self.l3() + self.ip_hdr();
+        let len = wire::UdpPacket::new_unchecked(&frame[l4..]).len();
+        let pseudo = match (self.tx_ip(), self.rx_ip()) {
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                checksum::pseudo_header_v6(s.octets(), d.octets(), 17, u32::from(len))
+            }
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                checksum::pseudo_header_v4(s.octets(), d.octets(), 17, len)
+            }
+            _ => unreachable!("one family per case"),
+        };
+        wire::UdpPacket::new_unchecked(&mut frame[l4..]).fill_checksum(pseudo);
     }
 
     /// The outer UDP payload of a caravan that pxio's encoder packs from `payloads`.
@@ -292,6 +310,7 @@ fn caravans_decapsulated(case: Case) {
                 // The second inner header: behind the caravan header and the first datagram.
                 let at = case.payload_at() + 8 + 18 + 4;
                 bad[at..at + 2].copy_from_slice(&100u16.to_be_bytes());
+                case.reseal(&mut bad);
                 frames.push(bad);
             }
             frames.push(case.caravan_frame(macs, PASS_PORT, payloads));
@@ -300,6 +319,12 @@ fn caravans_decapsulated(case: Case) {
     } else {
         send_sockets(case, &tx, &sent, &plain);
     }
+    // A caravan damaged on the way (one payload bit, the outer UDP checksum not updated): the
+    // program passes it untouched, the receiving kernel drops it, and no socket gets any of it.
+    let mut damaged = case.caravan_frame(macs, DECAP_PORT, &[vec![3; 40], vec![4; 40]]);
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0x01;
+    send_frames(&tx, &a, &[damaged]);
     receive_and_check(case, &decap, &socks, &sent, &plain);
 }
 
@@ -356,6 +381,14 @@ fn receive_and_check(
     );
     let got = recv_all(&socks[0], expected.len());
     assert_eq!(got.len(), expected.len(), "{case:?}: datagram count");
+    socks[0]
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut extra = vec![0u8; 65536];
+    assert!(
+        socks[0].recv(&mut extra).is_err(),
+        "{case:?}: nothing more (no datagram of the damaged caravan)"
+    );
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
         assert!(
             g == e,
@@ -390,6 +423,7 @@ fn receive_and_check(
     assert_eq!(stats.passed_through, sent.len() as u64, "{case:?}");
     assert_eq!(stats.datagrams, expected.len() as u64, "{case:?}");
     assert_eq!(stats.helper_errors, 0, "{case:?}");
+    assert_eq!(stats.bad_checksum, 1, "{case:?}: the damaged caravan");
     let marked_plain = if case.vlan { 0 } else { plain.len() as u64 };
     assert_eq!(stats.marked_plain, marked_plain, "{case:?}");
 }

@@ -417,6 +417,123 @@ fn an_unknown_version_passes_untouched_and_counted() {
     );
 }
 
+/// A caravan of three datagrams (two past the 256 B and 512 B marks, with odd lengths) in
+/// `shape`, then the same frame with each outer checksum broken in every way the test knows:
+/// `(what, frame)`. Every byte the outer UDP checksum covers is a candidate: the caravan
+/// header's neighbours, inner headers and payload at even and odd offsets, and the last bytes
+/// (the sum's tail).
+fn broken_checksums(shape: Shape) -> (Vec<u8>, Vec<(String, Vec<u8>)>) {
+    let body = caravan(&[good(&[0x5a; 701]), good(b"x"), good(&[0xa5; 290])].concat());
+    let f = shape.frame(7, &body, None);
+    let (l3, l4) = (shape.l3(), shape.l4());
+    let mut cases = vec![
+        (
+            "UDP checksum field".to_owned(),
+            with(&f, |c| c[l4 + format::udp::CHECKSUM] ^= 0x10),
+        ),
+        (
+            "zero UDP checksum (none computed)".to_owned(),
+            with(&f, |c| {
+                c[l4 + format::udp::CHECKSUM..l4 + format::udp::CHECKSUM + 2].fill(0)
+            }),
+        ),
+    ];
+    let payload = l4 + format::UDP_HEADER_LEN + format::HEADER_LEN;
+    let mut offsets: Vec<usize> = [6, 7, 8, 9, 10, 255, 256, 257, 511, 512, 513, 709, 718]
+        .iter()
+        .map(|o| payload + o)
+        .collect();
+    offsets.extend((1..=5).map(|back| f.len() - back));
+    for at in offsets {
+        cases.push((
+            format!("payload byte {}", at - l4),
+            with(&f, |c| c[at] ^= 0x01),
+        ));
+    }
+    if !shape.v6 {
+        cases.push((
+            "IPv4 header checksum".to_owned(),
+            with(&f, |c| c[l3 + wire::ipv4::field::CHECKSUM.start] ^= 0x01),
+        ));
+        cases.push((
+            "IPv4 TTL, header checksum not updated".to_owned(),
+            with(&f, |c| c[l3 + wire::ipv4::field::TTL] ^= 0x01),
+        ));
+    }
+    (f, cases)
+}
+
+/// A caravan whose outer IPv4 header checksum or outer UDP checksum does not verify (or whose
+/// UDP checksum is zero: none computed, which no packer sends) is damaged or forged. The
+/// program passes it byte for byte, never rewritten, cut or dropped, for the kernel to judge
+/// as any datagram, and counts it. The same caravan with its checksums intact is unpacked.
+#[test]
+fn a_caravan_with_a_bad_outer_checksum_passes_untouched() {
+    let ns = Netns::new("cvck").unwrap();
+    ns.enter(|| {
+        let mut decap = decap();
+        let mut bad = 0;
+        for shape in SHAPES {
+            let (good_frame, cases) = broken_checksums(shape);
+            for (what, f) in &cases {
+                let (verdict, out) = run(&mut decap, f);
+                assert_eq!(verdict, TC_ACT_OK, "{shape:?}, {what}: must pass");
+                assert!(out == *f, "{shape:?}, {what}: byte for byte");
+            }
+            bad += cases.len() as u64;
+            let (verdict, _) = run(&mut decap, &good_frame);
+            assert_eq!(
+                verdict, TC_ACT_SHOT,
+                "{shape:?}: the intact caravan is unpacked"
+            );
+        }
+        let stats = decap.stats().unwrap();
+        assert_eq!(stats.bad_checksum, bad, "each counted");
+        assert_eq!(
+            (
+                stats.caravans,
+                stats.datagrams,
+                stats.malformed,
+                stats.marked_plain
+            ),
+            (SHAPES.len() as u64, 3 * SHAPES.len() as u64, 0, 0),
+            "only the intact caravans were unpacked"
+        );
+    })
+    .unwrap();
+}
+
+/// Valid caravans of every outer UDP length class the checksum walk distinguishes (the length
+/// mod 4, below, at and past 256 B steps, up to what `BPF_PROG_TEST_RUN` takes in one page) are
+/// all unpacked.
+#[test]
+fn valid_caravans_of_every_length_are_unpacked() {
+    let ns = Netns::new("cvln").unwrap();
+    ns.enter(|| {
+        let mut decap = decap();
+        let mut sizes: Vec<usize> = (0..=9).collect();
+        for step in [256usize, 512, 768, 1024, 2048] {
+            // The outer UDP payload is 8 (caravan header) + 8 (inner header) + size.
+            let at = step - 24;
+            sizes.extend(at - 4..=at + 4);
+        }
+        sizes.push(3000);
+        let mut want = Stats::default();
+        for shape in SHAPES {
+            for &size in &sizes {
+                let payload: Vec<u8> = (0..size).map(|i| (i * 7 + size) as u8).collect();
+                let f = shape.frame(7, &caravan(&good(&payload)), None);
+                let (verdict, _) = run(&mut decap, &f);
+                assert_eq!(verdict, TC_ACT_SHOT, "{shape:?}, {size} B: unpacked");
+                want.caravans += 1;
+                want.datagrams += 1;
+            }
+        }
+        assert_eq!(decap.stats().unwrap(), want);
+    })
+    .unwrap();
+}
+
 fn with(bytes: &[u8], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let mut v = bytes.to_vec();
     f(&mut v);
