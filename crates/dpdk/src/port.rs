@@ -499,6 +499,7 @@ impl PortBuilder {
             } else {
                 RssHash::empty()
             },
+            rss_key: self.rss_key,
             ring_drops: (info.driver == "net_af_packet" && info.if_index > 0)
                 .then(|| (info.if_index, AtomicU64::new(0))),
             driver: info.driver,
@@ -666,6 +667,8 @@ pub(crate) struct PortShared {
     rx_offloads: RxOffloads,
     tx_offloads: TxOffloads,
     rss: RssHash,
+    /// The Toeplitz key given to [`PortBuilder::rss_key`], for rules that must hash alike.
+    rss_key: Option<[u8; RSS_KEY_LEN]>,
     driver: String,
     /// Serialises MTU changes on a started port (they are control-path calls).
     mtu_set: AtomicBool,
@@ -767,6 +770,13 @@ impl Port {
     /// RSS hash types in effect (empty with one RX queue or without device support).
     pub fn rss(&self) -> RssHash {
         self.shared.rss
+    }
+
+    /// The Toeplitz key the port was built with ([`PortBuilder::rss_key`]; `None`: the
+    /// driver's default). `rte_flow` RSS rules take it too, so traffic they spread hashes as
+    /// the port's own RSS does.
+    pub fn rss_key(&self) -> Option<[u8; RSS_KEY_LEN]> {
+        self.shared.rss_key
     }
 
     /// Number of RX queues.

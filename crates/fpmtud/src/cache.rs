@@ -5,10 +5,17 @@
 //! default PMTU (1500 B). So the table holds only non-default PMTUs, and a
 //! [`CountingBloom`] holds the same keys: a lookup whose key misses the filter returns "default"
 //! without touching the table. Only a filter hit (a real entry, or a false positive) reads the
-//! table. Entries idle for [`CacheConfig::idle_timeout`] are removed by
-//! [`PmtuCache::expire`], and from the filter with them.
+//! table.
+//!
+//! **Aging.** A lowered path MTU is forgotten [`CacheConfig::max_age`] after it was stored, so
+//! the path is tried at the default again (RFC 1191 §6.3, RFC 8201 §4: about 10 minutes). The
+//! age runs from when the value was stored, not from its last use: a destination in use is
+//! looked up on every packet and would otherwise never age. A changed value restarts the age.
+//! From the moment an entry is due, lookups answer the default; [`PmtuCache::expire`] then
+//! removes due entries from the table and the filter, the oldest first, a bounded number per
+//! call, from a queue in the order they were stored (no walk of the table).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
 use std::time::Duration;
@@ -120,8 +127,9 @@ pub struct CacheConfig {
     pub counters: usize,
     /// Bloom filter hash functions (SIGCOMM'26: 3).
     pub hashes: u32,
-    /// An entry not looked up for this long is removed by [`PmtuCache::expire`].
-    pub idle_timeout: Duration,
+    /// How long a stored PMTU lasts, from when it was stored (RFC 1191 §6.3, RFC 8201 §4: 10
+    /// minutes). Greater than zero.
+    pub max_age: Duration,
     /// Entries at most; [`PmtuCache::insert`] refuses more.
     pub max_entries: usize,
 }
@@ -132,7 +140,7 @@ impl Default for CacheConfig {
             default_pmtu: 1500,
             counters: 1 << 16,
             hashes: 3,
-            idle_timeout: Duration::from_secs(1800),
+            max_age: Duration::from_secs(600),
             max_entries: 1 << 16,
         }
     }
@@ -154,12 +162,27 @@ pub struct CacheStats {
     pub table_probes: u64,
     /// Table reads that found nothing: the filter's false positives.
     pub false_positives: u64,
+    /// Entries removed by [`PmtuCache::expire`] because their age reached
+    /// [`CacheConfig::max_age`].
+    pub expired: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     pmtu: u16,
-    last_used: Nanos,
+    /// When this value was stored.
+    stored: Nanos,
+}
+
+/// What one [`PmtuCache::expire`] call did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Entries removed.
+    pub removed: usize,
+    /// Queue records read (removed entries and stale records): at most the call's budget.
+    pub examined: usize,
+    /// Whether due records remain (the budget ran out first).
+    pub more: bool,
 }
 
 /// Per-destination PMTUs behind a counting Bloom filter (SIGCOMM'26 §5.2).
@@ -169,7 +192,11 @@ pub struct PmtuCache<K = IpAddr> {
     hasher: KeyHashBuilder,
     filter: CountingBloom,
     table: HashMap<K, Entry, KeyHashBuilder>,
-    idle: Nanos,
+    /// `(stored, key)` in the order stored. A record whose entry has since been stored again
+    /// (or removed) is stale and skipped; [`PmtuCache::insert`] compacts the queue when stale
+    /// records outnumber live ones.
+    queue: VecDeque<(Nanos, K)>,
+    max_age: Nanos,
     stats: CacheStats,
 }
 
@@ -185,13 +212,17 @@ impl<K: Hash + Eq + Clone> PmtuCache<K> {
         if cfg.max_entries == 0 {
             return Err(ConfigError::Zero("max_entries"));
         }
-        let idle = u64::try_from(cfg.idle_timeout.as_nanos()).unwrap_or(u64::MAX);
+        if cfg.max_age.is_zero() {
+            return Err(ConfigError::Zero("max_age"));
+        }
+        let max_age = u64::try_from(cfg.max_age.as_nanos()).unwrap_or(u64::MAX);
         Ok(Self {
             table: HashMap::with_hasher(hasher),
+            queue: VecDeque::new(),
             cfg,
             hasher,
             filter,
-            idle,
+            max_age,
             stats: CacheStats::default(),
         })
     }
@@ -226,16 +257,32 @@ impl<K: Hash + Eq + Clone> PmtuCache<K> {
         self.hasher.hash_one(key)
     }
 
-    /// Records `pmtu` for `key`. The default PMTU removes the entry instead (the filter holds
-    /// only non-default PMTUs).
+    /// Whether an entry stored at `stored` is due at `now`.
+    #[inline]
+    fn is_due(&self, stored: Nanos, now: Nanos) -> bool {
+        now.saturating_sub(stored) >= self.max_age
+    }
+
+    /// Records `pmtu` for `key` at `now`. The default PMTU removes the entry instead (the filter
+    /// holds only non-default PMTUs). A new or changed value starts its age at `now`; the same
+    /// value stored again keeps its age (a path MTU ages from when it was lowered).
     pub fn insert(&mut self, key: K, pmtu: u16, now: Nanos) -> Result<(), CacheFull> {
         if pmtu == self.cfg.default_pmtu {
             self.remove(&key);
             return Ok(());
         }
+        let max_age = self.max_age;
         if let Some(e) = self.table.get_mut(&key) {
+            // A due entry is gone for lookups: storing into it starts afresh.
+            let due = now.saturating_sub(e.stored) >= max_age;
+            if e.pmtu == pmtu && !due {
+                return Ok(());
+            }
             e.pmtu = pmtu;
-            e.last_used = now;
+            if e.stored != now {
+                e.stored = now;
+                self.enqueue(key, now);
+            }
             return Ok(());
         }
         if self.table.len() >= self.cfg.max_entries {
@@ -243,14 +290,21 @@ impl<K: Hash + Eq + Clone> PmtuCache<K> {
         }
         let h = self.hash(&key);
         self.filter.insert(h);
-        self.table.insert(
-            key,
-            Entry {
-                pmtu,
-                last_used: now,
-            },
-        );
+        self.table.insert(key.clone(), Entry { pmtu, stored: now });
+        self.enqueue(key, now);
         Ok(())
+    }
+
+    /// Queues `(now, key)` for expiry. When stale records (of entries stored again or removed)
+    /// make the queue twice the table, it keeps only live ones: one per entry, so the queue
+    /// stays within twice the table and compaction costs O(1) per insert, amortised.
+    fn enqueue(&mut self, key: K, now: Nanos) {
+        if self.queue.len() >= 2 * self.table.len() + 64 {
+            let table = &self.table;
+            self.queue
+                .retain(|(t, k)| table.get(k).is_some_and(|e| e.stored == *t));
+        }
+        self.queue.push_back((now, key));
     }
 
     /// Forgets `key`; returns its PMTU if it had one.
@@ -261,18 +315,22 @@ impl<K: Hash + Eq + Clone> PmtuCache<K> {
         Some(e.pmtu)
     }
 
-    /// The PMTU stored for `key`, if any. A key that misses the filter returns `None` without
-    /// reading the table. Does not count as use (see [`PmtuCache::lookup`]).
+    /// The PMTU stored for `key` and not yet due at `now`, if any. A key that misses the filter
+    /// returns `None` without reading the table. Not counted in [`CacheStats`].
     #[inline]
-    pub fn get(&self, key: &K) -> Option<u16> {
+    pub fn get(&self, key: &K, now: Nanos) -> Option<u16> {
         if !self.filter.contains(self.hash(key)) {
             return None;
         }
-        self.table.get(key).map(|e| e.pmtu)
+        self.table
+            .get(key)
+            .filter(|e| !self.is_due(e.stored, now))
+            .map(|e| e.pmtu)
     }
 
-    /// The PMTU to use for `key`: its entry, or the default. Marks the entry used at `now`
-    /// and counts the lookup in [`CacheStats`]. A filter miss reads no table.
+    /// The PMTU to use for `key` at `now`: its entry, or the default once the entry is due (or
+    /// when there is none). Counts the lookup in [`CacheStats`]; a filter miss reads no table.
+    /// A lookup writes nothing: use does not keep an entry alive.
     #[inline]
     pub fn lookup(&mut self, key: &K, now: Nanos) -> u16 {
         self.stats.lookups += 1;
@@ -281,11 +339,9 @@ impl<K: Hash + Eq + Clone> PmtuCache<K> {
             return self.cfg.default_pmtu;
         }
         self.stats.table_probes += 1;
-        match self.table.get_mut(key) {
-            Some(e) => {
-                e.last_used = now;
-                e.pmtu
-            }
+        match self.table.get(key) {
+            Some(e) if !self.is_due(e.stored, now) => e.pmtu,
+            Some(_) => self.cfg.default_pmtu,
             None => {
                 self.stats.false_positives += 1;
                 self.cfg.default_pmtu
@@ -293,20 +349,45 @@ impl<K: Hash + Eq + Clone> PmtuCache<K> {
         }
     }
 
-    /// Removes entries not used for [`CacheConfig::idle_timeout`], from the table and the
-    /// filter; returns how many.
-    pub fn expire(&mut self, now: Nanos) -> usize {
-        let idle = self.idle;
-        let stale: Vec<K> = self
-            .table
-            .iter()
-            .filter(|(_, e)| now.saturating_sub(e.last_used) > idle)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in &stale {
-            self.remove(k);
+    /// Removes entries whose age reached [`CacheConfig::max_age`] at `now`, from the table and
+    /// the filter, the oldest first, reading at most `budget` queue records: the cost of a call
+    /// is bounded whatever the table holds. [`Expired::more`] says whether due records remain.
+    pub fn expire(&mut self, now: Nanos, budget: usize) -> Expired {
+        let mut out = Expired::default();
+        while let Some(&(stored, _)) = self.queue.front() {
+            if !self.is_due(stored, now) {
+                return out;
+            }
+            if out.examined == budget {
+                out.more = true;
+                return out;
+            }
+            out.examined += 1;
+            let Some((stored, key)) = self.queue.pop_front() else {
+                break;
+            };
+            // Stale when the entry was removed or stored again since.
+            if self.table.get(&key).is_some_and(|e| e.stored == stored) {
+                self.remove(&key);
+                out.removed += 1;
+                self.stats.expired += 1;
+            }
         }
-        stale.len()
+        out
+    }
+
+    /// When the oldest queued record falls due: the earliest an entry can expire (a stale record
+    /// makes it early, never late). `None` when nothing is queued.
+    pub fn next_due(&self) -> Option<Nanos> {
+        self.queue
+            .front()
+            .map(|&(stored, _)| stored.saturating_add(self.max_age))
+    }
+
+    /// Records queued for expiry, live and stale (one live record per entry; stale ones are
+    /// dropped when they reach the front, or when they make the queue twice the table).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
     }
 }
 
@@ -330,8 +411,8 @@ mod tests {
         c.insert(addr(1), 1400, 0).unwrap();
         c.insert(addr(2), 1500, 0).unwrap();
         assert_eq!(c.len(), 1);
-        assert_eq!(c.get(&addr(1)), Some(1400));
-        assert_eq!(c.get(&addr(2)), None);
+        assert_eq!(c.get(&addr(1), 0), Some(1400));
+        assert_eq!(c.get(&addr(2), 0), None);
         assert_eq!(c.lookup(&addr(2), 0), 1500);
         // Back to the default: the entry and its filter counters go.
         c.insert(addr(1), 1500, 0).unwrap();
@@ -356,23 +437,96 @@ mod tests {
         assert!(s.filter_negatives >= 990, "{s:?}");
     }
 
-    #[test]
-    fn idle_entries_expire_from_table_and_filter() {
-        let mut c = PmtuCache::new(CacheConfig {
-            idle_timeout: Duration::from_secs(60),
+    fn aging(max_age_s: u64) -> PmtuCache<IpAddr> {
+        PmtuCache::new(CacheConfig {
+            max_age: Duration::from_secs(max_age_s),
             ..CacheConfig::default()
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn entries_age_from_when_they_were_stored_not_from_their_use() {
+        let mut c = aging(600);
         c.insert(addr(1), 1400, 0).unwrap();
-        c.insert(addr(2), 1280, 0).unwrap();
-        // addr(1) stays in use; addr(2) does not.
-        assert_eq!(c.lookup(&addr(1), 50 * SEC), 1400);
-        assert_eq!(c.expire(61 * SEC), 1);
-        assert_eq!(c.get(&addr(1)), Some(1400));
-        assert_eq!(c.get(&addr(2)), None);
-        assert_eq!(c.expire(200 * SEC), 1);
+        c.insert(addr(2), 1280, 10 * SEC).unwrap();
+        // addr(1) is looked up every second: use does not keep it alive.
+        for t in 0..600 {
+            assert_eq!(c.lookup(&addr(1), t * SEC), 1400, "at {t} s");
+            assert_eq!(c.expire(t * SEC, 16).removed, 0);
+        }
+        // Due at exactly 600 s: the default from then on, before and after expire runs.
+        assert_eq!(c.lookup(&addr(1), 600 * SEC - 1), 1400);
+        assert_eq!(c.lookup(&addr(1), 600 * SEC), 1500);
+        assert_eq!(c.get(&addr(1), 600 * SEC), None);
+        assert_eq!(c.get(&addr(2), 600 * SEC), Some(1280));
+        assert_eq!(c.next_due(), Some(600 * SEC));
+        let e = c.expire(600 * SEC, 16);
+        assert_eq!((e.removed, e.more), (1, false));
+        assert_eq!(c.next_due(), Some(610 * SEC));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.expire(610 * SEC, 16).removed, 1);
         assert!(c.is_empty());
+        assert_eq!(c.next_due(), None);
         assert_eq!(c.filter().occupied(), 0);
+        assert_eq!(c.stats().expired, 2);
+    }
+
+    #[test]
+    fn a_new_lower_value_restarts_the_age_and_the_same_value_does_not() {
+        let mut c = aging(600);
+        c.insert(addr(1), 1400, 0).unwrap();
+        // The same value again (another Packet Too Big saying 1400) keeps the age.
+        c.insert(addr(1), 1400, 300 * SEC).unwrap();
+        assert_eq!(c.lookup(&addr(1), 600 * SEC), 1500);
+        c.insert(addr(2), 1400, 0).unwrap();
+        c.insert(addr(2), 1280, 300 * SEC).unwrap();
+        c.expire(600 * SEC, 16);
+        assert_eq!(c.lookup(&addr(2), 899 * SEC), 1280);
+        assert_eq!(c.expire(899 * SEC, 16).removed, 0);
+        assert_eq!(c.lookup(&addr(2), 900 * SEC), 1500);
+        assert_eq!(c.expire(900 * SEC, 16).removed, 1);
+        // A due entry stored again with its old value starts afresh.
+        c.insert(addr(3), 1400, 0).unwrap();
+        c.insert(addr(3), 1400, 700 * SEC).unwrap();
+        assert_eq!(c.lookup(&addr(3), 1000 * SEC), 1400);
+        assert_eq!(c.expire(1000 * SEC, 16).removed, 0);
+    }
+
+    #[test]
+    fn expire_reads_at_most_its_budget() {
+        let mut c = aging(60);
+        for i in 0..1000 {
+            c.insert(addr(i), 1400, u64::from(i)).unwrap();
+        }
+        let mut removed = 0;
+        let mut calls = 0;
+        loop {
+            let e = c.expire(100 * SEC, 64);
+            assert!(e.examined <= 64, "{e:?}");
+            removed += e.removed;
+            calls += 1;
+            if !e.more {
+                break;
+            }
+        }
+        assert_eq!((removed, calls), (1000, 16));
+        assert!(c.is_empty());
+        assert_eq!(c.queued(), 0);
+    }
+
+    #[test]
+    fn the_expiry_queue_stays_within_twice_the_table() {
+        let mut c = aging(600);
+        // One destination lowered again and again: each store queues a record, the older ones
+        // go stale.
+        for i in 0..10_000u64 {
+            c.insert(addr(1), 1400 - (i % 2) as u16 * 100, i).unwrap();
+            assert!(c.queued() <= 2 * c.len() + 64, "{} queued", c.queued());
+        }
+        assert_eq!(c.lookup(&addr(1), 10_000 + 600 * SEC - 2), 1300);
+        assert_eq!(c.expire(10_000 + 600 * SEC, 1000).removed, 1);
+        assert!(c.is_empty());
     }
 
     #[test]
@@ -387,7 +541,7 @@ mod tests {
         assert_eq!(c.insert(addr(3), 1400, 0), Err(CacheFull(2)));
         // Updating an existing entry still works.
         c.insert(addr(2), 1300, 0).unwrap();
-        assert_eq!(c.get(&addr(2)), Some(1300));
+        assert_eq!(c.get(&addr(2), 0), Some(1300));
     }
 
     /// The filter's false-positive rate on absent keys is what the textbook formula predicts,
@@ -439,7 +593,7 @@ mod tests {
                     if pmtu == 1500 { model.remove(&key); } else { model.insert(key, pmtu); }
                 }
                 for (k, &v) in &model {
-                    prop_assert_eq!(c.get(k), Some(v));
+                    prop_assert_eq!(c.get(k, 0), Some(v));
                     prop_assert_eq!(c.lookup(k, 0), v);
                 }
             }

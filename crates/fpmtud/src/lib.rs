@@ -15,6 +15,7 @@
 //! | prober | [`Prober`] | §5.2 (two probes, fallback, re-probing) |
 //! | fragments → probe | [`FragmentTracker`] | §5.2 ("reports all fragment sizes") |
 //! | responder | [`Responder`] | §5.2, HotNets'25 §4.2 (daemon) |
+//! | rate limits | [`ratelimit::RateLimiter`] | per-source and global token buckets |
 //! | lookup | [`PmtuCache`], [`CountingBloom`] | §5.2 "Fast PMTU lookup" |
 //!
 //! The PMTUD lab (`labs/pmtud`, `cargo xtask lab pmtud`) runs F-PMTUD next to scamper and the
@@ -30,6 +31,7 @@ pub mod cache;
 pub mod endpoint;
 pub mod fragment;
 pub mod prober;
+pub mod ratelimit;
 pub mod responder;
 pub mod wire;
 

@@ -44,6 +44,13 @@ enum Command {
         /// Probes answered in a burst per source address.
         #[arg(long, default_value_t = ResponderConfig::default().burst)]
         burst: u32,
+        /// Probes answered per second over all sources together (a flood of spoofed sources
+        /// gets no more).
+        #[arg(long, default_value_t = ResponderConfig::default().global_rate_per_sec)]
+        global_rate: u32,
+        /// Probes answered in a burst over all sources together.
+        #[arg(long, default_value_t = ResponderConfig::default().global_burst)]
+        global_burst: u32,
     },
     /// Measure the path MTU toward HOST.
     Probe {
@@ -93,7 +100,19 @@ fn main() -> Result<()> {
             bind,
             rate,
             burst,
-        } => serve(port, bind, rate, burst),
+            global_rate,
+            global_burst,
+        } => serve(
+            port,
+            bind,
+            ResponderConfig {
+                rate_per_sec: rate,
+                burst,
+                global_rate_per_sec: global_rate,
+                global_burst,
+                ..ResponderConfig::default()
+            },
+        ),
         Command::Probe {
             host,
             size,
@@ -121,7 +140,7 @@ fn main() -> Result<()> {
     }
 }
 
-fn serve(port: u16, bind: IpAddr, rate: u32, burst: u32) -> Result<()> {
+fn serve(port: u16, bind: IpAddr, responder: ResponderConfig) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
@@ -130,11 +149,7 @@ fn serve(port: u16, bind: IpAddr, rate: u32, burst: u32) -> Result<()> {
     let cfg = ServeConfig {
         bind,
         port,
-        responder: ResponderConfig {
-            rate_per_sec: rate,
-            burst,
-            ..ResponderConfig::default()
-        },
+        responder,
         ..ServeConfig::default()
     };
     let mut server = Server::bind(cfg).context("start the F-PMTUD responder")?;
@@ -142,11 +157,13 @@ fn serve(port: u16, bind: IpAddr, rate: u32, burst: u32) -> Result<()> {
     tracing::info!(%local, "answering F-PMTUD probes");
     let stats = server.run_until(&stop)?;
     println!(
-        "reports sent {}, not probes {}, unmatched {}, rate-limited {}, send errors {}",
+        "reports sent {}, not probes {}, unmatched {}, rate-limited {} per source and {} \
+         globally, send errors {}",
         stats.reports_sent,
         stats.not_probes,
         stats.unmatched,
-        stats.responder.rate_limited,
+        stats.responder.source_limited,
+        stats.responder.global_limited,
         stats.send_errors
     );
     Ok(())

@@ -2,19 +2,20 @@
 //! (SIGCOMM'26 §5.2 "D-PXGW ... reports all fragment sizes back"; HotNets'25 §4.2
 //! "F-PMTUD daemon").
 //!
-//! It checks the probe header, applies a per-source token bucket, and builds a report no
-//! longer than the probe's UDP payload, so a spoofed probe cannot be turned into a larger
-//! packet toward a victim (no amplification). The driver (the endpoint daemon or pxgw) sends
-//! the bytes back to the probe's source address and port, from the probe port.
+//! It checks the probe header, applies a per-source token bucket under a global one, and builds
+//! a report no longer than the probe's UDP payload, so a spoofed probe cannot be turned into a
+//! larger packet toward a victim (no amplification), nor a flood of spoofed sources into more
+//! than the global rate of reports. The sources' buckets live in a bounded set-associative table
+//! ([`crate::ratelimit`]): a new source costs the same few slot reads whether the table is empty
+//! or full. The driver (the endpoint daemon or pxgw) sends the bytes back to the probe's source
+//! address and port, from the probe port.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::fragment::ProbeRecord;
+use crate::ratelimit::{Limit, RateLimiter, Verdict, WhenFull};
 use crate::wire::{self, Probe, Report, WireError};
 use crate::Nanos;
-
-const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 /// Settings of a [`Responder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,8 +25,13 @@ pub struct ResponderConfig {
     pub rate_per_sec: u32,
     /// Probes answered in a burst per source address.
     pub burst: u32,
-    /// Source addresses tracked at once; when full, idle sources are forgotten first, and new
-    /// sources are refused if none is idle.
+    /// Probes answered per second over all sources together, sustained: what a flood of probes
+    /// from spoofed sources gets at most.
+    pub global_rate_per_sec: u32,
+    /// Probes answered in a burst over all sources together.
+    pub global_burst: u32,
+    /// Source addresses tracked at once. A new source takes the slot of a source whose bucket
+    /// has refilled, else of the least recently seen one of its set.
     pub max_sources: usize,
     /// Fragment sizes listed per report, at most [`wire::MAX_LISTED`].
     pub max_listed: usize,
@@ -36,6 +42,9 @@ impl Default for ResponderConfig {
         Self {
             rate_per_sec: 50,
             burst: 100,
+            // Reports are at most 280 B: 1000 per second is under 2.3 Mbit/s.
+            global_rate_per_sec: 1000,
+            global_burst: 200,
             max_sources: 4096,
             max_listed: wire::MAX_LISTED,
         }
@@ -81,9 +90,9 @@ pub enum Refusal {
     /// This source exceeded its rate.
     #[error("rate limit for {0}")]
     RateLimited(IpAddr),
-    /// Too many sources are being tracked.
-    #[error("source table full")]
-    SourceTableFull,
+    /// All sources together exceeded the global rate.
+    #[error("global rate limit")]
+    GlobalRateLimited,
 }
 
 /// Counters of a [`Responder`].
@@ -93,22 +102,22 @@ pub struct ResponderStats {
     pub answered: u64,
     /// Probes refused as malformed, empty or too small.
     pub malformed: u64,
-    /// Probes refused by the rate limit or the source table.
-    pub rate_limited: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    /// Tokens times 10^9, so refills are exact in integer nanoseconds.
-    scaled_tokens: u64,
-    last: Nanos,
+    /// Probes refused by their source's rate limit.
+    pub source_limited: u64,
+    /// Probes refused by the global rate limit (all sources together).
+    pub global_limited: u64,
+    /// Sources forgotten while their bucket was in use, to make room for a new source.
+    pub sources_evicted: u64,
+    /// Source-table slots read: at most [`crate::ratelimit::WAYS`] per probe, however many
+    /// sources are tracked.
+    pub slots_examined: u64,
 }
 
 /// Answers probes (SIGCOMM'26 §5.2). Sans-IO: bytes and a time in, report bytes out.
 #[derive(Debug)]
 pub struct Responder {
     cfg: ResponderConfig,
-    buckets: HashMap<IpAddr, Bucket>,
+    limiter: RateLimiter<IpAddr>,
     stats: ResponderStats,
 }
 
@@ -121,6 +130,12 @@ impl Responder {
         if cfg.burst == 0 {
             return Err(ResponderConfigError::Zero("burst"));
         }
+        if cfg.global_rate_per_sec == 0 {
+            return Err(ResponderConfigError::Zero("global_rate_per_sec"));
+        }
+        if cfg.global_burst == 0 {
+            return Err(ResponderConfigError::Zero("global_burst"));
+        }
         if cfg.max_sources == 0 {
             return Err(ResponderConfigError::Zero("max_sources"));
         }
@@ -130,16 +145,33 @@ impl Responder {
         if cfg.max_listed > wire::MAX_LISTED {
             return Err(ResponderConfigError::TooManyListed(cfg.max_listed));
         }
+        let limiter = RateLimiter::new(
+            Some(Limit::per_second(cfg.rate_per_sec, cfg.burst)),
+            Limit::per_second(cfg.global_rate_per_sec, cfg.global_burst),
+            cfg.max_sources,
+            WhenFull::EvictOldest,
+            0,
+        );
         Ok(Self {
             cfg,
-            buckets: HashMap::new(),
+            limiter,
             stats: ResponderStats::default(),
         })
     }
 
     /// Counters so far.
     pub fn stats(&self) -> ResponderStats {
-        self.stats
+        let l = self.limiter.stats();
+        ResponderStats {
+            sources_evicted: l.evicted,
+            slots_examined: l.slots_examined,
+            ..self.stats
+        }
+    }
+
+    /// Sources whose rate state is held: never more than `max_sources`.
+    pub fn sources(&self) -> usize {
+        self.limiter.len()
     }
 
     /// Answers a probe: the report's bytes, or why there is none.
@@ -147,7 +179,8 @@ impl Responder {
         let result = self.build(seen, now);
         match &result {
             Ok(_) => self.stats.answered += 1,
-            Err(Refusal::RateLimited(_) | Refusal::SourceTableFull) => self.stats.rate_limited += 1,
+            Err(Refusal::RateLimited(_)) => self.stats.source_limited += 1,
+            Err(Refusal::GlobalRateLimited) => self.stats.global_limited += 1,
             Err(_) => self.stats.malformed += 1,
         }
         result
@@ -193,31 +226,12 @@ impl Responder {
     }
 
     fn take_token(&mut self, src: IpAddr, now: Nanos) -> Result<(), Refusal> {
-        let cap = u64::from(self.cfg.burst) * NANOS_PER_SEC;
-        let rate = u64::from(self.cfg.rate_per_sec);
-        if !self.buckets.contains_key(&src) && self.buckets.len() >= self.cfg.max_sources {
-            // Forget sources whose bucket has refilled: they carry no state worth keeping.
-            self.buckets.retain(|_, b| {
-                b.scaled_tokens
-                    .saturating_add(now.saturating_sub(b.last).saturating_mul(rate))
-                    < cap
-            });
-            if self.buckets.len() >= self.cfg.max_sources {
-                return Err(Refusal::SourceTableFull);
-            }
+        match self.limiter.check(src, now) {
+            Verdict::Allowed => Ok(()),
+            Verdict::Global => Err(Refusal::GlobalRateLimited),
+            // A full set evicts (WhenFull::EvictOldest): never refused for room.
+            Verdict::PerKey | Verdict::TableFull => Err(Refusal::RateLimited(src)),
         }
-        let bucket = self.buckets.entry(src).or_insert(Bucket {
-            scaled_tokens: cap,
-            last: now,
-        });
-        let refill = now.saturating_sub(bucket.last).saturating_mul(rate);
-        bucket.scaled_tokens = bucket.scaled_tokens.saturating_add(refill).min(cap);
-        bucket.last = bucket.last.max(now);
-        if bucket.scaled_tokens < NANOS_PER_SEC {
-            return Err(Refusal::RateLimited(src));
-        }
-        bucket.scaled_tokens -= NANOS_PER_SEC;
-        Ok(())
     }
 }
 
@@ -290,7 +304,8 @@ mod tests {
         // 100 ms at 10/s refills one token.
         assert!(r.on_probe(seen(1), 100_000_000).is_ok());
         assert!(r.on_probe(seen(1), 100_000_000).is_err());
-        assert_eq!(r.stats().rate_limited, 2);
+        assert_eq!(r.stats().source_limited, 2);
+        assert_eq!(r.stats().global_limited, 0);
     }
 
     #[test]
@@ -308,10 +323,81 @@ mod tests {
             fragments: &[1028],
         };
         assert!(r.on_probe(seen(1), 0).is_ok());
-        assert!(r.on_probe(seen(2), 0).is_ok());
-        assert_eq!(r.on_probe(seen(3), 0), Err(Refusal::SourceTableFull));
-        // Once the others' buckets refilled, they are forgotten to make room.
-        assert!(r.on_probe(seen(3), 1_000_000_000).is_ok());
+        assert!(r.on_probe(seen(2), 1).is_ok());
+        // A third source takes the place of the one seen least recently.
+        assert!(r.on_probe(seen(3), 2).is_ok());
+        assert_eq!(r.sources(), 2);
+        assert_eq!(r.stats().sources_evicted, 1);
+    }
+
+    /// Probes from `n` distinct spoofed sources, one every `gap` ns from 0: (answered, refused
+    /// by the global limit, the most sources tracked at once, probes sent).
+    fn flood(r: &mut Responder, n: u32, gap: u64) -> (u64, u64, usize, u64) {
+        let p = probe(1000);
+        let mut most = 0;
+        for i in 0..n {
+            let seen = ProbeSeen {
+                src: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)),
+                payload: &p,
+                payload_len: 1000,
+                fragments: &[1028],
+            };
+            let _ = r.on_probe(seen, u64::from(i) * gap);
+            most = most.max(r.sources());
+        }
+        let s = r.stats();
+        (s.answered, s.global_limited, most, u64::from(n))
+    }
+
+    #[test]
+    fn a_flood_from_100k_sources_is_answered_at_the_global_rate() {
+        let cfg = ResponderConfig::default();
+        let (rate, burst) = (
+            u64::from(cfg.global_rate_per_sec),
+            u64::from(cfg.global_burst),
+        );
+        // 100,000 sources in 100 ms (one per µs), then in 10 s (one per 100 µs).
+        for (gap, seconds_x1000) in [(1_000, 100), (100_000, 10_000)] {
+            let mut r = Responder::new(cfg.clone()).unwrap();
+            let (answered, global, most, sent) = flood(&mut r, 100_000, gap);
+            // The global bucket: its burst, plus its rate over the flood's duration.
+            let bound = burst + rate * seconds_x1000 / 1000;
+            assert!(answered <= bound, "{answered} answered, at most {bound}");
+            assert!(
+                answered >= bound - 1,
+                "{answered} answered, {bound} allowed"
+            );
+            assert_eq!(
+                answered + global,
+                sent,
+                "every other probe hit the global limit"
+            );
+            assert!(most <= cfg.max_sources, "{most} sources tracked");
+            // No probe walked the table: each read one set.
+            let examined = r.stats().slots_examined;
+            assert!(
+                examined <= answered * crate::ratelimit::WAYS as u64,
+                "{examined} slots read for {sent} probes"
+            );
+        }
+    }
+
+    #[test]
+    fn many_new_sources_under_the_global_rate_each_cost_one_set() {
+        // A global limit high enough that every source reaches the table: 100,000 new sources
+        // through a table of 4096, each costing one set's reads, the table never above its bound.
+        let cfg = ResponderConfig {
+            global_rate_per_sec: 1_000_000,
+            global_burst: 1_000_000,
+            ..ResponderConfig::default()
+        };
+        let mut r = Responder::new(cfg.clone()).unwrap();
+        let (answered, _, most, sent) = flood(&mut r, 100_000, 1_000);
+        assert_eq!(answered, sent, "each source's first probe is answered");
+        assert_eq!(most, cfg.max_sources);
+        let s = r.stats();
+        assert!(s.sources_evicted >= sent - cfg.max_sources as u64);
+        assert!(s.slots_examined <= sent * crate::ratelimit::WAYS as u64);
     }
 
     #[test]

@@ -20,7 +20,7 @@ fn lookups_make_no_heap_allocation() {
     let info = allocation_counter::measure(|| {
         for i in 0..100_000 {
             sum += u64::from(cache.lookup(&dst(i), 1));
-            sum += u64::from(cache.get(&dst(i + 7)).unwrap_or(1500));
+            sum += u64::from(cache.get(&dst(i + 7), 1).unwrap_or(1500));
         }
     });
     let s = cache.stats();

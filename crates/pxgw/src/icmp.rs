@@ -110,7 +110,10 @@ impl RateLimiter {
                 cfg.ratelimit_burst,
             )
         });
-        let global = Limit::every(NS_PER_S / u64::from(cfg.msgs_per_sec.max(1)), cfg.msgs_burst);
+        let global = Limit::every(
+            NS_PER_S / u64::from(cfg.msgs_per_sec.max(1)),
+            cfg.msgs_burst,
+        );
         Self {
             limits: fpmtud::ratelimit::RateLimiter::new(
                 per_dest,

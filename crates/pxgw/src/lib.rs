@@ -15,5 +15,6 @@ pub mod pmtud;
 pub mod ports;
 pub mod queues;
 pub mod replay;
+pub mod rss;
 pub mod stats;
 pub mod worker;

@@ -104,13 +104,23 @@ fn main() {
         eprintln!("pxgw: --config FILE is required (or `pxgw replay --help`)");
         std::process::exit(2);
     };
-    let cfg = match Config::load(config) {
+    let mut cfg = match Config::load(config) {
         Ok(cfg) => cfg,
         Err(e) => {
             eprintln!("pxgw: {}: {e}", config.display());
             std::process::exit(2);
         }
     };
+    // One RSS key for the whole process: the ports, their flow rules and every worker's
+    // software hash read it from here (pxgw::rss).
+    match cfg.rss.resolve() {
+        Ok(key) => tracing::info!(pattern = format!("{:#06x}", key.pattern()), "RSS key"),
+        Err(e) => {
+            eprintln!("pxgw: rss.key: {e}");
+            std::process::exit(2);
+        }
+    }
+    let cfg = cfg;
     let problems = ports::preflight(&cfg, Path::new(SYSFS), ports::effective_caps());
     if !problems.is_empty() {
         for p in &problems {
@@ -314,7 +324,7 @@ fn open_port(
         .descriptors(pc.rx_descriptors, pc.tx_descriptors)
         .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
         // Both directions of a connection on one worker (pxgw::worker docs).
-        .rss_key(pxio::toeplitz::SYMMETRIC_RSS_KEY)
+        .rss_key(cfg.rss.key().context("rss.key")?.bytes())
         .tx_offloads(
             TxOffloads::MULTI_SEGS
                 | TxOffloads::TCP_TSO

@@ -5,7 +5,9 @@
 //!   inside host's behalf (it has no address of its own in transparent mode), and takes the
 //!   report that comes back. The result goes into a [`PmtuCache`]: only non-default PMTUs are
 //!   stored, and the counting Bloom filter keeps the per-packet lookup of every other destination
-//!   off the table.
+//!   off the table. A lowered path MTU (from F-PMTUD, a Packet Too Big or a black-hole
+//!   fallback) lasts `pmtu.expire_s` from when it was lowered (RFC 1191 §6.3, RFC 8201 §4);
+//!   then the destination has the eMTU again and its next connection probes it again.
 //! - **Responder:** probes from outside that arrive for the inside network (fragmented on the way)
 //!   are tracked by (source, destination, IP id) from the fragments seen on the port, and
 //!   answered by the gateway with the fragment sizes. The fragments are still forwarded inside,
@@ -13,12 +15,14 @@
 //!
 //! With several workers, a probe must leave with a source port whose symmetric RSS hash selects
 //! the same redirection-table entry as the connection that triggered it, so the report comes back
-//! to the worker that probes ([`probe_source_port`], and the `worker` module's docs).
+//! to the worker that probes ([`probe_source_port`], and the `worker` module's docs). The hash
+//! uses the ports' own key ([`crate::rss`]).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use anyhow::Context;
 use fpmtud::{
     CacheConfig, FragmentTracker, PmtuCache, PmtuSource, Prober, ProberConfig, Responder,
     ResponderConfig, TrackerConfig,
@@ -26,13 +30,19 @@ use fpmtud::{
 use pxio::toeplitz::Toeplitz;
 use pxio::wire::{self, Headers};
 
+use crate::config::Config;
+use crate::rss::SymmetricKey;
+
 /// Destinations probed at once.
 const MAX_PROBERS: usize = 256;
 /// Destinations remembered as probed recently (their PMTU may be the default, which the cache
 /// does not store).
 const MAX_RECENT: usize = 4096;
-/// A destination is probed again after this long (the paper's 10 minutes).
-const REPROBE_NS: u64 = 600_000_000_000;
+/// How often [`PathMtu::poll`] removes expired path MTUs from the cache, at most.
+const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
+/// Expiry records read per [`PathMtu::poll`] at most: a poll's cost stays bounded however many
+/// entries fall due at once (the rest go on the next polls).
+const EXPIRE_BUDGET: usize = 256;
 /// The gateway's probes leave from this UDP port of the inside host, or from the first port above
 /// it that keeps the probe on the prober's worker (reports come back to it).
 pub const PROBE_SOURCE_PORT: u16 = 4690;
@@ -64,6 +74,12 @@ pub struct PmtudSummary {
     /// probe fragmented on its way counts every fragment: this is how a port that reassembles
     /// fragments before pxgw (DPDK's `net_af_packet`) shows, as 0.
     pub fragments_in: u64,
+    /// Lowered path MTUs forgotten after `pmtu.expire_s` (the destination is back at the eMTU).
+    pub expired: u64,
+    /// Probes from outside not answered: their source exceeded its rate.
+    pub respond_source_limited: u64,
+    /// Probes from outside not answered: all sources together exceeded `pmtu.respond_per_sec`.
+    pub respond_global_limited: u64,
 }
 
 /// A path MTU the gateway's own probing discovered.
@@ -88,12 +104,71 @@ struct Probe {
     sport: u16,
 }
 
+/// What [`PathMtu::new`] needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PathMtuConfig {
+    /// The external MTU: the path MTU of destinations with nothing learned.
+    pub emtu: u16,
+    /// The F-PMTUD UDP port.
+    pub port: u16,
+    /// Probe new outside destinations.
+    pub probe: bool,
+    /// Answer probes that arrive for the inside network.
+    pub respond: bool,
+    /// How long a lowered path MTU lasts, from when it was lowered; also how soon a destination
+    /// is probed again.
+    pub expire: Duration,
+    /// The responder's rate limits.
+    pub responder: ResponderConfig,
+    /// The ports' RSS key (probe source ports must hash as the NIC does).
+    pub rss_key: SymmetricKey,
+}
+
+impl Default for PathMtuConfig {
+    fn default() -> Self {
+        Self {
+            emtu: 1500,
+            port: fpmtud::DEFAULT_PORT,
+            probe: true,
+            respond: true,
+            expire: Duration::from_secs(600),
+            responder: ResponderConfig::default(),
+            rss_key: SymmetricKey::default(),
+        }
+    }
+}
+
+impl PathMtuConfig {
+    /// The settings `cfg` gives (`[pmtu]`, the external MTU, `[rss] key`).
+    pub fn of(cfg: &Config) -> anyhow::Result<Self> {
+        let global = cfg.pmtu.respond_per_sec;
+        Ok(Self {
+            emtu: cfg.emtu(),
+            port: cfg.pmtu.port,
+            probe: cfg.pmtu.probe,
+            respond: cfg.pmtu.respond,
+            expire: Duration::from_secs(cfg.pmtu.expire_s),
+            responder: ResponderConfig {
+                global_rate_per_sec: global,
+                global_burst: ResponderConfig::default().global_burst.min(global),
+                ..ResponderConfig::default()
+            },
+            rss_key: cfg.rss.key().context("rss.key")?,
+        })
+    }
+}
+
 /// The gateway's F-PMTUD state, one per worker.
 pub struct PathMtu {
     cache: PmtuCache<IpAddr>,
     probers: HashMap<IpAddr, Probe>,
     /// When each destination was last probed.
     recent: HashMap<IpAddr, u64>,
+    /// How long before a destination is probed again: the cache's age limit, so a destination
+    /// whose lowered PMTU expired is probed on its next connection.
+    reprobe_ns: u64,
+    /// The earliest time [`PathMtu::poll`] removes expired entries again.
+    expire_at: u64,
     tracker: FragmentTracker,
     responder: Responder,
     /// The ports' RSS hash (symmetric key), to keep probes on this worker.
@@ -109,24 +184,36 @@ pub struct PathMtu {
 }
 
 impl PathMtu {
-    /// F-PMTUD for a gateway whose external MTU is `emtu`, probing (`probe`) and answering
-    /// (`respond`) on UDP `port`.
-    pub fn new(emtu: u16, port: u16, probe: bool, respond: bool) -> anyhow::Result<Self> {
+    /// F-PMTUD as `cfg` says: for a gateway whose external MTU is `emtu`, probing (`probe`) and
+    /// answering (`respond`) on UDP `port`.
+    pub fn new(cfg: PathMtuConfig) -> anyhow::Result<Self> {
+        let PathMtuConfig {
+            emtu,
+            port,
+            probe,
+            respond,
+            expire,
+            responder,
+            rss_key,
+        } = cfg;
         Ok(Self {
             cache: PmtuCache::new(CacheConfig {
                 default_pmtu: emtu,
+                max_age: expire,
                 ..CacheConfig::default()
             })?,
             probers: HashMap::with_capacity(MAX_PROBERS),
             recent: HashMap::with_capacity(MAX_RECENT),
+            reprobe_ns: u64::try_from(expire.as_nanos()).unwrap_or(u64::MAX),
+            expire_at: 0,
             tracker: FragmentTracker::new(TrackerConfig {
                 port,
                 timeout: Duration::from_secs(2),
                 max_datagrams: 1024,
                 max_fragments: 256,
             }),
-            responder: Responder::new(ResponderConfig::default())?,
-            toeplitz: Toeplitz::default(),
+            responder: Responder::new(responder)?,
+            toeplitz: rss_key.toeplitz(),
             probe,
             respond,
             emtu,
@@ -137,6 +224,11 @@ impl PathMtu {
         })
     }
 
+    /// [`PathMtu::new`] with the settings of `cfg` ([`PathMtuConfig::of`]).
+    pub fn from_config(cfg: &Config) -> anyhow::Result<Self> {
+        Self::new(PathMtuConfig::of(cfg)?)
+    }
+
     /// The F-PMTUD UDP port.
     pub fn port(&self) -> u16 {
         self.port
@@ -144,8 +236,11 @@ impl PathMtu {
 
     /// The counters.
     pub fn summary(&self) -> PmtudSummary {
+        let r = self.responder.stats();
         PmtudSummary {
             cached: self.cache.len() as u64,
+            respond_source_limited: r.source_limited,
+            respond_global_limited: r.global_limited,
             ..self.summary
         }
     }
@@ -160,16 +255,20 @@ impl PathMtu {
         self.cache.lookup(&dst, now)
     }
 
-    /// The earliest time a prober needs [`poll`](Self::poll).
+    /// The earliest time a prober, or the expiry of a lowered path MTU, needs
+    /// [`poll`](Self::poll).
     pub fn next_deadline(&self) -> Option<u64> {
+        let expiry = self.cache.next_due().map(|due| due.max(self.expire_at));
         self.probers
             .values()
             .filter_map(|p| p.prober.next_timeout())
+            .chain(expiry)
             .min()
     }
 
-    /// Caps the path MTU toward `dst` at `mtu` (learned from a Packet Too Big, or a black-hole
-    /// fallback); true when that lowered it.
+    /// Caps the path MTU toward `dst` at `mtu` (learned from a Packet Too Big, F-PMTUD, or a
+    /// black-hole fallback); true when that lowered it. A lowered value lasts `expire` from
+    /// now: a later, lower one starts its age again; the same or a higher one changes nothing.
     pub fn cap(&mut self, dst: IpAddr, mtu: u16, now: u64) -> bool {
         if mtu >= self.cache.lookup(&dst, now) {
             return false;
@@ -208,16 +307,16 @@ impl PathMtu {
             return;
         }
         let dst = IpAddr::V4(Ipv4Addr::from(four(&h.key.dst)));
+        let reprobe = self.reprobe_ns;
         let recently = self
             .recent
             .get(&dst)
-            .is_some_and(|&t| now.saturating_sub(t) < REPROBE_NS);
-        if recently || self.probers.contains_key(&dst) || self.cache.get(&dst).is_some() {
+            .is_some_and(|&t| now.saturating_sub(t) < reprobe);
+        if recently || self.probers.contains_key(&dst) || self.cache.get(&dst, now).is_some() {
             return;
         }
         if self.recent.len() >= MAX_RECENT {
-            self.recent
-                .retain(|_, t| now.saturating_sub(*t) < REPROBE_NS);
+            self.recent.retain(|_, t| now.saturating_sub(*t) < reprobe);
             if self.recent.len() >= MAX_RECENT {
                 self.recent.clear();
             }
@@ -256,7 +355,7 @@ impl PathMtu {
     }
 
     /// [`on_inbound`](Self::on_inbound) for a frame whose parse the pipeline already has
-    /// (issue 12: one parse per packet). The parse is trusted only when it fits `frame` (one
+    /// (one parse per packet). The parse is trusted only when it fits `frame` (one
     /// segment, all of it: [`wire::Parsed::fits`]); otherwise the frame is classified again, so
     /// a stale parse, or another packet's of another length, never decides whether a frame is
     /// a report.
@@ -289,7 +388,7 @@ impl PathMtu {
                     .filter(|p| p.sport == h.key.dport)
                 {
                     let _ = p.prober.on_report(&frame[h.hdr_len()..h.frame_len()], now);
-                    self.finish_if_done(src);
+                    self.finish_if_done(src, now);
                     return true;
                 }
             }
@@ -323,8 +422,19 @@ impl PathMtu {
         false
     }
 
-    /// Drives the probers: second probes, timeouts and fallbacks. New probe frames go to `out`.
+    /// Drives the probers (second probes, timeouts and fallbacks; new probe frames go to `out`)
+    /// and, at most once a second, forgets lowered path MTUs whose age is up (a bounded number
+    /// per call). Called on every loop: what it does between those times is a comparison.
     pub fn poll(&mut self, now: u64, out: &mut Vec<Vec<u8>>) {
+        if now >= self.expire_at {
+            let e = self.cache.expire(now, EXPIRE_BUDGET);
+            self.summary.expired += e.removed as u64;
+            self.expire_at = if e.more {
+                now
+            } else {
+                now.saturating_add(EXPIRE_EVERY_NS)
+            };
+        }
         if self.probers.is_empty() {
             return;
         }
@@ -341,7 +451,7 @@ impl PathMtu {
             let tx = p.prober.poll(now);
             let (macs, src, sport) = (p.macs, p.src, p.sport);
             self.send_probes(tx, macs, src, sport, dst, out);
-            self.finish_if_done(dst);
+            self.finish_if_done(dst, now);
         }
         self.tracker.expire(now);
     }
@@ -373,23 +483,28 @@ impl PathMtu {
         }
     }
 
-    fn finish_if_done(&mut self, dst: IpAddr) {
+    fn finish_if_done(&mut self, dst: IpAddr, now: u64) {
         let Some(p) = self.probers.get(&dst) else {
             return;
         };
         if p.prober.is_probing() {
             return;
         }
-        if let Some(est) = p.prober.estimate() {
-            if est.source == PmtuSource::Probe {
+        if let Some((probed, mtu)) = p
+            .prober
+            .estimate()
+            .map(|e| (e.source == PmtuSource::Probe, e.mtu))
+        {
+            if probed {
                 self.summary.discovered += 1;
-                let _ = self.cache.insert(dst, est.mtu, 0);
+                // Lowers only: a Packet Too Big that came during the round stands.
+                self.cap(dst, mtu, now);
                 if self.paths.len() >= MAX_LISTED_PATHS {
                     self.paths.remove(0);
                 }
                 self.paths.push(DiscoveredPath {
                     destination: dst,
-                    pmtu: est.mtu,
+                    pmtu: mtu,
                 });
             } else {
                 self.summary.fallbacks += 1;

@@ -5,13 +5,14 @@
 //! Every worker owns its state outright (connection table, merger, caravan builders, PMTU hints,
 //! F-PMTUD probers): nothing is shared, nothing is locked on the per-packet path. That is correct
 //! only if every packet a piece of state needs reaches the worker that holds it:
-//! - **Both directions of a connection.** Ports hash with [`SYMMETRIC_RSS_KEY`] (`0x6d5a`
-//!   repeated), and software hashes with the same key ([`pxio::toeplitz::Toeplitz::default`]):
-//!   `hash(a -> b) == hash(b -> a)`, and the outside and inside ports have the same queue count
-//!   and default redirection table, so a SYN from inside and the SYN-ACK from outside meet on one
-//!   worker (the MSS hint lands where the outbound segments are split). On `net_tap` the kernel
-//!   steers instead: the TAP queue of a frame is the symmetric flow hash, or the queue the flow
-//!   was last sent from (tun's automatic flow steering), which is again the worker that owns it.
+//! - **Both directions of a connection.** Ports hash with a symmetric key (a 16-bit pattern
+//!   repeated, drawn at start unless `[rss] key` fixes it: [`crate::rss`]), and software hashes
+//!   with the same key: `hash(a -> b) == hash(b -> a)`, and the outside and inside ports have
+//!   the same queue count and default redirection table, so a SYN from inside and the SYN-ACK
+//!   from outside meet on one worker (the MSS hint lands where the outbound segments are
+//!   split). On `net_tap` the kernel steers instead: the TAP queue of a frame is the symmetric
+//!   flow hash, or the queue the flow was last sent from (tun's automatic flow steering), which
+//!   is again the worker that owns it.
 //! - **F-PMTUD reports.** A probe has its own 5-tuple, so its report would hash elsewhere. The
 //!   probing worker picks the probe's source port so the probe's hash selects the same entry of
 //!   any redirection table of up to 512 entries as the connection that triggered it
@@ -21,8 +22,6 @@
 //!
 //! Workers register with the EAL ([`dpdk::Eal::register_thread`]) before touching a queue, so
 //! their mbuf allocations and frees use the mempool's per-lcore caches.
-//!
-//! [`SYMMETRIC_RSS_KEY`]: pxio::toeplitz::SYMMETRIC_RSS_KEY
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

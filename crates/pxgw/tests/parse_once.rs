@@ -7,7 +7,7 @@
 
 mod common;
 
-use pxgw::pmtud::{PathMtu, PmtudSummary};
+use pxgw::pmtud::{PathMtu, PathMtuConfig, PmtudSummary};
 use pxio::wire::{self, tcp_flags, Class, IpRepr, Ipv4Repr, Ipv6Repr, Parsed, TcpRepr, UdpRepr};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
@@ -143,7 +143,12 @@ struct Trace {
 /// Three destinations probed, then a mix from outside: reports (genuine, forged, to the wrong
 /// port), probes for the inside (whole and fragmented), and ordinary IPv4 and IPv6, UDP and TCP.
 fn run(mode: Mode) -> Trace {
-    let mut pmtu = PathMtu::new(EMTU, PORT, true, true).unwrap();
+    let mut pmtu = PathMtu::new(PathMtuConfig {
+        emtu: EMTU,
+        port: PORT,
+        ..PathMtuConfig::default()
+    })
+    .unwrap();
     let (sport_a, probe_a) = probe_toward(&mut pmtu, OUTSIDE[0]);
     let (sport_b, probe_b) = probe_toward(&mut pmtu, OUTSIDE[1]);
     let v6 = |payload: &[u8]| {

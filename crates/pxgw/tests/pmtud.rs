@@ -11,8 +11,10 @@ use pxio::{HeapBuf, HeapPool, PacketBuf};
 const OUTSIDE: [u8; 4] = [198, 18, 7, 1];
 const INSIDE: [u8; 4] = [198, 18, 8, 2];
 
+/// A pipeline whose ports hash with the well-known symmetric key (the checks below compute the
+/// probe's hash with it).
 fn pipeline() -> Pipeline<HeapBuf> {
-    common::pipeline_with("", "")
+    common::pipeline_with("", "[rss]\nkey = 0x6d5a\n")
 }
 
 fn tcp_from_inside(syn: bool, payload: &[u8]) -> Vec<u8> {

@@ -35,11 +35,11 @@ impl FlowPort for Port {
     }
 
     fn subset_rule(&self, group: u32, priority: u32, queues: &[u16]) -> FlowRule {
-        // The symmetric key, as the port's own RSS: both directions of a connection still meet
-        // on one worker inside a subset (pxgw::worker).
+        // The port's own key (symmetric, chosen at start by pxgw): both directions of a
+        // connection still meet on one worker inside a subset (pxgw::worker).
         FlowRule::new(FlowAction::RssKeyed {
             queues: queues.to_vec(),
-            key: crate::toeplitz::SYMMETRIC_RSS_KEY,
+            key: self.rss_key().unwrap_or(crate::toeplitz::SYMMETRIC_RSS_KEY),
             types: dpdk::RssHash::IP | dpdk::RssHash::TCP | dpdk::RssHash::UDP,
         })
         .group(group)
