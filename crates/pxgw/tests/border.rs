@@ -18,7 +18,9 @@ const INSIDE_V4: [u8; 4] = [198, 18, 0, 2];
 const ROUTER_V4: [u8; 4] = [198, 51, 100, 254];
 const OUTSIDE_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
 const INSIDE_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
-const ROUTER_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe];
+const ROUTER_V6: [u8; 16] = [
+    0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe,
+];
 
 /// The outside peer's port and the inside server's.
 const OUTSIDE_PORT: u16 = 40000;
@@ -70,7 +72,7 @@ impl Seg {
         }
     }
 
-    fn from_port(self, sport: u16) -> Self {
+    fn port(self, sport: u16) -> Self {
         Self { sport, ..self }
     }
 
@@ -156,7 +158,8 @@ impl Gw {
     fn outbound(&mut self, frame: &[u8]) -> Vec<usize> {
         self.now += 1000;
         let mut out = Vec::new();
-        self.px.outbound(self.pool.packet(frame), self.now, &mut out);
+        self.px
+            .outbound(self.pool.packet(frame), self.now, &mut out);
         out.iter().map(|p| p.len() - 14).collect()
     }
 
@@ -256,7 +259,11 @@ fn the_floor_is_the_operators_to_set_and_holds_for_ipv6() {
 
 #[test]
 fn a_floor_outside_what_tcp_allows_is_refused() {
-    for bad in ["[mss]\nmin = 47\n", "[mss]\nmin = 1461\n", "[mss]\nmin_v6 = 1441\n"] {
+    for bad in [
+        "[mss]\nmin = 47\n",
+        "[mss]\nmin = 1461\n",
+        "[mss]\nmin_v6 = 1441\n",
+    ] {
         let cfg = format!(
             "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n{bad}"
         );
@@ -295,7 +302,10 @@ fn a_spoofed_syn_on_an_established_connection_changes_nothing() {
 fn a_new_incarnation_the_inside_host_accepts_takes_its_own_handshake() {
     let mut gw = Gw::new("");
     gw.handshake(false, 1400);
-    assert!(gw.send(false, INSIDE_ISN + 1, BIG).iter().all(|&s| s <= 1440));
+    assert!(gw
+        .send(false, INSIDE_ISN + 1, BIG)
+        .iter()
+        .all(|&s| s <= 1440));
     // The connection ended (TIME-WAIT on the inside host), and the outside peer reuses the
     // 4-tuple with a new SYN and another MSS. The inside host accepts it: its SYN-ACK
     // acknowledges that SYN.
@@ -371,12 +381,16 @@ fn a_packet_too_big_counts_only_for_a_segment_in_flight_and_an_mtu_above_the_flo
         let out = gw.inbound(&too_big(&quote(start.wrapping_add(1 << 20)), v6, high));
         assert_eq!(out.len(), 1, "the error still reaches the inside host");
         // A sequence number already acknowledged is not in flight either.
-        gw.inbound(&Seg::new(v6, true, OUTSIDE_ISN + 1).ack(start + 2896).frame(&[]));
+        gw.inbound(
+            &Seg::new(v6, true, OUTSIDE_ISN + 1)
+                .ack(start + 2896)
+                .frame(&[]),
+        );
         gw.inbound(&too_big(&quote(start), v6, high));
         // In flight, but an MTU below the floor.
         gw.inbound(&too_big(&quote(start + 2896), v6, low));
         // Quoting a connection nobody opened.
-        let stranger = Seg::new(v6, false, start + 2896).from_port(40001).frame(&[0; 8]);
+        let stranger = Seg::new(v6, false, start + 2896).port(40001).frame(&[0; 8]);
         gw.inbound(&too_big(&stranger, v6, high));
         let r = gw.px.report();
         assert_eq!(
@@ -390,12 +404,19 @@ fn a_packet_too_big_counts_only_for_a_segment_in_flight_and_an_mtu_above_the_flo
             "v6 {v6}"
         );
         let next = start + BIG as u32;
-        assert_eq!(gw.send(v6, next, BIG), first, "v6 {v6}: the split size is unchanged");
+        assert_eq!(
+            gw.send(v6, next, BIG),
+            first,
+            "v6 {v6}: the split size is unchanged"
+        );
         // The real thing: a segment in flight, a plausible MTU. Believed.
         gw.inbound(&too_big(&quote(next + 1448), v6, high));
         assert_eq!(gw.px.report().router.ptb_learned, 1, "v6 {v6}");
         let sizes = gw.send(v6, next + BIG as u32, BIG);
-        assert!(sizes.iter().all(|&s| s <= high as usize), "v6 {v6}: {sizes:?}");
+        assert!(
+            sizes.iter().all(|&s| s <= high as usize),
+            "v6 {v6}: {sizes:?}"
+        );
     }
 }
 
@@ -407,7 +428,7 @@ const MARK: u8 = pxio::caravan::DEFAULT_DSCP;
 /// Sets the DSCP of the IPv4 or IPv6 header at 14 (fixing the IPv4 header checksum).
 fn mark(mut frame: Vec<u8>, l3: usize) -> Vec<u8> {
     if frame[l3] >> 4 == 6 {
-        let tc = (MARK << 2) | (((frame[l3 + 1] >> 4) & 0b11) as u8);
+        let tc = (MARK << 2) | ((frame[l3 + 1] >> 4) & 0b11);
         frame[l3] = 0x60 | (tc >> 4);
         frame[l3 + 1] = (frame[l3 + 1] & 0x0f) | (tc << 4);
         return frame;
@@ -415,7 +436,9 @@ fn mark(mut frame: Vec<u8>, l3: usize) -> Vec<u8> {
     frame[l3 + 1] = (MARK << 2) | (frame[l3 + 1] & 0b11);
     let ihl = usize::from(frame[l3] & 0xf) * 4;
     frame[l3 + 10..l3 + 12].fill(0);
-    let h = Ipv4HeaderSlice::from_slice(&frame[l3..l3 + ihl]).unwrap().to_header();
+    let h = Ipv4HeaderSlice::from_slice(&frame[l3..l3 + ihl])
+        .unwrap()
+        .to_header();
     let sum = h.calc_header_checksum();
     frame[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
     frame
@@ -429,7 +452,10 @@ fn dscp_of(frame: &[u8], l3: usize) -> (u8, bool) {
     }
     let ihl = usize::from(frame[l3] & 0xf) * 4;
     let h = Ipv4HeaderSlice::from_slice(&frame[l3..l3 + ihl]).unwrap();
-    (frame[l3 + 1] >> 2, h.to_header().calc_header_checksum() == h.header_checksum())
+    (
+        frame[l3 + 1] >> 2,
+        h.to_header().calc_header_checksum() == h.header_checksum(),
+    )
 }
 
 fn udp_v4(dport: u16, payload: &[u8]) -> Vec<u8> {
@@ -474,11 +500,7 @@ fn marked_frames() -> Vec<(&'static str, Vec<u8>, usize)> {
     let mut gre = udp_v4(7000, &[3; 32]);
     gre[23] = 47;
     frames.push(("another IP protocol (GRE)", gre, 14));
-    frames.push((
-        "TCP",
-        Seg::new(false, true, 5).ack(9).frame(&[4; 100]),
-        14,
-    ));
+    frames.push(("TCP", Seg::new(false, true, 5).ack(9).frame(&[4; 100]), 14));
     // Larger than the iMTU with DF clear: fragmented to the iMTU on the way in.
     let mut oversize = udp_v4(7000, &[5; 9100]);
     oversize[20] &= !0x40;
@@ -501,7 +523,10 @@ fn the_caravan_mark_never_survives_an_inbound_packet_the_gateway_did_not_pack() 
             for f in &out {
                 let (dscp, sum_ok) = dscp_of(f, *l3);
                 assert_ne!(dscp, MARK, "{caravans}{what}: the mark reached the inside");
-                assert!(sum_ok, "{caravans}{what}: the IPv4 header checksum still verifies");
+                assert!(
+                    sum_ok,
+                    "{caravans}{what}: the IPv4 header checksum still verifies"
+                );
             }
         }
         let r = gw.px.report();
@@ -519,7 +544,11 @@ fn the_mark_is_cleared_when_the_headers_span_buffers_and_never_repairs_a_damaged
     let out = gw.inbound_buf(pkt);
     assert_eq!(out.len(), 1);
     assert_eq!(dscp_of(&out[0], 14), (0, true));
-    assert_eq!(&out[0][26..], &frame[26..], "nothing past the checksum changed");
+    assert_eq!(
+        &out[0][26..],
+        &frame[26..],
+        "nothing past the checksum changed"
+    );
     // A header checksum that was wrong stays wrong: the inside host drops it, as it would have.
     let mut damaged = frame.clone();
     damaged[24] ^= 0x40;
@@ -561,7 +590,7 @@ fn burst_from(gw: &mut Gw, sport: u16, seq: u32) -> Vec<usize> {
     for i in 0..6u32 {
         let f = Seg::new(false, true, seq + i * 1448)
             .ack(INSIDE_ISN + 1)
-            .from_port(sport)
+            .port(sport)
             .frame(&[8; 1448]);
         gw.px.inbound(gw.pool.packet(&f), gw.now, &mut out);
     }
@@ -570,17 +599,22 @@ fn burst_from(gw: &mut Gw, sport: u16, seq: u32) -> Vec<usize> {
 }
 
 fn open_from(gw: &mut Gw, sport: u16) {
-    gw.inbound(&Seg::new(false, true, OUTSIDE_ISN).syn(1460).from_port(sport).frame(&[]));
+    gw.inbound(
+        &Seg::new(false, true, OUTSIDE_ISN)
+            .syn(1460)
+            .port(sport)
+            .frame(&[]),
+    );
     let syn_ack = Seg::new(false, false, INSIDE_ISN)
         .syn(8960)
         .ack(OUTSIDE_ISN + 1)
-        .from_port(sport)
+        .port(sport)
         .frame(&[]);
     gw.outbound(&syn_ack);
     gw.inbound(
         &Seg::new(false, true, OUTSIDE_ISN + 1)
             .ack(INSIDE_ISN + 1)
-            .from_port(sport)
+            .port(sport)
             .frame(&[]),
     );
 }
@@ -601,7 +635,11 @@ fn a_full_connection_table_makes_room_for_new_connections() {
         merged,
         "the busy connection kept its place"
     );
-    assert_eq!(burst_from(&mut gw, 1002, OUTSIDE_ISN + 1), vec![1488; 6], "evicted");
+    assert_eq!(
+        burst_from(&mut gw, 1002, OUTSIDE_ISN + 1),
+        vec![1488; 6],
+        "evicted"
+    );
     let r = gw.px.report();
     assert_eq!((r.mss.established_evicted, r.connections), (1, 2));
 }
