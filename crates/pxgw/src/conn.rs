@@ -852,7 +852,11 @@ impl ConnTable {
         let before = self.map.len();
         // Least recently seen first: every refresh moves an entry to the front, so the idle
         // ones are at the back, and the walk stops at the first one seen since `cutoff`.
-        while self.map.peek_lru().is_some_and(|(_, c)| c.last_seen < cutoff) {
+        while self
+            .map
+            .peek_lru()
+            .is_some_and(|(_, c)| c.last_seen < cutoff)
+        {
             self.map.pop_lru();
         }
         self.half_open.expire(cutoff);

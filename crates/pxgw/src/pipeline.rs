@@ -506,7 +506,10 @@ impl<B: PacketBuf> Pipeline<B> {
         // (RFC 5927 §4.1, Linux's tcp_v4_err); so does the gateway, on the inside host's behalf.
         let floor = self.split_floor(err.v6);
         let router = &mut self.report.router;
-        match self.conns.check_quoted(&conn::reverse(&err.flow()), seq, now) {
+        match self
+            .conns
+            .check_quoted(&conn::reverse(&err.flow()), seq, now)
+        {
             conn::Quoted::InFlight => {}
             conn::Quoted::OutOfWindow => {
                 router.ptb_out_of_window += 1;
@@ -604,14 +607,7 @@ impl<B: PacketBuf> Pipeline<B> {
 
     /// An inbound UDP datagram (`h` its headers, from `parsed`, the pipeline's one parse of it,
     /// which every caravan step below takes instead of classifying again).
-    fn inbound_udp(
-        &mut self,
-        pkt: B,
-        h: &Headers,
-        parsed: &Parsed,
-        now: u64,
-        out: &mut Vec<B>,
-    ) {
+    fn inbound_udp(&mut self, pkt: B, h: &Headers, parsed: &Parsed, now: u64, out: &mut Vec<B>) {
         let Some(ccfg) = self.cfg.caravan else {
             return out.push(pkt);
         };
@@ -668,8 +664,7 @@ impl<B: PacketBuf> Pipeline<B> {
         // passes at once.
         match caravan::packable_parsed(&pkt, parsed, &ccfg) {
             Ok(()) => {
-                self.caravans
-                    .insert(h.key, (Open::Lone(pkt, *parsed), now));
+                self.caravans.insert(h.key, (Open::Lone(pkt, *parsed), now));
             }
             Err(_) => out.push(pkt),
         }
