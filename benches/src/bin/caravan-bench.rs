@@ -25,7 +25,8 @@
 //! Then caravans, packed by pxio's `CaravanBuilder` up to the 9000 B iMTU (7 × 1200 B):
 //! 4. `caravan-ebpf`: unpacked by caravan-ebpf on the receiver's ingress; one `recv` per
 //!    datagram.
-//! 5. `caravan-reader`: to a pass-through port, delivered whole, one `recv` per caravan, split
+//! 5. `caravan-reader`: to a pass-through port, delivered whole, one `recvmsg` per caravan
+//!    (`caravan::recv`, with the traffic class that tells a caravan: the port reports it), split
 //!    by `caravan::Reader`.
 //! 6. `caravan-batch`: the same, `caravan::BatchReader`: up to 64 caravans per `recvmmsg`.
 //!
@@ -73,7 +74,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use caravan::{BatchError, BatchReader, Decap, DecapConfig, Reader};
+use caravan::{BatchError, BatchReader, Decap, DecapConfig};
 use clap::Parser;
 use netlab::Netns;
 use nix::sched::{sched_setaffinity, CpuSet};
@@ -617,13 +618,12 @@ fn receive(
             (Mode::Plain | Mode::Ebpf, _) => {
                 sock.recv(&mut buf).map(|n| check(&buf[..n], &mut got))
             }
-            (Mode::Reader, _) => {
-                sock.recv(&mut buf)
-                    .map(|n| match Reader::with_ports(&buf[..n], SPORT, PASS_PORT) {
-                        Ok(r) => r.for_each(|d| check(d.payload, &mut got)),
-                        Err(_) => check(&[], &mut got),
-                    })
-            }
+            (Mode::Reader, _) => caravan::recv(sock, &mut buf).map(|m| {
+                match m.caravan_with_ports(SPORT, PASS_PORT) {
+                    Ok(r) => r.for_each(|d| check(d.payload, &mut got)),
+                    Err(_) => check(&[], &mut got),
+                }
+            }),
             (Mode::Mmsg | Mode::Batch, Some(batch)) => match batch.recv(sock) {
                 Ok(_) => {
                     for m in batch.iter() {
@@ -913,6 +913,10 @@ fn main() -> Result<()> {
                 setsockopt(&s, sockopt::RcvBufForce, &(64 << 20))?;
                 if p == GRO_PORT {
                     setsockopt(&s, sockopt::UdpGroSegment, &true)?;
+                }
+                if p == PASS_PORT {
+                    // The readers take a datagram for a caravan only when it wore the mark.
+                    caravan::report_traffic_class(&s)?;
                 }
                 Ok(s)
             })

@@ -9,9 +9,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd};
 
+use caravan_common::DEFAULT_DSCP;
 use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
 
-use crate::reader::{Malformed, Reader, Refused};
+use crate::received::{socket_addr, traffic_class, Received, CMSG_ROOM};
 
 /// Largest buffer a [`BatchReader`] allocates.
 const MAX_BATCH_BYTES: usize = 1 << 30;
@@ -50,18 +51,29 @@ struct Slot {
     len: usize,
     truncated: bool,
     peer: Option<SocketAddr>,
+    traffic_class: Option<u8>,
 }
 
 /// Receives up to `messages` UDP payloads of up to `size` bytes per system call (`recvmmsg`
 /// with `MSG_WAITFORONE`: it blocks, as the socket is set to, for the first message only, then
-/// takes what is queued), and hands each out as a [`Received`] to split with [`Reader`].
+/// takes what is queued), each with the traffic class its IP header carried, and hands each out
+/// as a [`Received`]: a caravan to split with [`Reader`](crate::Reader) only when it wore the
+/// mark.
+///
+/// The socket must report traffic classes ([`report_traffic_class`](crate::report_traffic_class),
+/// before the first call): without them no message is a caravan.
 ///
 /// Buffers are allocated once, in [`new`](Self::new); [`recv`](Self::recv) allocates one small
-/// vector of I/O slices per call (not per message).
+/// vector of I/O slices per call (not per message). The kernel shrinks each message's control
+/// buffer to what it used, which stays the same while the socket's options do. When a message's
+/// control messages are cut short (the socket was set to report more, or to report at all, after
+/// earlier calls), that message is read as an ordinary datagram and the buffers are renewed for
+/// the next call.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let sock = std::net::UdpSocket::bind("[::]:5002")?;
+/// caravan::report_traffic_class(&sock)?;
 /// let mut batch = caravan::BatchReader::new(32, 9000)?;
 /// loop {
 ///     batch.recv(&sock)?;
@@ -78,9 +90,13 @@ struct Slot {
 #[derive(Debug)]
 pub struct BatchReader {
     headers: MultiHeaders<SockaddrStorage>,
+    /// Whether `headers` must be renewed before the next call: a message of the last one found
+    /// its control buffer too small.
+    stale: bool,
     buf: Vec<u8>,
     size: usize,
     slots: Vec<Slot>,
+    mark: u8,
 }
 
 impl BatchReader {
@@ -96,11 +112,19 @@ impl BatchReader {
             .filter(|&b| b <= MAX_BATCH_BYTES && messages <= MAX_MESSAGES)
             .ok_or(BatchError::TooLarge { messages, size })?;
         Ok(Self {
-            headers: MultiHeaders::preallocate(messages, None),
+            headers: headers(messages),
+            stale: false,
             buf: vec![0; bytes],
             size,
             slots: Vec::with_capacity(messages),
+            mark: DEFAULT_DSCP,
         })
+    }
+
+    /// The same reader, judging messages against the caravan mark `dscp` (the decapsulator's
+    /// and the gateway's, when not the default 7).
+    pub fn with_dscp(self, dscp: u8) -> Self {
+        Self { mark: dscp, ..self }
     }
 
     /// Messages one call can take.
@@ -114,6 +138,10 @@ impl BatchReader {
     /// forgotten, even when this call fails.
     pub fn recv(&mut self, sock: &impl AsFd) -> Result<usize, BatchError> {
         self.slots.clear();
+        if self.stale {
+            self.headers = headers(self.capacity());
+            self.stale = false;
+        }
         let mut iovs: Vec<[io::IoSliceMut<'_>; 1]> = self
             .buf
             .chunks_exact_mut(self.size)
@@ -128,10 +156,15 @@ impl BatchReader {
         )
         .map_err(io::Error::from)?;
         for msg in results {
+            let traffic_class = traffic_class(&msg).unwrap_or_else(|_| {
+                self.stale = true;
+                None // cut short: not trusted
+            });
             self.slots.push(Slot {
                 len: msg.bytes.min(self.size),
                 truncated: msg.flags.contains(MsgFlags::MSG_TRUNC),
                 peer: msg.address.as_ref().and_then(socket_addr),
+                traffic_class,
             });
         }
         Ok(self.slots.len())
@@ -153,48 +186,13 @@ impl BatchReader {
             payload: &self.buf[i * self.size..i * self.size + s.len],
             truncated: s.truncated,
             peer: s.peer,
+            traffic_class: s.traffic_class,
+            mark: self.mark,
         })
     }
 }
 
-/// One UDP payload a [`BatchReader`] received: a caravan, or an ordinary datagram.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Received<'a> {
-    /// The bytes received (at most the batch's message size).
-    pub payload: &'a [u8],
-    /// Whether the datagram was longer than the message size and was cut.
-    pub truncated: bool,
-    /// The sender, when the kernel reported one.
-    pub peer: Option<SocketAddr>,
-}
-
-impl<'a> Received<'a> {
-    /// The message as a caravan ([`Reader::new`]); a truncated message is
-    /// [`Malformed::Truncated`] whatever its bytes say.
-    pub fn caravan(&self) -> Result<Reader<'a>, Refused> {
-        self.whole()?;
-        Reader::new(self.payload)
-    }
-
-    /// The message as a caravan of the flow `src_port` → `dst_port` ([`Reader::with_ports`]).
-    pub fn caravan_with_ports(&self, src_port: u16, dst_port: u16) -> Result<Reader<'a>, Refused> {
-        self.whole()?;
-        Reader::with_ports(self.payload, src_port, dst_port)
-    }
-
-    fn whole(&self) -> Result<(), Refused> {
-        if self.truncated {
-            Err(Refused::Malformed(Malformed::Truncated))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = s.as_sockaddr_in() {
-        return Some(SocketAddr::from((v4.ip(), v4.port())));
-    }
-    let v6 = s.as_sockaddr_in6()?;
-    Some(SocketAddr::from((v6.ip(), v6.port())))
+/// Message headers for `messages` messages, each with [`CMSG_ROOM`] bytes for control messages.
+fn headers(messages: usize) -> MultiHeaders<SockaddrStorage> {
+    MultiHeaders::preallocate(messages, Some(vec![0; CMSG_ROOM]))
 }

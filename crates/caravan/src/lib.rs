@@ -8,8 +8,10 @@
 //!   [`Decap::persist`] pinned it for the `caravan` CLI.
 //! * [`Reader`] splits a caravan that was delivered whole to a pass-through port into its inner
 //!   datagrams: one `recv` brings many datagrams, like `UDP_GRO` (beyond the paper).
-//! * [`BatchReader`] receives many caravans per system call (`recvmmsg`), for [`Reader`] to
-//!   split: the receive path to set against `recvmmsg` and `UDP_GRO` on plain UDP.
+//! * [`recv`] receives one datagram with the traffic class its IP header carried, and
+//!   [`BatchReader`] many per system call (`recvmmsg`): the receive path to set against
+//!   `recvmmsg` and `UDP_GRO` on plain UDP. Each message is a [`Received`], read as a caravan
+//!   only when it wore the caravan mark ([`report_traffic_class`] makes the socket report it).
 //!
 //! The map layouts are shared with the eBPF program through `caravan-common`.
 
@@ -18,10 +20,12 @@
 mod batch;
 mod decap;
 mod reader;
+mod received;
 
-pub use batch::{BatchError, BatchReader, Received};
+pub use batch::{BatchError, BatchReader};
 pub use caravan_common::{Counter, DEFAULT_DSCP, MAX_DATAGRAMS, VERSION};
 pub use decap::{
     detach_pinned, pinned_passthrough, pinned_stats, Decap, DecapConfig, Error, Stats, PIN_ROOT,
 };
 pub use reader::{Datagram, Malformed, Reader, Refused};
+pub use received::{recv, report_traffic_class, Received};

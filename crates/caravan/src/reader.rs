@@ -30,11 +30,15 @@ pub struct Datagram<'a> {
 /// [`Reader::new`] validates the whole caravan first, with the same rules as the eBPF program,
 /// so iteration never fails half way. Iteration allocates nothing.
 ///
-/// A pass-through port receives plain datagrams too, and a socket cannot see the DSCP mark
-/// without `IP_RECVTOS`. The caravan header tells them apart: a plain datagram is
-/// [`Refused::NotCaravan`] unless its payload starts with the caravan magic and version and
-/// passes every rule, check included (`docs/caravan.md`, "False positives"). Pass the flow's
-/// ports to [`Reader::with_ports`] when they are known, to check them too.
+/// A `Reader` judges the payload alone, so only build one from a datagram whose IP header
+/// carried the caravan mark. A pass-through port receives ordinary datagrams too, and any sender
+/// can make a payload that passes every rule of the format: read from a socket, such a datagram
+/// would become up to 64 datagrams nobody sent. [`recv`](crate::recv) and
+/// [`BatchReader`](crate::BatchReader) receive the traffic class with each datagram, and their
+/// [`Received::caravan`](crate::Received::caravan) builds a `Reader` only for a marked one;
+/// anything else is [`Refused::NotCaravan`], one ordinary datagram (`docs/caravan.md`, "What the
+/// endpoint trusts"). Pass the flow's ports to [`Reader::with_ports`] when they are known, to
+/// check them too.
 #[derive(Clone, Debug)]
 pub struct Reader<'a> {
     rest: &'a [u8],
@@ -42,8 +46,8 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    /// Validates `payload` (the outer UDP payload, caravan header first) as a caravan whose
-    /// inner headers all carry the ports of the first one.
+    /// Validates `payload` (the outer UDP payload, caravan header first, of a datagram that
+    /// wore the mark) as a caravan whose inner headers all carry the ports of the first one.
     pub fn new(payload: &'a [u8]) -> Result<Self, Refused> {
         format::recognise_payload(payload)?;
         let Some(first) = payload

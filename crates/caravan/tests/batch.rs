@@ -1,6 +1,7 @@
 //! `caravan::BatchReader` on real sockets, IPv4 and IPv6 (needs root: it makes a namespace and
 //! talks over its loopback). Caravans, plain datagrams, malformed and oversize caravans arrive
-//! together; one `recvmmsg` takes them, and each gets its typed verdict, never a panic.
+//! together, all wearing the caravan mark; one `recvmmsg` takes them, and each gets its typed
+//! verdict, never a panic.
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -9,6 +10,7 @@ use std::time::Duration;
 use caravan::{BatchError, BatchReader, Malformed, Refused};
 use caravan_common::format;
 use netlab::Netns;
+use nix::sys::socket::{setsockopt, sockopt};
 
 /// One inner datagram: UDP header (ports, length, a checksum) and payload.
 fn dgram(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
@@ -43,6 +45,13 @@ fn run(ip: IpAddr) {
         .enter(|| {
             let rx = UdpSocket::bind(SocketAddr::new(ip, 5002)).unwrap();
             let tx = UdpSocket::bind(SocketAddr::new(ip, 41000)).unwrap();
+            let mark = i32::from(format::DEFAULT_DSCP) << 2;
+            if ip.is_ipv6() {
+                setsockopt(&tx, sockopt::Ipv6TClass, &mark).unwrap();
+            } else {
+                setsockopt(&tx, sockopt::Ipv4Tos, &mark).unwrap();
+            }
+            caravan::report_traffic_class(&rx).unwrap();
             (rx, tx)
         })
         .unwrap();

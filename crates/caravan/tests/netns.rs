@@ -15,7 +15,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use caravan::{Decap, DecapConfig, Reader};
+use caravan::{Decap, DecapConfig, Refused};
 use netlab::Netns;
 use nix::sys::socket::{setsockopt, sockopt};
 use pxio::caravan::{CaravanBuilder, CaravanConfig};
@@ -283,6 +283,8 @@ fn caravans_decapsulated(case: Case) {
                     s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
                     // Clones keep the caravan's buffer size until the socket reads them.
                     setsockopt(&s, sockopt::RcvBufForce, &(64 << 20)).unwrap();
+                    // The readers tell caravans by the mark the IP header carried.
+                    caravan::report_traffic_class(&s).unwrap();
                     s
                 })
                 .collect();
@@ -397,25 +399,27 @@ fn receive_and_check(
             e.len()
         );
     }
-    let whole = recv_all(&socks[1], sent.len());
-    assert_eq!(
-        whole.len(),
-        sent.len(),
-        "{case:?}: pass-through: one recv per caravan"
-    );
-    for (caravan, payloads) in whole.iter().zip(sent) {
-        let reader = Reader::with_ports(caravan, SPORT, PASS_PORT).expect("a valid caravan");
+    // The pass-through port: one recv per caravan, still marked, split by caravan::Reader.
+    let mut buf = vec![0u8; 65536];
+    for (i, payloads) in sent.iter().enumerate() {
+        let msg = caravan::recv(&socks[1], &mut buf)
+            .unwrap_or_else(|e| panic!("{case:?}: pass-through caravan {i}: {e}"));
+        let reader = msg
+            .caravan_with_ports(SPORT, PASS_PORT)
+            .expect("a valid caravan, still marked");
         let split: Vec<Vec<u8>> = reader.map(|d| d.payload.to_vec()).collect();
         assert_eq!(
             &split, payloads,
             "{case:?}: Reader splits the caravan right"
         );
     }
-    assert_eq!(
-        recv_all(&socks[2], plain.len()),
-        plain,
-        "{case:?}: plain UDP untouched"
-    );
+    // Plain UDP, marked or not, arrives untouched and is read as one ordinary datagram.
+    for (i, want) in plain.iter().enumerate() {
+        let msg = caravan::recv(&socks[2], &mut buf)
+            .unwrap_or_else(|e| panic!("{case:?}: plain datagram {i}: {e}"));
+        assert_eq!(msg.payload, &want[..], "{case:?}: plain UDP untouched");
+        assert_eq!(msg.caravan().unwrap_err(), Refused::NotCaravan, "{case:?}");
+    }
 
     let stats = decap.stats().unwrap();
     assert_eq!(stats.malformed, 1, "{case:?}");
