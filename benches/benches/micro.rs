@@ -56,8 +56,7 @@ fn parsing(c: &mut Criterion) {
 /// The one's-complement sum the engine verifies every segment with when no NIC verdict is
 /// there (`merge::Merger`, "Checksums"), in GB/s on data already in cache: a 64 B header, a
 /// 1448 B segment, a 9000 B packet and a 64 KB TSO burst, and a segment's payload where it sits
-/// in its frame. Issue 12's bar: 20 GB/s per core. (Criterion prints GiB/s: 1 GiB/s = 1.074
-/// GB/s.)
+/// in its frame. The bar: 20 GB/s per core. (Criterion prints GiB/s: 1 GiB/s = 1.074 GB/s.)
 fn checksum(c: &mut Criterion) {
     let mut g = c.benchmark_group("checksum");
     for len in [64usize, 1448, 9000, 65535] {
@@ -154,11 +153,11 @@ fn datagram(v6: bool, fill: u8) -> Vec<u8> {
     wire::udp_frame(ethernet, ip, udp, &[fill; 1200]).expect("a datagram")
 }
 
-/// Issue 12, parse once: seven datagrams of one flow packed as pxgw's pipeline packs them (the
-/// first held, `can_pair` with the second, `start` and `push`, then `push` of the rest), every
-/// datagram parsed once on receive as the pipeline does; the caravan builder either classifies
-/// each datagram again (the entry points without a parse) or takes the pipeline's parse (the
-/// `_parsed` ones). Then the caravan unpacked, with and without its parse. Per datagram.
+/// Parse once: seven datagrams of one flow packed as pxgw's pipeline packs them (the first held,
+/// `can_pair` with the second, `start` and `push`, then `push` of the rest), every datagram parsed
+/// once on receive as the pipeline does; the caravan builder either classifies each datagram again
+/// (the entry points without a parse) or takes the pipeline's parse (the `_parsed` ones). Then the
+/// caravan unpacked, with and without its parse. Per datagram.
 fn caravans(c: &mut Criterion) {
     const N: usize = 7;
     let pool = HeapPool::new(256);

@@ -12,10 +12,10 @@
 //! it at the iMTU (TSO, [`Ledger::record_tso`]) is counted by the same rule: it is the pieces
 //! the NIC puts on the wire.
 //!
-//! **Packets per iMTU** (issue 12, §3) is what the yield hides: how many packets leave per
-//! iMTU's worth of payload, `outputs / (input payload / cap)`; 1.0 is ideal, and every runt a cut
-//! leaves behind raises it. An uncapped output of `P` bytes (rte_gro) counts as the
-//! `ceil(P / cap)` packets it would be cut into, by the same rule as the yield.
+//! **Packets per iMTU** is what the yield hides: how many packets leave per iMTU's worth of
+//! payload, `outputs / (input payload / cap)`; 1.0 is ideal, and every runt a cut leaves behind
+//! raises it. An uncapped output of `P` bytes (rte_gro) counts as the `ceil(P / cap)` packets it
+//! would be cut into, by the same rule as the yield.
 //!
 //! **Added delay** of an input packet is its emission time minus the time the engine received
 //! it, both in simulated time: the emission time is the time of the RX burst (or final flush)

@@ -12,7 +12,7 @@ use crate::report::{MergeRow, ScenarioCost};
 use crate::trace::{Schedule, Trace, TraceConfig};
 use crate::BenchError;
 
-/// The scenarios: (flows, Gb/s per flow).
+/// The benchmark's scenarios: (flows, Gb/s per flow).
 pub const SCENARIOS: [(u32, f64); 6] = [
     (1, 10.0),
     (8, 10.0),
@@ -27,11 +27,11 @@ pub const SCENARIOS: [(u32, f64); 6] = [
 pub struct MergeBenchConfig {
     /// Trace generator seed.
     pub seed: u64,
-    /// How flows send (the Poisson TSO bursts, paced, or DESIGN.md's round robin);
-    /// [`run_merge`] sets it per schedule it runs.
+    /// How flows send (Poisson TSO bursts, paced, or a strict round robin as in the rte_gro
+    /// round-robin figures); [`run_merge`] sets it per schedule it runs.
     pub schedule: Schedule,
-    /// How long an engine may hold a segment for merging, ns of simulated time (DESIGN.md's
-    /// anchors: 20 µs).
+    /// How long an engine may hold a segment for merging, ns of simulated time (20 µs, as in
+    /// the reference figures).
     pub delay_budget_ns: u64,
     /// The cap on pxio's ETM window, ns (its model decides below the cap).
     pub pxio_max_window_ns: u64,

@@ -43,7 +43,7 @@ pub struct NicInfo {
 }
 
 impl NicInfo {
-    /// Everything a NIC gives (the main column).
+    /// Everything a NIC gives (the headline column).
     pub const FULL: NicInfo = NicInfo {
         csum: true,
         hash: true,

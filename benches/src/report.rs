@@ -1,18 +1,17 @@
 //! The merge benchmark's report: one [`MergeRow`] per scenario, printed as a table and written
 //! as JSON (`cargo xtask bench merge --json FILE`).
 //!
-//! The JSON is an array of [`MergeRow`] objects, one per scenario and schedule. The issue's
-//! fields come first: `flows, gbps_per_flow, pxio_ns_per_pkt, rte_gro_ns_per_pkt, speedup,
-//! yield, mean_delay_us, p99_delay_us, flow_entry_bytes`, then issue 12's `schedule`,
-//! `packets_per_imtu`, `rte_gro_parse_in_timed_region` (always `true`: rte_gro's cost includes
-//! the `rte_net_get_ptype` parse it depends on) and `cycles_per_pkt`; then
-//! `rte_gro_tx_prepare_in_timed_region` (always `true` since session 12: rte_gro's cost
-//! includes readying its merged packets for the NIC's checksum offload and TSO, as pxio's
-//! includes its emit's).
+//! The JSON is an array of [`MergeRow`] objects, one per scenario and schedule. The core fields
+//! come first: `flows, gbps_per_flow, pxio_ns_per_pkt, rte_gro_ns_per_pkt, speedup, yield,
+//! mean_delay_us, p99_delay_us, flow_entry_bytes`, then `schedule`, `packets_per_imtu`,
+//! `rte_gro_parse_in_timed_region` (always `true`: rte_gro's cost includes the
+//! `rte_net_get_ptype` parse it depends on) and `cycles_per_pkt`; then
+//! `rte_gro_tx_prepare_in_timed_region` (always `true`: rte_gro's cost includes readying its
+//! merged packets for the NIC's checksum offload and TSO, as pxio's includes its emit's).
 //!
-//! Which pxio: `pxio_ns_per_pkt` (and `speedup`, as before issue 12) is pxio verifying every
-//! checksum in software; `pxio_offload_ns_per_pkt`, `speedup_nic_csum` and `cycles_per_pkt`
-//! are pxio with everything a NIC gives (checksum verdict and RSS hash), the headline;
+//! Which pxio: `pxio_ns_per_pkt` (and `speedup`) is pxio verifying every checksum in software;
+//! `pxio_offload_ns_per_pkt`, `speedup_nic_csum` and `cycles_per_pkt` are pxio with
+//! everything a NIC gives (checksum verdict and RSS hash), the headline;
 //! `pxio_sw_hash_ns_per_pkt` is pxio with the verdict but no RSS hash. `yield`,
 //! `packets_per_imtu`, the delays and `flow_entry_bytes` are the headline pxio's. Extra fields
 //! follow: rte_gro's own yield, delays and table bytes, how the scenario was sized, and `ipv6`
@@ -50,7 +49,7 @@ pub struct MergeRow {
     /// checksum in software.
     pub speedup: Option<f64>,
     /// `rte_gro_ns_per_pkt / pxio_offload_ns_per_pkt`: how many times faster pxio is with what a
-    /// NIC gives (the issue's target).
+    /// NIC gives (the headline figure).
     pub speedup_nic_csum: Option<f64>,
     /// pxio's (NIC verdict and hash) TSC cycles per input packet.
     pub cycles_per_pkt: Option<f64>,
@@ -80,7 +79,7 @@ pub struct MergeRow {
     /// rte_gro's 99th-percentile added delay, µs.
     pub rte_gro_p99_delay_us: f64,
     /// Whether rte_gro's timed region includes the header parse it needs (`rte_net_get_ptype`
-    /// and the header lengths); always `true` since issue 12.
+    /// and the header lengths); always `true`.
     pub rte_gro_parse_in_timed_region: bool,
     /// Whether rte_gro's timed region includes readying each merged packet for the NIC's
     /// checksum offload and TSO (`rte_net_intel_cksum_prepare`: rte_gro leaves the checksums
@@ -106,7 +105,7 @@ pub struct MergeRow {
     pub imtu: usize,
     /// The trace generator's seed.
     pub seed: u64,
-    /// How flows sent: `poisson-tso` (the issue's model), `paced` or `round-robin`.
+    /// How flows sent: `poisson-tso` (the default model), `paced` or `round-robin`.
     pub schedule: String,
     /// IPv6 frames (1428 B segments) instead of IPv4 (1448 B). rte_gro (DPDK 22.11) passes
     /// IPv6 through unmerged.

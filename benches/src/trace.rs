@@ -19,8 +19,8 @@
 //!    stamped with the arrival time of its last packet: the engine sees the burst at that time.
 //!
 //! Two other schedules replace steps 1 and 2, at the same average rates:
-//! - [`Schedule::RoundRobin`]: a strict round robin of the flows (DESIGN.md's anchor setup), the
-//!   finest interleaving there is;
+//! - [`Schedule::RoundRobin`]: a strict round robin of the flows (the setup of the rte_gro
+//!   round-robin figures), the finest interleaving there is;
 //! - [`Schedule::Paced`]: each flow sends one segment at a time, at its average rate, with
 //!   jitter (every gap uniform in 0.5..1.5 times the mean, a random phase per flow), as flows
 //!   arrive after an upstream bottleneck that spread their bursts out. Between the two
@@ -201,7 +201,7 @@ const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const TTL: u8 = 57;
 const WINDOW: u16 = 1024;
 /// Bytes a frame occupies on the wire beyond its own: preamble, SFD and inter-frame gap are
-/// not modelled, as the issue fixes 121 ns per 1514 B frame at 100 Gb/s.
+/// not modelled, as the model fixes 121 ns per 1514 B frame at 100 Gb/s.
 const WIRE_OVERHEAD: usize = 0;
 /// Period of the payload pattern; prime, so that no two segments of a flow look alike.
 const PATTERN_PERIOD: usize = 251;
@@ -209,11 +209,11 @@ const PATTERN_PERIOD: usize = 251;
 /// How flows send.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Schedule {
-    /// The issue's model: 64 KB TSO bursts on a Poisson schedule, segments at line rate.
+    /// The default model: 64 KB TSO bursts on a Poisson schedule, segments at line rate.
     #[default]
     PoissonTso,
     /// Every flow sends one segment in turn, evenly spaced (flow 0, 1, ..., F-1, 0, ...): the
-    /// interleaving of DESIGN.md's rte_gro anchors, the worst case for a per-flow table.
+    /// interleaving of the rte_gro round-robin figures, the worst case for a per-flow table.
     RoundRobin,
     /// Every flow sends one segment at a time at its average rate, each gap uniform in 0.5..1.5
     /// times the mean, from a random phase: flows after an upstream bottleneck.
@@ -265,7 +265,7 @@ pub struct TraceConfig {
 }
 
 impl TraceConfig {
-    /// The issue's model for `flows` flows of `gbps_per_flow` each, with the default sizing.
+    /// The default model for `flows` flows of `gbps_per_flow` each, with the default sizing.
     pub fn new(flows: u32, gbps_per_flow: f64) -> Self {
         Self {
             flows,

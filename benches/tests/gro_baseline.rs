@@ -109,8 +109,8 @@ fn no_budget_means_a_flush_after_every_burst() {
     assert!(r.outcome.conversion_yield < 0.9);
 }
 
-/// Fairness (issue 12): rte_gro is handed what a NIC gives, no packet type and no header
-/// lengths, and parses every packet inside its timed region.
+/// Fairness: rte_gro is handed what a NIC gives, no packet type and no header lengths, and parses
+/// every packet inside its timed region.
 #[test]
 fn rte_gro_gets_only_what_a_nic_gives_and_parses_on_the_clock() {
     use pxbench::gro_baseline::fill;

@@ -214,7 +214,8 @@ fn check(
     }
     let o = original.expect("classify said TCP");
     if o.flags & tcp_flags::SYN != 0 && pieces.len() == 1 && pieces[0] == frame {
-        // Not splitting a SYN at all is one of the two allowed answers (issue 11, bug 7).
+        // Not splitting a SYN at all is one of the two allowed answers (the other: only the
+        // first piece carries the SYN).
         return;
     }
     let parsed: Vec<_> = pieces

@@ -7,9 +7,9 @@
 //! - Order: a byte may leave before one that arrived earlier only if it lies below it in
 //!   sequence space, and copies of one offset leave in arrival order (merging may repair
 //!   reordering, never create it).
-//! - What the receiver would reject stays rejected (issue 11, bug 2): a packet whose checksums
-//!   verify holds bytes of verified segments only, and one that does not verify is a segment
-//!   that arrived that way, passed through unchanged (a bad segment costs at most itself).
+//! - What the receiver would reject stays rejected: a packet whose checksums verify holds bytes of
+//!   verified segments only, and one that does not verify is a segment that arrived that way,
+//!   passed through unchanged (a bad segment costs at most itself).
 //! - No emitted IP packet exceeds the iMTU; frames that are not TCP of a known flow leave
 //!   untouched.
 

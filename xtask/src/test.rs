@@ -163,7 +163,7 @@ const INTEGRATION_SUITES: &[Suite] = &[
             "20000",
         ],
     },
-    // The same on IPv6 at a 4000 B iMTU, where cuts leave remainders (issue 12 §3): pxio's
+    // The same on IPv6 at a 4000 B iMTU, where cuts leave remainders: pxio's
     // output verified byte for byte; rte_gro (DPDK 22.11) passes IPv6 through.
     Suite {
         name: "bench-smoke-v6",

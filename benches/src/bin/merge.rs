@@ -63,9 +63,9 @@ struct Args {
 /// `--schedule` values.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum ScheduleArg {
-    /// 64 KB TSO bursts on a Poisson schedule (the model).
+    /// 64 KB TSO bursts on a Poisson schedule (the default model).
     PoissonTso,
-    /// One segment per flow in turn (DESIGN.md's anchors).
+    /// One segment per flow in turn (the setup of the rte_gro round-robin figures).
     RoundRobin,
     /// One segment at a time per flow at its rate, with jitter (after a bottleneck).
     Paced,

@@ -3,9 +3,10 @@
 //! When a packet socket's RX ring is full, the kernel drops the frame and counts it only in that
 //! socket's `PACKET_STATISTICS` (`tp_drops`): not in the interface's `rx_dropped`, nor anywhere
 //! else a user can read. DPDK 22.11's `net_af_packet` never asks for it, so its `imissed` stays 0
-//! while frames are lost (issue 10 §4: no invisible loss). [`take_ring_drops`] reads it from the
-//! process's own packet sockets bound to the port's interface; [`crate::Port::stats`] adds it to
-//! `imissed`, where every other driver counts a full RX ring.
+//! while frames are lost, and a loss no counter shows is one no operator can find.
+//! [`take_ring_drops`] reads it from the process's own packet sockets bound to the port's
+//! interface; [`crate::Port::stats`] adds it to `imissed`, where every other driver counts a full
+//! RX ring.
 
 use std::os::fd::RawFd;
 

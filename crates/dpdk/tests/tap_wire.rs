@@ -1,10 +1,10 @@
-//! Which DPDK port type sees frames as they are on the wire (issue 10 §3).
+//! Which DPDK port type sees frames as they are on the wire, fragments as fragments.
 //!
 //! A namespace host sends a 3000 B UDP datagram, DF clear, over a route with MTU 1400: the kernel
 //! fragments it into three frames. Its veth end (in this namespace) is bridged to a persistent
 //! TAP that DPDK's `net_tap` opens, and also opened by `net_af_packet`. The TAP port receives
 //! the three fragments; af_packet receives one reassembled frame (its socket joins a fanout group
-//! with `PACKET_FANOUT_FLAG_DEFRAG`), which is why the gateway's outside port no longer uses it.
+//! with `PACKET_FANOUT_FLAG_DEFRAG`), which is why the gateway's outside port does not use it.
 //! The TAP spreads flows over two queues; it cannot take 9000 B frames, so the inside port (where
 //! nothing arrives fragmented from outside) stays on af_packet.
 

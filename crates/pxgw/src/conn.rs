@@ -2,31 +2,32 @@
 //! table are forwarded untranslated (no merging; outbound packets are still cut to the eMTU if
 //! they must be).
 //!
-//! **Half-open connections are kept apart** (issue 11, bug 5). A SYN costs its sender nothing
-//! and its source may be spoofed, so a SYN alone only makes a half-open entry, in a bounded
-//! table that evicts its oldest entries when full ([`Slots`]: two-way set-associative, keyed by a
-//! per-process random hash, so an attacker cannot aim at one connection's slot). A connection
-//! reaches the established table, the one merging depends on, only when a segment proves that
-//! both ends took part: one from outside that acknowledges the inside host's SYN or SYN-ACK
-//! (its sequence number is only seen on the path toward the outside, so a spoofer cannot know
-//! it), or a plain ACK from the inside host acknowledging the outside's SYN (an inside host
-//! answers a SYN it did not ask for with a SYN-ACK, and never acknowledges a SYN-ACK it did not
-//! solicit). A flood of spoofed SYNs therefore only churns the half-open table, and a real
-//! handshake completes in it within one round trip, as a SYN cache does (RFC 4987 §3.3).
+//! **Half-open connections are kept apart**, so a SYN flood cannot switch merging off. A SYN costs
+//! its sender nothing and its source may be spoofed, so a SYN alone only makes a half-open entry,
+//! in a bounded table that evicts its oldest entries when full ([`Slots`]: two-way
+//! set-associative, keyed by a per-process random hash, so an attacker cannot aim at one
+//! connection's slot). A connection reaches the established table, the one merging depends on,
+//! only when a segment proves that both ends took part: one from outside that acknowledges the
+//! inside host's SYN or SYN-ACK (its sequence number is only seen on the path toward the outside,
+//! so a spoofer cannot know it), or a plain ACK from the inside host acknowledging the outside's
+//! SYN (an inside host answers a SYN it did not ask for with a SYN-ACK, and never acknowledges a
+//! SYN-ACK it did not solicit). A flood of spoofed SYNs therefore only churns the half-open table,
+//! and a real handshake completes in it within one round trip, as a SYN cache does
+//! (RFC 4987 §3.3).
 //!
-//! **Connections whose handshake was not seen are learned from their data** (issue 11, bug 9:
-//! after a restart, surviving connections were never merged again). A connection from outside
-//! is learned when [`LEARN_SEGMENTS`] segments in a row arrive in order (each starting where the
-//! last ended), all of one size of at least [`LEARN_MIN_IP_LEN`] bytes (MSS-sized: a bulk
-//! sender's), with an ACK number that never goes back (a consistent stream), **and** the inside
-//! host acknowledged data of that stream (a spoofer's segments are never acknowledged: the
-//! inside host answers them with a RST). The observed IP length becomes the path MTU hint, since
-//! the path carried it. A shorter in-order segment (a write boundary) neither counts nor breaks
-//! the run; anything else starts it over. Learning entries live in a bounded table of their own
-//! ([`Slots`]), so spoofed data cannot fill anything merging depends on. The window is not
-//! used: it is the outside's receive window and says nothing about the stream being merged.
+//! **Connections whose handshake was not seen are learned from their data**, so connections that
+//! survive a restart of the gateway are merged again. A connection from outside is learned when
+//! [`LEARN_SEGMENTS`] segments in a row arrive in order (each starting where the last ended), all
+//! of one size of at least [`LEARN_MIN_IP_LEN`] bytes (MSS-sized: a bulk sender's), with an ACK
+//! number that never goes back (a consistent stream), **and** the inside host acknowledged data of
+//! that stream (a spoofer's segments are never acknowledged: the inside host answers them with a
+//! RST). The observed IP length becomes the path MTU hint, since the path carried it. A shorter
+//! in-order segment (a write boundary) neither counts nor breaks the run; anything else starts it
+//! over. Learning entries live in a bounded table of their own ([`Slots`]), so spoofed data cannot
+//! fill anything merging depends on. The window is not used: it is the outside's receive window
+//! and says nothing about the stream being merged.
 //!
-//! **Connections seen in one direction only** (issue 15, scale-out behind ECMP). Routers that
+//! **Connections seen in one direction only** (scale-out behind ECMP). Routers that
 //! spread flows over several gateways by a 5-tuple hash choose each direction's gateway on
 //! their own, so one instance may see everything the outside sends and nothing the inside host
 //! answers (docs/scale-out.md). Such an instance never sees the inside host's SYN-ACK or ACKs,
@@ -759,8 +760,8 @@ impl ConnTable {
 
     /// The path MTU hint of a connection, established, one-way or half-open, refreshing it;
     /// `None` when it is unknown, also for a connection whose handshake completed without the
-    /// outside's SYN or SYN-ACK crossing this instance (issue 15: a split size of 0 would drop
-    /// every segment the inside host sends; the caller falls back to its default).
+    /// outside's SYN or SYN-ACK crossing this instance (behind ECMP: a split size of 0 would
+    /// drop every segment the inside host sends; the caller falls back to its default).
     pub fn pmtu_hint(&mut self, key: &FlowKey, now: u64) -> Option<u16> {
         let hint = if let Some(c) = self.touch(key, now) {
             c.pmtu

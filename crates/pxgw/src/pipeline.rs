@@ -1,23 +1,25 @@
 //! The gateway's per-packet logic, independent of ports so it runs on any [`PacketBuf`]
-//! (SIGCOMM'26 §3, DESIGN.md's data flow):
+//! (SIGCOMM'26 §3):
 //!
 //! - **inbound** (outside → inside): SYN/SYN-ACK have their MSS raised and the peer's MSS kept
 //!   as the flow's PMTU hint; TCP of a connection whose handshake completed through the gateway
 //!   is merged to the iMTU (a SYN alone only makes a half-open entry, which a SYN flood can churn
 //!   but never turn into a connection), or that was learned from its data after a restart (a run
-//!   of in-order MSS-sized segments the inside host acknowledges: [`crate::conn`]); UDP is packed into caravans (except excluded ports, families not configured,
-//!   double-tagged frames and datagrams whose TTL or hop limit is at most `pass_ttl`: those pass
-//!   unpacked, counted), and a datagram that nothing joins goes as it came, never as a caravan of
-//!   one; everything else passes untouched.
+//!   of in-order MSS-sized segments the inside host acknowledges: [`crate::conn`]); UDP is
+//!   packed into caravans (except excluded ports, families not configured, double-tagged frames
+//!   and datagrams whose TTL or hop limit is at most `pass_ttl`: those pass unpacked, counted),
+//!   and a datagram that nothing joins goes as it came, never as a caravan of one; everything
+//!   else passes untouched.
 //! - **outbound** (inside → outside): SYN/SYN-ACK have their MSS clamped to the eMTU; TCP larger
 //!   than the flow's PMTU is split; caravans (the DSCP mark and a caravan header) are unpacked,
-//!   while a datagram that only wears the mark passes untouched; other packets larger than the eMTU are
-//!   handled as a router would (issue 10 §2): IPv4 with DF clear is fragmented
-//!   ([`crate::fragment`]), IPv4 with DF set and IPv6 are dropped, counted, and answered with
-//!   "fragmentation needed" or Packet Too Big ([`crate::icmp`], rate-limited); everything else
-//!   passes untouched.
-//! - **inbound above the iMTU** (issue 11, bug 6): handled as a router would, as the outbound
-//!   path handles the eMTU: IPv4 with DF clear is fragmented to the iMTU, the rest dropped,
+//!   while a datagram that only wears the mark passes untouched; other packets larger than the
+//!   eMTU are handled as a router would, so nothing is lost without a trace: IPv4 with DF clear
+//!   is fragmented ([`crate::fragment`]), IPv4 with DF set and IPv6 are dropped, counted, and
+//!   answered with "fragmentation needed" or Packet Too Big ([`crate::icmp`], rate-limited);
+//!   everything else passes untouched.
+//! - **inbound above the iMTU** (reassembled fragments, jumbo frames from outside): handled as
+//!   a router would, as the outbound path handles the eMTU, instead of being sent into a network
+//!   that cannot carry them: IPv4 with DF clear is fragmented to the iMTU, the rest dropped,
 //!   counted and answered toward the outside sender (frag needed, Packet Too Big).
 //! - **ICMP from outside** (inbound): an error answering one of the gateway's own F-PMTUD probes
 //!   is consumed; a Packet Too Big (or "fragmentation needed") quoting a connection the gateway
@@ -328,7 +330,7 @@ impl<B: PacketBuf> Pipeline<B> {
             }
         }
         // Parsed once here; the merge engine, the PMTU tracker and the caravan builder take the
-        // same parse (issue 12).
+        // same parse.
         let parsed = Parsed::of(pkt.head(), pkt.len());
         match *parsed.class() {
             Class::Tcp(h) => {
@@ -389,11 +391,12 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
-    /// An inbound IP packet larger than the iMTU (issue 11, bug 6), handled as a router in front
-    /// of the b-network would: IPv4 with DF clear is fragmented to the iMTU (the fragments go the
-    /// way every fragment goes, after whatever their flow holds); IPv4 with DF set and IPv6 are
-    /// dropped, counted, and answered toward the outside sender with "fragmentation needed" or
-    /// Packet Too Big carrying the iMTU, rate-limited as the outbound errors are.
+    /// An inbound IP packet larger than the iMTU, handled as a router in front of the b-network
+    /// would, rather than sent into a network that cannot carry it: IPv4 with DF clear is
+    /// fragmented to the iMTU (the fragments go the way every fragment goes, after whatever
+    /// their flow holds); IPv4 with DF set and IPv6 are dropped, counted, and answered toward the
+    /// outside sender with "fragmentation needed" or Packet Too Big carrying the iMTU,
+    /// rate-limited as the outbound errors are.
     fn inbound_oversize(&mut self, pkt: B, ip: IpLayout, now: u64, out: &mut Vec<B>) {
         let imtu = self.cfg.imtu;
         if !ip.v6 && !ip.dont_frag {
@@ -825,7 +828,7 @@ impl<B: PacketBuf> Pipeline<B> {
         self.report.outbound.packets_in += 1;
         self.report.outbound.bytes_in += pkt.len() as u64;
         self.report.sizes.outbound_received.record(pkt.len());
-        // Parsed once here; the caravan unpacker takes the same parse (issue 12).
+        // Parsed once here; the caravan unpacker takes the same parse.
         let parsed = Parsed::of(pkt.head(), pkt.len());
         match *parsed.class() {
             Class::Tcp(h) => {
@@ -934,8 +937,8 @@ impl<B: PacketBuf> Pipeline<B> {
         if limit == 0 {
             return pmtu;
         }
-        // Also for a connection this instance splits without knowing it (issue 15: behind
-        // ECMP it may see only the inside host's segments).
+        // Also for a connection this instance splits without knowing it (behind ECMP it may
+        // see only the inside host's segments).
         let Some(retx) = self.conns.retransmits_mut(&key, now) else {
             return pmtu;
         };
@@ -1016,7 +1019,7 @@ impl<B: PacketBuf> Pipeline<B> {
     }
 
     /// A packet the gateway does not split: forwarded when it fits the external link, else
-    /// handled as a router would (issue 10 §2).
+    /// handled as a router would: fragmented, or dropped, counted and answered with ICMP.
     fn outbound_fit(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
         let emtu = usize::from(self.cfg.emtu);
         match ip_layout(pkt.head()) {

@@ -1,4 +1,4 @@
-//! Ports configured as the configuration says, or a clear refusal (issue 10 §5).
+//! Ports configured as the configuration says, or a clear refusal, never a silent fallback.
 //!
 //! Before the EAL starts, [`preflight`] checks what the host can tell without DPDK: the kernel
 //! interface behind an af_packet/af_xdp port exists and has the configured MTU (pxgw never changes

@@ -1,5 +1,5 @@
-//! `pxgw replay`: "what would PacketExpress do to my traffic?" (issue 14 §3). Runs a capture of
-//! the operator's own traffic (pcap or pcapng, Ethernet) through the same [`Pipeline`] the
+//! `pxgw replay`: "what would PacketExpress do to my traffic?", answered offline. Runs a capture
+//! of the operator's own traffic (pcap or pcapng, Ethernet) through the same [`Pipeline`] the
 //! gateway's workers run, in trace time, with the configuration's iMTU, delay budget and caravan
 //! settings, and writes what the inside host would receive as a pcap, with a [`ReplayReport`].
 //!

@@ -80,8 +80,8 @@ impl Drops {
     }
 }
 
-/// Inbound packets larger than the internal MTU (issue 11, bug 6), handled as a router in front
-/// of the b-network would: IPv4 without DF fragmented to the iMTU, the rest dropped (counted in
+/// Inbound packets larger than the internal MTU, handled as a router in front of the b-network
+/// would: IPv4 without DF fragmented to the iMTU, the rest dropped (counted in
 /// [`Drops::oversize_inbound`]) and answered toward the outside sender.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct InboundOversize {

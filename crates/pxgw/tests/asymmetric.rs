@@ -1,7 +1,7 @@
 //! Two pxgw instances behind ECMP, each direction of a connection crossing a different one
-//! (issue 15; docs/scale-out.md, "Asymmetric paths"). Instance A sees everything the outside
-//! peer sends, instance B everything the inside host sends; neither sees the whole handshake.
-//! What each one must still do on its own:
+//! (docs/scale-out.md, "Asymmetric paths"). Instance A sees everything the outside peer sends,
+//! instance B everything the inside host sends; neither sees the whole handshake. What each one
+//! must still do on its own:
 //!
 //! - MSS rewrite: A raises the outside's SYN to the iMTU's MSS, B clamps the inside host's
 //!   SYN-ACK to the eMTU's without having seen the SYN.

@@ -1,7 +1,7 @@
-//! What the gateway takes for a caravan on the way out (issue 11, bug 8; `docs/caravan.md`,
-//! "Telling a caravan from ordinary UDP"): only a marked datagram that carries the caravan
-//! header. An inside datagram that merely wears the DSCP mark, or whose payload merely looks
-//! like a caravan body, passes untouched and counted, never dropped or rewritten.
+//! What the gateway takes for a caravan on the way out (`docs/caravan.md`, "Telling a caravan from
+//! ordinary UDP"): only a marked datagram that carries the caravan header. An inside datagram that
+//! merely wears the DSCP mark, or whose payload merely looks like a caravan body, passes untouched
+//! and counted, never dropped or rewritten.
 
 mod common;
 

@@ -1,7 +1,7 @@
-//! A caravan of one is never built (issue 11, divergence "under a UDP flood every caravan
-//! carries a single datagram"; `docs/caravan.md`, "Single datagrams"): a datagram that nothing
-//! joined before its flow's caravan would leave goes inside as it came, not behind 16 bytes of
-//! caravan headers.
+//! A caravan of one is never built, so a UDP flood of flows that never pair up does not turn
+//! every datagram into a caravan of one (`docs/caravan.md`, "Single datagrams"): a datagram that
+//! nothing joined before its flow's caravan would leave goes inside as it came, not behind 16
+//! bytes of caravan headers.
 
 mod common;
 

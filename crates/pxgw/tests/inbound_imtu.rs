@@ -1,9 +1,9 @@
-//! Inbound packets larger than the internal MTU (issue 11, bug 6): reassembled fragments of up
-//! to 10,174 B used to be sent into a 9000 B network (and counted as sent). Now the inbound path
-//! checks the iMTU as the outbound path checks the eMTU, and acts as a router in front of the
-//! b-network would: IPv4 with DF clear is fragmented to the iMTU, IPv4 with DF set is dropped and
-//! answered with "fragmentation needed" (next-hop MTU = the iMTU), IPv6 with a Packet Too Big,
-//! toward the outside sender, rate-limited; every drop is counted.
+//! Inbound packets larger than the internal MTU: reassembled fragments of up to 10,174 B must not
+//! be sent into a 9000 B network (nor counted as sent). The inbound path checks the iMTU as the
+//! outbound path checks the eMTU, and acts as a router in front of the b-network would: IPv4 with
+//! DF clear is fragmented to the iMTU, IPv4 with DF set is dropped and answered with
+//! "fragmentation needed" (next-hop MTU = the iMTU), IPv6 with a Packet Too Big, toward the
+//! outside sender, rate-limited; every drop is counted.
 
 mod common;
 
@@ -19,7 +19,7 @@ const OUTSIDE: [u8; 4] = [198, 51, 100, 7];
 const INSIDE: [u8; 4] = [198, 18, 8, 2];
 const OUTSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
 const INSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
-/// The largest reassembled packet the issue saw: a 10,174 B frame.
+/// A large reassembled packet as the outside delivers them: a 10,174 B frame.
 const BIG_PAYLOAD: usize = 10_174 - 14 - 20 - 8;
 
 fn pipeline() -> Pipeline<HeapBuf> {

@@ -1,9 +1,9 @@
-//! Parse once (issue 12): the PMTU tracker's `on_inbound_parsed`, which takes the pipeline's
-//! `wire::Parsed`, decides exactly as `on_inbound`, which classifies the frame again, on a mix of
-//! IPv4 and IPv6, UDP and TCP from outside (F-PMTUD reports, probes whole and fragmented,
-//! ordinary traffic): the same frames consumed, the same reports sent, the same counters. A
-//! parse of another frame, of another shape, handed in instead (here a genuine report's, which
-//! trusted would make any frame a report and swallow it) is detected and made again.
+//! Parse once: the PMTU tracker's `on_inbound_parsed`, which takes the pipeline's `wire::Parsed`,
+//! decides exactly as `on_inbound`, which classifies the frame again, on a mix of IPv4 and IPv6,
+//! UDP and TCP from outside (F-PMTUD reports, probes whole and fragmented, ordinary traffic): the
+//! same frames consumed, the same reports sent, the same counters. A parse of another frame, of
+//! another shape, handed in instead (here a genuine report's, which trusted would make any frame a
+//! report and swallow it) is detected and made again.
 
 mod common;
 
@@ -254,10 +254,10 @@ fn comparable(frame: &[u8]) -> Vec<u8> {
 }
 
 /// Datagrams of two flows, IPv4 and IPv6, plain and chained (headers in one segment, payload in
-/// another), interleaved with TCP from outside, go in as caravans and come back out as
-/// themselves; outbound TCP and UDP that fit the eMTU leave untouched (without being parsed a
-/// second time), those above it are split or fragmented. Every stage took the pipeline's one
-/// parse (issue 12); this pins what the user sees of it, in both families.
+/// another), interleaved with TCP from outside, go in as caravans and come back out as themselves;
+/// outbound TCP and UDP that fit the eMTU leave untouched (without being parsed a second time),
+/// those above it are split or fragmented. Every stage took the pipeline's one parse; this pins
+/// what the user sees of it, in both families.
 #[test]
 fn the_pipeline_round_trips_both_families_on_its_one_parse() {
     let pool = HeapPool::new(256);

@@ -1,5 +1,5 @@
-//! Ports configured as the configuration says, or a clear one-line refusal (issue 10 §5), and no
-//! invisible loss (§4): the port counters reach `--stats-json` and match what went through.
+//! Ports configured as the configuration says, or a clear one-line refusal, and no invisible
+//! loss: the port counters reach `--stats-json` and match what went through.
 //!
 //! The binary tests run `pxgw` itself (each run is its own process, so its own EAL).
 

@@ -1,8 +1,8 @@
-//! After a restart, connections that survive are merged again (issue 11, bug 9): the gateway
-//! never saw their handshake, so it learns them from the data (`pxgw::conn`, "Learning"): a run
-//! of in-order MSS-sized segments from outside with a consistent ACK stream, which the inside
-//! host acknowledges, makes the connection known, with the observed segment size as its path MTU
-//! hint. The simulation measures the yield a restarted gateway recovers.
+//! After a restart, connections that survive are merged again: the gateway never saw their
+//! handshake, so it learns them from the data (`pxgw::conn`, "Learning"): a run of in-order
+//! MSS-sized segments from outside with a consistent ACK stream, which the inside host
+//! acknowledges, makes the connection known, with the observed segment size as its path MTU hint.
+//! The simulation measures the yield a restarted gateway recovers.
 
 mod common;
 
@@ -17,7 +17,7 @@ const MSS: usize = 1448;
 /// IP bytes of one segment (no TCP options).
 const SEGMENT: usize = MSS + 40;
 const IMTU: usize = 9000;
-/// IP bytes of an "iMTU-bound" packet, as DESIGN.md counts yield (≥ 8948 B).
+/// IP bytes of an "iMTU-bound" packet, as the yield counts it (≥ 8948 B).
 const FULL: usize = IMTU - 52;
 
 fn pipeline(extra: &str) -> Pipeline<HeapBuf> {
@@ -231,10 +231,10 @@ fn unacknowledged_data_is_never_learned() {
     assert_eq!(px.report().connections, 0);
 }
 
-/// The figure the issue asks for: the yield a restarted gateway recovers, against the same
-/// traffic through a gateway that saw every handshake (default adaptive delay). Bulk transfers
-/// of 400 segments, 4 and 16 connections interleaved in RX bursts of 32 (8 and 2 segments of
-/// each connection per burst).
+/// The figure that matters: the yield a restarted gateway recovers, against the same traffic
+/// through a gateway that saw every handshake (default adaptive delay). Bulk transfers of 400
+/// segments, 4 and 16 connections interleaved in RX bursts of 32 (8 and 2 segments of each
+/// connection per burst).
 #[test]
 fn a_restarted_gateway_recovers_its_yield() {
     const SEGMENTS: usize = 400;

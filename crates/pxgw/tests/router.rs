@@ -1,8 +1,8 @@
-//! The gateway as a router for what it cannot split (issue 10 §2 and §7), on heap buffers:
-//! oversize IPv4 with DF gets one "fragmentation needed", without DF is fragmented (the test
-//! reassembles it), oversize IPv6 gets a Packet Too Big, errors are rate-limited; a Packet Too
-//! Big from outside caps the next split; repeated retransmissions of a split IPv6 segment fall
-//! back to 1280; an ICMP error for the gateway's own probe never reaches the inside host.
+//! The gateway as a router for what it cannot split, on heap buffers: oversize IPv4 with DF gets
+//! one "fragmentation needed", without DF is fragmented (the test reassembles it), oversize IPv6
+//! gets a Packet Too Big, errors are rate-limited; a Packet Too Big from outside caps the next
+//! split; repeated retransmissions of a split IPv6 segment fall back to 1280; an ICMP error for
+//! the gateway's own probe never reaches the inside host.
 
 mod common;
 

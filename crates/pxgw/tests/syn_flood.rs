@@ -1,8 +1,8 @@
-//! A SYN flood cannot switch merging off (issue 11, bug 5): a million spoofed SYNs (distinct
-//! 5-tuples, never an ACK) used to fill the 65,536-entry connection table, and every connection
-//! opened after them went unmerged until the entries expired 300 s later. Half-open connections
-//! now live in their own bounded table, cheap to evict, and only a handshake completed by a
-//! sender that saw the inside host's ISN reaches the established table (`pxgw::conn`).
+//! A SYN flood cannot switch merging off: a million spoofed SYNs (distinct 5-tuples, never an ACK)
+//! must not fill the 65,536-entry connection table, or every connection opened after them would go
+//! unmerged until the entries expired 300 s later. Half-open connections live in their own bounded
+//! table, cheap to evict, and only a handshake completed by a sender that saw the inside host's
+//! ISN reaches the established table (`pxgw::conn`).
 
 mod common;
 

@@ -15,11 +15,11 @@
 //! a refcounted view of its bytes in the caravan.
 //!
 //! Every entry point that looks at a received frame has a `_parsed` twin that takes the frame's
-//! [`Parsed`] (made once on receive, issue 12), so a caller that already classified the packet
-//! does not pay for it again. The twin trusts the parse only when it fits the frame's shape
-//! ([`Parsed::fits`]: same length, same first segment), and classifies afresh when it does not,
-//! so a stale parse can neither read out of bounds nor change a result. The plain entry points
-//! classify, then call their twins.
+//! [`Parsed`] (made once on receive), so a caller that already classified the packet does not pay
+//! for it again. The twin trusts the parse only when it fits the frame's shape ([`Parsed::fits`]:
+//! same length, same first segment), and classifies afresh when it does not, so a stale parse can
+//! neither read out of bounds nor change a result. The plain entry points classify, then call
+//! their twins.
 
 use crate::buf::PacketBuf;
 use crate::checksum::{self, Sum};

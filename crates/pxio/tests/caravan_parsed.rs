@@ -1,10 +1,10 @@
-//! Parse once (issue 12): the caravan entry points that take the caller's `wire::Parsed`
-//! (`packable_parsed`, `can_pair_parsed`, `CaravanBuilder::start_parsed`/`push_parsed`,
-//! `is_caravan_parsed`, `parse_parsed`, `unpack_parsed`) give exactly what the entry points
-//! that classify again give, on a mix of IPv4 and IPv6, UDP and TCP, plain and chained
-//! packets: the same verdicts, the same caravans byte for byte, the same counts, the same
-//! unpacked datagrams. A parse of another packet, of another shape, handed in instead is
-//! detected (`Parsed::fits`) and made again: the results stay the same.
+//! Parse once: the caravan entry points that take the caller's `wire::Parsed` (`packable_parsed`,
+//! `can_pair_parsed`, `CaravanBuilder::start_parsed`/`push_parsed`, `is_caravan_parsed`,
+//! `parse_parsed`, `unpack_parsed`) give exactly what the entry points that classify again give,
+//! on a mix of IPv4 and IPv6, UDP and TCP, plain and chained packets: the same verdicts, the same
+//! caravans byte for byte, the same counts, the same unpacked datagrams. A parse of another
+//! packet, of another shape, handed in instead is detected (`Parsed::fits`) and made again: the
+//! results stay the same.
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,6 @@
-//! The fast path (`merge::fast`, issue 12): with the NIC's RSS hash and checksum verdicts, a
-//! segment that continues its flow's only item joins it, or is cut into it at the iMTU, before
-//! it is parsed; the hash is only a hint, so flows that share one merge exactly as flows that
-//! do not.
+//! The fast path (`merge::fast`): with the NIC's RSS hash and checksum verdicts, a segment that
+//! continues its flow's only item joins it, or is cut into it at the iMTU, before it is parsed;
+//! the hash is only a hint, so flows that share one merge exactly as flows that do not.
 
 mod common;
 

@@ -1,6 +1,6 @@
-//! What the receiver would reject stays rejected (issue 11): a segment whose IPv4 header or TCP
-//! checksum does not verify is never merged; it passes through untouched, after its flow's held
-//! data, so the receiver drops it and nothing else; the flow's other segments still merge.
+//! What the receiver would reject stays rejected: a segment whose IPv4 header or TCP checksum does
+//! not verify is never merged; it passes through untouched, after its flow's held data, so the
+//! receiver drops it and nothing else; the flow's other segments still merge.
 
 mod common;
 

@@ -400,9 +400,9 @@ fn a_split_on_buffer_boundaries_moves_the_mbufs_and_leaks_none() {
 
 /// Through cuts, a merged packet keeps one buffer per merged segment, so the NF API reports the
 /// sender's segment size (read from the buffer chain) and splitting to it gives the sender's
-/// segments back. 20 segments of 1448 B into a 9000 B iMTU: every full packet ends in a cut,
-/// every later one begins with a cut's rest. On real mbufs, whose tailroom a cut could be
-/// tempted to fill: session 8 tried it, and pieces came out longer than the sender's.
+/// segments back. 20 segments of 1448 B into a 9000 B iMTU: every full packet ends in a cut, every
+/// later one begins with a cut's rest. On real mbufs, whose tailroom a cut could be tempted to
+/// fill: filling it was tried, and pieces came out longer than the sender's.
 #[test]
 fn the_senders_segment_size_survives_cuts() {
     use pxio::{ManualClock, PxioBuilder, RxPacket};

@@ -1,11 +1,11 @@
-//! Packet efficiency (issue 12, part 3): what an NF behind the engine pays per packet, so
-//! besides the byte yield the engine must not leave runts. In-order 64 KB TSO bursts (the
-//! paper's traffic, SIGCOMM'26 §7.1) from a few flows whose bursts overlap, cut into RX bursts
-//! of 32 at line rate, with the engine's default configuration (adaptive delay on), must leave
-//! as few packets as their payload needs: at most 1.15 packets per iMTU of payload, IPv4 and
-//! IPv6, at iMTU 4000 and 9000. A cut's remainder is carried into the flow's next item; it
-//! is not flushed as a runt at the end of an RX burst, and flows whose RSS hashes collide do
-//! not evict each other from the flow table (each eviction flushes a flow's items as runts).
+//! Packet efficiency: what an NF behind the engine pays per packet, so besides the byte yield the
+//! engine must not leave runts. In-order 64 KB TSO bursts (the paper's traffic, SIGCOMM'26 §7.1)
+//! from a few flows whose bursts overlap, cut into RX bursts of 32 at line rate, with the engine's
+//! default configuration (adaptive delay on), must leave as few packets as their payload needs: at
+//! most 1.15 packets per iMTU of payload, IPv4 and IPv6, at iMTU 4000 and 9000. A cut's remainder
+//! is carried into the flow's next item; it is not flushed as a runt at the end of an RX burst,
+//! and flows whose RSS hashes collide do not evict each other from the flow table (each eviction
+//! flushes a flow's items as runts).
 
 mod common;
 

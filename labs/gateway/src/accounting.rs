@@ -1,4 +1,4 @@
-//! No invisible loss (issue 10 §4) and ports as configured or a clear refusal (§5), in the lab.
+//! No invisible loss, and ports as configured or a clear refusal, in the lab.
 //!
 //! [`reconcile`] runs 32 parallel iperf3 flows through pxgw each way, then accounts for every
 //! frame with three independent sets of counters: the kernel's on the hosts' veth ends (read in
@@ -346,13 +346,13 @@ pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
         + n(&stats, "caravan.datagrams_unpacked")
         + n(&stats, "split.segments").saturating_sub(n(&stats, "split.packets"))
         + n(&stats, "gateway_frames.sent")
-        // Router behaviour (issue 10 §2), when the build has it: fragmenting turns 1 into N, and
+        // Router behaviour, when the build has it: fragmenting turns 1 into N, and
         // ICMP errors to inside hosts are created.
         + n(&stats, "router.fragments_out").saturating_sub(n(&stats, "router.fragmented"))
         + n(&stats, "router.frag_needed_sent")
         + n(&stats, "router.ptb_sent")
-        // The same for inbound packets above the iMTU (issue 11, bug 6): fragments toward the
-        // inside, ICMP errors toward outside senders.
+        // The same for inbound packets above the iMTU: fragments toward the inside, ICMP errors
+        // toward outside senders.
         + n(&stats, "inbound_oversize.fragments_out")
             .saturating_sub(n(&stats, "inbound_oversize.fragmented"))
         + n(&stats, "inbound_oversize.frag_needed_sent")

@@ -3,14 +3,14 @@
 //! (`px-int`), with pxgw between them on DPDK ports over veth pairs. Everything it creates is
 //! removed on drop, also when interrupted.
 //!
-//! **Port types.** pxgw's inside port is `net_af_packet` on its veth (it carries the 9000 B
-//! iMTU). Its outside port is `net_tap` on a TAP bridged to the outside veth
-//! ([`netlab::TapWire`]) whenever the eMTU is at most 1500: DPDK 22.11's `net_af_packet` opens its
-//! socket with `PACKET_FANOUT_FLAG_DEFRAG`, so the kernel would reassemble IPv4 fragments before
-//! pxgw sees them, and F-PMTUD (which measures fragments) would read the reassembled size
-//! (issue 10 §3). A TAP delivers frames as they are on the wire, with up to 16 queues, but takes
-//! no frame above 1522 B; above an eMTU of 1500 the outside port stays on `net_af_packet`. The
-//! README's "DPDK notes for this machine" has the full table of port types.
+//! **Port types.** pxgw's inside port is `net_af_packet` on its veth (it carries the 9000 B iMTU).
+//! Its outside port is `net_tap` on a TAP bridged to the outside veth ([`netlab::TapWire`])
+//! whenever the eMTU is at most 1500: DPDK 22.11's `net_af_packet` opens its socket with
+//! `PACKET_FANOUT_FLAG_DEFRAG`, so the kernel would reassemble IPv4 fragments before pxgw sees
+//! them, and F-PMTUD (which measures fragments) would read the reassembled size instead of the
+//! size on the wire. A TAP delivers frames as they are on the wire, with up to 16 queues, but
+//! takes no frame above 1522 B; above an eMTU of 1500 the outside port stays on `net_af_packet`.
+//! The README's "DPDK notes for this machine" has the full table of port types.
 //!
 //! The shape is a [`Topology`]; its default is the demo's: the outside host on pxgw's outside
 //! port at MTU 1500, the inside host on its inside port at MTU 9000. A [`RouterConfig`] puts a

@@ -1,7 +1,7 @@
-//! What an operator sees of a running pxgw (issue 14): its Prometheus endpoint, scraped during
-//! traffic and parsed with a Prometheus text parser (`prometheus-parse`), and DPDK's telemetry
-//! socket read with Debian's `dpdk-telemetry.py`. The checks compare both with the final
-//! `--stats-json`, and the scrapes feed the figure ([`crate::plot`]).
+//! What an operator sees of a running pxgw: its Prometheus endpoint, scraped during traffic and
+//! parsed with a Prometheus text parser (`prometheus-parse`), and DPDK's telemetry socket read
+//! with Debian's `dpdk-telemetry.py`. The checks compare both with the final `--stats-json`, and
+//! the scrapes feed the figure ([`crate::plot`]).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};

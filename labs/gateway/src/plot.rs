@@ -1,5 +1,5 @@
-//! A picture of the translation (issue 14 §2): one SVG with three panels, drawn with `plotters`
-//! from what pxgw's Prometheus endpoint showed during a lab run ([`crate::observe`]):
+//! A picture of the translation: one SVG with three panels, drawn with `plotters` from what pxgw's
+//! Prometheus endpoint showed during a lab run ([`crate::observe`]):
 //! - the inbound frame sizes on the outside wire (received) and the inside wire (sent);
 //! - the conversion yield over time (SIGCOMM'26 §4.1): each scrape interval's merged payload
 //!   that left iMTU-bound;

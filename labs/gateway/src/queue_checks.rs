@@ -1,4 +1,4 @@
-//! Issue 15 Part A in the lab: pxgw with several RX queues per worker, RX queue scaling and
+//! Multi-queue receive in the lab: pxgw with several RX queues per worker, RX queue scaling and
 //! hairpin opt-in on (`[queues]`, SIGCOMM'26 §4.3-§4.4), between real hosts.
 //!
 //! The lab's ports (`net_tap` outside, `net_af_packet` inside) have neither `rte_flow` nor

@@ -1,4 +1,4 @@
-//! The router behaviour of pxgw, with real Linux hosts (issue 10 §2 and §7):
+//! The router behaviour of pxgw, with real Linux hosts:
 //!
 //! - **eMTU 1400, no router.** `ping -M dont -s 2000` from inside is answered (pxgw fragments
 //!   it); `ping -M do -s 2000` gets "Frag needed and DF set (mtu = 1400)" from pxgw;
@@ -161,7 +161,7 @@ fn small_emtu(pxgw: &Path) -> Result<(serde_json::Value, Vec<Check>)> {
     let (_, route4) = run_in(&ns, "ip", &["-4", "route", "get", UDP_DEST[0]]);
     // The inside host opens a connection: pxgw probes the outside host on its behalf. No F-PMTUD
     // responder runs there, so its kernel answers the probe with a port unreachable addressed to
-    // the inside host, which pxgw must consume (issue 10 §7).
+    // the inside host, which pxgw must consume: it answers pxgw's own probe, not the host.
     let unreach_before = icmp_dest_unreachables(&ns);
     let (tcp_ok, _) = l.file_transfer(Family::V4, false, 256 * 1024)?;
     std::thread::sleep(std::time::Duration::from_millis(500));

@@ -1,6 +1,6 @@
-//! Issue 10 §3 and §6 in the lab: fragments reach pxgw as fragments, F-PMTUD through pxgw finds
-//! a router's 1400 B bottleneck from both sides (SIGCOMM'26 §5.2), and two workers carry the
-//! demo's traffic.
+//! The wire as it is, in the lab: fragments reach pxgw as fragments, F-PMTUD through pxgw finds a
+//! router's 1400 B bottleneck from both sides (SIGCOMM'26 §5.2), and two workers carry the demo's
+//! traffic.
 //!
 //! - [`fragment_checks`]: pxgw (eMTU 1500, outside port on `net_tap`, see the crate docs) behind
 //!   a Linux router that forwards IPv4 at 1400 B in both directions (`mtu lock` on its routes, so

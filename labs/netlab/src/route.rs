@@ -1,5 +1,5 @@
 //! Routers in namespaces: forwarding, and multipath (ECMP) routes hashed on the 5-tuple, as a
-//! datacenter or border router spreads flows over several next hops (issue 15, scale-out).
+//! datacenter or border router spreads flows over several next hops (scale-out behind ECMP).
 
 use std::net::IpAddr;
 

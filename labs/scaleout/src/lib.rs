@@ -1,4 +1,4 @@
-//! The scale-out lab (issue 15, part B; docs/scale-out.md): two pxgw instances between two
+//! The scale-out lab (docs/scale-out.md): two pxgw instances between two
 //! Linux routers that spread flows over them with ECMP, as an operator puts several gateways
 //! behind the routers they already run. Runs transfers with symmetric and with deliberately
 //! asymmetric paths ([`topology::Paths`]), in IPv4 and IPv6, checks every byte (sha256), the

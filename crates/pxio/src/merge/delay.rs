@@ -238,10 +238,10 @@ impl<B: PacketBuf> Merger<B> {
         let incomplete = waiting_len > it.layout.l3_l4_len();
         // A flow whose yield is already high needs no wait (the bypass), except for a tail that
         // holds the rest of a cut, or whole TSO pieces: the flow is mid-stream (its last packet
-        // left full, or its tail holds full pieces), and
-        // flushing the rest now would send a runt where waiting for the next RX burst makes a
-        // full packet (issue 12, packet efficiency). Without this, the bypass itself caps the
-        // yield: a flow above it stops waiting, sends runts, and drops below it again.
+        // left full, or its tail holds full pieces), and flushing the rest now would send a runt
+        // where waiting for the next RX burst makes a full packet (an NF behind pays per packet,
+        // not per byte). Without this, the bypass itself caps the yield: a flow above it stops
+        // waiting, sends runts, and drops below it again.
         let eligible = d.enabled
             && incomplete
             && !it.closed()

@@ -1,5 +1,5 @@
-//! The fast path (issue 12): a segment that continues its flow's last held item joins it
-//! before it is parsed at all.
+//! The fast path: a segment that continues its flow's last held item joins it before it is parsed
+//! at all.
 //!
 //! [`Merger::rx_burst`] offers each packet here first, in arrival order. The NIC's RSS hash
 //! (written into the buffer on receive, free to read) finds in [`FastIndex`] the flow a packet

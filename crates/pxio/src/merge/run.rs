@@ -1,11 +1,11 @@
-//! The run path (issue 12: "place each flow's run of consecutive segments in one step"). In
-//! TSO-burst traffic a flow's segments reach the engine back to back, each one continuing the
-//! item its predecessor joined. [`Merger::rx_burst`] groups a burst's segments by flow; after
-//! the first segment of a group has been placed, the following ones are offered here first,
-//! as a run: each qualifying segment's buffer is linked to the item as it is checked, and the
-//! item's bookkeeping and the counters are written once for the whole run, when a segment does
-//! not qualify, the group ends, or the item leaves (measured: 3–4 ns per packet less than
-//! joining them one by one, which `rx_parsed` still does for a segment handed over alone).
+//! The run path: each flow's run of consecutive segments is placed in one step. In TSO-burst
+//! traffic a flow's segments reach the engine back to back, each one continuing the item its
+//! predecessor joined. [`Merger::rx_burst`] groups a burst's segments by flow; after the first
+//! segment of a group has been placed, the following ones are offered here first, as a run: each
+//! qualifying segment's buffer is linked to the item as it is checked, and the item's bookkeeping
+//! and the counters are written once for the whole run, when a segment does not qualify, the group
+//! ends, or the item leaves (measured: 3–4 ns per packet less than joining them one by one, which
+//! `rx_parsed` still does for a segment handed over alone).
 //!
 //! A segment takes the run path when it continues its flow's only held item (its sequence
 //! number is where the item ends, and it fits without a cut), both its checksums are vouched

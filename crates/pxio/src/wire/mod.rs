@@ -217,7 +217,7 @@ pub enum Class {
 
 /// A frame's classification, made once on receive and carried with the packet through every
 /// stage that needs it (the gateway's pipeline, the merge engine, an NF), so no stage parses the
-/// headers again (issue 12: one parse per packet).
+/// headers again: one parse per packet.
 ///
 /// It can only be made from the frame it describes ([`Parsed::of`], [`Parsed::parse_into`]); a
 /// stage that is handed one checks it still fits its packet ([`Parsed::fits`]) before trusting

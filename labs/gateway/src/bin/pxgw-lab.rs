@@ -334,11 +334,11 @@ fn run(
         let (router_report, router_checks) = router_topology(&pxgw, sizes, &stop)?;
         report["router"] = router_report;
         checks.extend(router_checks);
-        // pxgw as a router for what it cannot split (issue 10 §2, §7): labs/gateway/src/router_checks.rs.
+        // pxgw as a router for what it cannot split: labs/gateway/src/router_checks.rs.
         let (behaviour, behaviour_checks) = lab::router_checks::run(&pxgw, &stop)?;
         report["router_behaviour"] = behaviour;
         checks.extend(behaviour_checks);
-        // No invisible loss (issue 10 §4) and ports as configured (§5).
+        // No invisible loss, and ports as configured or a clear refusal.
         let accounting = lab::accounting::reconcile(&pxgw, 32, 2)?;
         let port_checks = lab::accounting::port_checks(&pxgw)?;
         println!("\nframe accounting, 32 iperf3 flows each way (IPv4, IPv6), and pxgw --check");
@@ -348,7 +348,7 @@ fn run(
         }
         report["accounting"] = accounting.report;
         report["port_checks"] = port_checks.report;
-        // Issue 10 §6 and §3: two workers; fragments and F-PMTUD through a 1400 B router.
+        // Two workers; fragments and F-PMTUD through a 1400 B router.
         let fpmtud = std::env::current_exe()?.with_file_name("fpmtud");
         if !fpmtud.exists() {
             bail!(
@@ -362,7 +362,7 @@ fn run(
         let (r, c) = lab::wire_checks::fragment_checks(&pxgw, &fpmtud, &stop)?;
         report["fragments"] = r;
         checks.extend(c);
-        // Issue 15 Part A: several RX queues per worker, queue scaling and hairpin opt-in.
+        // Several RX queues per worker, queue scaling and hairpin opt-in.
         let (r, c) = lab::queue_checks::run(&pxgw, sizes.file_bytes, &stop)?;
         report["queues"] = r;
         checks.extend(c);
@@ -410,7 +410,7 @@ fn default_topology(
         None
     };
     let gw = l.start_pxgw(pxgw, 1, 900)?;
-    // What an operator sees (issue 14): Prometheus scraped during the traffic.
+    // What an operator sees: Prometheus scraped during the traffic.
     let metrics_url = gw.metrics_url();
     let scraper = metrics_url
         .clone()
@@ -626,7 +626,7 @@ fn router_topology(
     );
     let gw = l.start_pxgw(pxgw, 1, 900)?;
     let ping_ok = [l.ping(Family::V4), l.ping(Family::V6)];
-    // The issue's UDP check: 2,000 datagrams of 1 B up to what the 1400 B path carries (1352 B
+    // Every UDP size crosses: 2,000 datagrams of 1 B up to what the 1400 B path carries (1352 B
     // in IPv6).
     let sizes = Sizes {
         udp_datagrams: 2000,
