@@ -7,8 +7,9 @@
 //!
 //! `stress`: hostile input against pxgw while sha256-checked transfers run both ways — crafted
 //! TCP sequences compared with a Linux receiver behind a bridge, floods of 1 M frames (new
-//! flows, spoofed SYNs, UDP), SIGINT and a restart mid-transfer, mempool exhaustion — via
-//! `pxgw-stress run` (`labs/stress`).
+//! flows, spoofed SYNs, UDP), SIGINT and a restart mid-transfer, mempool exhaustion, attacks on
+//! the border (a tiny MSS, a spoofed SYN, ICMP too-big errors, a caravan formed outside, stalled
+//! metrics clients) — via `pxgw-stress run` (`labs/stress`).
 //!
 //! `scale-out`: two pxgw instances between two Linux routers that spread flows over them with
 //! ECMP (5-tuple hash), symmetric and deliberately asymmetric paths in IPv4 and IPv6, and a

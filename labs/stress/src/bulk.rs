@@ -81,10 +81,28 @@ impl Bulk {
     /// Starts a transfer on `port` in `family` (`inbound`: outside → inside), paced at about
     /// `mbps` Mb/s; it runs until [`Bulk::finish`].
     pub fn start(lab: &Lab, family: Family, inbound: bool, port: u16, mbps: u32) -> Result<Self> {
-        let (rx_ns, tx_ns, addr) = if inbound {
-            (&lab.int, &lab.ext, lab.int_addr(family))
+        let addr = if inbound {
+            lab.int_addr(family)
         } else {
-            (&lab.ext, &lab.int, lab.ext_addr(family))
+            lab.ext_addr(family)
+        };
+        Self::start_to(lab, family, inbound, addr, port, mbps)
+    }
+
+    /// [`Bulk::start`] toward `addr`, an address of the receiving host (the inside host when
+    /// `inbound`, else the outside host) other than its usual one.
+    pub fn start_to(
+        lab: &Lab,
+        family: Family,
+        inbound: bool,
+        addr: IpAddr,
+        port: u16,
+        mbps: u32,
+    ) -> Result<Self> {
+        let (rx_ns, tx_ns) = if inbound {
+            (&lab.int, &lab.ext)
+        } else {
+            (&lab.ext, &lab.int)
         };
         let to = SocketAddr::new(addr, port);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();

@@ -440,15 +440,16 @@ fn oob_byte(sock: &TcpStream) -> Option<u8> {
 }
 
 /// The TCP fields a client needs from a frame.
-struct TcpSeen {
-    sport: u16,
-    dport: u16,
-    seq: u32,
-    ack: u32,
-    flags: u8,
+pub(crate) struct TcpSeen {
+    pub(crate) sport: u16,
+    pub(crate) dport: u16,
+    pub(crate) seq: u32,
+    pub(crate) ack: u32,
+    pub(crate) flags: u8,
 }
 
-fn tcp_of(frame: &[u8]) -> Option<TcpSeen> {
+/// The TCP fields of `frame`, when it is a TCP segment.
+pub(crate) fn tcp_of(frame: &[u8]) -> Option<TcpSeen> {
     let Class::Tcp(h) = classify(frame, frame.len()) else {
         return None;
     };

@@ -2,12 +2,16 @@
 //! sequences, the floods and the captures are made of.
 
 use std::fs::File;
+use std::os::fd::IntoRawFd;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use netlab::Netns;
 use nix::sched::{setns, CloneFlags};
+use nix::sys::socket::{
+    setsockopt, socket, sockopt, AddressFamily, SockFlag, SockProtocol, SockType,
+};
 use pnet_datalink::{Channel, Config, DataLinkReceiver, DataLinkSender};
 
 /// Spawns a thread that enters `ns` and runs `f` there (sockets it opens live in `ns`). Unlike
@@ -48,6 +52,25 @@ pub struct PacketWire {
 impl PacketWire {
     /// Opens `iface`; call it on a thread inside the interface's namespace.
     pub fn open(iface: &str) -> Result<Self> {
+        Self::open_with(iface, None)
+    }
+
+    /// Opens `iface` with a kernel receive buffer of `rcvbuf` bytes (past `net.core.rmem_max`:
+    /// the lab runs as root), for a receiver that must lose no frame of a burst.
+    pub fn open_buffered(iface: &str, rcvbuf: usize) -> Result<Self> {
+        let fd = socket(
+            AddressFamily::Packet,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::EthAll,
+        )
+        .context("a packet socket")?;
+        setsockopt(&fd, sockopt::RcvBufForce, &rcvbuf).context("SO_RCVBUFFORCE")?;
+        // pnet binds it to the interface and owns it from here on.
+        Self::open_with(iface, Some(fd.into_raw_fd()))
+    }
+
+    fn open_with(iface: &str, socket_fd: Option<i32>) -> Result<Self> {
         let interface = pnet_datalink::interfaces()
             .into_iter()
             .find(|i| i.name == iface)
@@ -57,6 +80,7 @@ impl PacketWire {
             read_timeout: Some(Duration::from_millis(50)),
             read_buffer_size: 1 << 16,
             write_buffer_size: 1 << 16,
+            socket_fd,
             ..Config::default()
         };
         match pnet_datalink::channel(&interface, config)? {
