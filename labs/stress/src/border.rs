@@ -121,7 +121,10 @@ pub fn prepare(lab: &Lab) -> Result<()> {
         };
         let mut args = vec!["addr", "add", &cidr, "dev", &iface];
         if family == Family::V6 {
-            args.push("nodad");
+            // Deprecated from the start: never the source the outside host picks for its own
+            // connections (RFC 6724 rule 3; it would win rule 8, the longest match, toward the
+            // inside host), which the other cases expect from its usual address.
+            args.extend(["nodad", "preferred_lft", "0"]);
         }
         lab.ext.ip(&args)?;
     }
