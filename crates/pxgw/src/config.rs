@@ -2,7 +2,9 @@
 //! gets one message naming the key, the value and what is allowed.
 
 use std::path::Path;
+use std::time::Duration;
 
+use pxio::merge::{DelayConfig, MergeConfig};
 use serde::Deserialize;
 
 /// The whole configuration.
@@ -47,6 +49,9 @@ pub struct Config {
     /// DPDK EAL settings.
     #[serde(default)]
     pub eal: Eal,
+    /// Who pxgw runs as once its ports are open.
+    #[serde(default)]
+    pub process: Process,
 }
 
 /// Forwarding mode.
@@ -249,6 +254,31 @@ pub struct Queues {
     pub header_bytes: u16,
 }
 
+/// The highest `[queues] heavy_hitter_mbps`: 10 Tb/s.
+pub const MAX_HEAVY_HITTER_MBPS: u64 = 10_000_000;
+
+impl Queues {
+    /// The active-flow averaging window, ns.
+    pub fn window_ns(&self) -> Result<u64, ConfigError> {
+        if !(10..=60_000).contains(&self.window_ms) {
+            return Err(invalid("queues.window_ms", self.window_ms, "10..=60000"));
+        }
+        Ok(self.window_ms * 1_000_000)
+    }
+
+    /// The heavy-hitter threshold, bits per second.
+    pub fn heavy_hitter_bps(&self) -> Result<u64, ConfigError> {
+        if self.heavy_hitter_mbps > MAX_HEAVY_HITTER_MBPS {
+            return Err(invalid(
+                "queues.heavy_hitter_mbps",
+                self.heavy_hitter_mbps,
+                "0..=10000000 (10 Tb/s)",
+            ));
+        }
+        Ok(self.heavy_hitter_mbps * 1_000_000)
+    }
+}
+
 impl Default for Queues {
     fn default() -> Self {
         Self {
@@ -299,6 +329,16 @@ impl Default for Merge {
             flows: 16384,
             max_segs: 64,
         }
+    }
+}
+
+impl Caravan {
+    /// How long an open caravan may wait for more datagrams, ns.
+    pub fn timeout_ns(&self) -> Result<u64, ConfigError> {
+        if self.timeout_us == 0 || self.timeout_us > 100_000 {
+            return Err(invalid("caravan.timeout_us", self.timeout_us, "1..=100000"));
+        }
+        Ok(self.timeout_us * 1000)
     }
 }
 
@@ -532,6 +572,9 @@ impl Default for Icmp {
     }
 }
 
+/// The longest `[icmp] ratelimit_ms`: an hour.
+pub const MAX_ICMP_RATELIMIT_MS: u64 = 3_600_000;
+
 /// A PMTU source.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -553,6 +596,12 @@ pub struct Stats {
     /// Serve Prometheus metrics at `http://ADDR/metrics` (e.g. `"127.0.0.1:9469"`); off when
     /// absent (`crate::metrics`).
     pub prometheus: Option<std::net::SocketAddr>,
+    /// Connections the metrics endpoint holds at once; when full, a new one replaces the oldest
+    /// (one still sending its request first).
+    pub prometheus_max_connections: u16,
+    /// A client of the metrics endpoint has this long to send its request, and this long again
+    /// to read the answer; then it is dropped (ms).
+    pub prometheus_timeout_ms: u64,
 }
 
 impl Default for Stats {
@@ -560,7 +609,101 @@ impl Default for Stats {
         Self {
             interval_s: 1.0,
             prometheus: None,
+            prometheus_max_connections: 16,
+            prometheus_timeout_ms: 5000,
         }
+    }
+}
+
+/// The longest `[stats] interval_s`: a day.
+pub const MAX_STATS_INTERVAL_S: f64 = 86_400.0;
+
+/// The shortest wait between two summary lines, whatever `interval_s` says.
+const MIN_STATS_INTERVAL: Duration = Duration::from_millis(50);
+
+impl Stats {
+    /// The time between two summary lines (`None`: no lines), as the main loop waits it.
+    pub fn interval(&self) -> Result<Option<Duration>, ConfigError> {
+        let s = self.interval_s;
+        if !(0.0..=MAX_STATS_INTERVAL_S).contains(&s) {
+            return Err(invalid(
+                "stats.interval_s",
+                s,
+                "0..=86400 (seconds; 0: no summary lines)",
+            ));
+        }
+        if s == 0.0 {
+            return Ok(None);
+        }
+        let d = Duration::try_from_secs_f64(s)
+            .map_err(|e| invalid("stats.interval_s", s, &e.to_string()))?;
+        Ok(Some(d.max(MIN_STATS_INTERVAL)))
+    }
+
+    /// The metrics endpoint's limits.
+    pub fn prometheus_limits(&self) -> Result<crate::metrics::Limits, ConfigError> {
+        if !(1..=1024).contains(&self.prometheus_max_connections) {
+            return Err(invalid(
+                "stats.prometheus_max_connections",
+                self.prometheus_max_connections,
+                "1..=1024",
+            ));
+        }
+        if !(10..=600_000).contains(&self.prometheus_timeout_ms) {
+            return Err(invalid(
+                "stats.prometheus_timeout_ms",
+                self.prometheus_timeout_ms,
+                "10..=600000",
+            ));
+        }
+        let timeout = Duration::from_millis(self.prometheus_timeout_ms);
+        Ok(crate::metrics::Limits {
+            max_connections: usize::from(self.prometheus_max_connections),
+            read_timeout: timeout,
+            write_timeout: timeout,
+        })
+    }
+}
+
+/// `[process]`: the unprivileged user pxgw switches to once the EAL, its ports and the metrics
+/// socket are open (`crate::privileges`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Process {
+    /// The user to run as. pxgw keeps only the capabilities its port types need while running,
+    /// and clears its supplementary groups. Unset: it keeps running as it was started.
+    pub user: Option<String>,
+    /// The group to run as (default: the user's primary group).
+    pub group: Option<String>,
+}
+
+impl Process {
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (key, name) in [("process.user", &self.user), ("process.group", &self.group)] {
+            if let Some(name) = name {
+                let ok = !name.is_empty()
+                    && name.len() <= 32
+                    && !name.starts_with('-')
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$'));
+                if !ok {
+                    return Err(invalid(
+                        key,
+                        format!("{name:?}"),
+                        "a user or group name (letters, digits, '_', '-', '.', at most 32)",
+                    ));
+                }
+            }
+        }
+        if self.group.is_some() && self.user.is_none() {
+            return Err(invalid(
+                "process.group",
+                format!("{:?}", self.group.as_deref().unwrap_or("")),
+                "needs process.user",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -653,6 +796,30 @@ impl Config {
         self.merge.imtu.unwrap_or(self.internal_mtu())
     }
 
+    /// The merge engine's settings, as the workers' pipelines start it (checked by the engine's
+    /// own rules too, so a configuration `validate` accepts always starts).
+    pub fn merge_engine(&self) -> Result<MergeConfig, ConfigError> {
+        let m = &self.merge;
+        let engine = MergeConfig {
+            imtu: self.imtu(),
+            flow_capacity: m.flows,
+            checksum_offload: false,
+            delay: DelayConfig {
+                enabled: m.delay,
+                rate_threshold_bps: m.rate_threshold_gbps * 1e9,
+                yield_bypass: m.yield_bypass,
+                max_window_ns: m.max_window_us.saturating_mul(1000),
+                ..DelayConfig::default()
+            },
+            max_segs: m.max_segs,
+            ..MergeConfig::default()
+        };
+        engine
+            .validate()
+            .map_err(|e| invalid("merge", format!("{} = {}", e.key, e.value), e.allowed))?;
+        Ok(engine)
+    }
+
     /// Checks every value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let q = &self.queues;
@@ -667,9 +834,8 @@ impl Config {
                 ),
             ));
         }
-        if !(10..=60_000).contains(&q.window_ms) {
-            return Err(invalid("queues.window_ms", q.window_ms, "10..=60000"));
-        }
+        q.window_ns()?;
+        q.heavy_hitter_bps()?;
         if q.sample_ratio == 0 {
             return Err(invalid("queues.sample_ratio", q.sample_ratio, "at least 1"));
         }
@@ -825,6 +991,7 @@ impl Config {
         if self.merge.flows == 0 || self.merge.flows > 1 << 24 {
             return Err(invalid("merge.flows", self.merge.flows, "1..=16777216"));
         }
+        self.merge_engine()?;
         if self.caravan.dscp == 0 || self.caravan.dscp > 63 {
             return Err(invalid(
                 "caravan.dscp",
@@ -832,15 +999,16 @@ impl Config {
                 "1..=63 (0 is best effort)",
             ));
         }
-        if self.caravan.timeout_us == 0 || self.caravan.timeout_us > 100_000 {
+        self.caravan.timeout_ns()?;
+        let most = pxio::caravan::format::MAX_DATAGRAMS;
+        if !(1..=most).contains(&u32::from(self.caravan.max_datagrams)) {
             return Err(invalid(
-                "caravan.timeout_us",
-                self.caravan.timeout_us,
-                "1..=100000",
+                "caravan.max_datagrams",
+                self.caravan.max_datagrams,
+                &format!(
+                    "1..={most} (the caravan format's limit, which every decapsulator enforces)"
+                ),
             ));
-        }
-        if self.caravan.max_datagrams == 0 {
-            return Err(invalid("caravan.max_datagrams", 0, "at least 1"));
         }
         if self.caravan.families.is_empty() {
             return Err(invalid(
@@ -914,6 +1082,13 @@ impl Config {
                 ));
             }
         }
+        if self.icmp.ratelimit_ms > MAX_ICMP_RATELIMIT_MS {
+            return Err(invalid(
+                "icmp.ratelimit_ms",
+                self.icmp.ratelimit_ms,
+                "0..=3600000 (an hour)",
+            ));
+        }
         if self.icmp.ratelimit_burst == 0 {
             return Err(invalid("icmp.ratelimit_burst", 0, "at least 1"));
         }
@@ -931,13 +1106,9 @@ impl Config {
                 "1..=1048576",
             ));
         }
-        if !(self.stats.interval_s >= 0.0 && self.stats.interval_s.is_finite()) {
-            return Err(invalid(
-                "stats.interval_s",
-                self.stats.interval_s,
-                "a number >= 0",
-            ));
-        }
+        self.stats.interval()?;
+        self.stats.prometheus_limits()?;
+        self.process.validate()?;
         if self.eal.memory_mb < 128 {
             return Err(invalid("eal.memory_mb", self.eal.memory_mb, "at least 128"));
         }

@@ -13,6 +13,7 @@ pub mod mss;
 pub mod pipeline;
 pub mod pmtud;
 pub mod ports;
+pub mod privileges;
 pub mod queues;
 pub mod replay;
 pub mod rss;

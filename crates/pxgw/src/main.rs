@@ -17,6 +17,7 @@ use pxgw::config::{is_pci, parse_mac, Backing, Config, Mode};
 use pxgw::metrics::{self, Metrics};
 use pxgw::pipeline::Pipeline;
 use pxgw::ports::{self, PortPlan};
+use pxgw::privileges::{self, Target};
 use pxgw::replay::{self, Prefix, ReplayOptions};
 use pxgw::stats::{KernelSample, PortCounters, PortReport, Report};
 use pxgw::worker::Worker;
@@ -121,6 +122,14 @@ fn main() {
         }
     }
     let cfg = cfg;
+    // A missing user stops pxgw before it opens anything.
+    let target = match privileges::resolve(&cfg.process) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("pxgw: {}: {e}", config.display());
+            std::process::exit(2);
+        }
+    };
     let problems = ports::preflight(&cfg, Path::new(SYSFS), ports::effective_caps());
     if !problems.is_empty() {
         for p in &problems {
@@ -129,9 +138,9 @@ fn main() {
         std::process::exit(1);
     }
     let result = if args.check {
-        check(&args, &cfg)
+        check(&args, &cfg, target.as_ref())
     } else {
-        run(&args, &cfg)
+        run(&args, &cfg, target.as_ref())
     };
     match result {
         Ok(0) => {}
@@ -148,6 +157,9 @@ fn main() {
 
 /// The EAL's file prefix unless `[eal] args` sets one: telemetry's socket directory.
 const FILE_PREFIX: &str = "pxgw";
+
+/// How often the main thread samples the ports' counters for the metrics endpoint, at most.
+const PORT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Where the kernel's interface and PCI device files are.
 const SYSFS: &str = "/sys";
@@ -386,7 +398,7 @@ fn open_port(
 }
 
 /// `--check`: open everything as configured, report, forward nothing.
-fn check(args: &Args, cfg: &Config) -> Result<usize> {
+fn check(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
     let path = args.config.as_deref().unwrap_or(Path::new("?"));
     println!("pxgw: {}: configuration is valid", path.display());
     let gw = open(cfg)?;
@@ -402,6 +414,17 @@ fn check(args: &Args, cfg: &Config) -> Result<usize> {
         println!(
             "pxgw: merge.max_segs lowered from {} to {}: the internal port's nb_seg_max",
             cfg.merge.max_segs, run_cfg.merge.max_segs
+        );
+    }
+    if let Some(t) = target {
+        println!(
+            "pxgw: runs as user {} ({}), group {} ({}) once the ports are open, keeping \
+             capabilities {:?}",
+            t.user,
+            t.uid,
+            t.group,
+            t.gid,
+            privileges::names(&privileges::needed_caps(cfg))
         );
     }
     println!("pxgw: check passed: both ports are configured as the configuration says");
@@ -432,7 +455,9 @@ fn tuned(cfg: &Config, plans: &[PortPlan; 2]) -> Config {
     run
 }
 
-fn run(args: &Args, cfg: &Config) -> Result<usize> {
+fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
+    let interval = cfg.stats.interval()?;
+    let limits = cfg.stats.prometheus_limits()?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
@@ -499,14 +524,46 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         }
     };
     let clock = TscClock::new(&eal);
-    let mut snapshots = Vec::new();
+    let (reports, snapshots): (Vec<_>, Vec<_>) = (0..queues).map(|_| metrics::channel()).unzip();
+    let metrics = Arc::new(Metrics::new(snapshots));
+    metrics.set_ports(sample_ports(cfg, &ext, &int));
+    let _server = match cfg.stats.prometheus {
+        Some(addr) => {
+            let server = metrics::Server::start(addr, metrics.clone(), limits)?;
+            tracing::info!("Prometheus metrics at http://{}/metrics", server.addr());
+            Some(server)
+        }
+        None => None,
+    };
+    // The statistics file is created while its directory may still need root.
+    let mut stats_file = match (&args.stats_json, target) {
+        (Some(path), Some(_)) => Some(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ),
+        _ => None,
+    };
+    // Everything that needs privileges to open is open: the EAL, the ports, the metrics socket.
+    // Workers and the rule manager start after the switch, with the capabilities kept.
+    if let Some(target) = target {
+        let dropped = privileges::drop_to(target, &privileges::needed_caps(cfg))?;
+        tracing::info!(
+            user = %target.user, uid = %dropped.uid, group = %target.group, gid = %dropped.gid,
+            capabilities = ?privileges::names(&dropped.caps),
+            "running unprivileged"
+        );
+        if !dropped.unchanged_threads.is_empty() {
+            tracing::warn!(
+                threads = ?dropped.unchanged_threads,
+                "threads the EAL started before the switch keep their capabilities (pxgw did \
+                 not change user); start pxgw as root with [process] user to drop them too"
+            );
+        }
+    }
     let mut handles = Vec::new();
     let (mut rxq, worker_rx) = pxgw::queues::start(cfg, &ext, &int)?;
     let mut worker_rx = worker_rx.into_iter();
-    for i in 0..queues {
+    for (i, report) in (0..queues).zip(reports) {
         let (ext_rx, int_rx) = worker_rx.next().context("one receive side per worker")?;
-        let (report, snapshot) = metrics::channel();
-        snapshots.push(snapshot);
         let worker = Worker {
             eal: eal.clone(),
             id: usize::from(i),
@@ -529,16 +586,6 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         );
     }
 
-    let metrics = Arc::new(Metrics::new(snapshots));
-    metrics.set_ports(sample_ports(cfg, &ext, &int));
-    let _server = match cfg.stats.prometheus {
-        Some(addr) => {
-            let server = metrics::Server::start(addr, metrics.clone())?;
-            tracing::info!("Prometheus metrics at http://{}/metrics", server.addr());
-            Some(server)
-        }
-        None => None,
-    };
     let telemetry_metrics = metrics.clone();
     if let Err(e) = dpdk::telemetry::register(
         "/pxgw/stats",
@@ -565,9 +612,8 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
 
     let started = Instant::now();
     rxq.sample(0.0);
-    let interval = Duration::from_secs_f64(cfg.stats.interval_s.max(0.05));
     // The ports' counters for the metrics endpoint: fresh enough for a scrape, cheap to read.
-    let port_interval = Duration::from_millis(500).min(interval);
+    let port_interval = interval.map_or(PORT_INTERVAL, |i| i.min(PORT_INTERVAL));
     let mut prev = Report::default();
     let mut prev_ports = sample_ports(cfg, &ext, &int);
     let mut last = Instant::now();
@@ -586,7 +632,7 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
             publish_rxq(&rxq);
             last_ports = Instant::now();
         }
-        if cfg.stats.interval_s > 0.0 && last.elapsed() >= interval {
+        if interval.is_some_and(|i| last.elapsed() >= i) {
             let now = metrics.total();
             let now_ports = sample_ports(cfg, &ext, &int);
             rxq.sample(started.elapsed().as_secs_f64());
@@ -633,7 +679,11 @@ fn run(args: &Args, cfg: &Config) -> Result<usize> {
         json["workers"] = Report::workers_json(&metrics.reports());
         json["rxq"] = rxq.to_json();
         let json = serde_json::to_string_pretty(&json)?;
-        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        match stats_file.as_mut() {
+            Some(file) => std::io::Write::write_all(file, json.as_bytes()),
+            None => std::fs::write(path, json),
+        }
+        .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(leaked)
 }

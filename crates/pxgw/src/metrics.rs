@@ -8,16 +8,15 @@
 //! share the output ends ([`Snapshot`]) behind a mutex of their own, which no worker touches.
 //!
 //! **Exposition.** `prometheus-client` writes the OpenMetrics text format from a
-//! [`Collector`] that reads the latest snapshots at scrape time; `tiny_http` serves it from one
-//! thread. Names follow Prometheus' rules: `pxgw_…_total` for counters, base units (`_bytes`,
-//! `_seconds`), labels for worker, port, direction and drop reason. [`Metrics::gauge`] adds a
+//! [`Collector`] that reads the latest snapshots at scrape time; a small HTTP server of our own
+//! serves it from one thread, with bounded connections and timeouts ([`Server`]). Names follow
+//! Prometheus' rules: `pxgw_…_total` for counters, base units (`_bytes`, `_seconds`), labels for
+//! worker, port, direction and drop reason. [`Metrics::gauge`] adds a
 //! gauge in one line (for settings that change what a worker does, e.g. the active RX queues).
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use prometheus_client::collector::Collector;
@@ -26,6 +25,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::stats::{PortCounters, Report, SizeHistogram, FRAME_SIZE_BOUNDS};
+
+mod http;
+pub use http::{Limits, MetricsError, Server, MAX_REQUEST};
 
 /// The worker's end of its report channel: publishing never blocks and never takes a lock.
 pub struct Publisher {
@@ -661,78 +663,6 @@ impl Collector for Collect {
     }
 }
 
-/// The Prometheus endpoint: a `tiny_http` server on its own thread; stopped on drop.
-pub struct Server {
-    http: Arc<tiny_http::Server>,
-    thread: Option<JoinHandle<()>>,
-    addr: SocketAddr,
-}
-
-/// The content type of the OpenMetrics text format.
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-impl Server {
-    /// Serves `metrics` at `http://ADDR/metrics` (any other path: 404).
-    pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<Self, MetricsError> {
-        let http = Arc::new(
-            tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind(addr, e.to_string()))?,
-        );
-        let addr = http
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| MetricsError::Bind(addr, "not an IP address".into()))?;
-        let server = http.clone();
-        let thread = std::thread::Builder::new()
-            .name("pxgw-metrics".into())
-            .spawn(move || {
-                for request in server.incoming_requests() {
-                    let path = request.url().split('?').next().unwrap_or("");
-                    let response = if path == "/metrics" {
-                        let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
-                            .expect("a static, valid header");
-                        tiny_http::Response::from_string(metrics.encode()).with_header(header)
-                    } else {
-                        tiny_http::Response::from_string("pxgw: metrics are at /metrics\n")
-                            .with_status_code(404)
-                    };
-                    // A scraper that hung up is no concern of the gateway.
-                    let _ = request.respond(response);
-                }
-            })
-            .map_err(MetricsError::Thread)?;
-        Ok(Self {
-            http,
-            thread: Some(thread),
-            addr,
-        })
-    }
-
-    /// The address it listens on (useful when the configuration asked for port 0).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.http.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Why the endpoint could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum MetricsError {
-    /// The address could not be bound.
-    #[error("stats.prometheus: cannot listen on {0}: {1}")]
-    Bind(SocketAddr, String),
-    /// The server thread could not be started.
-    #[error("stats.prometheus: cannot start the server thread: {0}")]
-    Thread(std::io::Error),
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -808,7 +738,7 @@ mod tests {
         let mut r = Report::default();
         r.merge.merges = 42;
         p.publish(r);
-        let server = Server::start("127.0.0.1:0".parse().unwrap(), m).unwrap();
+        let server = Server::start("127.0.0.1:0".parse().unwrap(), m, Limits::default()).unwrap();
         let mut c = std::net::TcpStream::connect(server.addr()).unwrap();
         c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
         let mut body = String::new();

@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 
 use pxio::caravan::{self, CaravanBuilder, CaravanConfig, CaravanError};
-use pxio::merge::{DelayConfig, MergeConfig, Merger};
+use pxio::merge::Merger;
 use pxio::split::{split_tcp_parsed, SplitOffloads};
 use pxio::wire::{self, Class, FlowKey, Headers, Parsed};
 use pxio::PacketBuf;
@@ -126,20 +126,7 @@ impl<B: PacketBuf> Pipeline<B> {
         merge_pool: B::Pool,
         offloads: SplitOffloads,
     ) -> anyhow::Result<Self> {
-        let merge_cfg = MergeConfig {
-            imtu: cfg.imtu(),
-            flow_capacity: cfg.merge.flows,
-            checksum_offload: false,
-            delay: DelayConfig {
-                enabled: cfg.merge.delay,
-                rate_threshold_bps: cfg.merge.rate_threshold_gbps * 1e9,
-                yield_bypass: cfg.merge.yield_bypass,
-                max_window_ns: cfg.merge.max_window_us * 1000,
-                ..DelayConfig::default()
-            },
-            max_segs: cfg.merge.max_segs,
-            ..MergeConfig::default()
-        };
+        let merge_cfg = cfg.merge_engine()?;
         Ok(Self {
             cfg: Settings {
                 emtu: cfg.emtu(),
@@ -153,7 +140,7 @@ impl<B: PacketBuf> Pipeline<B> {
                     imtu: cfg.imtu(),
                     max_datagrams: cfg.caravan.max_datagrams,
                 }),
-                caravan_timeout_ns: cfg.caravan.timeout_us * 1000,
+                caravan_timeout_ns: cfg.caravan.timeout_ns()?,
                 exclude: cfg.caravan.exclude_ports.clone(),
                 caravan_families: (
                     cfg.caravan.families.contains(&CaravanFamily::Ipv4),

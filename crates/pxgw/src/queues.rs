@@ -101,7 +101,7 @@ pub fn start(
     let policy = ScalingPolicy::new(
         layout.clone(),
         PolicyConfig {
-            window_ns: cfg.queues.window_ms * 1_000_000,
+            window_ns: cfg.queues.window_ns()?,
             ..Default::default()
         },
     );
@@ -168,8 +168,8 @@ pub fn start(
                 ext.rx_queue(monitor_queue)?,
                 0,
                 cfg.queues.sample_ratio,
-                cfg.queues.heavy_hitter_mbps * 1_000_000,
-                cfg.queues.window_ms * 1_000_000,
+                cfg.queues.heavy_hitter_bps()?,
+                cfg.queues.window_ns()?,
                 4096,
             )));
         }
