@@ -345,7 +345,7 @@ fn open_port(
         )
         // Where the device verifies checksums on receive, the merge engine trusts its verdicts
         // instead of summing every segment itself (about 85 ns per 1448 B segment here), and
-        // takes its run path (issue 12). Granted only where the device offers them.
+        // takes its run path. Granted only where the device offers them.
         .rx_offloads(RxOffloads::IPV4_CKSUM | RxOffloads::TCP_CKSUM | RxOffloads::UDP_CKSUM);
     if apply_mtu {
         builder = builder.mtu(mtu);

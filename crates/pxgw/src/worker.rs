@@ -1,5 +1,5 @@
 //! A worker: one thread, pinned to a core, running to completion over one RX and one TX queue of
-//! each port (DESIGN.md: one worker = one lcore, no async runtime).
+//! each port (one worker = one lcore, no async runtime).
 //!
 //! # More than one worker
 //! Every worker owns its state outright (connection table, merger, caravan builders, PMTU hints,
