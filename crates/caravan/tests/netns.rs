@@ -5,7 +5,7 @@
 //! namespace where caravan-ebpf is attached. Plain UDP and a malformed caravan are interleaved.
 //! Ordinary sockets must get exactly the original datagrams (count, order, boundaries, bytes;
 //! the kernel verifies every inner UDP checksum). A pass-through port gets the caravans whole,
-//! and caravan::Reader splits them. The same runs in IPv4 and IPv6, and with 802.1Q tags: the
+//! still marked, and `caravan::recv` reads each as a caravan for caravan::Reader to split. The same runs in IPv4 and IPv6, and with 802.1Q tags: the
 //! sender writes tagged frames to a packet socket, and the receiving kernel moves each tag into
 //! the socket buffer's metadata before the program sees the frame, as for any tagged frame. (This
 //! test kernel has no 802.1Q devices, so the tags carry VLAN 0, priority 3: the stack then

@@ -1,8 +1,8 @@
 //! BPF_PROG_TEST_RUN unit tests of the caravan-ebpf classifier (needs root and the object from
 //! `cargo xtask build-ebpf`), for IPv4 and IPv6, untagged and behind one 802.1Q tag: non-caravan
-//! packets pass unchanged (marked ones without a caravan header, and caravans of an unknown
-//! version, counted), malformed caravans are dropped and counted, valid ones are cut into their
-//! datagrams, and nothing else is counted.
+//! packets pass unchanged (marked ones without a caravan header, caravans of an unknown
+//! version and caravans whose outer checksums fail, counted), malformed caravans are dropped and
+//! counted, valid ones are cut into their datagrams, and nothing else is counted.
 
 use caravan::{Decap, DecapConfig, Stats};
 use caravan_common::format;
@@ -336,7 +336,7 @@ fn caravan_to_passthrough_port_is_delivered_whole() {
     }
 }
 
-/// An ordinary UDP datagram that merely wears the caravan's DSCP (issue 11, bug 8) is not a
+/// An ordinary UDP datagram that merely wears the caravan's DSCP is not a
 /// caravan: it passes byte for byte, never dropped.
 #[test]
 fn an_ordinary_marked_datagram_passes_untouched() {
