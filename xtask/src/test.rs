@@ -95,10 +95,11 @@ const INTEGRATION_SUITES: &[Suite] = &[
     // border, each on a pxgw of its own whose counters it checks: clients announcing MSS 48 and
     // 8 (64 KB intact in Linux's 48 B segments, mss.below_floor), a SYN spoofed on a running
     // transfer (frame sizes kept, mss.syn_ignored), ICMP too-big errors out of and in the window
-    // (router.ptb_out_of_window, ptb_learned), a caravan formed outside with caravans off (one
-    // datagram inside, caravan.mark_cleared), 1000 stalled metrics clients and one that never
-    // reads (a real scrape still answered); the clean yield at least 85 %. sha256-checked
-    // transfers run both ways throughout, pxgw must not crash and must leak no mbuf.
+    // (router.ptb_out_of_window, ptb_below_floor, ptb_learned), a caravan formed outside with
+    // caravans off (one datagram inside, caravan.mark_cleared), 1000 stalled metrics clients and
+    // one that never reads (a real scrape still answered); the clean yield at least 85 %.
+    // sha256-checked transfers run both ways throughout, pxgw must not crash and must leak no
+    // mbuf.
     Suite {
         name: "stress-build",
         program: "cargo",
