@@ -83,7 +83,7 @@ pub struct Case {
     /// packets during the case (after the attack, for the SYN flood; after the restart, for
     /// the restart).
     pub yield_large_flows: Option<f64>,
-    /// What happened, what was compared, which issue-11 bug the case is a scenario of.
+    /// What happened, what was compared, what the case guards against.
     pub notes: String,
     /// Every check of the case passed.
     pub ok: bool,
@@ -1049,7 +1049,8 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
         let notes = format!(
             "{} spoofed SYNs in {:.1} s (pxgw: {} connections at the end, {} evicted for \
              newer ones, exit code {code}); then a new transfer's yield {:.1}% (clean {:.1}%, \
-             must keep {:.0}% of it) [bug 5]; during: {notes}; after: {after_notes}",
+             must keep {:.0}% of it: a SYN flood must not keep later connections from being \
+             merged); during: {notes}; after: {after_notes}",
             sent.frames,
             sent.seconds,
             stats["connections"],
@@ -1103,7 +1104,8 @@ pub fn run(pxgw: &Path, plan: &Plan) -> Result<Report> {
         let kept = y.unwrap_or(0.0) >= YIELD_KEPT * clean_yield;
         let notes = format!(
             "SIGINT: exit code {code}, leaked {}; down {gap:.1} s; the surviving transfer's yield \
-             after the restart {:.1}% (clean {:.1}%) [bug 9]; {notes}",
+             after the restart {:.1}% (clean {:.1}%: a restarted gateway learns running \
+             connections again); {notes}",
             leaked.map_or("?".into(), |l| l.to_string()),
             100.0 * y.unwrap_or(0.0),
             100.0 * clean_yield

@@ -1,4 +1,4 @@
-//! Crafted TCP segment sequences (issue 11): a client made of a packet socket completes a real
+//! Crafted TCP segment sequences: a client made of a packet socket completes a real
 //! handshake with a Linux listener, then sends a script of segments — overlaps with conflicting
 //! bytes, bad checksums, cancelling corruption, urgent data, data in the SYN, a RST behind an
 //! IPv6 destination-options header, sequence numbers that wrap, 802.1Q, IPv6 flow labels — and
@@ -664,10 +664,11 @@ impl Client {
     }
 }
 
-/// The urgent-data case (issue 11, bug 1): a real application inside sends 20,000 B with
-/// `MSG_OOB` (its last byte is urgent), then 10,000 B more; the application outside reads the
-/// stream and the out-of-band byte. Through pxgw the inside host sends large segments (MSS
-/// rewriting) that pxgw splits; through the bridge it sends segments of the outside MSS.
+/// The urgent-data case (the urgent byte must stay the one the sender marked): a real
+/// application inside sends 20,000 B with `MSG_OOB` (its last byte is urgent), then 10,000 B
+/// more; the application outside reads the stream and the out-of-band byte. Through pxgw the
+/// inside host sends large segments (MSS rewriting) that pxgw splits; through the bridge it
+/// sends segments of the outside MSS.
 pub fn urgent_outbound(lab: &Lab, family: Family, k: u16) -> Result<Observed> {
     let to = SocketAddr::new(lab.ext_addr(family), 6000 + k);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -709,7 +710,8 @@ pub fn urgent_outbound(lab: &Lab, family: Family, k: u16) -> Result<Observed> {
     })
 }
 
-/// The crafted scripts, each a scenario of issue 11 (the bug it exercises in brackets).
+/// The crafted scripts, each a scenario a merging or splitting gateway can get wrong (what it
+/// guards in brackets).
 pub fn scripts() -> Vec<Script> {
     use Family::{V4, V6};
     const MSS: usize = 1400;
@@ -729,8 +731,8 @@ pub fn scripts() -> Vec<Script> {
     };
     let mut v = Vec::new();
     for family in [V4, V6] {
-        // [bug 3] Held a[0,1000) and c[2000,3000); X[1000,2400) overlaps c with other bytes, Y
-        // continues it: the issue's example.
+        // [overlaps: the first copy wins] Held a[0,1000) and c[2000,3000); X[1000,2400) overlaps
+        // c with other bytes, Y continues it.
         v.push(plain(
             if family == V4 {
                 "overlap-next-item"
@@ -772,7 +774,7 @@ pub fn scripts() -> Vec<Script> {
         ]],
         3400,
     ));
-    // [bug 2] Other bytes behind a bad IPv4 header checksum, then the right ones.
+    // [checksums] Other bytes behind a bad IPv4 header checksum, then the right ones.
     v.push(plain(
         "bad-ip-checksum",
         V4,
@@ -788,7 +790,7 @@ pub fn scripts() -> Vec<Script> {
         ],
         3 * MSS,
     ));
-    // [bug 2] One corrupted segment in a run, retransmitted right: it must cost only itself.
+    // [checksums] One corrupted segment in a run, retransmitted right: it must cost only itself.
     for family in [V4, V6] {
         v.push(plain(
             if family == V4 {
@@ -808,7 +810,7 @@ pub fn scripts() -> Vec<Script> {
             5 * MSS,
         ));
     }
-    // [bug 2] +1 and −1 in the same 16-bit column of two segments: each fails its checksum,
+    // [checksums] +1 and −1 in the same 16-bit column of two segments: each fails its checksum,
     // their concatenation would verify. The right bytes follow.
     v.push(plain(
         "cancelling-corruption",
@@ -844,7 +846,8 @@ pub fn scripts() -> Vec<Script> {
         fin: Some(1000 + 2 * MSS),
         ..plain("syn-data-inbound", V4, Vec::new(), 0)
     });
-    // [bug 7] A SYN carrying 4000 B from inside: pxgw splits it; only one piece may be a SYN.
+    // [SYN splitting] A SYN carrying 4000 B from inside: pxgw splits it; only one piece may be
+    // a SYN.
     for family in [V4, V6] {
         v.push(Script {
             outbound: true,
@@ -864,7 +867,7 @@ pub fn scripts() -> Vec<Script> {
             )
         });
     }
-    // [bug 4] IPv6: data pxgw holds, then a RST behind a destination-options header.
+    // [extension headers] IPv6: data pxgw holds, then a RST behind a destination-options header.
     v.push(Script {
         fin: None,
         ..plain(
@@ -882,7 +885,7 @@ pub fn scripts() -> Vec<Script> {
             0,
         )
     });
-    // [bug 4] IPv6 data segments with and without extension headers, interleaved.
+    // [extension headers] IPv6 data segments with and without extension headers, interleaved.
     v.push(plain(
         "ext-headers-v6",
         V6,

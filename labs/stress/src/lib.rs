@@ -1,6 +1,6 @@
 //! The stress lab (`cargo xtask lab stress`, and `pxgw-stress test` in `cargo xtask test`):
 //! hostile input against pxgw between network namespaces, as an attacker or a buggy peer would
-//! send it (issue 11), while sha256-checked bulk transfers cross the gateway both ways.
+//! send it, while sha256-checked bulk transfers cross the gateway both ways.
 //!
 //! - [`crafted`]: TCP segment sequences from a packet-socket client that completes real
 //!   handshakes, each compared with what the same sequence gives a Linux receiver through a
