@@ -813,7 +813,14 @@ fn metrics_stall(b: &mut Bench<'_>, lab: &Lab) -> Result<Case> {
 /// a capture did not start) fails alone.
 fn record(b: &mut Bench<'_>, name: &str, case: Result<Case>) {
     let case = case.unwrap_or_else(|e| {
-        let notes = format!("the case could not run: {e:#}");
+        // One row of the table: pxgw's log, when that is what the error carries, on one line.
+        let why: Vec<String> = format!("{e:#}")
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && *l != "|")
+            .map(str::to_owned)
+            .collect();
+        let notes = format!("the case could not run: {}", why.join(" "));
         row(name, 0, false, false, None, notes, false)
     });
     b.push(case);
