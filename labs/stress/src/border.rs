@@ -40,7 +40,7 @@ pub const ALT_EXT: [IpAddr; 2] = [
     IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 3)),
 ];
 /// Where the ICMP errors come from: a router on the outside path (no host answers there).
-const ROUTER: [IpAddr; 2] = [
+pub const ROUTER: [IpAddr; 2] = [
     IpAddr::V4(Ipv4Addr::new(198, 51, 100, 254)),
     IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 0xfe)),
 ];
