@@ -114,13 +114,13 @@ fn main() {
     };
     // One RSS key for the whole process: the ports, their flow rules and every worker's
     // software hash read it from here (pxgw::rss).
-    match cfg.rss.resolve() {
-        Ok(key) => tracing::info!(pattern = format!("{:#06x}", key.pattern()), "RSS key"),
+    let rss_pattern = match cfg.rss.resolve() {
+        Ok(key) => key.pattern(),
         Err(e) => {
             eprintln!("pxgw: rss.key: {e}");
             std::process::exit(2);
         }
-    }
+    };
     let cfg = cfg;
     // A missing user stops pxgw before it opens anything.
     let target = match privileges::resolve(&cfg.process) {
@@ -140,6 +140,8 @@ fn main() {
     let result = if args.check {
         check(&args, &cfg, target.as_ref())
     } else {
+        // Logged when ports open with it, not by `--check`, whose refusals are one line each.
+        tracing::info!(pattern = format!("{rss_pattern:#06x}"), "RSS key");
         run(&args, &cfg, target.as_ref())
     };
     match result {
