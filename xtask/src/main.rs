@@ -4,9 +4,9 @@
 //!   tests need, and only those that are missing.
 //! * `cargo xtask build-ebpf` builds the caravan eBPF object (`crates/caravan-ebpf`) with
 //!   Debian's rustc-web and bpf-linker; `crates/caravan` embeds it.
-//! * `cargo xtask test` is the one test command (`.ci/run` calls it): deps, fmt, clippy, rustdoc,
-//!   build checks, the tests (and the ignored ones this machine can run), then the integration
-//!   suites; its summary counts and names every test it skipped.
+//! * `cargo xtask test` is the one test command (`.ci/run` calls it): the documentation's links,
+//!   deps, fmt, clippy, rustdoc, build checks, the tests (and the ignored ones this machine can
+//!   run), then the integration suites; its summary counts and names every test it skipped.
 //! * `cargo xtask bench merge|caravan|pmtu-cache [--json FILE]` runs a benchmark in release mode and prints
 //!   its table (and writes its JSON report).
 //! * `cargo xtask lab pmtud|stress|scale-out [--json FILE]` runs a namespace lab in release mode and
@@ -24,6 +24,7 @@ mod demo;
 mod deps;
 mod fuzz;
 mod lab;
+mod links;
 mod progress;
 mod test;
 

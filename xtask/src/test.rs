@@ -1,10 +1,11 @@
 //! `cargo xtask test`: the one test command.
 //!
-//! Runs, in order and stopping at the first failure: deps, build-ebpf, `cargo fmt --check`, clippy
-//! with `-D warnings`, rustdoc with `-D warnings`, `cargo check` of `fuzz/` and of pxio without its
-//! default features, the workspace's tests, each of [`IGNORED_TESTS`] whose prerequisite this
-//! machine has, each of [`INTEGRATION_SUITES`], then every fuzz target for
-//! [`FUZZ_SECONDS`] seconds (`cargo xtask fuzz`), after the fuzz crate's own tests.
+//! Runs, in order and stopping at the first failure: the documentation's links, deps,
+//! build-ebpf, `cargo fmt --check`, clippy with `-D warnings`, rustdoc with `-D warnings`,
+//! `cargo check` of `fuzz/` and of pxio without its default features, the workspace's tests,
+//! each of [`IGNORED_TESTS`] whose prerequisite this machine has, each of
+//! [`INTEGRATION_SUITES`], then every fuzz target for [`FUZZ_SECONDS`] seconds
+//! (`cargo xtask fuzz`), after the fuzz crate's own tests.
 //!
 //! No test disappears silently: the summary counts and names every test that was `#[ignore]`d in
 //! the workspace run and did not pass in a later step, with the reason (a failed prerequisite
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{build_ebpf, cargo, deps, describe, run_status};
+use crate::{build_ebpf, cargo, deps, describe, links, run_status};
 
 /// Parallel build jobs for cargo: the development machines have 2 cores.
 const JOBS: &str = "-j2";
@@ -310,6 +311,8 @@ impl Prerequisite {
 
 /// What one step of the test sequence does.
 enum Action {
+    /// The documentation's relative links resolve ([`crate::links`]), in process.
+    Links,
     /// `cargo xtask deps`, in process.
     Deps,
     /// `cargo xtask build-ebpf`, in process.
@@ -376,6 +379,7 @@ impl Step {
     /// Runs the step, recording what the tests it runs report in `log`.
     fn run(&mut self, log: &mut TestLog) -> Result<Outcome> {
         match &mut self.action {
+            Action::Links => links::run()?,
             Action::Deps => deps::run()?,
             Action::BuildEbpf => build_ebpf::run()?,
             Action::Command(cmd) => run_status(cmd)?,
@@ -549,6 +553,11 @@ pub fn run() -> Result<()> {
     let mut tests = cargo();
     tests.args(["test", "--workspace", JOBS]);
     let mut steps = vec![
+        // First: it builds nothing and needs no network, so a broken link fails in a second.
+        Step {
+            name: "links".to_owned(),
+            action: Action::Links,
+        },
         Step {
             name: "deps".to_owned(),
             action: Action::Deps,

@@ -52,7 +52,7 @@ struct Args {
     verify: bool,
     /// Profile instead of compare: run only pxio (with the NIC's hash and checksum verdicts)
     /// `--reps` times per scenario and print its ns per packet, so that `perf record` sees one
-    /// engine (README, "Profile").
+    /// engine (docs/benchmarks.md, "Profiling the merge engine").
     #[arg(long, conflicts_with = "profile_gro")]
     profile_pxio: bool,
     /// As `--profile-pxio`, for rte_gro alone (its parse included, as in the table).

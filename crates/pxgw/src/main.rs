@@ -52,7 +52,7 @@ struct Args {
 enum Cmd {
     /// What would PacketExpress do to my traffic? Runs a pcap or pcapng capture through the
     /// gateway's pipeline in trace time, writes what the inside host would receive, and reports
-    /// (README, "Replay").
+    /// (docs/operations.md, "Replay").
     Replay(ReplayArgs),
 }
 
@@ -591,7 +591,7 @@ fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
     let telemetry_metrics = metrics.clone();
     if let Err(e) = dpdk::telemetry::register(
         "/pxgw/stats",
-        "pxgw's counters, all workers added up (README, Metrics)",
+        "pxgw's counters, all workers added up (docs/operations.md)",
         move |_| telemetry_answer(&telemetry_metrics.total()),
     ) {
         tracing::warn!(error = %e, "cannot register the /pxgw/stats telemetry command");

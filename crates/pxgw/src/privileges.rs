@@ -19,7 +19,7 @@
 //! threads keep what they started with. [`Dropped::unchanged_threads`] names them; start pxgw as
 //! root (`dist/pxgw.service` does, with a bounded capability set) for a complete drop. Threads
 //! started after the switch (workers, the rule manager) inherit the kept set either way.
-//! Which port type needs what, and why, is in the README ("Running unprivileged").
+//! Which port type needs what, and why, is in docs/operations.md ("Running unprivileged").
 
 use std::collections::HashSet;
 

@@ -161,7 +161,7 @@ pub struct UnmergedFlow {
     pub segments: u64,
     /// Their payload bytes.
     pub payload_bytes: u64,
-    /// Why (from what the capture shows of the flow; see README "Replay").
+    /// Why (from what the capture shows of the flow; see docs/operations.md, "Replay").
     pub reason: String,
 }
 
@@ -189,7 +189,7 @@ pub struct UdpSummary {
     pub caravan_share: f64,
 }
 
-/// What a replay found: the fields README's "Replay" section documents.
+/// What a replay found: the fields docs/operations.md documents ("Replay").
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ReplayReport {
     /// `pcap` or `pcapng`.

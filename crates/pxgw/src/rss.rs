@@ -22,8 +22,8 @@
 //! **What a random key does not do.** Flows with the same fold hash alike under every
 //! symmetric key of this kind: an attacker who controls many source addresses and ports can
 //! still make flows that share a queue, without knowing which. The per-worker bounds (the
-//! connection, flow and F-PMTUD tables) are what hold then; README "Running the gateway" says
-//! what an operator can do.
+//! connection, flow and F-PMTUD tables) are what hold then; docs/operations.md ("Flow steering
+//! and the RSS key") says what an operator can do.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

@@ -95,8 +95,14 @@ pub(crate) fn prefetch<T>(value: &T) {
     let _ = value;
 }
 
-/// The README's Rust examples (the `dpdk` wrapper and embedding pxio), compiled as doc tests so
-/// they cannot drift from the API. They use DPDK, so they need the `dpdk` feature.
+/// The README's Rust example (embedding pxio), compiled as a doc test so it cannot drift from
+/// the API. It uses DPDK, so it needs the `dpdk` feature.
 #[cfg(all(doctest, feature = "dpdk"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// docs/embedding.md's Rust examples (the NF API and the `dpdk` wrapper), compiled as doc tests
+/// for the same reason.
+#[cfg(all(doctest, feature = "dpdk"))]
+#[doc = include_str!("../../../docs/embedding.md")]
+pub struct EmbeddingDoctests;

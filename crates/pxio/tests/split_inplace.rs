@@ -354,7 +354,7 @@ proptest! {
     }
 }
 
-/// The case README's NF measures: every later piece a received segment whose header the merge
+/// The case `cargo xtask bench nf` measures: every later piece a received segment whose header the merge
 /// stripped. Each piece is one buffer and no header buffer is taken, IPv4 and IPv6.
 #[test]
 fn a_merged_packet_splits_into_its_own_buffers() {

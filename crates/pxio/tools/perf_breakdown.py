@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Per-packet cost breakdown of the merge engine from `perf script` output (README,
-"Benchmark: merging against rte_gro" > "Profile").
+"""Per-packet cost breakdown of the merge engine from `perf script` output (docs/benchmarks.md,
+"Profiling the merge engine").
 
     perf record -e cpu-clock -F 10000 --call-graph dwarf,8192 -o perf.data \
         target/release/merge --flows 800 --schedule poisson-tso --reps 10 --profile-pxio

@@ -10,7 +10,7 @@
 //! them, and F-PMTUD (which measures fragments) would read the reassembled size instead of the
 //! size on the wire. A TAP delivers frames as they are on the wire, with up to 16 queues, but
 //! takes no frame above 1522 B; above an eMTU of 1500 the outside port stays on `net_af_packet`.
-//! The README's "DPDK notes for this machine" has the full table of port types.
+//! docs/dpdk-notes.md has the full table of port types.
 //!
 //! The shape is a [`Topology`]; its default is the demo's: the outside host on pxgw's outside
 //! port at MTU 1500, the inside host on its inside port at MTU 9000. A [`RouterConfig`] puts a

@@ -8,7 +8,7 @@
 //! rules, keeps all queues active, reads them all through the unified receive (both workers carry
 //! traffic), and forwards IPv4 and IPv6 byte for byte; `--stats-json`'s `rxq` shows the active
 //! queue count over time and what the policy would have chosen (`advised_queues`). Transitions
-//! between configurations need a NIC with `rte_flow` RSS rules (README, "Scaling").
+//! between configurations need a NIC with `rte_flow` RSS rules (docs/architecture.md).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

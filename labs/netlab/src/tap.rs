@@ -3,7 +3,7 @@
 //!
 //! Why not `net_af_packet` on the veth itself: DPDK 22.11's af_packet PMD opens its socket with
 //! `PACKET_FANOUT_FLAG_DEFRAG`, so the kernel reassembles IPv4 fragments before the port sees them
-//! (README, "DPDK notes for this machine"). Frames the kernel writes to a TAP device are exactly
+//! (docs/dpdk-notes.md). Frames the kernel writes to a TAP device are exactly
 //! those on the wire, fragments included, and a TAP has up to 16 queues for DPDK.
 //!
 //! The TAP is created here before DPDK opens it (`net_tap0,iface=NAME` attaches to a persistent

@@ -10,7 +10,7 @@
 //! (to stand for firmware latency) or refused (to stand for a driver's refusal).
 //!
 //! What it does not model: LRO, DMA, the time packets spend in the NIC, the real cost of rule
-//! updates, or anything about throughput. Those need a real NIC (see the README).
+//! updates, or anything about throughput. Those need a real NIC (docs/architecture.md).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
