@@ -585,17 +585,7 @@ impl Collector for Collect {
         }
         let mut drops = Vec::new();
         for (i, r) in reports.iter().enumerate() {
-            let d = &r.drops;
-            for (reason, v) in [
-                ("tx_dropped", d.tx_dropped),
-                ("oversize", d.oversize),
-                ("split_failed", d.split_failed),
-                ("caravan_malformed", d.caravan_malformed),
-                ("pool_exhausted", d.pool_exhausted),
-                ("oversize_inbound", d.oversize_inbound),
-                ("merge_no_buffer", d.merge_no_buffer),
-                ("mark_uncleared", d.mark_uncleared),
-            ] {
+            for (reason, v) in r.drops.by_reason() {
                 drops.push((
                     vec![("worker", i.to_string()), ("reason", reason.to_owned())],
                     v,

@@ -67,16 +67,24 @@ impl Drops {
         self.mark_uncleared += o.mark_uncleared;
     }
 
+    /// Each reason, named as in the JSON, with its count: the one list the total, the
+    /// summary line and Prometheus read.
+    pub fn by_reason(&self) -> [(&'static str, u64); 8] {
+        [
+            ("tx_dropped", self.tx_dropped),
+            ("oversize", self.oversize),
+            ("split_failed", self.split_failed),
+            ("caravan_malformed", self.caravan_malformed),
+            ("pool_exhausted", self.pool_exhausted),
+            ("oversize_inbound", self.oversize_inbound),
+            ("merge_no_buffer", self.merge_no_buffer),
+            ("mark_uncleared", self.mark_uncleared),
+        ]
+    }
+
     /// All drops.
     pub fn total(&self) -> u64 {
-        self.tx_dropped
-            + self.oversize
-            + self.split_failed
-            + self.caravan_malformed
-            + self.pool_exhausted
-            + self.oversize_inbound
-            + self.merge_no_buffer
-            + self.mark_uncleared
+        self.by_reason().iter().map(|(_, v)| v).sum()
     }
 }
 
@@ -666,20 +674,12 @@ fn drops_line(d: &Drops) -> String {
     if d.total() == 0 {
         return "0".into();
     }
-    let mut parts = Vec::new();
-    for (name, v) in [
-        ("tx_dropped", d.tx_dropped),
-        ("oversize", d.oversize),
-        ("split_failed", d.split_failed),
-        ("caravan_malformed", d.caravan_malformed),
-        ("pool_exhausted", d.pool_exhausted),
-        ("oversize_inbound", d.oversize_inbound),
-        ("merge_no_buffer", d.merge_no_buffer),
-    ] {
-        if v > 0 {
-            parts.push(format!("{name}={v}"));
-        }
-    }
+    let parts: Vec<String> = d
+        .by_reason()
+        .into_iter()
+        .filter(|&(_, v)| v > 0)
+        .map(|(name, v)| format!("{name}={v}"))
+        .collect();
     parts.join(" ")
 }
 
