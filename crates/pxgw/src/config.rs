@@ -192,6 +192,85 @@ impl Port {
     }
 }
 
+impl Ports {
+    /// The external MTU (default 1500).
+    fn emtu(&self) -> u16 {
+        self.external.mtu.unwrap_or(1500)
+    }
+
+    /// The internal MTU (default 9000).
+    fn internal_mtu(&self) -> u16 {
+        self.internal.mtu.unwrap_or(9000)
+    }
+
+    /// Checks both ports, then that the external MTU is at most the internal one.
+    fn validate(&self, mode: Mode) -> Result<(), ConfigError> {
+        self.external.validate("external", mode, self.emtu())?;
+        self.internal
+            .validate("internal", mode, self.internal_mtu())?;
+        if self.emtu() > self.internal_mtu() {
+            return Err(invalid(
+                "ports.external.mtu",
+                self.emtu(),
+                &format!("at most the internal MTU ({})", self.internal_mtu()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Port {
+    /// Checks `[ports.<name>]`, whose MTU (given or default) is `mtu`.
+    fn validate(&self, name: &str, mode: Mode, mtu: u16) -> Result<(), ConfigError> {
+        if self.device.trim().is_empty() {
+            return Err(invalid(
+                &format!("ports.{name}.device"),
+                "\"\"",
+                "a PCI address or a vdev string",
+            ));
+        }
+        if let Some(mtu) = self.mtu {
+            if !(576..=9216).contains(&mtu) {
+                return Err(invalid(&format!("ports.{name}.mtu"), mtu, "576..=9216"));
+            }
+        }
+        if let Some(framesz) = self.af_packet_framesz() {
+            if u32::from(mtu) + u32::from(AF_PACKET_FRAME_OVERHEAD) > u32::from(framesz) {
+                return Err(invalid(
+                    &format!("ports.{name}.device"),
+                    format!("framesz={framesz}"),
+                    &format!(
+                        "a net_af_packet ring frame of {framesz} B cannot hold MTU {mtu} \
+                         (it needs framesz >= {}, and blocksz a multiple of it)",
+                        u32::from(mtu) + u32::from(AF_PACKET_FRAME_OVERHEAD)
+                    ),
+                ));
+            }
+        }
+        for (key, n) in [
+            ("rx_descriptors", self.rx_descriptors),
+            ("tx_descriptors", self.tx_descriptors),
+        ] {
+            if !(64..=32768).contains(&n) {
+                return Err(invalid(&format!("ports.{name}.{key}"), n, "64..=32768"));
+            }
+        }
+        match (mode, &self.next_hop_mac) {
+            (Mode::L3, None) => Err(invalid(
+                &format!("ports.{name}.next_hop_mac"),
+                "(missing)",
+                "required in l3 mode: aa:bb:cc:dd:ee:ff",
+            )),
+            (_, Some(mac)) if parse_mac(mac).is_none() => Err(invalid(
+                &format!("ports.{name}.next_hop_mac"),
+                mac,
+                "six hex bytes separated by ':'",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Whether a device string names a PCI device (`0000:3b:00.0` or `3b:00.0`).
 pub fn is_pci(device: &str) -> bool {
     let d = device.split(',').next().unwrap_or("");
@@ -211,6 +290,48 @@ pub struct Workers {
     pub cores: Option<Vec<usize>>,
     /// Mbufs in the packet pool.
     pub pool_size: u32,
+}
+
+impl Workers {
+    /// Checks `[workers]`; the pool must hold what the `ports`' rings and `queues` take.
+    fn validate(&self, ports: &Ports, queues: &Queues) -> Result<(), ConfigError> {
+        if self.count == 0 || self.count > 64 {
+            return Err(invalid("workers.count", self.count, "1..=64"));
+        }
+        if let Some(cores) = &self.cores {
+            if cores.len() != usize::from(self.count) {
+                return Err(invalid(
+                    "workers.cores",
+                    format!("{cores:?}"),
+                    &format!("one core per worker ({} workers)", self.count),
+                ));
+            }
+        }
+        // Every RX descriptor holds an mbuf, and a full TX ring holds one per descriptor until
+        // the driver frees it; the rest is what workers hold (bursts, merge items, caravans).
+        // RX: `queues.per_worker` queues per worker and port.
+        let rings = u32::from(self.count)
+            * [&ports.external, &ports.internal]
+                .iter()
+                .map(|p| {
+                    u32::from(queues.per_worker) * u32::from(p.rx_descriptors)
+                        + u32::from(p.tx_descriptors)
+                })
+                .sum::<u32>();
+        let pool_min = rings + 4096;
+        if self.pool_size < pool_min {
+            return Err(invalid(
+                "workers.pool_size",
+                self.pool_size,
+                &format!(
+                    "at least {pool_min}: the RX and TX rings of {} worker(s) hold {rings} mbufs, \
+                     plus 4096 for bursts and held packets",
+                    self.count
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Workers {
@@ -277,6 +398,35 @@ impl Queues {
         }
         Ok(self.heavy_hitter_mbps * 1_000_000)
     }
+
+    /// Checks `[queues]` for `workers` workers (at most 1024 RX queues per port in all).
+    fn validate(&self, workers: u16) -> Result<(), ConfigError> {
+        let most = 1024 / workers.max(1);
+        if self.per_worker == 0 || self.per_worker > most {
+            return Err(invalid(
+                "queues.per_worker",
+                self.per_worker,
+                &format!("1..={most} ({workers} workers, at most 1024 RX queues)"),
+            ));
+        }
+        self.window_ns()?;
+        self.heavy_hitter_bps()?;
+        if self.sample_ratio == 0 {
+            return Err(invalid(
+                "queues.sample_ratio",
+                self.sample_ratio,
+                "at least 1",
+            ));
+        }
+        if !(64..=1024).contains(&self.header_bytes) {
+            return Err(invalid(
+                "queues.header_bytes",
+                self.header_bytes,
+                "64..=1024",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Queues {
@@ -317,6 +467,37 @@ pub struct Merge {
     pub max_segs: u16,
 }
 
+impl Merge {
+    /// Checks `[merge]`'s own values (`merge.imtu` against the ports, and the engine's rules,
+    /// are `Config::validate`'s).
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.rate_threshold_gbps >= 0.0 && self.rate_threshold_gbps.is_finite()) {
+            return Err(invalid(
+                "merge.rate_threshold_gbps",
+                self.rate_threshold_gbps,
+                "a number >= 0",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.yield_bypass) {
+            return Err(invalid("merge.yield_bypass", self.yield_bypass, "0..=1"));
+        }
+        if self.max_window_us == 0 || self.max_window_us > 100_000 {
+            return Err(invalid(
+                "merge.max_window_us",
+                self.max_window_us,
+                "1..=100000",
+            ));
+        }
+        if self.max_segs < 2 {
+            return Err(invalid("merge.max_segs", self.max_segs, "2..=65535"));
+        }
+        if self.flows == 0 || self.flows > 1 << 24 {
+            return Err(invalid("merge.flows", self.flows, "1..=16777216"));
+        }
+        Ok(())
+    }
+}
+
 impl Default for Merge {
     fn default() -> Self {
         Self {
@@ -339,6 +520,36 @@ impl Caravan {
             return Err(invalid("caravan.timeout_us", self.timeout_us, "1..=100000"));
         }
         Ok(self.timeout_us * 1000)
+    }
+
+    /// Checks `[caravan]`.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.dscp == 0 || self.dscp > 63 {
+            return Err(invalid(
+                "caravan.dscp",
+                self.dscp,
+                "1..=63 (0 is best effort)",
+            ));
+        }
+        self.timeout_ns()?;
+        let most = pxio::caravan::format::MAX_DATAGRAMS;
+        if !(1..=most).contains(&u32::from(self.max_datagrams)) {
+            return Err(invalid(
+                "caravan.max_datagrams",
+                self.max_datagrams,
+                &format!(
+                    "1..={most} (the caravan format's limit, which every decapsulator enforces)"
+                ),
+            ));
+        }
+        if self.families.is_empty() {
+            return Err(invalid(
+                "caravan.families",
+                "[]",
+                "one or both of \"ipv4\" and \"ipv6\" (to pack nothing, set enabled = false)",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -462,6 +673,16 @@ pub struct Connections {
     pub one_way: bool,
 }
 
+impl Connections {
+    /// Checks `[connections]`.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max == 0 || self.max > 1 << 24 {
+            return Err(invalid("connections.max", self.max, "1..=16777216"));
+        }
+        Ok(())
+    }
+}
+
 impl Default for Connections {
     fn default() -> Self {
         Self {
@@ -509,6 +730,66 @@ pub struct Pmtu {
     /// F-PMTUD reports per second over all outside sources together, per worker (the
     /// per-source limit stays 50 per second).
     pub respond_per_sec: u32,
+}
+
+impl Pmtu {
+    /// Checks `[pmtu]` against the external MTU `emtu`.
+    fn validate(&self, emtu: u16) -> Result<(), ConfigError> {
+        if self.fallback == PmtuPolicy::Mss {
+            return Err(invalid(
+                "pmtu.fallback",
+                "mss",
+                "\"emtu\" or \"conservative\"",
+            ));
+        }
+        if self.conservative_mtu < 576 || self.conservative_mtu > emtu {
+            return Err(invalid(
+                "pmtu.conservative_mtu",
+                self.conservative_mtu,
+                &format!("576..={emtu} (the external MTU)"),
+            ));
+        }
+        if self.port == 0 {
+            return Err(invalid("pmtu.port", 0, "1..=65535"));
+        }
+        if self.blackhole_mtu < 1280 || self.blackhole_mtu > emtu {
+            return Err(invalid(
+                "pmtu.blackhole_mtu",
+                self.blackhole_mtu,
+                &format!("1280..={emtu} (the IPv6 minimum to the external MTU)"),
+            ));
+        }
+        if self.blackhole_retransmits > 16 {
+            return Err(invalid(
+                "pmtu.blackhole_retransmits",
+                self.blackhole_retransmits,
+                "0..=16 (0: off)",
+            ));
+        }
+        if self.blackhole_window_ms == 0 || self.blackhole_window_ms > 600_000 {
+            return Err(invalid(
+                "pmtu.blackhole_window_ms",
+                self.blackhole_window_ms,
+                "1..=600000",
+            ));
+        }
+        // Up to a week: the age is kept in nanoseconds.
+        if self.expire_s == 0 || self.expire_s > 604_800 {
+            return Err(invalid(
+                "pmtu.expire_s",
+                self.expire_s,
+                "1..=604800 (RFC 8201 recommends 600)",
+            ));
+        }
+        if self.respond_per_sec == 0 || self.respond_per_sec > 1_000_000 {
+            return Err(invalid(
+                "pmtu.respond_per_sec",
+                self.respond_per_sec,
+                "1..=1000000 (to answer none, set pmtu.respond = false)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Pmtu {
@@ -574,6 +855,53 @@ impl Default for Icmp {
 
 /// The longest `[icmp] ratelimit_ms`: an hour.
 pub const MAX_ICMP_RATELIMIT_MS: u64 = 3_600_000;
+
+impl Icmp {
+    /// Checks `[icmp]`.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.ratelimit_ms > MAX_ICMP_RATELIMIT_MS {
+            return Err(invalid(
+                "icmp.ratelimit_ms",
+                self.ratelimit_ms,
+                "0..=3600000 (an hour)",
+            ));
+        }
+        if self.ratelimit_burst == 0 {
+            return Err(invalid("icmp.ratelimit_burst", 0, "at least 1"));
+        }
+        if self.msgs_per_sec == 0 || self.msgs_burst == 0 {
+            return Err(invalid(
+                "icmp.msgs_per_sec/icmp.msgs_burst",
+                format!("{}/{}", self.msgs_per_sec, self.msgs_burst),
+                "both at least 1 (use icmp.enabled = false to send none)",
+            ));
+        }
+        if self.max_destinations == 0 || self.max_destinations > 1 << 20 {
+            return Err(invalid(
+                "icmp.max_destinations",
+                self.max_destinations,
+                "1..=1048576",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl crate::rss::RssConfig {
+    /// Checks `[rss]`: a fixed key pattern must make a symmetric key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let crate::rss::RssKey::Pattern(p) = self.key {
+            if let Err(e) = crate::rss::SymmetricKey::new(p) {
+                return Err(invalid(
+                    "rss.key",
+                    format!("{p:#06x}"),
+                    &format!("{e}; or \"random\" (the default)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// A PMTU source.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -663,6 +991,13 @@ impl Stats {
             write_timeout: timeout,
         })
     }
+
+    /// Checks `[stats]`.
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.interval()?;
+        self.prometheus_limits()?;
+        Ok(())
+    }
 }
 
 /// `[process]`: the unprivileged user pxgw switches to once the EAL, its ports and the metrics
@@ -718,6 +1053,21 @@ pub struct Eal {
     /// Extra EAL arguments, passed as they are. Options that make the EAL print its usage and
     /// exit the process (`-h`, `--help`) are refused.
     pub args: Vec<String>,
+}
+
+impl Eal {
+    /// Checks `[eal]`.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.memory_mb < 128 {
+            return Err(invalid("eal.memory_mb", self.memory_mb, "at least 128"));
+        }
+        for arg in &self.args {
+            if let Some(why) = eal_arg_refusal(arg) {
+                return Err(invalid("eal.args", format!("{arg:?}"), why));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for Eal {
@@ -783,12 +1133,12 @@ impl Config {
 
     /// The external MTU.
     pub fn emtu(&self) -> u16 {
-        self.ports.external.mtu.unwrap_or(1500)
+        self.ports.emtu()
     }
 
     /// The internal MTU.
     pub fn internal_mtu(&self) -> u16 {
-        self.ports.internal.mtu.unwrap_or(9000)
+        self.ports.internal_mtu()
     }
 
     /// The merge target.
@@ -820,95 +1170,11 @@ impl Config {
         Ok(engine)
     }
 
-    /// Checks every value.
+    /// Checks every value, section by section (the first invalid value is the one reported).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let q = &self.queues;
-        let most = 1024 / self.workers.count.max(1);
-        if q.per_worker == 0 || q.per_worker > most {
-            return Err(invalid(
-                "queues.per_worker",
-                q.per_worker,
-                &format!(
-                    "1..={most} ({} workers, at most 1024 RX queues)",
-                    self.workers.count
-                ),
-            ));
-        }
-        q.window_ns()?;
-        q.heavy_hitter_bps()?;
-        if q.sample_ratio == 0 {
-            return Err(invalid("queues.sample_ratio", q.sample_ratio, "at least 1"));
-        }
-        if !(64..=1024).contains(&q.header_bytes) {
-            return Err(invalid("queues.header_bytes", q.header_bytes, "64..=1024"));
-        }
-        for (name, port) in [
-            ("external", &self.ports.external),
-            ("internal", &self.ports.internal),
-        ] {
-            if port.device.trim().is_empty() {
-                return Err(invalid(
-                    &format!("ports.{name}.device"),
-                    "\"\"",
-                    "a PCI address or a vdev string",
-                ));
-            }
-            if let Some(mtu) = port.mtu {
-                if !(576..=9216).contains(&mtu) {
-                    return Err(invalid(&format!("ports.{name}.mtu"), mtu, "576..=9216"));
-                }
-            }
-            let mtu = if name == "external" {
-                self.emtu()
-            } else {
-                self.internal_mtu()
-            };
-            if let Some(framesz) = port.af_packet_framesz() {
-                if u32::from(mtu) + u32::from(AF_PACKET_FRAME_OVERHEAD) > u32::from(framesz) {
-                    return Err(invalid(
-                        &format!("ports.{name}.device"),
-                        format!("framesz={framesz}"),
-                        &format!(
-                            "a net_af_packet ring frame of {framesz} B cannot hold MTU {mtu} \
-                             (it needs framesz >= {}, and blocksz a multiple of it)",
-                            u32::from(mtu) + u32::from(AF_PACKET_FRAME_OVERHEAD)
-                        ),
-                    ));
-                }
-            }
-            for (key, n) in [
-                ("rx_descriptors", port.rx_descriptors),
-                ("tx_descriptors", port.tx_descriptors),
-            ] {
-                if !(64..=32768).contains(&n) {
-                    return Err(invalid(&format!("ports.{name}.{key}"), n, "64..=32768"));
-                }
-            }
-            match (self.mode, &port.next_hop_mac) {
-                (Mode::L3, None) => {
-                    return Err(invalid(
-                        &format!("ports.{name}.next_hop_mac"),
-                        "(missing)",
-                        "required in l3 mode: aa:bb:cc:dd:ee:ff",
-                    ))
-                }
-                (_, Some(mac)) if parse_mac(mac).is_none() => {
-                    return Err(invalid(
-                        &format!("ports.{name}.next_hop_mac"),
-                        mac,
-                        "six hex bytes separated by ':'",
-                    ))
-                }
-                _ => {}
-            }
-        }
-        if self.emtu() > self.internal_mtu() {
-            return Err(invalid(
-                "ports.external.mtu",
-                self.emtu(),
-                &format!("at most the internal MTU ({})", self.internal_mtu()),
-            ));
-        }
+        self.queues.validate(self.workers.count)?;
+        self.ports.validate(self.mode)?;
+        // The merge target lies between the two ports' MTUs.
         let imtu = self.imtu();
         if imtu < self.emtu() || imtu > self.internal_mtu() {
             return Err(invalid(
@@ -921,203 +1187,18 @@ impl Config {
                 ),
             ));
         }
-        if self.workers.count == 0 || self.workers.count > 64 {
-            return Err(invalid("workers.count", self.workers.count, "1..=64"));
-        }
-        if let Some(cores) = &self.workers.cores {
-            if cores.len() != usize::from(self.workers.count) {
-                return Err(invalid(
-                    "workers.cores",
-                    format!("{cores:?}"),
-                    &format!("one core per worker ({} workers)", self.workers.count),
-                ));
-            }
-        }
-        // Every RX descriptor holds an mbuf, and a full TX ring holds one per descriptor until
-        // the driver frees it; the rest is what workers hold (bursts, merge items, caravans).
-        // RX: `queues.per_worker` queues per worker and port.
-        let rings = u32::from(self.workers.count)
-            * [&self.ports.external, &self.ports.internal]
-                .iter()
-                .map(|p| {
-                    u32::from(self.queues.per_worker) * u32::from(p.rx_descriptors)
-                        + u32::from(p.tx_descriptors)
-                })
-                .sum::<u32>();
-        let pool_min = rings + 4096;
-        if self.workers.pool_size < pool_min {
-            return Err(invalid(
-                "workers.pool_size",
-                self.workers.pool_size,
-                &format!(
-                    "at least {pool_min}: the RX and TX rings of {} worker(s) hold {rings} mbufs, \
-                     plus 4096 for bursts and held packets",
-                    self.workers.count
-                ),
-            ));
-        }
-        if !(self.merge.rate_threshold_gbps >= 0.0 && self.merge.rate_threshold_gbps.is_finite()) {
-            return Err(invalid(
-                "merge.rate_threshold_gbps",
-                self.merge.rate_threshold_gbps,
-                "a number >= 0",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.merge.yield_bypass) {
-            return Err(invalid(
-                "merge.yield_bypass",
-                self.merge.yield_bypass,
-                "0..=1",
-            ));
-        }
-        if self.merge.max_window_us == 0 || self.merge.max_window_us > 100_000 {
-            return Err(invalid(
-                "merge.max_window_us",
-                self.merge.max_window_us,
-                "1..=100000",
-            ));
-        }
+        self.workers.validate(&self.ports, &self.queues)?;
+        self.merge.validate()?;
         self.mss.validate(self.emtu())?;
-        if self.connections.max == 0 || self.connections.max > 1 << 24 {
-            return Err(invalid(
-                "connections.max",
-                self.connections.max,
-                "1..=16777216",
-            ));
-        }
-        if self.merge.max_segs < 2 {
-            return Err(invalid("merge.max_segs", self.merge.max_segs, "2..=65535"));
-        }
-        if self.merge.flows == 0 || self.merge.flows > 1 << 24 {
-            return Err(invalid("merge.flows", self.merge.flows, "1..=16777216"));
-        }
+        self.connections.validate()?;
         self.merge_engine()?;
-        if self.caravan.dscp == 0 || self.caravan.dscp > 63 {
-            return Err(invalid(
-                "caravan.dscp",
-                self.caravan.dscp,
-                "1..=63 (0 is best effort)",
-            ));
-        }
-        self.caravan.timeout_ns()?;
-        let most = pxio::caravan::format::MAX_DATAGRAMS;
-        if !(1..=most).contains(&u32::from(self.caravan.max_datagrams)) {
-            return Err(invalid(
-                "caravan.max_datagrams",
-                self.caravan.max_datagrams,
-                &format!(
-                    "1..={most} (the caravan format's limit, which every decapsulator enforces)"
-                ),
-            ));
-        }
-        if self.caravan.families.is_empty() {
-            return Err(invalid(
-                "caravan.families",
-                "[]",
-                "one or both of \"ipv4\" and \"ipv6\" (to pack nothing, set enabled = false)",
-            ));
-        }
-        if self.pmtu.fallback == PmtuPolicy::Mss {
-            return Err(invalid(
-                "pmtu.fallback",
-                "mss",
-                "\"emtu\" or \"conservative\"",
-            ));
-        }
-        if self.pmtu.conservative_mtu < 576 || self.pmtu.conservative_mtu > self.emtu() {
-            return Err(invalid(
-                "pmtu.conservative_mtu",
-                self.pmtu.conservative_mtu,
-                &format!("576..={} (the external MTU)", self.emtu()),
-            ));
-        }
-        if self.pmtu.port == 0 {
-            return Err(invalid("pmtu.port", 0, "1..=65535"));
-        }
-        if self.pmtu.blackhole_mtu < 1280 || self.pmtu.blackhole_mtu > self.emtu() {
-            return Err(invalid(
-                "pmtu.blackhole_mtu",
-                self.pmtu.blackhole_mtu,
-                &format!(
-                    "1280..={} (the IPv6 minimum to the external MTU)",
-                    self.emtu()
-                ),
-            ));
-        }
-        if self.pmtu.blackhole_retransmits > 16 {
-            return Err(invalid(
-                "pmtu.blackhole_retransmits",
-                self.pmtu.blackhole_retransmits,
-                "0..=16 (0: off)",
-            ));
-        }
-        if self.pmtu.blackhole_window_ms == 0 || self.pmtu.blackhole_window_ms > 600_000 {
-            return Err(invalid(
-                "pmtu.blackhole_window_ms",
-                self.pmtu.blackhole_window_ms,
-                "1..=600000",
-            ));
-        }
-        // Up to a week: the age is kept in nanoseconds.
-        if self.pmtu.expire_s == 0 || self.pmtu.expire_s > 604_800 {
-            return Err(invalid(
-                "pmtu.expire_s",
-                self.pmtu.expire_s,
-                "1..=604800 (RFC 8201 recommends 600)",
-            ));
-        }
-        if self.pmtu.respond_per_sec == 0 || self.pmtu.respond_per_sec > 1_000_000 {
-            return Err(invalid(
-                "pmtu.respond_per_sec",
-                self.pmtu.respond_per_sec,
-                "1..=1000000 (to answer none, set pmtu.respond = false)",
-            ));
-        }
-        if let crate::rss::RssKey::Pattern(p) = self.rss.key {
-            if let Err(e) = crate::rss::SymmetricKey::new(p) {
-                return Err(invalid(
-                    "rss.key",
-                    format!("{p:#06x}"),
-                    &format!("{e}; or \"random\" (the default)"),
-                ));
-            }
-        }
-        if self.icmp.ratelimit_ms > MAX_ICMP_RATELIMIT_MS {
-            return Err(invalid(
-                "icmp.ratelimit_ms",
-                self.icmp.ratelimit_ms,
-                "0..=3600000 (an hour)",
-            ));
-        }
-        if self.icmp.ratelimit_burst == 0 {
-            return Err(invalid("icmp.ratelimit_burst", 0, "at least 1"));
-        }
-        if self.icmp.msgs_per_sec == 0 || self.icmp.msgs_burst == 0 {
-            return Err(invalid(
-                "icmp.msgs_per_sec/icmp.msgs_burst",
-                format!("{}/{}", self.icmp.msgs_per_sec, self.icmp.msgs_burst),
-                "both at least 1 (use icmp.enabled = false to send none)",
-            ));
-        }
-        if self.icmp.max_destinations == 0 || self.icmp.max_destinations > 1 << 20 {
-            return Err(invalid(
-                "icmp.max_destinations",
-                self.icmp.max_destinations,
-                "1..=1048576",
-            ));
-        }
-        self.stats.interval()?;
-        self.stats.prometheus_limits()?;
+        self.caravan.validate()?;
+        self.pmtu.validate(self.emtu())?;
+        self.rss.validate()?;
+        self.icmp.validate()?;
+        self.stats.validate()?;
         self.process.validate()?;
-        if self.eal.memory_mb < 128 {
-            return Err(invalid("eal.memory_mb", self.eal.memory_mb, "at least 128"));
-        }
-        for arg in &self.eal.args {
-            if let Some(why) = eal_arg_refusal(arg) {
-                return Err(invalid("eal.args", format!("{arg:?}"), why));
-            }
-        }
-        Ok(())
+        self.eal.validate()
     }
 }
 
