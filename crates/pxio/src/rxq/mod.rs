@@ -10,7 +10,8 @@
 //!   queue pair per worker; [`Scaler`] applies the policy there by insert-then-evict.
 //! - Hairpin opt-in ([`Op::OptIn`], [`Steering`], [`HeavyHitters`]): flows stay on the NIC
 //!   unless chosen, or everything goes to the CPU where the NIC has no hairpin queues.
-//! - [`sim`]: a **simulated** NIC that stands in for hardware with `rte_flow` in tests.
+//! - `sim` (feature `testing`): a **simulated** NIC that stands in for hardware with `rte_flow`
+//!   in tests.
 //!
 //! With the `dpdk` feature, [`dpdk::Port`] is a [`FlowPort`] and [`dpdk::RxQueue`] an [`RxRing`].
 
@@ -18,6 +19,7 @@ mod heavy;
 mod layout;
 mod manager;
 mod policy;
+#[cfg(feature = "testing")]
 pub mod sim;
 mod unified;
 #[cfg(feature = "dpdk")]
