@@ -7,17 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use std::thread::JoinHandle;
+
+use anyhow::{bail, Context, Result};
 use clap::Parser;
-use dpdk::{
-    DeviceInfo, Eal, EalBuilder, HairpinPeer, Mempool, Port, PortId, RssHash, RxOffloads,
-    TxOffloads,
-};
-use pxgw::config::{is_pci, parse_mac, Backing, Config, Mode};
-use pxgw::metrics::{self, Metrics};
+use dpdk::{Mempool, Port, TxOffloads};
+use pxgw::config::{parse_mac, Backing, Config, Mode};
+use pxgw::metrics::{self, Metrics, Publisher};
 use pxgw::pipeline::Pipeline;
-use pxgw::ports::{self, PortPlan};
+use pxgw::ports::{self, Gateway, PortPlan, SYSFS};
 use pxgw::privileges::{self, Target};
+use pxgw::queues::QueueControl;
 use pxgw::replay::{self, Prefix, ReplayOptions};
 use pxgw::stats::{KernelSample, PortCounters, PortReport, Report};
 use pxgw::worker::Worker;
@@ -157,253 +157,14 @@ fn main() {
     }
 }
 
-/// The EAL's file prefix unless `[eal] args` sets one: telemetry's socket directory.
-const FILE_PREFIX: &str = "pxgw";
-
 /// How often the main thread samples the ports' counters for the metrics endpoint, at most.
 const PORT_INTERVAL: Duration = Duration::from_millis(500);
-
-/// Where the kernel's interface and PCI device files are.
-const SYSFS: &str = "/sys";
-
-fn device_name(device: &str) -> &str {
-    device.split(',').next().unwrap_or(device)
-}
-
-/// The largest `framesz=` among the vdev strings (net_af_packet), if any.
-fn framesz(cfg: &Config) -> Option<u32> {
-    [&cfg.ports.external.device, &cfg.ports.internal.device]
-        .iter()
-        .flat_map(|d| d.split(','))
-        .filter_map(|kv| kv.strip_prefix("framesz="))
-        .filter_map(|v| v.parse().ok())
-        .max()
-}
-
-/// The EAL, the pools and the two started ports, checked against the configuration.
-struct Gateway {
-    eal: Eal,
-    pool: Arc<Mempool>,
-    headers: Arc<Mempool>,
-    ext: Port,
-    int: Port,
-    plans: [PortPlan; 2],
-}
-
-fn start_eal(cfg: &Config) -> Result<Eal> {
-    // Telemetry stays on: `dpdk-telemetry.py -f pxgw` shows the ports (`/ethdev/stats,N`) and
-    // pxgw's own counters (`/pxgw/stats`), from the socket under /var/run/dpdk/pxgw/ (a second
-    // instance gets the next `-i` index).
-    let mut eal = EalBuilder::new("pxgw").memory_mb(cfg.eal.memory_mb);
-    if !cfg.eal.args.iter().any(|a| a.starts_with("--file-prefix")) {
-        eal = eal.arg(format!("--file-prefix={FILE_PREFIX}"));
-    }
-    if cfg.eal.no_huge {
-        eal = eal.no_huge().no_shconf();
-    }
-    let mut pci = false;
-    for d in [&cfg.ports.external.device, &cfg.ports.internal.device] {
-        if is_pci(d) {
-            pci = true;
-            eal = eal.arg("-a").arg(d.clone());
-        } else {
-            eal = eal.vdev(d);
-        }
-    }
-    if !pci {
-        eal = eal.no_pci();
-    }
-    for a in &cfg.eal.args {
-        eal = eal.arg(a.clone());
-    }
-    Ok(eal.init()?)
-}
-
-fn open(cfg: &Config) -> Result<Gateway> {
-    let eal = start_eal(cfg)?;
-    // Mbufs must hold a whole frame of the larger MTU (net_af_packet: a whole ring frame).
-    let frame = u32::from(cfg.internal_mtu()) + 14 + 8;
-    let data_room = framesz(cfg).unwrap_or(0).max(frame).min(65535 - 128) + 128;
-    let pool = Mempool::new(
-        &eal,
-        "pxgw_rx",
-        cfg.workers.pool_size,
-        256,
-        data_room as u16,
-    )
-    .context("creating the packet pool")?;
-    let headers =
-        Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
-    // Hairpin queues only when both ports have them: what the external port leaves on the NIC
-    // leaves by the internal one (an RX hairpin queue outside, a TX hairpin queue inside; each
-    // port gets a pair, the unused halves stay idle). Otherwise every flow goes to the CPU
-    // (reported when the rule manager starts).
-    let ids: Vec<Option<PortId>> = ports::ports(cfg)
-        .iter()
-        .map(|(_, pc, _)| eal.port_by_name(device_name(&pc.device)).ok())
-        .collect();
-    let hairpin = match (cfg.queues.hairpin, ids[0], ids[1]) {
-        (true, Some(e), Some(i)) => {
-            let caps = [e, i].map(|id| dpdk::hairpin_capability(&eal, id));
-            for (c, name) in caps.iter().zip(["external", "internal"]) {
-                if let Err(e) = c {
-                    tracing::debug!("ports.{name}: {e}");
-                }
-            }
-            caps.iter().all(Result::is_ok).then_some((e, i))
-        }
-        _ => None,
-    };
-    let n = pxgw::queues::rx_queue_count(cfg);
-    let peer = |port, sample_queue: bool| HairpinPeer {
-        port,
-        rx_base: n + u16::from(sample_queue),
-        tx_base: n,
-    };
-    let (ext, ext_plan) = open_port(
-        &eal,
-        &pool,
-        &headers,
-        cfg,
-        0,
-        hairpin.map(|(_, i)| peer(i, false)),
-    )?;
-    let (int, int_plan) = open_port(
-        &eal,
-        &pool,
-        &headers,
-        cfg,
-        1,
-        hairpin.map(|(e, _)| peer(e, true)),
-    )?;
-    if hairpin.is_some() {
-        // Only flow rules fill the sample queue: the port's own RSS leaves it out, so no frame
-        // lands where no worker reads it, whatever happens to the rules.
-        ext.set_rss_queues(&(0..n).collect::<Vec<_>>())
-            .context("ports.external: keeping the hairpin sample queue out of RSS")?;
-        // What the external port hairpins leaves by the internal one.
-        int.hairpin_bind(&ext).context("ports.internal: hairpin")?;
-    }
-    Ok(Gateway {
-        eal,
-        pool,
-        headers,
-        ext,
-        int,
-        plans: [ext_plan, int_plan],
-    })
-}
-
-/// Starts port `which` (0 external, 1 internal) with its configured MTU and rings, and reads back
-/// what it granted; every refusal is one line naming the port and the limit.
-fn open_port(
-    eal: &Eal,
-    pool: &Arc<Mempool>,
-    headers: &Arc<Mempool>,
-    cfg: &Config,
-    which: usize,
-    hairpin_peer: Option<HairpinPeer>,
-) -> Result<(Port, PortPlan)> {
-    let (name, pc, mtu) = ports::ports(cfg)[which];
-    let device = device_name(&pc.device);
-    let id = eal.port_by_name(device).map_err(|_| match pc.backing() {
-        Backing::Pci(addr) => anyhow!(
-            "ports.{name}: DPDK found no port for PCI device {addr}: is it bound to a DPDK-capable \
-             driver (vfio-pci, or a bifurcated one such as mlx5)?"
-        ),
-        _ => anyhow!("ports.{name}: DPDK created no port named {device}"),
-    })?;
-    let info = DeviceInfo::of(eal, id).with_context(|| format!("ports.{name}"))?;
-    let mut note = None;
-    let apply_mtu = match info.check_mtu(mtu) {
-        Ok(()) => true,
-        Err(_) if ports::af_packet_holds(pc, mtu) => {
-            note = Some(format!(
-                "DPDK's net_af_packet limit (max_rx_pktlen {}) set aside: its ring frames hold \
-                 MTU {mtu} and the kernel interface enforces it",
-                info.max_rx_pktlen
-            ));
-            false
-        }
-        Err(reason) => bail!(
-            "ports.{name}: {} cannot take the configured MTU {mtu}: {reason}",
-            info.driver
-        ),
-    };
-    let mut builder = Port::builder(eal, id)
-        .rx_queues(pxgw::queues::rx_queue_count(cfg))
-        // As many TX queues as RX queues (net_tap requires it); workers use the first
-        // `workers.count`, the others stay empty.
-        .tx_queues(pxgw::queues::rx_queue_count(cfg))
-        .descriptors(pc.rx_descriptors, pc.tx_descriptors)
-        .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
-        // Both directions of a connection on one worker (pxgw::worker docs).
-        .rss_key(cfg.rss.key().context("rss.key")?.bytes())
-        .tx_offloads(
-            TxOffloads::MULTI_SEGS
-                | TxOffloads::TCP_TSO
-                | TxOffloads::IPV4_CKSUM
-                | TxOffloads::TCP_CKSUM,
-        )
-        // Where the device verifies checksums on receive, the merge engine trusts its verdicts
-        // instead of summing every segment itself (about 85 ns per 1448 B segment here), and
-        // takes its run path. Granted only where the device offers them.
-        .rx_offloads(RxOffloads::IPV4_CKSUM | RxOffloads::TCP_CKSUM | RxOffloads::UDP_CKSUM);
-    if apply_mtu {
-        builder = builder.mtu(mtu);
-    }
-    if cfg.queues.header_split {
-        // Refused by start() on a device without buffer split: never emulated.
-        builder = builder.header_split(cfg.queues.header_bytes, headers.clone());
-    }
-    if let Some(peer) = hairpin_peer {
-        // One hairpin queue pair, peered with the other port's; outside, one more RX queue: the
-        // sample the heavy-hitter monitor reads (pxgw::queues).
-        builder = builder
-            .hairpin_queues(1)
-            .hairpin_peer(peer)
-            .rx_queues(pxgw::queues::rx_queue_count(cfg) + u16::from(which == 0));
-    }
-    let port = builder.start(pool).map_err(|e| match e {
-        dpdk::Error::Mtu { .. } => anyhow!("ports.{name}: {e}"),
-        e => anyhow!("ports.{name}: starting {}: {e}", pc.device),
-    })?;
-    let dpdk_mtu = port.mtu().with_context(|| format!("ports.{name}"))?;
-    let kernel_mtu = match pc.backing() {
-        Backing::Kernel { iface, .. } => {
-            let k = ports::kernel_mtu(Path::new(SYSFS), &iface);
-            if k != Some(mtu) {
-                bail!(
-                    "ports.{name}: configured MTU {mtu} but interface {iface} has MTU {} after \
-                     the port started",
-                    k.map_or("(unknown)".into(), |k| k.to_string())
-                );
-            }
-            k
-        }
-        _ => None,
-    };
-    if apply_mtu && dpdk_mtu != mtu {
-        bail!("ports.{name}: configured MTU {mtu} but the device kept MTU {dpdk_mtu}");
-    }
-    let plan = PortPlan {
-        name,
-        driver: info.driver.clone(),
-        mtu: if apply_mtu { dpdk_mtu } else { mtu },
-        kernel_mtu,
-        multi_segs: port.tx_offloads().contains(TxOffloads::MULTI_SEGS),
-        tx_nb_seg_max: info.tx_desc.nb_seg_max,
-        mtu_limit: info.mtu_limit(),
-        note,
-    };
-    Ok((port, plan))
-}
 
 /// `--check`: open everything as configured, report, forward nothing.
 fn check(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
     let path = args.config.as_deref().unwrap_or(Path::new("?"));
     println!("pxgw: {}: configuration is valid", path.display());
-    let gw = open(cfg)?;
+    let gw = ports::open(cfg)?;
     for (plan, pc) in gw
         .plans
         .iter()
@@ -457,79 +218,162 @@ fn tuned(cfg: &Config, plans: &[PortPlan; 2]) -> Config {
     run
 }
 
+/// Forwards until SIGINT, SIGTERM or `--run-for`, then reports; returns the mbufs not returned
+/// to their pools. The steps keep one order: everything that needs privileges to open (the EAL,
+/// the ports, the metrics socket, the statistics file) opens before pxgw drops them, and the
+/// workers start after.
 fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
     let interval = cfg.stats.interval()?;
     let limits = cfg.stats.prometheus_limits()?;
+    let stop = stop_on_signals()?;
+    let cores = worker_cores(cfg);
+    let (gw, run_cfg) = open_ports(cfg)?;
+    let cfg = &run_cfg;
+    let datapath = Datapath::of(cfg, &gw)?;
+    let (reports, live) = start_metrics(cfg, &gw, limits)?;
+    // The statistics file is created while its directory may still need root.
+    let stats_file = match (&args.stats_json, target) {
+        (Some(path), Some(_)) => Some(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ),
+        _ => None,
+    };
+    if let Some(target) = target {
+        drop_privileges(cfg, target)?;
+    }
+    let mut workers = start_workers(cfg, &gw, &datapath, &cores, reports, &stop)?;
+    register_telemetry(&live.metrics);
+    let started = wait(
+        args,
+        cfg,
+        &gw,
+        &live.metrics,
+        &mut workers.rxq,
+        interval,
+        &stop,
+    );
+    shut_down(args, cfg, gw, workers, &live.metrics, started, stats_file)
+}
+
+/// A stop flag that SIGINT and SIGTERM raise.
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
+    Ok(stop)
+}
+
+/// The core of each worker: `workers.cores`, or 0, 1, ... wrapped at the CPU count.
+fn worker_cores(cfg: &Config) -> Vec<usize> {
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cores: Vec<usize> = match &cfg.workers.cores {
+    match &cfg.workers.cores {
         Some(c) => c.clone(),
         None => (0..usize::from(cfg.workers.count))
             .map(|i| i % ncpu)
             .collect(),
-    };
+    }
+}
 
-    let Gateway {
-        eal,
-        pool,
-        headers,
-        ext,
-        int,
-        plans,
-    } = open(cfg)?;
-    for (plan, pc) in plans.iter().zip([&cfg.ports.external, &cfg.ports.internal]) {
+/// The EAL and both ports, logged as granted, with the configuration tuned to what they granted.
+fn open_ports(cfg: &Config) -> Result<(Gateway, Config)> {
+    let gw = ports::open(cfg)?;
+    for (plan, pc) in gw
+        .plans
+        .iter()
+        .zip([&cfg.ports.external, &cfg.ports.internal])
+    {
         tracing::info!("{}", plan.describe(pc));
     }
-    let run_cfg = tuned(cfg, &plans);
-    let cfg = &run_cfg;
-    let queues = cfg.workers.count;
-    // Split with TSO only where the external port does TSO, checksums and chains. Not on
-    // net_tap: its "TSO" is DPDK's software GSO, which here counts most split segments as
-    // oerrors and stalls a TCP transfer (pxgw-lab), and is no faster than pxgw's own split.
-    let tso = ext.tx_offloads().contains(
-        TxOffloads::TCP_TSO
-            | TxOffloads::IPV4_CKSUM
-            | TxOffloads::TCP_CKSUM
-            | TxOffloads::MULTI_SEGS,
-    ) && plans[0].driver != "net_tap";
-    let offloads = SplitOffloads { tso, checksum: tso };
-    let flatten = (
-        (!plans[0].multi_segs).then(|| pool.clone()),
-        (!plans[1].multi_segs).then(|| pool.clone()),
-    );
-    tracing::info!(
-        external = %cfg.ports.external.device, internal = %cfg.ports.internal.device,
-        ext_tx_offloads = ?ext.tx_offloads(), ext_rx_offloads = ?ext.rx_offloads(), emtu = cfg.emtu(), imtu = cfg.imtu(), workers = queues,
-        merge_max_segs = cfg.merge.max_segs,
-        "ports started"
-    );
-    let rewrite_macs = match cfg.mode {
-        Mode::Transparent => None,
-        Mode::L3 => {
-            let mac = |p: &pxgw::config::Port| {
-                parse_mac(p.next_hop_mac.as_deref().unwrap_or("")).unwrap_or_default()
-            };
-            let (ext_mac, int_mac) = (ext.mac()?, int.mac()?);
-            let pair = |dst: [u8; 6], src: [u8; 6]| {
-                let mut b = [0u8; 12];
-                b[..6].copy_from_slice(&dst);
-                b[6..].copy_from_slice(&src);
-                b
-            };
-            Some((
-                pair(mac(&cfg.ports.external), ext_mac),
-                pair(mac(&cfg.ports.internal), int_mac),
-            ))
-        }
-    };
-    let clock = TscClock::new(&eal);
-    let (reports, snapshots): (Vec<_>, Vec<_>) = (0..queues).map(|_| metrics::channel()).unzip();
+    let run_cfg = tuned(cfg, &gw.plans);
+    Ok((gw, run_cfg))
+}
+
+/// What every worker's data path shares, from the started ports.
+struct Datapath {
+    offloads: SplitOffloads,
+    flatten: (Option<Arc<Mempool>>, Option<Arc<Mempool>>),
+    rewrite_macs: Option<([u8; 12], [u8; 12])>,
+    clock: TscClock,
+}
+
+impl Datapath {
+    fn of(cfg: &Config, gw: &Gateway) -> Result<Self> {
+        let Gateway {
+            eal,
+            pool,
+            ext,
+            int,
+            plans,
+            ..
+        } = gw;
+        // Split with TSO only where the external port does TSO, checksums and chains. Not on
+        // net_tap: its "TSO" is DPDK's software GSO, which here counts most split segments as
+        // oerrors and stalls a TCP transfer (pxgw-lab), and is no faster than pxgw's own split.
+        let tso = ext.tx_offloads().contains(
+            TxOffloads::TCP_TSO
+                | TxOffloads::IPV4_CKSUM
+                | TxOffloads::TCP_CKSUM
+                | TxOffloads::MULTI_SEGS,
+        ) && plans[0].driver != "net_tap";
+        let offloads = SplitOffloads { tso, checksum: tso };
+        let flatten = (
+            (!plans[0].multi_segs).then(|| pool.clone()),
+            (!plans[1].multi_segs).then(|| pool.clone()),
+        );
+        tracing::info!(
+            external = %cfg.ports.external.device, internal = %cfg.ports.internal.device,
+            ext_tx_offloads = ?ext.tx_offloads(), ext_rx_offloads = ?ext.rx_offloads(), emtu = cfg.emtu(), imtu = cfg.imtu(), workers = cfg.workers.count,
+            merge_max_segs = cfg.merge.max_segs,
+            "ports started"
+        );
+        let rewrite_macs = match cfg.mode {
+            Mode::Transparent => None,
+            Mode::L3 => {
+                let mac = |p: &pxgw::config::Port| {
+                    parse_mac(p.next_hop_mac.as_deref().unwrap_or("")).unwrap_or_default()
+                };
+                let (ext_mac, int_mac) = (ext.mac()?, int.mac()?);
+                let pair = |dst: [u8; 6], src: [u8; 6]| {
+                    let mut b = [0u8; 12];
+                    b[..6].copy_from_slice(&dst);
+                    b[6..].copy_from_slice(&src);
+                    b
+                };
+                Some((
+                    pair(mac(&cfg.ports.external), ext_mac),
+                    pair(mac(&cfg.ports.internal), int_mac),
+                ))
+            }
+        };
+        Ok(Self {
+            offloads,
+            flatten,
+            rewrite_macs,
+            clock: TscClock::new(eal),
+        })
+    }
+}
+
+/// The counters workers publish and the main thread reads, and the metrics endpoint serving
+/// them while it lives.
+struct Live {
+    metrics: Arc<Metrics>,
+    _server: Option<metrics::Server>,
+}
+
+/// One publisher per worker, the counters they feed, and the metrics endpoint (its socket opens
+/// here, before privileges drop).
+fn start_metrics(
+    cfg: &Config,
+    gw: &Gateway,
+    limits: metrics::Limits,
+) -> Result<(Vec<Publisher>, Live)> {
+    let (reports, snapshots): (Vec<_>, Vec<_>) =
+        (0..cfg.workers.count).map(|_| metrics::channel()).unzip();
     let metrics = Arc::new(Metrics::new(snapshots));
-    metrics.set_ports(sample_ports(cfg, &ext, &int));
-    let _server = match cfg.stats.prometheus {
+    metrics.set_ports(sample_ports(cfg, &gw.ext, &gw.int));
+    let server = match cfg.stats.prometheus {
         Some(addr) => {
             let server = metrics::Server::start(addr, metrics.clone(), limits)?;
             tracing::info!("Prometheus metrics at http://{}/metrics", server.addr());
@@ -537,49 +381,74 @@ fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
         }
         None => None,
     };
-    // The statistics file is created while its directory may still need root.
-    let mut stats_file = match (&args.stats_json, target) {
-        (Some(path), Some(_)) => Some(
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        ),
-        _ => None,
-    };
-    // Everything that needs privileges to open is open: the EAL, the ports, the metrics socket.
-    // Workers and the rule manager start after the switch, with the capabilities kept.
-    if let Some(target) = target {
-        let dropped = privileges::drop_to(target, &privileges::needed_caps(cfg))?;
-        tracing::info!(
-            user = %target.user, uid = %dropped.uid, group = %target.group, gid = %dropped.gid,
-            capabilities = ?privileges::names(&dropped.caps),
-            "running unprivileged"
+    Ok((
+        reports,
+        Live {
+            metrics,
+            _server: server,
+        },
+    ))
+}
+
+/// Switches to `[process]`'s user, keeping the capabilities the ports need. Everything that needs
+/// privileges to open is open by now: the EAL, the ports, the metrics socket. Workers and the
+/// rule manager start after the switch, with the capabilities kept.
+fn drop_privileges(cfg: &Config, target: &Target) -> Result<()> {
+    let dropped = privileges::drop_to(target, &privileges::needed_caps(cfg))?;
+    tracing::info!(
+        user = %target.user, uid = %dropped.uid, group = %target.group, gid = %dropped.gid,
+        capabilities = ?privileges::names(&dropped.caps),
+        "running unprivileged"
+    );
+    if !dropped.unchanged_threads.is_empty() {
+        tracing::warn!(
+            threads = ?dropped.unchanged_threads,
+            "threads the EAL started before the switch keep their capabilities (pxgw did \
+             not change user); start pxgw as root with [process] user to drop them too"
         );
-        if !dropped.unchanged_threads.is_empty() {
-            tracing::warn!(
-                threads = ?dropped.unchanged_threads,
-                "threads the EAL started before the switch keep their capabilities (pxgw did \
-                 not change user); start pxgw as root with [process] user to drop them too"
-            );
-        }
     }
+    Ok(())
+}
+
+/// The worker threads and the RX queue control that steers traffic to them.
+struct Workers {
+    handles: Vec<JoinHandle<()>>,
+    rxq: QueueControl,
+}
+
+/// The RX queue control (rule manager) and one pinned worker thread per publisher.
+fn start_workers(
+    cfg: &Config,
+    gw: &Gateway,
+    datapath: &Datapath,
+    cores: &[usize],
+    reports: Vec<Publisher>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Workers> {
     let mut handles = Vec::new();
-    let (mut rxq, worker_rx) = pxgw::queues::start(cfg, &ext, &int)?;
+    let (rxq, worker_rx) = pxgw::queues::start(cfg, &gw.ext, &gw.int)?;
     let mut worker_rx = worker_rx.into_iter();
-    for (i, report) in (0..queues).zip(reports) {
+    for (i, report) in (0..cfg.workers.count).zip(reports) {
         let (ext_rx, int_rx) = worker_rx.next().context("one receive side per worker")?;
         let worker = Worker {
-            eal: eal.clone(),
+            eal: gw.eal.clone(),
             id: usize::from(i),
             core: cores.get(usize::from(i)).copied(),
             ext_rx,
-            ext_tx: ext.tx_queue(i)?,
+            ext_tx: gw.ext.tx_queue(i)?,
             int_rx,
-            int_tx: int.tx_queue(i)?,
-            pipeline: Pipeline::new(cfg, headers.clone(), headers.clone(), offloads)?,
-            clock,
+            int_tx: gw.int.tx_queue(i)?,
+            pipeline: Pipeline::new(
+                cfg,
+                gw.headers.clone(),
+                gw.headers.clone(),
+                datapath.offloads,
+            )?,
+            clock: datapath.clock,
             report,
             stop: stop.clone(),
-            rewrite_macs,
-            flatten: flatten.clone(),
+            rewrite_macs: datapath.rewrite_macs,
+            flatten: datapath.flatten.clone(),
         };
         handles.push(
             std::thread::Builder::new()
@@ -587,7 +456,11 @@ fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
                 .spawn(move || worker.run())?,
         );
     }
+    Ok(Workers { handles, rxq })
+}
 
+/// `/pxgw/stats` for DPDK's telemetry client; a refusal is only logged.
+fn register_telemetry(metrics: &Arc<Metrics>) {
     let telemetry_metrics = metrics.clone();
     if let Err(e) = dpdk::telemetry::register(
         "/pxgw/stats",
@@ -596,7 +469,20 @@ fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
     ) {
         tracing::warn!(error = %e, "cannot register the /pxgw/stats telemetry command");
     }
+}
 
+/// Samples the ports, the RX queue scaler and the summary lines until `stop` (or `--run-for`);
+/// returns when forwarding started.
+fn wait(
+    args: &Args,
+    cfg: &Config,
+    gw: &Gateway,
+    metrics: &Metrics,
+    rxq: &mut QueueControl,
+    interval: Option<Duration>,
+    stop: &AtomicBool,
+) -> Instant {
+    let (ext, int) = (&gw.ext, &gw.int);
     // RX queue scaling over time ([queues]): what the scaler runs and what its policy wants.
     let rxq_active = metrics.gauge(
         "pxgw_rx_queues_active",
@@ -606,18 +492,18 @@ fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
         "pxgw_rx_queues_advised",
         "RX queues per port the scaling policy wants (differs from active when scaling cannot act).",
     );
-    let publish_rxq = |rxq: &pxgw::queues::QueueControl| {
+    let publish_rxq = |rxq: &QueueControl| {
         rxq_active.store(u64::from(rxq.active_queues()), Ordering::Relaxed);
         rxq_advised.store(u64::from(rxq.advised_queues()), Ordering::Relaxed);
     };
-    publish_rxq(&rxq);
+    publish_rxq(rxq);
 
     let started = Instant::now();
     rxq.sample(0.0);
     // The ports' counters for the metrics endpoint: fresh enough for a scrape, cheap to read.
     let port_interval = interval.map_or(PORT_INTERVAL, |i| i.min(PORT_INTERVAL));
     let mut prev = Report::default();
-    let mut prev_ports = sample_ports(cfg, &ext, &int);
+    let mut prev_ports = sample_ports(cfg, ext, int);
     let mut last = Instant::now();
     let mut last_ports = Instant::now();
     let mut rows = 0u64;
@@ -630,13 +516,13 @@ fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
             stop.store(true, Ordering::Relaxed);
         }
         if last_ports.elapsed() >= port_interval {
-            metrics.set_ports(sample_ports(cfg, &ext, &int));
-            publish_rxq(&rxq);
+            metrics.set_ports(sample_ports(cfg, ext, int));
+            publish_rxq(rxq);
             last_ports = Instant::now();
         }
         if interval.is_some_and(|i| last.elapsed() >= i) {
             let now = metrics.total();
-            let now_ports = sample_ports(cfg, &ext, &int);
+            let now_ports = sample_ports(cfg, ext, int);
             rxq.sample(started.elapsed().as_secs_f64());
             // The header again every 20 rows, so a scrolled terminal still names the columns.
             if rows.is_multiple_of(20) {
@@ -659,6 +545,21 @@ fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
             last = Instant::now();
         }
     }
+    started
+}
+
+/// Joins the workers (they flush what they hold), stops the RX queue control, prints the final
+/// counters and writes `--stats-json`; returns the mbufs not returned to their pools.
+fn shut_down(
+    args: &Args,
+    cfg: &Config,
+    gw: Gateway,
+    workers: Workers,
+    metrics: &Metrics,
+    started: Instant,
+    mut stats_file: Option<std::fs::File>,
+) -> Result<usize> {
+    let Workers { handles, mut rxq } = workers;
     tracing::info!("stopping: flushing held packets");
     for h in handles {
         if h.join().is_err() {
@@ -669,9 +570,16 @@ fn run(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
     rxq.sample(seconds);
     rxq.stop();
     let fin = metrics.total();
-    let fin_ports = sample_ports(cfg, &ext, &int);
+    let fin_ports = sample_ports(cfg, &gw.ext, &gw.int);
     // The endpoint shows the final counters until pxgw exits.
     metrics.set_ports(fin_ports.clone());
+    let Gateway {
+        pool,
+        headers,
+        ext,
+        int,
+        ..
+    } = gw;
     drop((ext, int));
     let leaked = pool.in_use() + headers.in_use();
     println!("pxgw: final {}", fin.summary(seconds, &fin_ports));

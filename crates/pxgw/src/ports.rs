@@ -6,13 +6,20 @@
 //! there, and the process may open raw sockets. DPDK's own EAL log names these causes only among
 //! many lines, and `rte_eal_init` then reports a bare "Operation not supported".
 //!
-//! After the ports start, [`PortPlan`] records what the device granted: the MTU read back, whether
-//! it transmits chains (`MULTI_SEGS`: merged packets are chains, SIGCOMM'26 §4), and its segment
-//! limit (`nb_seg_max`), which caps the merge engine's chains.
+//! [`open`] then starts the EAL, the pools and both ports. [`PortPlan`] records what each device
+//! granted: the MTU read back, whether it transmits chains (`MULTI_SEGS`: merged packets are
+//! chains, SIGCOMM'26 §4), and its segment limit (`nb_seg_max`), which caps the merge engine's
+//! chains.
 
 use std::path::Path;
+use std::sync::Arc;
 
-use crate::config::{Backing, Config, Port, AF_PACKET_FRAME_OVERHEAD};
+use anyhow::{anyhow, bail, Context, Result};
+use dpdk::{
+    DeviceInfo, Eal, EalBuilder, HairpinPeer, Mempool, PortId, RssHash, RxOffloads, TxOffloads,
+};
+
+use crate::config::{is_pci, Backing, Config, Port, AF_PACKET_FRAME_OVERHEAD};
 
 /// `CAP_NET_ADMIN`.
 const CAP_NET_ADMIN: u32 = 12;
@@ -189,6 +196,250 @@ impl PortPlan {
                 .unwrap_or_default(),
         )
     }
+}
+
+/// Where the kernel's interface and PCI device files are.
+pub const SYSFS: &str = "/sys";
+
+/// The EAL's file prefix unless `[eal] args` sets one: telemetry's socket directory.
+const FILE_PREFIX: &str = "pxgw";
+
+/// The EAL, the pools and the two started ports, checked against the configuration.
+pub struct Gateway {
+    /// The EAL the ports run on.
+    pub eal: Eal,
+    /// The packet pool: every received frame, and the flattened copies of chains.
+    pub pool: Arc<Mempool>,
+    /// The header pool: headers the pipeline builds, and header-only DMA's buffers.
+    pub headers: Arc<Mempool>,
+    /// The external port.
+    pub ext: dpdk::Port,
+    /// The internal port.
+    pub int: dpdk::Port,
+    /// What each port granted: external, internal.
+    pub plans: [PortPlan; 2],
+}
+
+/// Starts the EAL with the ports' devices and `[eal]`.
+fn start_eal(cfg: &Config) -> Result<Eal> {
+    // Telemetry stays on: `dpdk-telemetry.py -f pxgw` shows the ports (`/ethdev/stats,N`) and
+    // pxgw's own counters (`/pxgw/stats`), from the socket under /var/run/dpdk/pxgw/ (a second
+    // instance gets the next `-i` index).
+    let mut eal = EalBuilder::new("pxgw").memory_mb(cfg.eal.memory_mb);
+    if !cfg.eal.args.iter().any(|a| a.starts_with("--file-prefix")) {
+        eal = eal.arg(format!("--file-prefix={FILE_PREFIX}"));
+    }
+    if cfg.eal.no_huge {
+        eal = eal.no_huge().no_shconf();
+    }
+    let mut pci = false;
+    for d in [&cfg.ports.external.device, &cfg.ports.internal.device] {
+        if is_pci(d) {
+            pci = true;
+            eal = eal.arg("-a").arg(d.clone());
+        } else {
+            eal = eal.vdev(d);
+        }
+    }
+    if !pci {
+        eal = eal.no_pci();
+    }
+    for a in &cfg.eal.args {
+        eal = eal.arg(a.clone());
+    }
+    Ok(eal.init()?)
+}
+
+/// The largest `framesz=` among the vdev strings (net_af_packet), if any.
+fn framesz(cfg: &Config) -> Option<u32> {
+    [&cfg.ports.external.device, &cfg.ports.internal.device]
+        .iter()
+        .flat_map(|d| d.split(','))
+        .filter_map(|kv| kv.strip_prefix("framesz="))
+        .filter_map(|v| v.parse().ok())
+        .max()
+}
+
+/// Starts the EAL, the pools and both ports as `cfg` says, hairpinned where both ports can
+/// (SIGCOMM'26 §4.4); every refusal is one line naming the port and the limit.
+pub fn open(cfg: &Config) -> Result<Gateway> {
+    let eal = start_eal(cfg)?;
+    // Mbufs must hold a whole frame of the larger MTU (net_af_packet: a whole ring frame).
+    let frame = u32::from(cfg.internal_mtu()) + 14 + 8;
+    let data_room = framesz(cfg).unwrap_or(0).max(frame).min(65535 - 128) + 128;
+    let pool = Mempool::new(
+        &eal,
+        "pxgw_rx",
+        cfg.workers.pool_size,
+        256,
+        data_room as u16,
+    )
+    .context("creating the packet pool")?;
+    let headers =
+        Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
+    // Hairpin queues only when both ports have them: what the external port leaves on the NIC
+    // leaves by the internal one (an RX hairpin queue outside, a TX hairpin queue inside; each
+    // port gets a pair, the unused halves stay idle). Otherwise every flow goes to the CPU
+    // (reported when the rule manager starts).
+    let ids: Vec<Option<PortId>> = ports(cfg)
+        .iter()
+        .map(|(_, pc, _)| eal.port_by_name(pc.device_name()).ok())
+        .collect();
+    let hairpin = match (cfg.queues.hairpin, ids[0], ids[1]) {
+        (true, Some(e), Some(i)) => {
+            let caps = [e, i].map(|id| dpdk::hairpin_capability(&eal, id));
+            for (c, name) in caps.iter().zip(["external", "internal"]) {
+                if let Err(e) = c {
+                    tracing::debug!("ports.{name}: {e}");
+                }
+            }
+            caps.iter().all(Result::is_ok).then_some((e, i))
+        }
+        _ => None,
+    };
+    let n = crate::queues::rx_queue_count(cfg);
+    let peer = |port, sample_queue: bool| HairpinPeer {
+        port,
+        rx_base: n + u16::from(sample_queue),
+        tx_base: n,
+    };
+    let (ext, ext_plan) = open_port(
+        &eal,
+        &pool,
+        &headers,
+        cfg,
+        0,
+        hairpin.map(|(_, i)| peer(i, false)),
+    )?;
+    let (int, int_plan) = open_port(
+        &eal,
+        &pool,
+        &headers,
+        cfg,
+        1,
+        hairpin.map(|(e, _)| peer(e, true)),
+    )?;
+    if hairpin.is_some() {
+        // Only flow rules fill the sample queue: the port's own RSS leaves it out, so no frame
+        // lands where no worker reads it, whatever happens to the rules.
+        ext.set_rss_queues(&(0..n).collect::<Vec<_>>())
+            .context("ports.external: keeping the hairpin sample queue out of RSS")?;
+        // What the external port hairpins leaves by the internal one.
+        int.hairpin_bind(&ext).context("ports.internal: hairpin")?;
+    }
+    Ok(Gateway {
+        eal,
+        pool,
+        headers,
+        ext,
+        int,
+        plans: [ext_plan, int_plan],
+    })
+}
+
+/// Starts port `which` (0 external, 1 internal) with its configured MTU and rings, and reads back
+/// what it granted; every refusal is one line naming the port and the limit.
+fn open_port(
+    eal: &Eal,
+    pool: &Arc<Mempool>,
+    headers: &Arc<Mempool>,
+    cfg: &Config,
+    which: usize,
+    hairpin_peer: Option<HairpinPeer>,
+) -> Result<(dpdk::Port, PortPlan)> {
+    let (name, pc, mtu) = ports(cfg)[which];
+    let device = pc.device_name();
+    let id = eal.port_by_name(device).map_err(|_| match pc.backing() {
+        Backing::Pci(addr) => anyhow!(
+            "ports.{name}: DPDK found no port for PCI device {addr}: is it bound to a DPDK-capable \
+             driver (vfio-pci, or a bifurcated one such as mlx5)?"
+        ),
+        _ => anyhow!("ports.{name}: DPDK created no port named {device}"),
+    })?;
+    let info = DeviceInfo::of(eal, id).with_context(|| format!("ports.{name}"))?;
+    let mut note = None;
+    let apply_mtu = match info.check_mtu(mtu) {
+        Ok(()) => true,
+        Err(_) if af_packet_holds(pc, mtu) => {
+            note = Some(format!(
+                "DPDK's net_af_packet limit (max_rx_pktlen {}) set aside: its ring frames hold \
+                 MTU {mtu} and the kernel interface enforces it",
+                info.max_rx_pktlen
+            ));
+            false
+        }
+        Err(reason) => bail!(
+            "ports.{name}: {} cannot take the configured MTU {mtu}: {reason}",
+            info.driver
+        ),
+    };
+    let mut builder = dpdk::Port::builder(eal, id)
+        .rx_queues(crate::queues::rx_queue_count(cfg))
+        // As many TX queues as RX queues (net_tap requires it); workers use the first
+        // `workers.count`, the others stay empty.
+        .tx_queues(crate::queues::rx_queue_count(cfg))
+        .descriptors(pc.rx_descriptors, pc.tx_descriptors)
+        .rss(RssHash::IP | RssHash::TCP | RssHash::UDP)
+        // Both directions of a connection on one worker (pxgw::worker docs).
+        .rss_key(cfg.rss.key().context("rss.key")?.bytes())
+        .tx_offloads(
+            TxOffloads::MULTI_SEGS
+                | TxOffloads::TCP_TSO
+                | TxOffloads::IPV4_CKSUM
+                | TxOffloads::TCP_CKSUM,
+        )
+        // Where the device verifies checksums on receive, the merge engine trusts its verdicts
+        // instead of summing every segment itself (about 85 ns per 1448 B segment here), and
+        // takes its run path. Granted only where the device offers them.
+        .rx_offloads(RxOffloads::IPV4_CKSUM | RxOffloads::TCP_CKSUM | RxOffloads::UDP_CKSUM);
+    if apply_mtu {
+        builder = builder.mtu(mtu);
+    }
+    if cfg.queues.header_split {
+        // Refused by start() on a device without buffer split: never emulated.
+        builder = builder.header_split(cfg.queues.header_bytes, headers.clone());
+    }
+    if let Some(peer) = hairpin_peer {
+        // One hairpin queue pair, peered with the other port's; outside, one more RX queue: the
+        // sample the heavy-hitter monitor reads (pxgw::queues).
+        builder = builder
+            .hairpin_queues(1)
+            .hairpin_peer(peer)
+            .rx_queues(crate::queues::rx_queue_count(cfg) + u16::from(which == 0));
+    }
+    let port = builder.start(pool).map_err(|e| match e {
+        dpdk::Error::Mtu { .. } => anyhow!("ports.{name}: {e}"),
+        e => anyhow!("ports.{name}: starting {}: {e}", pc.device),
+    })?;
+    let dpdk_mtu = port.mtu().with_context(|| format!("ports.{name}"))?;
+    let kernel_mtu = match pc.backing() {
+        Backing::Kernel { iface, .. } => {
+            let k = kernel_mtu(Path::new(SYSFS), &iface);
+            if k != Some(mtu) {
+                bail!(
+                    "ports.{name}: configured MTU {mtu} but interface {iface} has MTU {} after \
+                     the port started",
+                    k.map_or("(unknown)".into(), |k| k.to_string())
+                );
+            }
+            k
+        }
+        _ => None,
+    };
+    if apply_mtu && dpdk_mtu != mtu {
+        bail!("ports.{name}: configured MTU {mtu} but the device kept MTU {dpdk_mtu}");
+    }
+    let plan = PortPlan {
+        name,
+        driver: info.driver.clone(),
+        mtu: if apply_mtu { dpdk_mtu } else { mtu },
+        kernel_mtu,
+        multi_segs: port.tx_offloads().contains(TxOffloads::MULTI_SEGS),
+        tx_nb_seg_max: info.tx_desc.nb_seg_max,
+        mtu_limit: info.mtu_limit(),
+        note,
+    };
+    Ok((port, plan))
 }
 
 #[cfg(test)]
