@@ -6,7 +6,7 @@
 
 pub mod config;
 pub mod conn;
-pub mod fragment;
+pub mod fragmenter;
 pub mod icmp;
 pub mod metrics;
 pub mod mss;
@@ -14,8 +14,10 @@ pub mod pipeline;
 pub mod pmtud;
 pub mod ports;
 pub mod privileges;
+pub mod publish;
 pub mod queues;
 pub mod replay;
 pub mod rss;
 pub mod stats;
+pub mod sysfs;
 pub mod worker;

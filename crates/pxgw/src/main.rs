@@ -13,13 +13,15 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use dpdk::{Mempool, Port, TxOffloads};
 use pxgw::config::{parse_mac, Backing, Config, Mode};
-use pxgw::metrics::{self, Metrics, Publisher};
+use pxgw::metrics::{self, Metrics};
 use pxgw::pipeline::Pipeline;
-use pxgw::ports::{self, Gateway, PortPlan, SYSFS};
+use pxgw::ports::{self, Gateway, PortPlan};
 use pxgw::privileges::{self, Target};
+use pxgw::publish::{self, Publisher};
 use pxgw::queues::QueueControl;
 use pxgw::replay::{self, Prefix, ReplayOptions};
-use pxgw::stats::{KernelSample, PortCounters, PortReport, Report};
+use pxgw::stats::{PortCounters, PortReport, Report};
+use pxgw::sysfs;
 use pxgw::worker::Worker;
 use pxio::split::SplitOffloads;
 use pxio::TscClock;
@@ -130,7 +132,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let problems = ports::preflight(&cfg, Path::new(SYSFS), ports::effective_caps());
+    let problems = ports::preflight(&cfg, Path::new(sysfs::ROOT), ports::effective_caps());
     if !problems.is_empty() {
         for p in &problems {
             eprintln!("pxgw: {p}");
@@ -370,7 +372,7 @@ fn start_metrics(
     limits: metrics::Limits,
 ) -> Result<(Vec<Publisher>, Live)> {
     let (reports, snapshots): (Vec<_>, Vec<_>) =
-        (0..cfg.workers.count).map(|_| metrics::channel()).unzip();
+        (0..cfg.workers.count).map(|_| publish::channel()).unzip();
     let metrics = Arc::new(Metrics::new(snapshots));
     metrics.set_ports(sample_ports(cfg, &gw.ext, &gw.int));
     let server = match cfg.stats.prometheus {
@@ -607,7 +609,7 @@ fn sample_ports(cfg: &Config, ext: &Port, int: &Port) -> PortCounters {
             Default::default()
         }),
         kernel: match pc.backing() {
-            Backing::Kernel { iface, .. } => KernelSample::read(Path::new(SYSFS), &iface),
+            Backing::Kernel { iface, .. } => sysfs::kernel_counters(Path::new(sysfs::ROOT), &iface),
             _ => None,
         },
     };

@@ -1,11 +1,10 @@
 //! Live metrics: what the workers publish, and the Prometheus endpoint that serves it
 //! (`[stats] prometheus = "127.0.0.1:9469"`, off by default).
 //!
-//! **No lock on the workers' side.** Each worker owns the input end of a triple buffer
-//! ([`Publisher`]): every few thousand loop iterations it writes its [`Report`] into its own
-//! back buffer and swaps it in with one atomic exchange; it never waits for a reader. The readers
-//! (the main thread's periodic line, the HTTP thread on a scrape, DPDK telemetry's `/pxgw/stats`)
-//! share the output ends ([`Snapshot`]) behind a mutex of their own, which no worker touches.
+//! **No lock on the workers' side.** Each worker publishes its [`Report`] through its own
+//! channel ([`crate::publish`]) and never waits for a reader; [`Metrics`] holds the readers' ends
+//! ([`Snapshot`]), which the main thread's periodic line, the HTTP thread on a scrape and DPDK
+//! telemetry's `/pxgw/stats` read.
 //!
 //! **Exposition.** `prometheus-client` writes the OpenMetrics text format from a
 //! [`Collector`] that reads the latest snapshots at scrape time; a small HTTP server of our own
@@ -24,49 +23,11 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::publish::Snapshot;
 use crate::stats::{PortCounters, Report, SizeHistogram, FRAME_SIZE_BOUNDS};
 
 mod http;
 pub use http::{Limits, MetricsError, Server, MAX_REQUEST};
-
-/// The worker's end of its report channel: publishing never blocks and never takes a lock.
-pub struct Publisher {
-    input: triple_buffer::Input<Report>,
-}
-
-impl Publisher {
-    /// Makes `report` the worker's latest, for every reader to see.
-    pub fn publish(&mut self, report: Report) {
-        *self.input.input_buffer_mut() = report;
-        self.input.publish();
-    }
-}
-
-/// The readers' end of one worker's report channel.
-pub struct Snapshot {
-    output: Mutex<triple_buffer::Output<Report>>,
-}
-
-impl Snapshot {
-    /// The worker's latest published report (all zero before its first).
-    pub fn latest(&self) -> Report {
-        match self.output.lock() {
-            Ok(mut o) => o.read().clone(),
-            Err(poisoned) => poisoned.into_inner().read().clone(),
-        }
-    }
-}
-
-/// A report channel for one worker.
-pub fn channel() -> (Publisher, Snapshot) {
-    let (input, output) = triple_buffer::triple_buffer(&Report::default());
-    (
-        Publisher { input },
-        Snapshot {
-            output: Mutex::new(output),
-        },
-    )
-}
 
 /// A gauge someone added with [`Metrics::gauge`].
 struct ExtraGauge {
@@ -656,6 +617,7 @@ impl Collector for Collect {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::publish::channel;
 
     /// A worker's published counters show on a scrape, under Prometheus names, and a second
     /// publication replaces the first.
@@ -690,33 +652,6 @@ mod tests {
         ));
         assert!(text.contains("\npxgw_rx_queues_active 3.0\n"));
         assert_eq!(m.total().inbound.packets_in, 16);
-    }
-
-    /// A worker publishes while a reader holds the snapshot's lock (a scrape in progress): it
-    /// never waits for readers.
-    #[test]
-    fn publishing_never_waits_for_a_reader() {
-        let (mut p, s) = channel();
-        let s = Arc::new(s);
-        let held = s.output.lock().unwrap();
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let worker = std::thread::spawn(move || {
-            for i in 0..1000 {
-                let mut r = Report::default();
-                r.merge.merges = i;
-                p.publish(r);
-            }
-            done_tx.send(()).unwrap();
-        });
-        assert!(
-            done_rx
-                .recv_timeout(std::time::Duration::from_secs(10))
-                .is_ok(),
-            "the worker blocked on a reader's lock"
-        );
-        drop(held);
-        worker.join().unwrap();
-        assert_eq!(s.latest().merge.merges, 999);
     }
 
     /// The endpoint answers over HTTP.

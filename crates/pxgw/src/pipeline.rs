@@ -14,7 +14,7 @@
 //!   than the flow's PMTU is split; caravans (the DSCP mark and a caravan header) are unpacked,
 //!   while a datagram that only wears the mark passes untouched; other packets larger than the
 //!   eMTU are handled as a router would, so nothing is lost without a trace: IPv4 with DF clear
-//!   is fragmented ([`crate::fragment`]), IPv4 with DF set and IPv6 are dropped, counted, and
+//!   is fragmented ([`crate::fragmenter`]), IPv4 with DF set and IPv6 are dropped, counted, and
 //!   answered with "fragmentation needed" or Packet Too Big ([`crate::icmp`], rate-limited);
 //!   everything else passes untouched.
 //! - **inbound above the iMTU** (reassembled fragments, jumbo frames from outside): handled as
@@ -39,7 +39,7 @@ use std::net::IpAddr;
 
 use crate::config::{CaravanFamily, Config, Icmp as IcmpConfig, PmtuPolicy};
 use crate::conn::{self, ConnTable};
-use crate::fragment::fragment_ipv4;
+use crate::fragmenter::fragment_ipv4;
 use crate::icmp::{self as icmp_err, RateLimiter};
 use crate::mss;
 use crate::pmtud::PathMtu;

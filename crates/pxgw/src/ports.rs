@@ -20,6 +20,7 @@ use dpdk::{
 };
 
 use crate::config::{is_pci, Backing, Config, Port, AF_PACKET_FRAME_OVERHEAD};
+use crate::sysfs;
 
 /// `CAP_NET_ADMIN`.
 const CAP_NET_ADMIN: u32 = 12;
@@ -43,15 +44,6 @@ pub fn effective_caps() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// The MTU of kernel interface `iface`, from `sysfs` (normally `/sys`).
-pub fn kernel_mtu(sysfs: &Path, iface: &str) -> Option<u16> {
-    std::fs::read_to_string(sysfs.join("class/net").join(iface).join("mtu"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// The two ports with their names and configured MTUs.
 pub fn ports(cfg: &Config) -> [(&'static str, &Port, u16); 2] {
     [
@@ -61,8 +53,9 @@ pub fn ports(cfg: &Config) -> [(&'static str, &Port, u16); 2] {
 }
 
 /// Everything that stops the ports from being configured as `cfg` says, one line each, found
-/// without starting DPDK. `sysfs` is normally `/sys`; `caps` the effective capabilities.
-pub fn preflight(cfg: &Config, sysfs: &Path, caps: u64) -> Vec<String> {
+/// without starting DPDK. `root` is sysfs' root, normally [`sysfs::ROOT`]; `caps` the effective
+/// capabilities.
+pub fn preflight(cfg: &Config, root: &Path, caps: u64) -> Vec<String> {
     let has = |cap: u32| caps & (1u64 << cap) != 0;
     let mut problems = Vec::new();
     for (name, port, mtu) in ports(cfg) {
@@ -72,7 +65,7 @@ pub fn preflight(cfg: &Config, sysfs: &Path, caps: u64) -> Vec<String> {
                 iface,
                 creates: false,
             } => {
-                let Some(kernel) = kernel_mtu(sysfs, &iface) else {
+                let Some(kernel) = sysfs::kernel_mtu(root, &iface) else {
                     problems.push(format!(
                         "ports.{name}: interface {iface} does not exist in this network namespace \
                          (device {})",
@@ -116,7 +109,7 @@ pub fn preflight(cfg: &Config, sysfs: &Path, caps: u64) -> Vec<String> {
                 } else {
                     addr.clone()
                 };
-                if !sysfs.join("bus/pci/devices").join(&full).exists() {
+                if !sysfs::pci_device_exists(root, &full) {
                     problems.push(format!(
                         "ports.{name}: no PCI device {full} on this machine (lspci -D lists them)"
                     ));
@@ -197,9 +190,6 @@ impl PortPlan {
         )
     }
 }
-
-/// Where the kernel's interface and PCI device files are.
-pub const SYSFS: &str = "/sys";
 
 /// The EAL's file prefix unless `[eal] args` sets one: telemetry's socket directory.
 const FILE_PREFIX: &str = "pxgw";
@@ -414,7 +404,7 @@ fn open_port(
     let dpdk_mtu = port.mtu().with_context(|| format!("ports.{name}"))?;
     let kernel_mtu = match pc.backing() {
         Backing::Kernel { iface, .. } => {
-            let k = kernel_mtu(Path::new(SYSFS), &iface);
+            let k = sysfs::kernel_mtu(Path::new(sysfs::ROOT), &iface);
             if k != Some(mtu) {
                 bail!(
                     "ports.{name}: configured MTU {mtu} but interface {iface} has MTU {} after \

@@ -593,7 +593,7 @@ impl From<dpdk::PortStats> for PortSample {
 }
 
 /// The kernel's own counters of the interface behind a kernel-backed port (af_packet, af_xdp,
-/// tap), from `/sys/class/net/IF/statistics`. The kernel does not count here the frames a full
+/// tap), from `/sys/class/net/IF/statistics` ([`crate::sysfs::kernel_counters`]). The kernel does not count here the frames a full
 /// `net_af_packet` socket ring dropped; the port's `imissed` does (the `dpdk` crate reads them
 /// from the sockets, which DPDK 22.11 does not), so `rx_packets` == `ipackets + imissed`.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
@@ -606,26 +606,6 @@ pub struct KernelSample {
     pub tx_packets: u64,
     /// Frames the interface dropped on transmit.
     pub tx_dropped: u64,
-}
-
-impl KernelSample {
-    /// Reads the counters of `iface` under `sysfs` (normally `/sys`); `None` when it has none.
-    pub fn read(sysfs: &std::path::Path, iface: &str) -> Option<Self> {
-        let dir = sysfs.join("class/net").join(iface).join("statistics");
-        let get = |name: &str| -> Option<u64> {
-            std::fs::read_to_string(dir.join(name))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        };
-        Some(Self {
-            rx_packets: get("rx_packets")?,
-            rx_dropped: get("rx_dropped")?,
-            tx_packets: get("tx_packets")?,
-            tx_dropped: get("tx_dropped")?,
-        })
-    }
 }
 
 /// One port: the driver's counters, and the kernel interface's when there is one.

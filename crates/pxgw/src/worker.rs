@@ -30,8 +30,8 @@ use std::time::Duration;
 use dpdk::{tx_flags, Burst, Eal, LcoreRegistration, Mbuf, Mempool, TxQueue};
 use pxio::{Clock, PacketBuf, TscClock};
 
-use crate::metrics::Publisher;
 use crate::pipeline::Pipeline;
+use crate::publish::Publisher;
 use crate::queues::WorkerRx;
 
 /// RX burst size.

@@ -390,7 +390,7 @@ fn response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::channel;
+    use crate::publish::channel;
     use crate::stats::Report;
 
     fn metrics_with_merges(n: u64) -> Arc<Metrics> {
