@@ -19,7 +19,7 @@ use pxgw::ports::{self, Gateway, PortPlan};
 use pxgw::privileges::{self, Target};
 use pxgw::publish::{self, Publisher};
 use pxgw::queues::QueueControl;
-use pxgw::replay::{self, Prefix, ReplayOptions};
+use pxgw::replay::{self, ReplayOptions};
 use pxgw::stats::{PortCounters, PortReport, Report};
 use pxgw::sysfs;
 use pxgw::worker::Worker;
@@ -75,8 +75,8 @@ struct ReplayArgs {
     outside_out: Option<PathBuf>,
     /// The inside network: a frame to it goes inbound, one from it outbound (repeatable;
     /// e.g. 10.0.0.0/8, 2001:db8::/32).
-    #[arg(long, required = true)]
-    inside: Vec<Prefix>,
+    #[arg(long, required = true, value_parser = replay::parse_prefix)]
+    inside: Vec<ipnet::IpNet>,
     /// Inbound frames closer than this to the first of a burst share one RX burst (µs).
     #[arg(long, default_value_t = 10.0)]
     burst_us: f64,

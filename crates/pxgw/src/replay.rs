@@ -13,24 +13,34 @@
 //! - **Reading.** The pure-Rust `pcap-file` crate, not DPDK's `net_pcap`: replay needs no EAL,
 //!   no hugepages and no root, runs on [`HeapBuf`]s in a test, and reads pcapng too (with its
 //!   per-interface time-stamp resolution).
+//! - **Its own loop.** The per-packet step is the worker's: the same [`Pipeline`] calls
+//!   (`inbound`, `end_of_burst`, `outbound`, `poll`, `take_replies`). What `crate::worker` adds
+//!   around them cannot run here: it polls DPDK queues into `Mbuf` bursts, reads the wall clock,
+//!   and transmits through TX queues, while replay takes frames one at a time in capture order,
+//!   cuts RX bursts by their time stamps, and fires each deadline at its own time between
+//!   frames, so the times it reports are the capture's.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::{DataLink, TsResolution};
 use pxio::split::SplitOffloads;
-use pxio::wire::{self, Class};
+use pxio::wire::ethernet::ethertype;
+use pxio::wire::TcpPacket;
+use pxio::wire::{self, ipv4, ipv6, tcp_flags, Class, EthernetFrame, Ipv4Packet, Ipv6Packet};
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::conn;
 use crate::pipeline::Pipeline;
 use crate::stats::{CaravanSummary, Drops, MergeSummary};
 
@@ -68,45 +78,12 @@ pub enum ReplayError {
     Config(String),
 }
 
-/// An address prefix, `10.0.0.0/8` or `2001:db8::/32` (a bare address is a /32 or /128).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prefix {
-    addr: IpAddr,
-    len: u8,
-}
-
-impl std::str::FromStr for Prefix {
-    type Err = ReplayError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || ReplayError::Prefix(s.to_owned());
-        let (a, l) = s.split_once('/').map_or((s, None), |(a, l)| (a, Some(l)));
-        let addr: IpAddr = a.parse().map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match l {
-            Some(l) => l.parse::<u8>().map_err(|_| bad())?,
-            None => max,
-        };
-        if len > max {
-            return Err(bad());
-        }
-        Ok(Self { addr, len })
-    }
-}
-
-impl Prefix {
-    /// Whether `ip` is in the prefix.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let (a, b, bits): (u128, u128, u32) = match (self.addr, ip) {
-            (IpAddr::V4(p), IpAddr::V4(i)) => (u32::from(p).into(), u32::from(i).into(), 32),
-            (IpAddr::V6(p), IpAddr::V6(i)) => (p.into(), i.into(), 128),
-            _ => return false,
-        };
-        if self.len == 0 {
-            return true;
-        }
-        let shift = bits - u32::from(self.len);
-        (a >> shift) == (b >> shift)
+/// An `--inside` address prefix, `10.0.0.0/8` or `2001:db8::/32`; a bare address is a /32 or
+/// /128.
+pub fn parse_prefix(s: &str) -> Result<IpNet, ReplayError> {
+    match s.parse::<IpAddr>() {
+        Ok(addr) => Ok(IpNet::from(addr)),
+        Err(_) => s.parse().map_err(|_| ReplayError::Prefix(s.to_owned())),
     }
 }
 
@@ -114,7 +91,7 @@ impl Prefix {
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {
     /// The inside network(s).
-    pub inside: Vec<Prefix>,
+    pub inside: Vec<IpNet>,
     /// Inbound frames closer than this to the first of a burst share its RX burst, ns.
     pub burst_ns: u64,
 }
@@ -323,25 +300,26 @@ fn read_capture(path: &Path) -> Result<(String, Vec<Frame>), ReplayError> {
     }
 }
 
-/// The IP source and destination of an Ethernet frame (one VLAN tag allowed).
+/// The IP source and destination of an Ethernet frame (VLAN tags as `pxio::wire` reads them:
+/// up to two). Only the fixed IP header must be there: a frame cut by the snap length is still
+/// placed.
 fn ip_addrs(f: &[u8]) -> Option<(IpAddr, IpAddr)> {
-    let mut off = 12;
-    let mut et = u16::from_be_bytes([*f.get(off)?, *f.get(off + 1)?]);
-    while et == 0x8100 || et == 0x88a8 {
-        off += 4;
-        et = u16::from_be_bytes([*f.get(off)?, *f.get(off + 1)?]);
-    }
-    let ip = f.get(off + 2..)?;
-    match et {
-        0x0800 if ip.len() >= 20 => {
-            let a: [u8; 4] = ip[12..16].try_into().ok()?;
-            let b: [u8; 4] = ip[16..20].try_into().ok()?;
-            Some((IpAddr::from(a), IpAddr::from(b)))
+    let eth = EthernetFrame::new_checked(f).ok()?;
+    let ip = eth.payload();
+    match eth.ethertype() {
+        ethertype::IPV4 if ip.len() >= ipv4::field::HEADER_LEN => {
+            let p = Ipv4Packet::new_unchecked(ip);
+            Some((
+                Ipv4Addr::from(p.src_addr()).into(),
+                Ipv4Addr::from(p.dst_addr()).into(),
+            ))
         }
-        0x86dd if ip.len() >= 40 => {
-            let a: [u8; 16] = ip[8..24].try_into().ok()?;
-            let b: [u8; 16] = ip[24..40].try_into().ok()?;
-            Some((IpAddr::from(a), IpAddr::from(b)))
+        ethertype::IPV6 if ip.len() >= ipv6::field::HEADER_LEN => {
+            let p = Ipv6Packet::new_unchecked(ip);
+            Some((
+                Ipv6Addr::from(p.src_addr()).into(),
+                Ipv6Addr::from(p.dst_addr()).into(),
+            ))
         }
         _ => None,
     }
@@ -380,8 +358,12 @@ fn flow_name(k: &wire::FlowKey) -> String {
 fn tcp_of(f: &[u8]) -> Option<(wire::FlowKey, u64, bool)> {
     match wire::classify(f, f.len()) {
         Class::Tcp(h) => {
-            let flags = *f.get(usize::from(h.l2_len) + usize::from(h.l3_len) + 13)?;
-            Some((h.key, u64::from(h.payload_len), flags & 0x02 != 0))
+            let tcp = TcpPacket::new_checked(f.get(h.l4_offset()..)?).ok()?;
+            Some((
+                h.key,
+                u64::from(h.payload_len),
+                tcp.has_flags(tcp_flags::SYN),
+            ))
         }
         _ => None,
     }
@@ -491,8 +473,8 @@ pub fn replay(
             report.skipped += 1;
             continue;
         };
-        let inbound = opts.inside.iter().any(|p| p.contains(dst));
-        let outbound = !inbound && opts.inside.iter().any(|p| p.contains(src));
+        let inbound = opts.inside.iter().any(|p| p.contains(&dst));
+        let outbound = !inbound && opts.inside.iter().any(|p| p.contains(&src));
         if !inbound && !outbound {
             report.skipped += 1;
             continue;
@@ -559,7 +541,7 @@ pub fn replay(
         } else {
             // A SYN from inside opens the connection the inbound flow belongs to.
             if let Some((k, _, true)) = tcp_of(&frame.data) {
-                flows.entry(wire_reverse(&k)).or_default().syn = true;
+                flows.entry(conn::reverse(&k)).or_default().syn = true;
             }
             px.outbound(buf, t, &mut out_ext);
             emit(&mut px, &mut out_int, &mut out_ext, t, &mut flows)?;
@@ -626,17 +608,6 @@ pub fn replay(
     };
     report.flows = flow_summary(cfg, &flows);
     Ok(report)
-}
-
-/// The flow in the other direction.
-fn wire_reverse(k: &wire::FlowKey) -> wire::FlowKey {
-    wire::FlowKey {
-        src: k.dst,
-        dst: k.src,
-        sport: k.dport,
-        dport: k.sport,
-        ..*k
-    }
 }
 
 /// Which inbound TCP flows merged, and why the others did not, from what the capture shows.
@@ -708,19 +679,38 @@ mod tests {
 
     #[test]
     fn prefixes() {
-        let p: Prefix = "10.1.0.0/16".parse().unwrap();
-        assert!(p.contains("10.1.2.3".parse().unwrap()));
-        assert!(!p.contains("10.2.0.1".parse().unwrap()));
-        assert!(!p.contains("::1".parse().unwrap()));
-        let p: Prefix = "2001:db8::/32".parse().unwrap();
-        assert!(p.contains("2001:db8:1::2".parse().unwrap()));
-        assert!(!p.contains("2001:db9::2".parse().unwrap()));
-        let p: Prefix = "192.0.2.7".parse().unwrap();
-        assert!(p.contains("192.0.2.7".parse().unwrap()));
-        assert!(!p.contains("192.0.2.8".parse().unwrap()));
-        let all: Prefix = "0.0.0.0/0".parse().unwrap();
-        assert!(all.contains("203.0.113.1".parse().unwrap()));
-        assert!("10.0.0.0/33".parse::<Prefix>().is_err());
-        assert!("nonsense".parse::<Prefix>().is_err());
+        let p = parse_prefix("10.1.0.0/16").unwrap();
+        assert!(p.contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
+        assert!(!p.contains(&"10.2.0.1".parse::<IpAddr>().unwrap()));
+        assert!(!p.contains(&"::1".parse::<IpAddr>().unwrap()));
+        let p = parse_prefix("2001:db8::/32").unwrap();
+        assert!(p.contains(&"2001:db8:1::2".parse::<IpAddr>().unwrap()));
+        assert!(!p.contains(&"2001:db9::2".parse::<IpAddr>().unwrap()));
+        let p = parse_prefix("192.0.2.7").unwrap();
+        assert!(p.contains(&"192.0.2.7".parse::<IpAddr>().unwrap()));
+        assert!(!p.contains(&"192.0.2.8".parse::<IpAddr>().unwrap()));
+        let all = parse_prefix("0.0.0.0/0").unwrap();
+        assert!(all.contains(&"203.0.113.1".parse::<IpAddr>().unwrap()));
+        assert!(parse_prefix("10.0.0.0/33").is_err());
+        assert!(parse_prefix("nonsense").is_err());
+    }
+
+    /// Addresses come from after the VLAN tags, and a frame cut after the fixed IP header is
+    /// still placed.
+    #[test]
+    fn addresses_after_vlan_tags_and_in_cut_frames() {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x05, 0x08, 0x00]);
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&1500u16.to_be_bytes());
+        ip[12..16].copy_from_slice(&[192, 0, 2, 1]);
+        ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        f.extend_from_slice(&ip);
+        assert_eq!(
+            ip_addrs(&f),
+            Some(("192.0.2.1".parse().unwrap(), "10.0.0.2".parse().unwrap()))
+        );
+        assert_eq!(ip_addrs(&f[..f.len() - 1]), None);
     }
 }
