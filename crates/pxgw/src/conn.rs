@@ -451,13 +451,7 @@ pub fn inbound_key(key: &FlowKey) -> FlowKey {
 
 /// The inbound-oriented key of an outbound packet's flow key.
 pub fn reverse(key: &FlowKey) -> FlowKey {
-    FlowKey {
-        src: key.dst,
-        dst: key.src,
-        sport: key.dport,
-        dport: key.sport,
-        ..*key
-    }
+    key.reversed()
 }
 
 impl ConnTable {

@@ -133,6 +133,18 @@ impl FlowKey {
         (!self.v6).then(|| first_four(&self.dst))
     }
 
+    /// The key of the same flow's other direction (the replies): addresses and ports swapped,
+    /// protocol and IP version kept.
+    pub fn reversed(&self) -> FlowKey {
+        FlowKey {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            ..*self
+        }
+    }
+
     /// The Toeplitz hash a NIC with the same key would report for this flow (SIGCOMM'26 §4.1).
     pub fn rss_hash(&self, toeplitz: &Toeplitz) -> u32 {
         if self.v6 {

@@ -102,6 +102,47 @@ fn v6_tcp_qinq(payload_len: usize) -> Vec<u8> {
     out
 }
 
+/// A reply (addresses and ports swapped) classifies to the reversed key, IPv4 and IPv6, and
+/// reversing twice gives the key back.
+#[test]
+fn a_reply_has_the_reversed_key() {
+    let pair = |v6: bool, udp: bool| {
+        let (b, back) = if v6 {
+            (
+                PacketBuilder::ethernet2(MAC_SRC, MAC_DST).ipv6(V6_SRC, V6_DST, 64),
+                PacketBuilder::ethernet2(MAC_DST, MAC_SRC).ipv6(V6_DST, V6_SRC, 64),
+            )
+        } else {
+            (
+                PacketBuilder::ethernet2(MAC_SRC, MAC_DST).ipv4(V4_SRC, V4_DST, 64),
+                PacketBuilder::ethernet2(MAC_DST, MAC_SRC).ipv4(V4_DST, V4_SRC, 64),
+            )
+        };
+        let (mut out, mut reply) = (Vec::new(), Vec::new());
+        if udp {
+            b.udp(5353, 53).write(&mut out, &payload(20)).unwrap();
+            back.udp(53, 5353).write(&mut reply, &payload(20)).unwrap();
+        } else {
+            b.tcp(40000, 443, 1, 100)
+                .write(&mut out, &payload(20))
+                .unwrap();
+            back.tcp(443, 40000, 1, 100)
+                .write(&mut reply, &payload(20))
+                .unwrap();
+        }
+        let key = |f: &[u8]| headers_of(classify(f, f.len())).key;
+        (key(&out), key(&reply))
+    };
+    for v6 in [false, true] {
+        for udp in [false, true] {
+            let (out, reply) = pair(v6, udp);
+            assert_ne!(out, reply);
+            assert_eq!(out.reversed(), reply, "v6 {v6} udp {udp}");
+            assert_eq!(out.reversed().reversed(), out);
+        }
+    }
+}
+
 /// The classification etherparse's decoding implies, for frames it parses fully.
 fn expected_from_etherparse(frame: &[u8]) -> Class {
     let h = PacketHeaders::from_ethernet_slice(frame).expect("etherparse parses");
