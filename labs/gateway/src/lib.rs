@@ -291,6 +291,53 @@ pub struct Lab {
     outer_link: Option<(String, String)>,
     /// Scratch files.
     pub dir: PathBuf,
+    /// Who runs on which core ([`Cores`]).
+    cores: Cores,
+}
+
+/// How the lab shares the machine's cores between pxgw's workers and the traffic: with two
+/// cores or more, the last one runs the hosts' traffic processes (socat, iperf3) and the lab's
+/// capture, and pxgw's workers take the others (round robin). A busy-polling worker that shares
+/// its core with the sending socat delays the sender between writes, the merge window closes on
+/// the gap, and the yield measures the scheduler instead of the gateway (on a 2-core machine
+/// the two-worker pass swung between 79 % and 95 % unpinned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cores {
+    /// Cores this process may run on.
+    available: usize,
+}
+
+impl Cores {
+    /// The split for this process's cores.
+    pub fn detect() -> Self {
+        Self {
+            available: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+
+    /// The core of the hosts' traffic processes and the capture, if the machine has one to
+    /// spare (two cores or more).
+    pub fn traffic(self) -> Option<usize> {
+        (self.available >= 2).then(|| self.available - 1)
+    }
+
+    /// `workers.cores` for `workers` workers: every core but [`Self::traffic`]'s, round robin.
+    pub fn workers(self, workers: u16) -> Vec<usize> {
+        let n = self.traffic().unwrap_or(self.available).max(1);
+        (0..usize::from(workers)).map(|i| i % n).collect()
+    }
+
+    /// Pins the calling thread (and the threads and processes it starts afterwards) to the
+    /// traffic core, if there is one.
+    pub fn pin_to_traffic(self) {
+        if let Some(core) = self.traffic() {
+            let mut set = nix::sched::CpuSet::new();
+            if set.set(core).is_ok() {
+                // Unpinned, the traffic still flows and is counted; only the split is lost.
+                let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+            }
+        }
+    }
 }
 
 fn sh(program: &str, args: &[&str]) -> Result<String> {
@@ -442,6 +489,7 @@ impl Lab {
             ext_tap,
             outer_link,
             dir,
+            cores: Cores::detect(),
         };
         if topology.router.is_some_and(|r| r.blackhole_icmp) {
             lab.set_icmp_blackhole(true)?;
@@ -557,6 +605,31 @@ impl Lab {
             .sum())
     }
 
+    /// `program` in `ns`, on the traffic core when there is one ([`Cores`]).
+    pub fn traffic_command(&self, ns: &Netns, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns.name()]);
+        if let Some(core) = self.cores.traffic() {
+            c.args(["taskset", "-c", &core.to_string()]);
+        }
+        c.arg(program);
+        c
+    }
+
+    /// Runs `program` in `ns` on the traffic core when there is one ([`Cores`]) and returns its
+    /// standard output.
+    pub fn traffic_exec(&self, ns: &Netns, program: &str, args: &[&str]) -> Result<String> {
+        match self.cores.traffic() {
+            Some(core) => {
+                let core = core.to_string();
+                let mut pinned = vec!["-c", core.as_str(), program];
+                pinned.extend_from_slice(args);
+                Ok(ns.exec("taskset", &pinned)?)
+            }
+            None => Ok(ns.exec(program, args)?),
+        }
+    }
+
     /// The pxgw configuration for this lab, `workers` workers (and queue pairs per port). The
     /// outside port is `net_tap` on the lab's TAP when there is one (module docs).
     pub fn pxgw_config(&self, workers: u16) -> String {
@@ -574,7 +647,7 @@ impl Lab {
              # so the delay threshold is lowered from the default 1 Gb/s.\n\
              [ports.external]\ndevice = \"{}\"\nmtu = {}\n\
              [ports.internal]\ndevice = \"{}\"\nmtu = {}\n\
-             [workers]\ncount = {workers}\n\
+             [workers]\ncount = {workers}\ncores = {:?}\n\
              # The lab asserts a 90 % yield; a bypass above the default 93 % leaves it a margin.\n\
              [merge]\nrate_threshold_gbps = 0.01\nmax_window_us = 300\nyield_bypass = 0.97\n\
              # Port 0: any free port; the lab reads it from pxgw's log (Gateway::metrics_url).\n\
@@ -583,6 +656,7 @@ impl Lab {
             self.topology.emtu,
             port(self.int_link.a(), 1),
             self.topology.imtu,
+            self.cores.workers(workers),
         )
     }
 
@@ -700,17 +774,8 @@ impl Lab {
     /// inside. Returns Gb/s received.
     pub fn iperf(&self, family: Family, inbound: bool, flows: u32, seconds: u32) -> Result<f64> {
         let mut server = Spawned(
-            Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    self.int.name(),
-                    "iperf3",
-                    "-s",
-                    "-1",
-                    "-p",
-                    "5201",
-                ])
+            self.traffic_command(&self.int, "iperf3")
+                .args(["-s", "-1", "-p", "5201"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()?,
@@ -723,7 +788,7 @@ impl Lab {
         if !inbound {
             args.push("-R");
         }
-        let out = self.ext.exec("iperf3", &args)?;
+        let out = self.traffic_exec(&self.ext, "iperf3", &args)?;
         let _ = server.0.wait();
         let json: serde_json::Value = serde_json::from_str(&out).context("iperf3 JSON")?;
         json["end"]["sum_received"]["bits_per_second"]
@@ -766,8 +831,8 @@ impl Lab {
             ),
         };
         let mut receiver = Spawned(
-            Command::new("ip")
-                .args(["netns", "exec", rx_ns.name(), "socat", "-u", listen])
+            self.traffic_command(rx_ns, "socat")
+                .args(["-u", listen])
                 .arg(format!("OPEN:{},creat,trunc", dst.display()))
                 .spawn()?,
         );
@@ -778,7 +843,8 @@ impl Lab {
         // default 8 KiB writes, a sender slowed by a busy machine drains its socket between
         // writes, and every 8 KiB ends an item short of the iMTU: the yield then measures the
         // machine's load, not the gateway.
-        tx_ns.exec(
+        self.traffic_exec(
+            tx_ns,
             "socat",
             &[
                 "-u",
@@ -989,6 +1055,7 @@ impl Lab {
         let stats = FrameStats::new(from, self.topology.imtu, self.topology.ext_segment(family));
         let out = std::thread::scope(|s| -> Result<T> {
             let capture = s.spawn(|| {
+                self.cores.pin_to_traffic();
                 ns.enter(|| -> Result<()> {
                     let mut rx = capture_channel(iface)?;
                     ready.store(true, Ordering::SeqCst);

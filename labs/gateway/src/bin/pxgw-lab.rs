@@ -664,13 +664,14 @@ fn router_topology(
         let f = r.family;
         let max_in = r.inbound.capture.max_frame.load(Ordering::Relaxed);
         let mean_in = r.inbound.capture.mean_frame();
+        let yield_in = r.inbound.capture.yield_share();
         let max_out = r.outbound.capture.max_frame.load(Ordering::Relaxed);
         report[format!("{f}")] = json!({
             "sha256_in_ok": r.inbound.sha_ok,
             "sha256_out_ok": r.outbound.sha_ok,
             "max_int_frame_bytes": max_in,
             "mean_int_tcp_frame_bytes": mean_in,
-            "yield": r.inbound.capture.yield_share(),
+            "yield": yield_in,
             "max_router_frame_bytes": max_out,
         });
         checks.extend([
@@ -680,9 +681,20 @@ fn router_topology(
                 format!("router topology, {f}: inside host's frames <= {imtu_frame} B (iMTU {}), largest {max_in}", topo.imtu),
                 max_in > 0 && max_in <= imtu_frame,
             ),
+            // The outside host's segments carry at most 1348 B (IPv4; 1328 B in IPv6) behind
+            // the 1400 B eMTU, so three never fit in 4000 B: a gateway that only merges whole
+            // segments gets pairs, 2762 B frames (2742 B), and a pair already counts as
+            // iMTU-bound (a third segment would cross the iMTU), so the yield alone cannot tell
+            // it from pxgw, which cuts segments to fill the iMTU (4014 B frames; 3868 B and
+            // 3903 B mean, 96.6-97.7 % yield in the runs the bars were set from). The mean frame
+            // bar sits between the two.
             (
-                format!("router topology, {f}: inbound TCP merged, mean frame {mean_in:.0} B >= 2000 B"),
-                mean_in >= 2000.0,
+                format!("router topology, {f}: inbound TCP merged to the iMTU, mean frame {mean_in:.0} B >= 3500 B"),
+                mean_in >= 3500.0,
+            ),
+            (
+                format!("router topology, {f}: inside host gets >= 90 % of inbound TCP bytes in iMTU-bound packets ({:.1} %)", 100.0 * yield_in),
+                yield_in >= 0.90,
             ),
             (
                 format!("router topology, {f}: router gets frames <= {emtu_frame} B from pxgw (eMTU {}), largest {max_out}", topo.emtu),
@@ -707,32 +719,24 @@ fn router_topology(
     Ok((report, checks))
 }
 
-/// How inbound merging is asserted in the default topology. IPv4 keeps the suite's historical
-/// yield bound. IPv6 asserts merging and the iMTU bound only: its run comes second, when the
-/// machine is busiest, and a yield figure depends on scheduling (the merge window closes when a
-/// sender stalls), which a test must not (benchmarks measure it).
+/// How inbound merging is asserted in the default topology, the same in both families: at
+/// least 90 % of the inbound TCP payload in iMTU-bound frames, and no frame above the iMTU. The
+/// lab keeps pxgw's workers and the traffic on separate cores ([`lab::Cores`]), so the IPv6
+/// run, which comes second, holds the bar IPv4 does.
 fn merged_check(r: &Run, topo: &Topology) -> Check {
     let f = r.family;
     let cap = &r.inbound.capture;
-    match f {
-        Family::V4 => (
-            format!(
-                "{f}: inside host gets >= 90 % of inbound TCP bytes in iMTU-bound packets ({:.1} %; short with PSH {:.1} %, short without {:.1} %)",
-                100.0 * cap.yield_share(),
-                100.0 * cap.short_psh_share(),
-                100.0 * (1.0 - cap.yield_share() - cap.short_psh_share()).max(0.0),
-            ),
-            cap.yield_share() >= 0.90,
+    let (mean, max) = (cap.mean_frame(), cap.max_frame.load(Ordering::Relaxed));
+    let bound = u64::from(topo.imtu) + 14;
+    (
+        format!(
+            "{f}: inside host gets >= 90 % of inbound TCP bytes in iMTU-bound packets ({:.1} %; short with PSH {:.1} %, short without {:.1} %; mean frame {mean:.0} B), frames <= {bound} B (largest {max})",
+            100.0 * cap.yield_share(),
+            100.0 * cap.short_psh_share(),
+            100.0 * (1.0 - cap.yield_share() - cap.short_psh_share()).max(0.0),
         ),
-        Family::V6 => {
-            let (mean, max) = (cap.mean_frame(), cap.max_frame.load(Ordering::Relaxed));
-            let bound = u64::from(topo.imtu) + 14;
-            (
-                format!("{f}: inbound TCP merged (mean frame {mean:.0} B >= 4000 B), frames <= {bound} B (largest {max})"),
-                mean >= 4000.0 && max <= bound,
-            )
-        }
-    }
+        cap.yield_share() >= 0.90 && max <= bound,
+    )
 }
 
 /// Turns the router's ICMP black hole on, pings the outside host from inside with a TTL (hop
