@@ -517,7 +517,7 @@ impl Report {
             // the same there: with asymmetric paths the inside host sends its outbound data in
             // 1400 B packets (docs/scale-out.md), several times more packets through the
             // instances, and on a 2-core machine (each instance's worker on a core of its own,
-            // the transfers between them) its runs got 45-56 % where the symmetric ones got
+            // the transfers between them) its runs got 45-69 % where the symmetric ones got
             // 70-80 %. Confining the transfers to one core and both workers to the other was
             // tried and is worse there (19-66 %): two busy-polling workers on one core hold
             // each other's merge items past their window.
