@@ -8,7 +8,7 @@ mod common;
 
 use etherparse::{
     icmpv4::DestUnreachableHeader, Icmpv4Type, Icmpv6Type, IpHeaders, IpNumber, Ipv4Header,
-    Ipv4HeaderSlice, PacketBuilder, SlicedPacket, TcpOptionElement, TransportSlice,
+    Ipv4HeaderSlice, PacketBuilder, TcpOptionElement,
 };
 use pxgw::pipeline::Pipeline;
 use pxio::{HeapBuf, HeapPool, PacketBuf};
@@ -189,28 +189,7 @@ impl Gw {
     }
 }
 
-/// The MSS option of a TCP frame, and whether its checksum verifies.
-fn mss_of(frame: &[u8]) -> (Option<u16>, bool) {
-    let p = SlicedPacket::from_ethernet(frame).unwrap();
-    let Some(TransportSlice::Tcp(t)) = &p.transport else {
-        panic!("not TCP")
-    };
-    let h = t.to_header();
-    let mss = h.options_iterator().find_map(|o| match o {
-        Ok(TcpOptionElement::MaximumSegmentSize(m)) => Some(m),
-        _ => None,
-    });
-    let sum = match p.net.as_ref().unwrap() {
-        etherparse::NetSlice::Ipv4(ip) => {
-            h.calc_checksum_ipv4(&ip.header().to_header(), t.payload())
-        }
-        etherparse::NetSlice::Ipv6(ip) => {
-            h.calc_checksum_ipv6(&ip.header().to_header(), t.payload())
-        }
-        _ => panic!("not IP"),
-    };
-    (mss, sum.unwrap() == h.checksum)
-}
+use common::mss_of;
 
 // ---- a tiny MSS ----
 

@@ -4,9 +4,9 @@
 
 mod common;
 
-use etherparse::{
-    IpHeaders, IpNumber, Ipv4Header, PacketBuilder, SlicedPacket, TcpOptionElement, TransportSlice,
-};
+use common::mss_of;
+
+use etherparse::{IpHeaders, IpNumber, Ipv4Header, PacketBuilder, TcpOptionElement};
 use pxgw::pipeline::Pipeline;
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
@@ -46,27 +46,6 @@ fn tcp(inbound: bool, seq: u32, syn: bool, mss: Option<u16>, payload: &[u8]) -> 
     let mut v = Vec::new();
     b.write(&mut v, payload).unwrap();
     v
-}
-
-/// The MSS option and whether the TCP checksum verifies.
-fn mss_of(frame: &[u8]) -> (Option<u16>, bool) {
-    let p = SlicedPacket::from_ethernet(frame).unwrap();
-    let Some(TransportSlice::Tcp(t)) = &p.transport else {
-        panic!("not TCP")
-    };
-    let h = t.to_header();
-    let mss = h.options_iterator().find_map(|o| match o {
-        Ok(TcpOptionElement::MaximumSegmentSize(m)) => Some(m),
-        _ => None,
-    });
-    let etherparse::NetSlice::Ipv4(ip) = p.net.as_ref().unwrap() else {
-        panic!()
-    };
-    let ok = h
-        .calc_checksum_ipv4(&ip.header().to_header(), t.payload())
-        .unwrap()
-        == h.checksum;
-    (mss, ok)
 }
 
 fn ip_lens(out: &[HeapBuf]) -> Vec<usize> {

@@ -1,5 +1,6 @@
 //! What pxgw's pipeline tests share: a pipeline on heap buffers, built from a configuration.
 
+use etherparse::{SlicedPacket, TcpOptionElement, TransportSlice};
 use pxgw::config::Config;
 use pxgw::pipeline::Pipeline;
 use pxio::split::SplitOffloads;
@@ -40,3 +41,27 @@ pub const FROM_INSIDE: EthernetRepr = EthernetRepr {
     vlan_tci: None,
     ethertype: 0,
 };
+
+/// The MSS option of a TCP frame, and whether its checksum verifies.
+#[allow(dead_code)] // not every test binary that includes this module reads MSS options
+pub fn mss_of(frame: &[u8]) -> (Option<u16>, bool) {
+    let p = SlicedPacket::from_ethernet(frame).unwrap();
+    let Some(TransportSlice::Tcp(t)) = &p.transport else {
+        panic!("not TCP")
+    };
+    let h = t.to_header();
+    let mss = h.options_iterator().find_map(|o| match o {
+        Ok(TcpOptionElement::MaximumSegmentSize(m)) => Some(m),
+        _ => None,
+    });
+    let sum = match p.net.as_ref().unwrap() {
+        etherparse::NetSlice::Ipv4(ip) => {
+            h.calc_checksum_ipv4(&ip.header().to_header(), t.payload())
+        }
+        etherparse::NetSlice::Ipv6(ip) => {
+            h.calc_checksum_ipv6(&ip.header().to_header(), t.payload())
+        }
+        _ => panic!("not IP"),
+    };
+    (mss, sum.unwrap() == h.checksum)
+}
