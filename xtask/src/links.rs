@@ -152,23 +152,31 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// The lines of `text` outside fenced code blocks (``` or ~~~), with their indexes; the fences
+/// themselves are left out.
+fn outside_code_blocks(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut fence: Option<&str> = None;
+    text.lines().enumerate().filter(move |(_, line)| {
+        let trimmed = line.trim_start();
+        if let Some(f) = fence {
+            if trimmed.starts_with(f) {
+                fence = None;
+            }
+            return false;
+        }
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            fence = Some(&trimmed[..3]);
+            return false;
+        }
+        true
+    })
+}
+
 /// The targets of the inline links, images and reference definitions in `text`, with their
 /// line numbers, outside code blocks and code spans, without those that have a scheme.
 fn links(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
-    let mut fence: Option<String> = None;
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if let Some(f) = &fence {
-            if trimmed.starts_with(f.as_str()) {
-                fence = None;
-            }
-            continue;
-        }
-        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
-            fence = Some(trimmed[..3].to_owned());
-            continue;
-        }
+    for (i, line) in outside_code_blocks(text) {
         let line = without_code_spans(line);
         let mut targets = Vec::new();
         // A reference definition: `[name]: target`.
@@ -254,19 +262,7 @@ fn find_run(text: &str, run: &str) -> Option<usize> {
 fn heading_slugs(text: &str) -> BTreeSet<String> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut out = BTreeSet::new();
-    let mut fence: Option<String> = None;
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        if let Some(f) = &fence {
-            if trimmed.starts_with(f.as_str()) {
-                fence = None;
-            }
-            continue;
-        }
-        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
-            fence = Some(trimmed[..3].to_owned());
-            continue;
-        }
+    for (_, line) in outside_code_blocks(text) {
         let hashes = line.chars().take_while(|&c| c == '#').count();
         if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
             continue;
