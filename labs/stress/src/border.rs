@@ -30,7 +30,7 @@ use pxio::wire::repr::{
 use pxio::wire::{classify, ethernet, icmp_frame, tcp_flags, Class, IcmpRepr};
 use pxio::{HeapPool, PacketBuf};
 
-use crate::crafted::{stream_byte, tcp_of, CLIENT_PORT_BASE};
+use crate::crafted::{accept_within, stream_byte, tcp_of, CLIENT_PORT_BASE};
 use crate::wire::{join, mac_of, spawn_in, PacketWire};
 
 /// A second address of the outside host, on pxgw's segment, for the ICMP case: the path MTU
@@ -180,21 +180,9 @@ pub fn tiny_mss(lab: &Lab, family: Family, mss: u16, bytes: usize, k: u16) -> Re
     let server = spawn_in(&lab.int, "tiny-mss-server", move || {
         let listener = TcpListener::bind(to).with_context(|| format!("bind {to}"))?;
         let _ = ready_tx.send(());
-        listener.set_nonblocking(true)?;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut sock = loop {
-            match listener.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        bail!("no connection to {to} within 5 s");
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => return Err(e.into()),
-            }
+        let Some(mut sock) = accept_within(&listener, Duration::from_secs(5))? else {
+            bail!("no connection to {to} within 5 s");
         };
-        sock.set_nonblocking(false)?;
         sock.set_write_timeout(Some(DOWNLOAD_LIMIT))?;
         let data: Vec<u8> = (0..bytes).map(stream_byte).collect();
         sock.write_all(&data)

@@ -387,23 +387,33 @@ fn reassemble(base: u32, copies: &[Copy]) -> (Vec<u8>, Option<u8>, End) {
     (stream, None, end)
 }
 
-/// The application of a script: what it reads, its out-of-band byte, and how it ended.
-fn read_app(listener: TcpListener) -> Result<(Vec<u8>, Option<u8>, End)> {
+/// The first connection `listener` accepts within `limit` (blocking again once accepted), or
+/// `None`: the listener never blocks longer than the limit, whatever the client does.
+pub fn accept_within(listener: &TcpListener, limit: Duration) -> Result<Option<TcpStream>> {
     listener.set_nonblocking(true)?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut sock = loop {
+    let deadline = Instant::now() + limit;
+    loop {
         match listener.accept() {
-            Ok((s, _)) => break s,
+            Ok((sock, _)) => {
+                sock.set_nonblocking(false)?;
+                return Ok(Some(sock));
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() > deadline {
-                    return Ok((Vec::new(), None, End::NoConnection));
+                    return Ok(None);
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// The application of a script: what it reads, its out-of-band byte, and how it ended.
+fn read_app(listener: TcpListener) -> Result<(Vec<u8>, Option<u8>, End)> {
+    let Some(mut sock) = accept_within(&listener, Duration::from_secs(5))? else {
+        return Ok((Vec::new(), None, End::NoConnection));
     };
-    sock.set_nonblocking(false)?;
     sock.set_read_timeout(Some(IDLE))?;
     let (mut stream, mut buf) = (Vec::new(), vec![0u8; 1 << 16]);
     let end = loop {
