@@ -293,6 +293,30 @@ impl<B: PacketBuf> Pipeline<B> {
         self.merger.stats().held_items > 0 || !self.caravans.is_empty()
     }
 
+    // ---- bursts ----
+
+    /// Handles one RX burst from outside, whole; what goes inside is appended to `out`. The
+    /// burst ends settled: what the merge engine does not hold for a delay window, and what the
+    /// caravans' and probes' timers release, is in `out`.
+    pub fn inbound_burst(&mut self, pkts: impl IntoIterator<Item = B>, now: u64, out: &mut Vec<B>) {
+        for pkt in pkts {
+            self.inbound(pkt, now, out);
+        }
+        self.end_of_burst(now, out);
+    }
+
+    /// Handles one RX burst from inside, whole; what goes outside is appended to `out`.
+    pub fn outbound_burst(
+        &mut self,
+        pkts: impl IntoIterator<Item = B>,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        for pkt in pkts {
+            self.outbound(pkt, now, out);
+        }
+    }
+
     // ---- inbound ----
 
     /// Handles one frame from outside; what goes inside is appended to `out`.

@@ -93,18 +93,13 @@ impl Worker {
             let mut busy = false;
             if self.ext_rx.rx_burst(&mut rx) > 0 {
                 busy = true;
-                for m in rx.drain() {
-                    self.pipeline.inbound(m, now, &mut to_int);
-                }
-                self.pipeline.end_of_burst(now, &mut to_int);
+                self.pipeline.inbound_burst(rx.drain(), now, &mut to_int);
             } else if self.pipeline.next_deadline().is_some_and(|d| d <= now) {
                 self.pipeline.poll(now, &mut to_int);
             }
             if self.int_rx.rx_burst(&mut rx) > 0 {
                 busy = true;
-                for m in rx.drain() {
-                    self.pipeline.outbound(m, now, &mut to_ext);
-                }
+                self.pipeline.outbound_burst(rx.drain(), now, &mut to_ext);
             }
             self.pipeline.take_replies(&mut to_ext);
             self.pipeline.take_inside_replies(&mut to_int);
@@ -133,15 +128,10 @@ impl Worker {
         // What a unified receive read from the NIC but had not handed out yet is processed too.
         while self.ext_rx.holding() || self.int_rx.holding() {
             if self.ext_rx.holding() && self.ext_rx.rx_burst(&mut rx) > 0 {
-                for m in rx.drain() {
-                    self.pipeline.inbound(m, now, &mut to_int);
-                }
-                self.pipeline.end_of_burst(now, &mut to_int);
+                self.pipeline.inbound_burst(rx.drain(), now, &mut to_int);
             }
             if self.int_rx.holding() && self.int_rx.rx_burst(&mut rx) > 0 {
-                for m in rx.drain() {
-                    self.pipeline.outbound(m, now, &mut to_ext);
-                }
+                self.pipeline.outbound_burst(rx.drain(), now, &mut to_ext);
             }
         }
         self.pipeline.flush(now, &mut to_int);
