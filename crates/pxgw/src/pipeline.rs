@@ -58,6 +58,29 @@ const MAX_LEARNING: usize = 16384;
 /// Connections learned one way (`[connections] one_way`), per worker (oldest evicted).
 const MAX_ONE_WAY: usize = 16384;
 
+/// What the ports do for the gateway on transmit, as granted when they started. Receive
+/// offloads need no setting: the RSS hash and the checksum verdicts travel with each buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offloads {
+    /// The inside port fills IPv4 and TCP checksums: merged packets leave with a request
+    /// instead of checksums summed here.
+    pub inside_checksum: bool,
+    /// The largest IP packet a TSO request may carry on the inside port, or 0 without TSO:
+    /// merged packets grow past the iMTU and the NIC cuts them at it (needs `inside_checksum`).
+    pub inside_tso_max_len: u16,
+    /// What the outside port does for split pieces.
+    pub outside: SplitOffloads,
+}
+
+impl From<SplitOffloads> for Offloads {
+    fn from(outside: SplitOffloads) -> Self {
+        Self {
+            outside,
+            ..Self::default()
+        }
+    }
+}
+
 /// The per-worker processing state.
 pub struct Pipeline<B: PacketBuf> {
     cfg: Settings,
@@ -124,9 +147,16 @@ impl<B: PacketBuf> Pipeline<B> {
         cfg: &Config,
         pool: B::Pool,
         merge_pool: B::Pool,
-        offloads: SplitOffloads,
+        offloads: impl Into<Offloads>,
     ) -> anyhow::Result<Self> {
-        let merge_cfg = cfg.merge_engine()?;
+        let offloads = offloads.into();
+        let mut merge_cfg = cfg.merge_engine()?;
+        merge_cfg.checksum_offload = offloads.inside_checksum;
+        merge_cfg.tso_max_len = if offloads.inside_checksum {
+            offloads.inside_tso_max_len
+        } else {
+            0
+        };
         Ok(Self {
             cfg: Settings {
                 emtu: cfg.emtu(),
@@ -150,7 +180,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 policy: cfg.pmtu.policy,
                 fallback: cfg.pmtu.fallback,
                 conservative: cfg.pmtu.conservative_mtu,
-                offloads,
+                offloads: offloads.outside,
                 icmp: cfg.icmp.clone(),
                 learn_ptb: cfg.pmtu.learn_ptb,
                 blackhole_retransmits: cfg.pmtu.blackhole_retransmits,
