@@ -423,9 +423,12 @@ pub enum Quoted {
 /// cannot keep every later real connection from being merged.
 #[derive(Debug)]
 pub struct ConnTable {
-    /// Established connections, least recently seen first out (keyed by `std`'s SipHash with
-    /// per-table random keys).
-    map: LruCache<FlowKey, Conn, RandomState>,
+    /// Established connections, least recently seen first out. Looked up on every packet, so
+    /// hashed with foldhash, seeded at random per table, rather than SipHash (a third of the
+    /// lookup's cost): only a handshake the inside host completes places an entry here, so an
+    /// outside host cannot fill it with forged keys, and it is bounded and evicts. The tables
+    /// forged packets can fill (half-open, learning) keep SipHash.
+    map: LruCache<FlowKey, Conn, foldhash::fast::RandomState>,
     /// Established connections evicted to make room for newer ones.
     established_evicted: u64,
     /// SYN and SYN-ACK segments on an established connection that changed nothing.
@@ -461,7 +464,7 @@ impl ConnTable {
         Self {
             map: LruCache::with_hasher(
                 NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
-                RandomState::new(),
+                foldhash::fast::RandomState::default(),
             ),
             established_evicted: 0,
             syn_ignored: 0,
@@ -807,6 +810,15 @@ impl ConnTable {
         };
         c.flight.on_inside(seg);
         true
+    }
+
+    /// A segment from inside of the connection `key` (inbound-oriented), when the connection is
+    /// established: one lookup refreshes it, records what the segment sent
+    /// ([`Flight::on_inside`]), and returns it for its path MTU hint and black-hole record.
+    pub fn on_inside_mut(&mut self, key: &FlowKey, seg: &Segment, now: u64) -> Option<&mut Conn> {
+        let c = self.touch_mut(key, now)?;
+        c.flight.on_inside(seg);
+        Some(c)
     }
 
     /// The established connection, refreshed.

@@ -526,7 +526,10 @@ impl<B: PacketBuf> Merger<B> {
     }
 
     /// [`rx_burst`](Self::rx_burst) for packets whose parse the caller already has (see
-    /// [`Parsed`]): nothing is classified again.
+    /// [`Parsed`]), as a gateway's pipeline does: the same two ways, the fast path for packets
+    /// with the NIC's RSS hash (which does not need the parse; the few packets it sends to the
+    /// general path are parsed again there), and the grouping by flow, which takes the parses
+    /// as they are instead of classifying again.
     pub fn rx_burst_parsed(
         &mut self,
         pkts: impl IntoIterator<Item = (B, Parsed)>,
@@ -535,26 +538,51 @@ impl<B: PacketBuf> Merger<B> {
     ) {
         let mut pkts = pkts.into_iter();
         loop {
-            let mut pending = std::mem::take(&mut self.pending);
-            pending.extend(
-                pkts.by_ref()
-                    .take(BURST_CHUNK)
-                    .map(|(pkt, parsed)| Pending {
-                        parsed: Self::trusted(&pkt, parsed),
-                        pkt: Some(pkt),
-                        hash: 0,
-                        next: NO_PKT,
-                    }),
-            );
-            let full = pending.len() == BURST_CHUNK;
-            self.merge_chunk(&mut pending, now, out);
-            pending.clear();
-            self.pending = pending;
+            let full = if self.stream_next {
+                self.stream_or_group(&mut pkts.by_ref().map(|(pkt, _)| pkt), now, out)
+            } else {
+                let merges = self.stats.merges;
+                let (n, hashed) =
+                    self.group_parsed_chunk(pkts.by_ref().take(BURST_CHUNK), now, out);
+                // Merges were to be had: the fast path would take most of them.
+                self.stream_next = hashed && (self.stats.merges - merges) * 2 >= n as u64;
+                n == BURST_CHUNK
+            };
             if !full {
                 break;
             }
         }
         self.settle(now, out);
+    }
+
+    /// [`group_chunk`](Self::group_chunk) for packets with their parses; returns how many there
+    /// were and whether the port hashes them.
+    #[inline(never)]
+    fn group_parsed_chunk(
+        &mut self,
+        chunk: impl Iterator<Item = (B, Parsed)>,
+        now: u64,
+        out: &mut Vec<B>,
+    ) -> (usize, bool) {
+        let mut pending = std::mem::take(&mut self.pending);
+        let mut hashed = None;
+        pending.extend(chunk.map(|(pkt, parsed)| {
+            // (The chunk's first packet tells whether the port hashes.)
+            if hashed.is_none() {
+                hashed = Some(pkt.rss_hash().is_some());
+            }
+            Pending {
+                parsed: Self::trusted(&pkt, parsed),
+                pkt: Some(pkt),
+                hash: 0,
+                next: NO_PKT,
+            }
+        }));
+        let n = pending.len();
+        self.merge_chunk(&mut pending, now, out);
+        pending.clear();
+        self.pending = pending;
+        (n, hashed == Some(true))
     }
 
     /// Groups a chunk of at most [`BURST_CHUNK`] parsed packets by flow and merges them.

@@ -1,0 +1,187 @@
+//! Inbound TCP (outside → inside): connection tracking, the MSS raised on SYNs, and merging to
+//! the iMTU for connections whose handshake crossed the gateway.
+//!
+//! Within an RX burst, the segments bound for the merge engine (and the packets that may belong
+//! to a held flow: fragments, extension headers, malformed TCP) are gathered and handed to
+//! [`Merger::rx_burst_parsed`] together at the end of the burst, with the parse the pipeline
+//! made, so the engine's fast path and its grouping by flow run as they do alone. A TCP packet
+//! that goes straight inside (a connection the gateway does not merge) first sends what was
+//! gathered, so no packet overtakes an earlier one of its flow.
+//!
+//! A TCP packet above the iMTU is coalesced (the NIC's LRO, or GRO on a kernel-backed port):
+//! it is a run of segments, cut here at the iMTU and merged as segments are (the paper's
+//! Appendix example of 13.5 KB and 7.5 KB LRO packets), never taken for an oversize packet.
+
+use pxio::split::split_tcp_parsed;
+
+use super::*;
+
+impl<B: PacketBuf> Pipeline<B> {
+    /// An inbound TCP packet (`parsed`, its one parse; `h`, its headers).
+    pub(super) fn inbound_tcp(
+        &mut self,
+        mut pkt: B,
+        parsed: Parsed,
+        h: &Headers,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        let key = conn::inbound_key(&h.key);
+        let seg = conn::Segment::parse(pkt.head(), h);
+        if let Some(seg) = seg.filter(|s| s.syn) {
+            self.inbound_syn(&mut pkt, h, &seg, now);
+        }
+        let known = match seg {
+            _ if self.conns.on_outside(&key, seg.as_ref(), now) => true,
+            // A segment that completes a half-open connection makes it known.
+            Some(seg) if !seg.syn => {
+                self.conns.on_segment(&key, &seg, true, now) == conn::Outcome::Established
+            }
+            _ => false,
+        };
+        if h.ip_len > self.cfg.imtu {
+            return self.inbound_coalesced(pkt, parsed, known, now, out);
+        }
+        if self.cfg.merge && known {
+            // A SYN's MSS rewrite above keeps every length: the parse still fits (and the
+            // engine parses again if it did not).
+            self.hand_to_merger(pkt, parsed, now, out);
+        } else {
+            self.send_inside(pkt, now, out);
+        }
+    }
+
+    /// A coalesced TCP segment above the iMTU: cut into iMTU-sized segments (zero-copy views
+    /// of its payload), which are merged, or sent on, as any segment of their connection is.
+    /// Its checksum is verified first (the NIC's verdict, else in software): a damaged one is
+    /// dropped and counted, never re-checksummed into pieces that would look valid.
+    fn inbound_coalesced(
+        &mut self,
+        pkt: B,
+        parsed: Parsed,
+        known: bool,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        let offloads = SplitOffloads {
+            tso: false,
+            checksum: self.cfg.inside_checksum,
+        };
+        let mut pieces = std::mem::take(&mut self.pieces);
+        match split_tcp_parsed(
+            pkt,
+            &parsed,
+            self.cfg.imtu,
+            offloads,
+            &self.pool,
+            &mut pieces,
+        ) {
+            Ok(n) => {
+                self.coalesced.inbound += 1;
+                self.coalesced.inbound_segments += n as u64;
+                for mut piece in pieces.drain(..) {
+                    // Cut from a verified segment: each piece's checksum is right (or left to
+                    // the NIC, which the merge engine's offload mode expects).
+                    piece.set_l4_csum_verdict(Some(true));
+                    piece.set_ip_csum_verdict(Some(true));
+                    let parsed = Parsed::of(piece.head(), piece.len());
+                    if self.cfg.merge && known {
+                        self.hand_to_merger(piece, parsed, now, out);
+                    } else {
+                        self.send_inside(piece, now, out);
+                    }
+                }
+            }
+            Err((e, pkt)) => {
+                tracing::debug!(error = %e, "coalesced inbound segment not cut");
+                self.coalesced.inbound_failed += 1;
+                drop(pkt);
+            }
+        }
+        self.pieces = pieces;
+    }
+
+    /// Hands `pkt` to the merge engine: gathered for the end of the burst inside
+    /// [`inbound_burst`](Pipeline::inbound_burst), at once for a packet handed over alone.
+    pub(super) fn hand_to_merger(&mut self, pkt: B, parsed: Parsed, now: u64, out: &mut Vec<B>) {
+        if self.in_burst {
+            self.gathered.push((pkt, parsed));
+        } else {
+            self.merger.rx_parsed(pkt, parsed, now, out);
+        }
+    }
+
+    /// Sends a packet inside without the merge engine: after what was gathered for it, so it
+    /// never overtakes an earlier packet of its flow.
+    pub(super) fn send_inside(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
+        self.merge_gathered(now, out);
+        out.push(pkt);
+    }
+
+    /// Hands what the burst gathered to the merge engine, which settles it.
+    pub(super) fn merge_gathered(&mut self, now: u64, out: &mut Vec<B>) {
+        if !self.gathered.is_empty() {
+            self.merger
+                .rx_burst_parsed(self.gathered.drain(..), now, out);
+        }
+    }
+
+    /// An outside SYN or SYN-ACK. Its MSS is raised to the iMTU's, so the inside host sends
+    /// large segments that the gateway splits on the way out; but not when it is below the
+    /// floor (`[mss] min`): an outside host announcing a tiny MSS (8 B, say) would otherwise
+    /// have the gateway cut each large segment into a thousand frames, where the inside host's
+    /// own TCP would never send below its own floor (Linux's `tcp_min_snd_mss`, 48 B). Left as
+    /// it is, that MSS reaches the inside host, which segments and checks for itself.
+    pub(super) fn inbound_syn(&mut self, pkt: &mut B, h: &Headers, seg: &conn::Segment, now: u64) {
+        self.report.mss.handshakes += 1;
+        let v6 = h.key.v6;
+        let announced = mss::read(pkt.head(), h);
+        let below_floor = announced.is_some_and(|m| m < self.mss_floor(v6));
+        self.report.mss.below_floor += u64::from(below_floor);
+        let target = (self.cfg.mss_rewrite && !below_floor)
+            .then(|| self.cfg.imtu.saturating_sub(mss::overhead(v6)));
+        if let Some(frame) = pkt.head_mut() {
+            let hs = mss::rewrite(frame, h, target, true);
+            self.report.mss.rewritten += u64::from(hs.rewritten.is_some());
+        }
+        self.report.mss.without_mss += u64::from(announced.is_none());
+        let pmtu = match self.cfg.policy {
+            PmtuPolicy::Mss => match announced {
+                Some(_) => mss::pmtu_from_mss(announced, v6, self.cfg.emtu),
+                None => self.fallback_pmtu(),
+            },
+            _ => self.fallback_pmtu_for(self.cfg.policy),
+        };
+        // A SYN from outside only makes a half-open connection; a SYN-ACK that acknowledges
+        // the inside host's SYN completes one; neither changes an established one
+        // (`crate::conn`).
+        self.conns
+            .on_handshake(conn::inbound_key(&h.key), seg, true, Some(pmtu), now);
+    }
+
+    /// A packet that is never merged but may belong to a TCP flow with held segments (IPv6
+    /// extension headers, a first fragment, a malformed TCP header): the merger passes it on
+    /// after that flow's held data, so the flow's order is kept.
+    pub(super) fn inbound_unmergeable(
+        &mut self,
+        pkt: B,
+        parsed: Parsed,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        if self.cfg.merge {
+            self.hand_to_merger(pkt, parsed, now, out);
+        } else {
+            out.push(pkt);
+        }
+    }
+
+    /// The smallest MSS the gateway raises toward the inside host (`[mss] min`, `min_v6`).
+    pub(super) fn mss_floor(&self, v6: bool) -> u16 {
+        if v6 {
+            self.cfg.mss_floor.1
+        } else {
+            self.cfg.mss_floor.0
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! Coalesced TCP (the NIC's LRO, the kernel's GRO on a kernel-backed port) and whole bursts.
+//!
+//! A TCP packet above the iMTU is a run of segments: inbound it is cut at the iMTU and merged
+//! (the paper's Appendix example: LRO packets of 13.5 KB and 7.5 KB leave as 9000 B packets,
+//! the rest of the first stashed for the second); outbound it is split to the path MTU. Neither
+//! way is it fragmented or answered with ICMP. And a burst handed over whole
+//! (`Pipeline::inbound_burst`) gives every flow's bytes in order, intact, whichever of the
+//! engine's two ways (fast path with RSS hashes, grouping without) it took.
+
+mod common;
+
+use common::{FROM_INSIDE, FROM_OUTSIDE};
+
+use etherparse::{SlicedPacket, TransportSlice};
+use pxgw::pipeline::Pipeline;
+use pxio::wire::{self, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr};
+use pxio::{HeapBuf, HeapPool, PacketBuf};
+
+const IMTU: usize = 9000;
+const OUTSIDE: [u8; 4] = [198, 51, 100, 7];
+const INSIDE: [u8; 4] = [198, 18, 8, 2];
+const OUTSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+const INSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+/// The outside peer's first sequence number (its SYN's).
+const ISS_OUT: u32 = 1000;
+/// The inside host's.
+const ISS_IN: u32 = 5000;
+
+fn pattern(n: usize, salt: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 251 + salt) as u8).collect()
+}
+
+/// A TCP frame of the connection between port `port` outside and 80 inside; `inbound` means
+/// outside → inside.
+fn tcp(
+    v6: bool,
+    inbound: bool,
+    port: u16,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let ip = match (v6, inbound) {
+        (false, true) => IpRepr::V4(Ipv4Repr {
+            dont_frag: true,
+            ..Ipv4Repr::new(OUTSIDE, INSIDE)
+        }),
+        (false, false) => IpRepr::V4(Ipv4Repr {
+            dont_frag: true,
+            ..Ipv4Repr::new(INSIDE, OUTSIDE)
+        }),
+        (true, true) => IpRepr::V6(Ipv6Repr::new(OUTSIDE6, INSIDE6)),
+        (true, false) => IpRepr::V6(Ipv6Repr::new(INSIDE6, OUTSIDE6)),
+    };
+    let (src_port, dst_port) = if inbound { (port, 80) } else { (80, port) };
+    let mss = [2, 4, 0x05, 0xb4]; // 1460
+    let tcp = TcpRepr {
+        src_port,
+        dst_port,
+        seq,
+        ack,
+        flags,
+        window: 65000,
+        urgent: 0,
+        options: if flags & wire::tcp_flags::SYN != 0 {
+            &mss
+        } else {
+            &[]
+        },
+    };
+    let eth = if inbound { FROM_OUTSIDE } else { FROM_INSIDE };
+    wire::tcp_frame(eth, ip, tcp, payload).unwrap()
+}
+
+/// Establishes the connection of `port` through the pipeline: SYN from outside, SYN-ACK from
+/// inside, ACK from outside.
+fn handshake(px: &mut Pipeline<HeapBuf>, pool: &HeapPool, v6: bool, port: u16) {
+    use wire::tcp_flags::{ACK, SYN};
+    let mut out = Vec::new();
+    px.inbound_burst(
+        [pool.packet(&tcp(v6, true, port, ISS_OUT - 1, 0, SYN, &[]))],
+        1,
+        &mut out,
+    );
+    px.outbound_burst(
+        [pool.packet(&tcp(v6, false, port, ISS_IN - 1, ISS_OUT, SYN | ACK, &[]))],
+        2,
+        &mut out,
+    );
+    px.inbound_burst(
+        [pool.packet(&tcp(v6, true, port, ISS_OUT, ISS_IN, ACK, &[]))],
+        3,
+        &mut out,
+    );
+    assert_eq!(out.len(), 3, "the handshake crosses");
+}
+
+/// What left: per connection port, the payload bytes by sequence number, after checking every
+/// frame is a well-formed TCP segment with a valid checksum that fits `mtu`.
+fn streams(frames: &[Vec<u8>], mtu: usize) -> std::collections::BTreeMap<u16, Vec<(u32, Vec<u8>)>> {
+    let mut by_port = std::collections::BTreeMap::<u16, Vec<(u32, Vec<u8>)>>::new();
+    for f in frames {
+        assert!(
+            f.len() - 14 <= mtu,
+            "{} B above the MTU {mtu}",
+            f.len() - 14
+        );
+        let p = SlicedPacket::from_ethernet(f).expect("well formed");
+        let Some(TransportSlice::Tcp(t)) = &p.transport else {
+            panic!("not TCP")
+        };
+        let sum_ok = match &p.net {
+            Some(etherparse::NetSlice::Ipv4(ip)) => {
+                let h = ip.header().to_header();
+                assert_eq!(h.header_checksum, h.calc_header_checksum(), "IPv4 checksum");
+                t.calc_checksum_ipv4(h.source, h.destination).unwrap() == t.checksum()
+            }
+            Some(etherparse::NetSlice::Ipv6(ip)) => {
+                let h = ip.header().to_header();
+                t.calc_checksum_ipv6(h.source, h.destination).unwrap() == t.checksum()
+            }
+            _ => panic!("not IP"),
+        };
+        assert!(sum_ok, "TCP checksum of a {} B segment", t.payload().len());
+        // The connection's port: the one that is not the inside server's 80.
+        let port = if t.source_port() == 80 {
+            t.destination_port()
+        } else {
+            t.source_port()
+        };
+        if !t.payload().is_empty() {
+            by_port
+                .entry(port)
+                .or_default()
+                .push((t.sequence_number(), t.payload().to_vec()));
+        }
+    }
+    by_port
+}
+
+/// The bytes of `segments` in sequence order, checking they follow each other exactly.
+fn joined(mut segments: Vec<(u32, Vec<u8>)>, first: u32) -> Vec<u8> {
+    segments.sort_by_key(|(seq, _)| seq.wrapping_sub(first));
+    let mut data = Vec::new();
+    for (seq, bytes) in segments {
+        assert_eq!(
+            seq.wrapping_sub(first) as usize,
+            data.len(),
+            "no gap, no overlap"
+        );
+        data.extend_from_slice(&bytes);
+    }
+    data
+}
+
+fn drain(px: &mut Pipeline<HeapBuf>, out: Vec<HeapBuf>, now: u64) -> Vec<Vec<u8>> {
+    let mut out = out;
+    px.flush(now, &mut out);
+    out.iter().map(PacketBuf::to_vec).collect()
+}
+
+#[test]
+fn lro_packets_of_an_established_connection_are_cut_at_the_imtu_and_merged() {
+    for v6 in [false, true] {
+        let pool = HeapPool::new(1024);
+        let mut px = common::pipeline_with("", "");
+        handshake(&mut px, &pool, v6, 40000);
+        // The paper's Appendix example: 13.5 KB then 7.5 KB, one LRO packet each.
+        let data = pattern(13_500 + 7_500, 3);
+        let first = tcp(
+            v6,
+            true,
+            40000,
+            ISS_OUT,
+            ISS_IN,
+            wire::tcp_flags::ACK,
+            &data[..13_500],
+        );
+        let second = tcp(
+            v6,
+            true,
+            40000,
+            ISS_OUT + 13_500,
+            ISS_IN,
+            wire::tcp_flags::ACK,
+            &data[13_500..],
+        );
+        let mut out = Vec::new();
+        px.inbound_burst([pool.packet(&first), pool.packet(&second)], 10, &mut out);
+        let mut replies = Vec::new();
+        px.take_replies(&mut replies);
+        assert!(replies.is_empty(), "no ICMP error for a coalesced packet");
+        let frames = drain(&mut px, out, 20);
+        let mut got = streams(&frames, IMTU);
+        assert!(
+            joined(got.remove(&40000).unwrap(), ISS_OUT) == data,
+            "intact"
+        );
+        // 21,000 B of payload: two full iMTU packets and the rest, as the Appendix shows.
+        let payload = IMTU - if v6 { 60 } else { 40 };
+        assert_eq!(frames.len(), 21_000usize.div_ceil(payload), "v6 {v6}");
+        let r = px.report();
+        assert_eq!(r.drops.oversize_inbound, 0);
+        assert_eq!(
+            r.inbound_oversize.frag_needed_sent + r.inbound_oversize.ptb_sent,
+            0
+        );
+        drop(frames);
+        assert_eq!(pool.in_use(), 0, "nothing leaked");
+    }
+}
+
+#[test]
+fn a_coalesced_segment_of_an_unknown_connection_is_cut_and_passed() {
+    let pool = HeapPool::new(1024);
+    let mut px = common::pipeline_with("", "");
+    let data = pattern(60_000, 5);
+    let frame = tcp(
+        false,
+        true,
+        40001,
+        77,
+        1,
+        wire::tcp_flags::ACK | wire::tcp_flags::PSH,
+        &data,
+    );
+    let mut out = Vec::new();
+    px.inbound_burst([pool.packet(&frame)], 10, &mut out);
+    let frames = drain(&mut px, out, 20);
+    assert_eq!(
+        frames.len(),
+        60_000usize.div_ceil(IMTU - 40),
+        "cut at the iMTU"
+    );
+    let mut got = streams(&frames, IMTU);
+    assert!(joined(got.remove(&40001).unwrap(), 77) == data, "intact");
+    // PSH stays on the last piece only.
+    let psh: Vec<bool> = frames
+        .iter()
+        .map(
+            |f| match SlicedPacket::from_ethernet(f).unwrap().transport {
+                Some(TransportSlice::Tcp(t)) => t.psh(),
+                _ => unreachable!(),
+            },
+        )
+        .collect();
+    assert_eq!(psh.iter().filter(|&&p| p).count(), 1);
+    assert!(psh[psh.len() - 1]);
+}
+
+#[test]
+fn a_damaged_coalesced_segment_is_dropped_not_rechecksummed() {
+    let pool = HeapPool::new(1024);
+    let mut px = common::pipeline_with("", "");
+    handshake(&mut px, &pool, false, 40002);
+    let mut frame = tcp(
+        false,
+        true,
+        40002,
+        ISS_OUT,
+        ISS_IN,
+        wire::tcp_flags::ACK,
+        &pattern(20_000, 1),
+    );
+    let last = frame.len() - 1;
+    frame[last] ^= 0x5a;
+    let mut out = Vec::new();
+    px.inbound_burst([pool.packet(&frame)], 10, &mut out);
+    let frames = drain(&mut px, out, 20);
+    assert!(
+        frames.is_empty(),
+        "nothing with a fresh checksum over damaged bytes"
+    );
+    drop(frames);
+    assert_eq!(pool.in_use(), 0, "nothing leaked");
+}
+
+#[test]
+fn a_coalesced_outbound_segment_is_split_to_the_path_mtu_without_icmp() {
+    let pool = HeapPool::new(1024);
+    let mut px = common::pipeline_with("", "");
+    handshake(&mut px, &pool, false, 40003);
+    let data = pattern(64_000, 9);
+    let frame = tcp(
+        false,
+        false,
+        40003,
+        ISS_IN,
+        ISS_OUT,
+        wire::tcp_flags::ACK,
+        &data,
+    );
+    let mut out = Vec::new();
+    px.outbound_burst([pool.packet(&frame)], 10, &mut out);
+    let mut replies = Vec::new();
+    px.take_inside_replies(&mut replies);
+    assert!(replies.is_empty(), "no Packet Too Big for the inside host");
+    let frames: Vec<Vec<u8>> = out.iter().map(PacketBuf::to_vec).collect();
+    // The outside's SYN announced MSS 1460: 1500 B packets.
+    let mut got = streams(&frames, 1500);
+    assert!(
+        joined(got.remove(&40003).unwrap(), ISS_IN) == data,
+        "intact"
+    );
+    assert_eq!(px.report().drops.split_failed, 0);
+}
+
+/// Many connections, segments of varied sizes (some above the iMTU, as LRO makes them),
+/// interleaved and in bursts of 32: every connection's bytes arrive whole and in order, with
+/// and without the NIC's RSS hash (the engine's fast path, and its grouping).
+#[test]
+fn whole_bursts_keep_every_stream_intact_with_and_without_rss() {
+    for rss in [false, true] {
+        let pool = HeapPool::new(8192);
+        let mut px = common::pipeline_with("", "");
+        let ports: Vec<u16> = (41000..41024).collect();
+        for &p in &ports {
+            handshake(&mut px, &pool, p.is_multiple_of(3), p);
+        }
+        let mut rng = 0x9e37_79b9_u32;
+        let mut next = |n: u32| {
+            rng ^= rng << 13;
+            rng ^= rng >> 17;
+            rng ^= rng << 5;
+            rng % n
+        };
+        let mut sent: Vec<Vec<u8>> = vec![Vec::new(); ports.len()];
+        let mut frames = Vec::new();
+        for round in 0..40 {
+            let i = next(ports.len() as u32) as usize;
+            // Runs of a few segments per flow, as a switch interleaves TSO bursts.
+            for _ in 0..1 + next(6) {
+                let len = match next(10) {
+                    0 => 9_000 + next(20_000) as usize, // coalesced
+                    1 => 1 + next(1000) as usize,
+                    _ => 1448,
+                };
+                let p = ports[i];
+                let data = pattern(len, round + i);
+                let seq = ISS_OUT.wrapping_add(sent[i].len() as u32);
+                let f = tcp(
+                    p.is_multiple_of(3),
+                    true,
+                    p,
+                    seq,
+                    ISS_IN,
+                    wire::tcp_flags::ACK,
+                    &data,
+                );
+                sent[i].extend_from_slice(&data);
+                frames.push((f, p));
+            }
+        }
+        let mut out = Vec::new();
+        for (b, burst) in frames.chunks(32).enumerate() {
+            let bufs = burst.iter().map(|(f, p)| {
+                let mut buf = pool.packet(f);
+                if rss {
+                    buf.set_rss_hash(Some(u32::from(*p).wrapping_mul(0x9e37_79b9)));
+                }
+                buf
+            });
+            px.inbound_burst(bufs, 10 + b as u64 * 1000, &mut out);
+        }
+        let frames = drain(&mut px, out, 1_000_000_000);
+        let mut got = streams(&frames, IMTU);
+        for (i, &p) in ports.iter().enumerate() {
+            let segs = got.remove(&p).unwrap_or_default();
+            assert!(
+                joined(segs, ISS_OUT) == sent[i],
+                "port {p}, rss {rss}: bytes differ"
+            );
+        }
+        let r = px.report();
+        assert!(r.merge.merges > 0, "segments were merged (rss {rss})");
+        drop(frames);
+        assert_eq!(pool.in_use(), 0, "nothing leaked");
+    }
+}
