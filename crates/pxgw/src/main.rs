@@ -14,7 +14,7 @@ use clap::Parser;
 use dpdk::{Mempool, Port, TxOffloads};
 use pxgw::config::{parse_mac, Backing, Config, Mode};
 use pxgw::metrics::{self, Metrics};
-use pxgw::pipeline::Pipeline;
+use pxgw::pipeline::{Offloads, Pipeline};
 use pxgw::ports::{self, Gateway, PortPlan};
 use pxgw::privileges::{self, Target};
 use pxgw::publish::{self, Publisher};
@@ -293,7 +293,7 @@ fn open_ports(cfg: &Config) -> Result<(Gateway, Config)> {
 
 /// What every worker's data path shares, from the started ports.
 struct Datapath {
-    offloads: SplitOffloads,
+    offloads: Offloads,
     flatten: (Option<Arc<Mempool>>, Option<Arc<Mempool>>),
     rewrite_macs: Option<([u8; 12], [u8; 12])>,
     clock: TscClock,
@@ -318,7 +318,20 @@ impl Datapath {
                 | TxOffloads::TCP_CKSUM
                 | TxOffloads::MULTI_SEGS,
         ) && plans[0].driver != "net_tap";
-        let offloads = SplitOffloads { tso, checksum: tso };
+        // Merged packets toward the inside: the NIC fills their checksums, and with TSO it
+        // cuts items grown past the iMTU (the engine's `tso_max_len`), where the inside port
+        // grants it. Not net_tap: its checksums and TSO are DPDK's software ones, no cheaper
+        // than the engine's sums, which it derives from the segments' without reading payload.
+        let inside = int.tx_offloads();
+        let inside_checksum = inside.contains(TxOffloads::IPV4_CKSUM | TxOffloads::TCP_CKSUM)
+            && plans[1].multi_segs
+            && plans[1].driver != "net_tap";
+        let inside_tso = inside_checksum && inside.contains(TxOffloads::TCP_TSO);
+        let offloads = Offloads {
+            inside_checksum,
+            inside_tso_max_len: if inside_tso { u16::MAX } else { 0 },
+            outside: SplitOffloads { tso, checksum: tso },
+        };
         let flatten = (
             (!plans[0].multi_segs).then(|| pool.clone()),
             (!plans[1].multi_segs).then(|| pool.clone()),
@@ -327,6 +340,9 @@ impl Datapath {
             external = %cfg.ports.external.device, internal = %cfg.ports.internal.device,
             ext_tx_offloads = ?ext.tx_offloads(), ext_rx_offloads = ?ext.rx_offloads(), emtu = cfg.emtu(), imtu = cfg.imtu(), workers = cfg.workers.count,
             merge_max_segs = cfg.merge.max_segs,
+            merge_tx_checksum = offloads.inside_checksum,
+            merge_tso = offloads.inside_tso_max_len > 0,
+            split_tso = offloads.outside.tso,
             "ports started"
         );
         let rewrite_macs = match cfg.mode {
