@@ -17,6 +17,14 @@ pub struct EngineResult {
     pub parsed_in_timed_region: Option<u64>,
     /// The share of [`ns_per_pkt`](Self::ns_per_pkt) spent in that parse, ns per packet.
     pub parse_ns_per_pkt: Option<f64>,
+    /// Packets the run readied for the NIC's checksum offload and TSO inside its timed
+    /// sections, when the engine leaves that to the application (rte_gro: its merged packets'
+    /// checksums are stale); `None` when the engine does it itself (pxio's emit).
+    pub tx_prepared_in_timed_region: Option<u64>,
+    /// The outputs that needed that (rewritten by the engine), counted from the outputs
+    /// outside the timed sections; equal to [`tx_prepared_in_timed_region`]
+    /// (Self::tx_prepared_in_timed_region) when the work was done and timed.
+    pub tx_prepare_due: Option<u64>,
     /// The share of `ns_per_pkt` spent cutting outputs to the iMTU with `rte_gso` (the
     /// rte_gro + rte_gso peer only).
     pub gso_ns_per_pkt: Option<f64>,
@@ -131,9 +139,12 @@ pub fn fastest(runs: Vec<EngineResult>) -> Result<EngineResult, BenchError> {
                 best.outcome, next.outcome
             )));
         }
-        if next.parsed_in_timed_region != best.parsed_in_timed_region {
+        if next.parsed_in_timed_region != best.parsed_in_timed_region
+            || next.tx_prepared_in_timed_region != best.tx_prepared_in_timed_region
+            || next.tx_prepare_due != best.tx_prepare_due
+        {
             return Err(BenchError::Config(
-                "two runs on the same trace parsed different packet counts".into(),
+                "two runs on the same trace parsed or readied different packet counts".into(),
             ));
         }
         if next.ns_per_pkt < best.ns_per_pkt {

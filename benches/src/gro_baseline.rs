@@ -7,11 +7,18 @@
 //! 2. **Timed:** the header parse `rte_gro` relies on, then `rte_gro_reassemble` on the burst,
 //!    and, when due, the flush. `rte_gro` trusts `packet_type` and `l2/l3/l4_len` and parses
 //!    nothing itself; a NIC does not fill in the lengths, so an application must parse first, as
-//!    testpmd does before GRO. Here that is `rte_net_get_ptype` (all layers) per packet
-//!    ([`Mbuf::parse_packet_type`]), inside the timed region, as pxio's own classify is inside
-//!    its. [`EngineResult::parsed_in_timed_region`] counts the parses. Each flush readies the
-//!    merged packets it hands out for the NIC (`prepare_tx`): rte_gro leaves their checksums
-//!    stale, and pxio's emit does the same work for its own inside its timed region.
+//!    testpmd does before GRO. The parse is one of two ([`GroParse`]): `rte_net_get_ptype` (all
+//!    layers) per packet ([`Mbuf::parse_packet_type`]), or a minimal one that checks the fixed
+//!    Ethernet/IPv4/TCP layout and fills the type and lengths from it, as an application whose
+//!    NIC reports the packet type would (it has only the lengths to fill). Either is inside the
+//!    timed region, as pxio's own classify is inside its, and
+//!    [`EngineResult::parsed_in_timed_region`] counts the parses. Each flush readies the merged
+//!    packets it hands out for the NIC (`prepare_tx`): rte_gro leaves their checksums stale,
+//!    and pxio's emit does the same work for its own inside its timed region.
+//!    [`EngineResult::tx_prepared_in_timed_region`] counts the packets readied there, and
+//!    [`EngineResult::tx_prepare_due`] the outputs that needed it and carry the request, counted
+//!    outside the timed region from the outputs themselves: equal counts show the work was done
+//!    and timed.
 //! 3. **Not timed:** record what came out in the [`Ledger`] and free it (a TX path would).
 //!
 //! **The flush emulates "timeout flush with the same delay budget".** `rte_gro` stamps each held
@@ -19,7 +26,8 @@
 //! stamps with the real TSC. Real time cannot follow the trace's simulated time (the CPU runs a
 //! trace far faster or slower than real time), so we never ask it for a partial timeout. Instead
 //! the emulated worker does a full flush (timeout 0) every time simulated time has advanced by
-//! the delay budget (20 µs) since the last flush, as a polling loop that checks its flush timer
+//! the delay budget ([`MergeBenchConfig::delay_budget_ns`], the same budget pxio's longest
+//! delay window gets) since the last flush, as a polling loop that checks its flush timer
 //! on every iteration, with or without traffic, would: the flushes fall on a grid of budget-long
 //! steps starting at the first burst. A flush due before a burst arrives runs, and is dated,
 //! at its deadline, before that burst is reassembled; a deadline that passes with an empty table
@@ -40,7 +48,7 @@ use dpdk::{Burst, Eal, GroContext, GsoContext, Mbuf, Mempool};
 
 use crate::engine::{best_of, CycleTimer, EngineResult};
 use crate::ledger::Ledger;
-use crate::trace::layout::{ETH_LEN, FRAME_LEN};
+use crate::trace::layout::{ETH_LEN, FRAME_LEN, IPV4_LEN};
 use crate::trace::Trace;
 use crate::{BenchError, MergeBenchConfig};
 
@@ -59,14 +67,39 @@ const DATA_ROOM: u16 = 2048 + 128;
 /// after the headroom.
 const GSO_HEADER_ROOM: u16 = 128 + 128;
 
+/// How the application fills in the packet type and header lengths `rte_gro` trusts, before it
+/// (inside the timed region).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroParse {
+    /// `rte_net_get_ptype` over all layers ([`Mbuf::parse_packet_type`]), as testpmd's csum
+    /// engine parses before GRO: for a NIC that reports neither type nor lengths.
+    Full,
+    /// A check of the fixed Ethernet/IPv4/TCP layout (EtherType, IP version and header length,
+    /// protocol, no fragment, the TCP data offset; IPv6 likewise, without extension headers)
+    /// that fills the type and lengths from it ([`parse_fixed_layout`]): the least an
+    /// application does when its NIC reports the packet type, which leaves it only the lengths
+    /// to fill. Anything else gets no type and passes through rte_gro unmerged.
+    Minimal,
+}
+
 /// Runs `trace` through `rte_gro` [`MergeBenchConfig::repetitions`] times and reports the
-/// fastest run (see [`best_of`]).
+/// fastest run (see [`best_of`]), with the full parse ([`GroParse::Full`]).
 pub fn run_rte_gro(
     eal: &Eal,
     trace: &Trace,
     cfg: &MergeBenchConfig,
 ) -> Result<EngineResult, BenchError> {
-    best_of(cfg.repetitions, || run_once(eal, trace, cfg, false))
+    run_rte_gro_with(eal, trace, cfg, GroParse::Full)
+}
+
+/// [`run_rte_gro`] with the parse `parse`.
+pub fn run_rte_gro_with(
+    eal: &Eal,
+    trace: &Trace,
+    cfg: &MergeBenchConfig,
+    parse: GroParse,
+) -> Result<EngineResult, BenchError> {
+    best_of(cfg.repetitions, || run_once(eal, trace, cfg, false, parse))
 }
 
 /// [`run_rte_gro`] followed by `rte_gso` at the iMTU, so that the peer's output fits the
@@ -80,15 +113,19 @@ pub fn run_rte_gro_gso(
     trace: &Trace,
     cfg: &MergeBenchConfig,
 ) -> Result<EngineResult, BenchError> {
-    best_of(cfg.repetitions, || run_once(eal, trace, cfg, true))
+    best_of(cfg.repetitions, || {
+        run_once(eal, trace, cfg, true, GroParse::Full)
+    })
 }
 
-/// One run of `trace` through a fresh `rte_gro` context (and `rte_gso` after it with `gso`).
+/// One run of `trace` through a fresh `rte_gro` context (and `rte_gso` after it with `gso`),
+/// each burst parsed by `parse` first.
 fn run_once(
     eal: &Eal,
     trace: &Trace,
     cfg: &MergeBenchConfig,
     gso: bool,
+    parse: GroParse,
 ) -> Result<EngineResult, BenchError> {
     let wall = Instant::now();
     let flows = trace.config().flows;
@@ -140,7 +177,13 @@ fn run_once(
         Some(_) => {
             Ledger::new(trace, "rte_gro+rte_gso", cfg.imtu, cfg.verify_payload).enforcing_imtu()
         }
-        None => Ledger::new(trace, "rte_gro", cfg.imtu, cfg.verify_payload),
+        None => {
+            let name = match parse {
+                GroParse::Full => "rte_gro",
+                GroParse::Minimal => "rte_gro (minimal parse)",
+            };
+            Ledger::new(trace, name, cfg.imtu, cfg.verify_payload)
+        }
     };
     let mut run = Run {
         gro: GroContext::new(eal, max_flows, cfg.gro_items_per_flow)?,
@@ -151,6 +194,8 @@ fn run_once(
         held_at_flushes: 0,
         parsed: 0,
         parse_timer: CycleTimer::new(cfg.tsc_hz),
+        tx_prepared: 0,
+        tx: TxCount::default(),
         gso,
         cut: Vec::with_capacity(FLUSH_CAPACITY * 8),
         gso_timer: CycleTimer::new(cfg.tsc_hz),
@@ -173,13 +218,16 @@ fn run_once(
         // Two sections, to tell the parse's share; their sum is rte_gro's cost.
         let parsed = &mut run.parsed;
         run.parse_timer.time(|| {
-            timed_parse(&mut rx);
+            match parse {
+                GroParse::Full => timed_parse(&mut rx),
+                GroParse::Minimal => timed_parse_fixed_layout(&mut rx),
+            }
             *parsed += rx.len() as u64;
         });
         run.timer.time(|| timed_reassemble(&mut run.gro, &mut rx));
         // What rte_gro hands back (nothing, for this trace's pure-ACK data segments, unless the
         // table is full) leaves at once.
-        run.ledger.record_mbufs(rx.drain(), burst.time_ns);
+        run.tx.record(&mut run.ledger, rx.drain(), burst.time_ns);
         if budget == 0 {
             run.flush(burst.time_ns)?;
         }
@@ -193,6 +241,13 @@ fn run_once(
 
     let held_at_flush = run.held_at_flushes as f64 / run.flushes.max(1) as f64;
     let with_gso = run.gso.is_some();
+    let (tx_prepared, tx_due) = (run.tx_prepared, run.tx.due);
+    if run.tx.ready != tx_due {
+        return Err(BenchError::Config(format!(
+            "{} of rte_gro's {tx_due} merged outputs left without a TX checksum request",
+            tx_due - run.tx.ready
+        )));
+    }
     let (timer, ledger, parsed, parse) = (run.timer, run.ledger, run.parsed, run.parse_timer);
     let cut = run.gso_timer;
     let n = trace.len().max(1) as f64;
@@ -201,6 +256,8 @@ fn run_once(
         cycles_per_pkt: (timer.cycles() + parse.cycles() + cut.cycles()) / n,
         parsed_in_timed_region: Some(parsed),
         parse_ns_per_pkt: Some(parse.ns() / n),
+        tx_prepared_in_timed_region: Some(tx_prepared),
+        tx_prepare_due: Some(tx_due),
         gso_ns_per_pkt: with_gso.then(|| cut.ns() / n),
         outcome: ledger.finish()?,
         flow_entry_bytes: u64::from(cfg.gro_items_per_flow) * (GRO_FLOW_BYTES + GRO_ITEM_BYTES),
@@ -220,6 +277,61 @@ fn timed_parse(rx: &mut Burst<RX_CAPACITY>) {
     }
 }
 
+/// See [`timed_parse`]: the minimal parse ([`GroParse::Minimal`]).
+#[inline(never)]
+fn timed_parse_fixed_layout(rx: &mut Burst<RX_CAPACITY>) {
+    for m in rx.as_mut_slice() {
+        parse_fixed_layout(m);
+    }
+}
+
+/// The minimal parse ([`GroParse::Minimal`]): when the frame has the fixed Ethernet/IPv4/TCP
+/// layout (EtherType 0x0800, IPv4 without options, TCP, not a fragment; or EtherType 0x86dd,
+/// IPv6 whose next header is TCP) and a TCP data offset of 20..=60 bytes, records its packet
+/// type and header lengths in the mbuf, as `rte_gro` reads them; otherwise clears both, and
+/// rte_gro passes the packet through unmerged. Returns the packet type (0 for the others).
+pub fn parse_fixed_layout(m: &mut Mbuf) -> u32 {
+    use dpdk::ptype::{L2_ETHER, L3_IPV4, L3_IPV6, L4_TCP};
+    let (ptype, l2, l3, l4) = match fixed_tcp_layout(m.data()) {
+        Some((v6, l4)) => {
+            let (l3_type, l3) = if v6 {
+                (L3_IPV6, 40)
+            } else {
+                (L3_IPV4, IPV4_LEN as u16)
+            };
+            (L2_ETHER | l3_type | L4_TCP, ETH_LEN as u8, l3, l4)
+        }
+        None => (0, 0, 0, 0),
+    };
+    m.set_packet_type(ptype);
+    // The lengths in one store of the packed offload word (no flags, no TSO size), as C's
+    // `m->tx_offload = rte_mbuf_tx_offload(...)` writes them.
+    m.set_tx_offload(l2, l3, l4, 0, 0);
+    ptype
+}
+
+/// Whether `frame` has the fixed layout [`parse_fixed_layout`] accepts: `Some((ipv6, TCP
+/// header length))`.
+#[inline]
+fn fixed_tcp_layout(frame: &[u8]) -> Option<(bool, u8)> {
+    let eth = ETH_LEN;
+    let (v6, l3) = match frame.get(eth - 2..eth)? {
+        [0x08, 0x00] => {
+            let ip: &[u8; IPV4_LEN] = frame.get(eth..)?.first_chunk()?;
+            // Version 4 and no options; TCP; MF clear and offset 0.
+            let frag = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
+            (ip[0] == 0x45 && ip[9] == 6 && frag == 0).then_some((false, IPV4_LEN))?
+        }
+        [0x86, 0xdd] => {
+            let ip: &[u8; 40] = frame.get(eth..)?.first_chunk()?;
+            (ip[0] >> 4 == 6 && ip[6] == 6).then_some((true, 40))?
+        }
+        _ => return None,
+    };
+    let doff = usize::from(*frame.get(eth + l3 + 12)? >> 4) * 4;
+    (20..=60).contains(&doff).then_some((v6, doff as u8))
+}
+
 /// See [`timed_parse`].
 #[inline(never)]
 fn timed_reassemble(gro: &mut GroContext, rx: &mut Burst<RX_CAPACITY>) -> usize {
@@ -228,23 +340,25 @@ fn timed_reassemble(gro: &mut GroContext, rx: &mut Burst<RX_CAPACITY>) -> usize 
 
 /// See [`timed_parse`]. The flush, then, given the iMTU `tso_at`, each merged packet readied
 /// for the NIC ([`prepare_tx`]), with TSO when it is longer than the iMTU. (When rte_gso cuts
-/// what comes out, it readies its outputs instead.)
+/// what comes out, it readies its outputs instead.) Returns the packets flushed and the
+/// packets readied.
 #[inline(never)]
 fn timed_flush(
     gro: &mut GroContext,
     out: &mut Burst<FLUSH_CAPACITY>,
     tso_at: Option<u32>,
-) -> Result<usize, dpdk::Error> {
+) -> Result<(usize, u64), dpdk::Error> {
     let n = gro.timeout_flush(0, out);
+    let mut readied = 0;
     if let Some(imtu) = tso_at {
         // Only merged packets (chains) need it; the others' header lengths, in the mbuf's
         // second cache line, are not read.
         for m in out.as_mut_slice().iter_mut().filter(|m| m.num_segs() > 1) {
             let lens = m.header_lens();
-            prepare_tx(m, lens, imtu, true)?;
+            readied += u64::from(prepare_tx(m, lens, imtu, true)?);
         }
     }
-    Ok(n)
+    Ok((n, readied))
 }
 
 /// Readies a packet that left rte_gro (or rte_gso) for a NIC with checksum offload, and with
@@ -256,16 +370,17 @@ fn timed_flush(
 /// testpmd's csum engine does). pxio's emit does the same work for its merged packets inside
 /// its timed region (`finalize`). A packet of one segment was not merged and leaves as it came.
 /// The flags say IPv4: DPDK 22.11's rte_gro and rte_gso merge and cut TCP/IPv4 only.
+/// Returns whether the packet was readied (it was not when it has one segment).
 #[inline]
 fn prepare_tx(
     m: &mut Mbuf,
     (l2, l3, l4): (u8, u16, u8),
     imtu: u32,
     tso: bool,
-) -> Result<(), dpdk::Error> {
+) -> Result<bool, dpdk::Error> {
     use dpdk::tx_flags as f;
     if m.num_segs() == 1 {
-        return Ok(());
+        return Ok(false);
     }
     let ip_len = (m.len() - usize::from(l2)) as u32;
     let headers = u32::from(l3) + u32::from(l4);
@@ -278,7 +393,20 @@ fn prepare_tx(
     // A piece rte_gso cut may carry its input's TSO request: it is a packet of its own now.
     m.reset_metadata();
     m.set_tx_offload(l2, l3, l4, flags, segsz);
-    m.prepare_tx_checksums()
+    m.prepare_tx_checksums()?;
+    Ok(true)
+}
+
+/// Whether `m` left rte_gro (or rte_gso) rewritten, so that it needed [`prepare_tx`]: a merged
+/// packet, or a piece rte_gso cut (a header mbuf chained to the payload's), both chains.
+fn needs_tx_prepare(m: &Mbuf) -> bool {
+    m.num_segs() > 1
+}
+
+/// Whether `m` asks the NIC to fill its TCP checksum (with or without TSO), as
+/// [`prepare_tx`] leaves it.
+fn tx_prepared(m: &Mbuf) -> bool {
+    m.ol_flags() & (dpdk::tx_flags::TCP_CKSUM | dpdk::tx_flags::TCP_SEG) != 0
 }
 
 /// The state of one run.
@@ -294,6 +422,10 @@ struct Run<'t> {
     parsed: u64,
     /// The parse's sections.
     parse_timer: CycleTimer,
+    /// Packets readied for the NIC ([`prepare_tx`]) inside the timed sections.
+    tx_prepared: u64,
+    /// The outputs that needed it.
+    tx: TxCount,
     /// GSO at the iMTU after each flush, when the peer is rte_gro + rte_gso.
     gso: Option<GsoContext>,
     /// GSO's outputs, recorded after its timed section.
@@ -314,11 +446,13 @@ impl Run<'_> {
         let tso_at = self.gso.is_none().then_some(imtu);
         loop {
             let (gro, out) = (&mut self.gro, &mut *self.out);
-            self.timer.time(|| timed_flush(gro, out, tso_at))?;
+            let (_, readied) = self.timer.time(|| timed_flush(gro, out, tso_at))?;
+            self.tx_prepared += readied;
             let more = self.out.is_full();
             if let Some(gso) = &self.gso {
                 let (out, cut) = (&mut *self.out, &mut self.cut);
-                self.gso_timer.time(|| {
+                let readied = self.gso_timer.time(|| {
+                    let mut readied = 0u64;
                     out.drain().try_for_each(|m| {
                         // Only a merged packet, or one rte_gso cuts, is rewritten; the
                         // header lengths of any other are not read.
@@ -327,20 +461,46 @@ impl Run<'_> {
                         let from = cut.len();
                         gso.segment(m, cut).map_err(|(e, _)| e)?;
                         lens.map_or(Ok(()), |lens| {
-                            cut[from..]
-                                .iter_mut()
-                                .try_for_each(|piece| prepare_tx(piece, lens, imtu, false))
+                            cut[from..].iter_mut().try_for_each(|piece| {
+                                readied += u64::from(prepare_tx(piece, lens, imtu, false)?);
+                                Ok(())
+                            })
                         })
-                    })
+                    })?;
+                    Ok::<_, dpdk::Error>(readied)
                 })?;
-                self.ledger.record_mbufs(self.cut.drain(..), now_ns);
+                self.tx_prepared += readied;
+                self.tx.record(&mut self.ledger, self.cut.drain(..), now_ns);
             }
-            self.ledger.record_mbufs(self.out.drain(), now_ns);
+            self.tx.record(&mut self.ledger, self.out.drain(), now_ns);
             if !more {
                 break;
             }
         }
         Ok(())
+    }
+}
+
+/// The outputs that needed readying for the NIC, counted from the outputs themselves outside
+/// the timed sections.
+#[derive(Default)]
+struct TxCount {
+    /// Rewritten outputs ([`needs_tx_prepare`]).
+    due: u64,
+    /// Of those, the ones that carry the checksum request ([`tx_prepared`]).
+    ready: u64,
+}
+
+impl TxCount {
+    /// Records `pkts`, emitted at `now_ns`, in `ledger` (which frees them), counting them.
+    fn record(&mut self, ledger: &mut Ledger<'_>, pkts: impl Iterator<Item = Mbuf>, now_ns: u64) {
+        let pkts = pkts.inspect(|m| {
+            if needs_tx_prepare(m) {
+                self.due += 1;
+                self.ready += u64::from(tx_prepared(m));
+            }
+        });
+        ledger.record_mbufs(pkts, now_ns);
     }
 }
 

@@ -25,7 +25,8 @@ pub mod trace;
 use std::path::PathBuf;
 
 pub use merge::{
-    profile, run_merge, MergeBenchConfig, ProfileRun, ProfiledEngine, ScenarioRun, SCENARIOS,
+    profile, run_merge, MergeBenchConfig, ProfileRun, ProfiledEngine, ScenarioRun,
+    DELAY_BUDGETS_NS, SCENARIOS,
 };
 
 /// Why a benchmark could not run or its result cannot be trusted.

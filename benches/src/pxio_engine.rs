@@ -80,7 +80,9 @@ impl NicInfo {
 }
 
 /// The merge configuration the benchmark runs: the engine's defaults (1 Gb/s delay threshold,
-/// 93 % yield bypass, p = 0.95), with the ETM window capped at `cap_ns`.
+/// 93 % yield bypass, p = 0.95), with the ETM window capped at the delay budget
+/// ([`MergeBenchConfig::delay_budget_ns`], the period of rte_gro's flushes): no segment waits
+/// longer in pxio than rte_gro's flush period.
 pub fn bench_merge_config(
     cfg: &MergeBenchConfig,
     flows: u32,
@@ -98,7 +100,7 @@ pub fn bench_merge_config(
         // engine's is not, so do not make it touch more than it needs.
         max_items: 8192,
         delay: DelayConfig {
-            max_window_ns: cfg.pxio_max_window_ns,
+            max_window_ns: cfg.delay_budget_ns,
             ..DelayConfig::default()
         },
         ..MergeConfig::default()
@@ -127,10 +129,10 @@ fn run_once(
     let checksum_offload = nic.csum;
     let wall = Instant::now();
     let name = format!("pxio{}", unique());
-    // Items are held for at most a window; the pool covers everything a window can gather,
-    // sized by the same rule as rte_gro's (`pool_size`). A cut holds a header mbuf until its
-    // item leaves, one per item at most.
-    let held = pool_size(trace, cfg.pxio_max_window_ns.max(cfg.delay_budget_ns));
+    // Items are held for at most a window, the delay budget; the pool covers everything a
+    // window can gather, sized by the same rule as rte_gro's (`pool_size`). A cut holds a
+    // header mbuf until its item leaves, one per item at most.
+    let held = pool_size(trace, cfg.delay_budget_ns);
     let pool = Mempool::new(eal, &name, held, 256, DATA_ROOM)?;
     let headers = Mempool::new(
         eal,
@@ -198,6 +200,8 @@ fn run_once(
         cycles_per_pkt: timer.cycles() / trace.len().max(1) as f64,
         parsed_in_timed_region: None,
         parse_ns_per_pkt: None,
+        tx_prepared_in_timed_region: None,
+        tx_prepare_due: None,
         gso_ns_per_pkt: None,
         outcome: ledger.finish()?,
         flow_entry_bytes: FLOW_ENTRY_BYTES as u64,

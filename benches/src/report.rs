@@ -1,13 +1,24 @@
 //! The merge benchmark's report: one [`MergeRow`] per scenario, printed as a table and written
 //! as JSON (`cargo xtask bench merge --json FILE`).
 //!
-//! The JSON is an array of [`MergeRow`] objects, one per scenario and schedule. The core fields
-//! come first: `flows, gbps_per_flow, pxio_ns_per_pkt, rte_gro_ns_per_pkt, speedup, yield,
-//! mean_delay_us, p99_delay_us, flow_entry_bytes`, then `schedule`, `packets_per_imtu`,
-//! `rte_gro_parse_in_timed_region` (always `true`: rte_gro's cost includes the
-//! `rte_net_get_ptype` parse it depends on) and `cycles_per_pkt`; then
-//! `rte_gro_tx_prepare_in_timed_region` (always `true`: rte_gro's cost includes readying its
-//! merged packets for the NIC's checksum offload and TSO, as pxio's includes its emit's).
+//! The JSON is an array of [`MergeRow`] objects, one per scenario, schedule and delay budget.
+//! A row is keyed by `flows, gbps_per_flow, delay_budget_us, schedule` (and `ipv6`, `imtu`,
+//! `seed`). `delay_budget_us` is the budget both engines were given: rte_gro's flush period and
+//! pxio's longest delay window, so that neither holds a segment longer (`max_delay_us` and
+//! `rte_gro_max_delay_us` show it held). The core fields: `pxio_ns_per_pkt,
+//! rte_gro_ns_per_pkt, speedup, yield, mean_delay_us, p99_delay_us, flow_entry_bytes`,
+//! `packets_per_imtu`, `cycles_per_pkt`, and two measured flags:
+//! `rte_gro_parse_in_timed_region` (every input packet parsed inside rte_gro's timed region:
+//! `rte_gro_parsed_packets` equals `input_packets`) and `rte_gro_tx_prepare_in_timed_region`
+//! (every merged output readied there for the NIC's checksum offload and TSO, as pxio's emit
+//! does for its own: `rte_gro_tx_prepared_packets`, counted in the timed region, equals
+//! `rte_gro_merged_outputs`, counted from the outputs outside it). The benchmark refuses to
+//! report a run where either is false.
+//!
+//! `rte_gro_min_parse_*` and `speedup_vs_gro_min_parse` are rte_gro after a minimal parse
+//! instead of `rte_net_get_ptype`: the packet type and header lengths filled from a check of
+//! the fixed Ethernet/IPv4/TCP layout, what an application does when its NIC reports the
+//! packet type (`gro_baseline::GroParse::Minimal`); same outputs, checked.
 //!
 //! Which pxio: `pxio_ns_per_pkt` (and `speedup`) is pxio verifying every checksum in software;
 //! `pxio_offload_ns_per_pkt`, `speedup_nic_csum` and `cycles_per_pkt` are pxio with
@@ -35,6 +46,9 @@ pub struct MergeRow {
     pub flows: u32,
     /// Rate of each flow `R`, Gb/s.
     pub gbps_per_flow: f64,
+    /// The delay budget both engines were given, µs of simulated time: rte_gro's flush period
+    /// and pxio's longest delay window (`DelayConfig::max_window_ns`).
+    pub delay_budget_us: f64,
     /// pxio's CPU time per input packet, ns, one core.
     pub pxio_ns_per_pkt: Option<f64>,
     /// rte_gro's CPU time per input packet, ns, one core.
@@ -70,6 +84,9 @@ pub struct MergeRow {
     pub mean_delay_us: Option<f64>,
     /// pxio's 99th-percentile added delay, µs.
     pub p99_delay_us: Option<f64>,
+    /// pxio's largest added delay, µs (at most the budget).
+    #[serde(default)]
+    pub max_delay_us: Option<f64>,
     /// pxio's per-flow state, bytes.
     pub flow_entry_bytes: Option<u64>,
     /// rte_gro's conversion yield, its output counted as if cut at the iMTU, 0..=1.
@@ -78,15 +95,27 @@ pub struct MergeRow {
     pub rte_gro_mean_delay_us: f64,
     /// rte_gro's 99th-percentile added delay, µs.
     pub rte_gro_p99_delay_us: f64,
-    /// Whether rte_gro's timed region includes the header parse it needs (`rte_net_get_ptype`
-    /// and the header lengths); always `true`.
+    /// rte_gro's largest added delay, µs (at most the budget).
+    #[serde(default)]
+    pub rte_gro_max_delay_us: Option<f64>,
+    /// Whether rte_gro's timed region held the header parse it needs (`rte_net_get_ptype`
+    /// and the header lengths) for every input packet, as counted there
+    /// (`rte_gro_parsed_packets` = `input_packets`).
     pub rte_gro_parse_in_timed_region: bool,
-    /// Whether rte_gro's timed region includes readying each merged packet for the NIC's
+    /// Whether rte_gro's timed region held readying each merged packet for the NIC's
     /// checksum offload and TSO (`rte_net_intel_cksum_prepare`: rte_gro leaves the checksums
-    /// stale), as pxio's includes its emit's header rewrite; always `true`.
+    /// stale), as pxio's holds its emit's header rewrite, as counted there
+    /// (`rte_gro_tx_prepared_packets` = `rte_gro_merged_outputs`).
     pub rte_gro_tx_prepare_in_timed_region: bool,
     /// Packets parsed inside rte_gro's timed region (every input packet).
     pub rte_gro_parsed_packets: u64,
+    /// Packets readied for the NIC inside rte_gro's timed region.
+    #[serde(default)]
+    pub rte_gro_tx_prepared_packets: u64,
+    /// rte_gro's merged (rewritten) outputs, counted outside its timed region, each carrying
+    /// its TX checksum request.
+    #[serde(default)]
+    pub rte_gro_merged_outputs: u64,
     /// The parse's share of `rte_gro_ns_per_pkt`, ns.
     pub rte_gro_parse_ns_per_pkt: f64,
     /// Bytes rte_gro's table reserves per flow it is sized for.
@@ -99,8 +128,6 @@ pub struct MergeRow {
     pub input_packets: u64,
     /// Simulated duration of the trace, ms.
     pub simulated_ms: f64,
-    /// Delay budget both engines were given, µs.
-    pub delay_budget_us: f64,
     /// The iMTU, bytes.
     pub imtu: usize,
     /// The trace generator's seed.
@@ -114,6 +141,24 @@ pub struct MergeRow {
     /// Mean packets (merged or not) rte_gro held when it flushed: how full its linearly
     /// scanned table was.
     pub rte_gro_held_at_flush: Option<f64>,
+    /// rte_gro after the minimal parse (packet type and header lengths from a check of the
+    /// fixed Ethernet/IPv4/TCP layout, as with a NIC that reports the packet type) instead of
+    /// `rte_net_get_ptype`; CPU time per input packet, ns, the parse included.
+    #[serde(default)]
+    pub rte_gro_min_parse_ns_per_pkt: Option<f64>,
+    /// The minimal parse's share of `rte_gro_min_parse_ns_per_pkt`, ns.
+    #[serde(default)]
+    pub rte_gro_min_parse_share_ns_per_pkt: Option<f64>,
+    /// rte_gro with the minimal parse, TSC cycles per input packet.
+    #[serde(default)]
+    pub rte_gro_min_parse_cycles_per_pkt: Option<f64>,
+    /// `rte_gro_min_parse_ns_per_pkt / pxio_offload_ns_per_pkt`.
+    #[serde(default)]
+    pub speedup_vs_gro_min_parse: Option<f64>,
+    /// Whether that run's timed region held the minimal parse of every input packet, as
+    /// counted there.
+    #[serde(default)]
+    pub rte_gro_min_parse_in_timed_region: Option<bool>,
     /// The peer that delivers what pxio delivers, packets that fit the iMTU: rte_gro, then
     /// rte_gso at the iMTU on every flushed packet longer than it; CPU time per input packet, ns.
     #[serde(default)]
@@ -168,7 +213,9 @@ pub struct ScenarioCost {
     pub flows: u32,
     /// Rate per flow, Gb/s.
     pub gbps_per_flow: f64,
-    /// Seconds to generate the trace.
+    /// The delay budget, µs.
+    pub delay_budget_us: f64,
+    /// Seconds to generate the trace (one trace serves every budget).
     pub generate_s: f64,
     /// Heap bytes of the trace.
     pub trace_bytes: usize,
@@ -185,17 +232,20 @@ pub struct ScenarioCost {
     pub peak_rss_bytes: Option<u64>,
 }
 
-/// Prints the comparison table: per scenario and schedule, pxio with what a NIC gives
-/// ("NIC": checksum verdict, RSS hash, TSO), pxio cutting at the iMTU itself ("sw cut"), pxio
-/// verifying checksums in software ("sw csum"), pxio hashing in software ("sw hash"), rte_gro
-/// with its header parse, the ratio, rte_gro followed by rte_gso at the iMTU and its ratios to
-/// pxio and to pxio's own software cut, and each engine's yield and packets per iMTU. A ratio where neither engine merges is starred and flagged in the last column.
+/// Prints the comparison table: per scenario, schedule and delay budget, pxio with what a NIC
+/// gives ("NIC": checksum verdict, RSS hash, TSO), pxio cutting at the iMTU itself ("sw cut"),
+/// pxio verifying checksums in software ("sw csum"), pxio hashing in software ("sw hash"),
+/// rte_gro with its full header parse, the ratio, rte_gro with the minimal parse and its ratio,
+/// rte_gro followed by rte_gso at the iMTU and its ratios to pxio and to pxio's own software
+/// cut, and each engine's yield, packets per iMTU and added delay (mean, p99, max). A ratio
+/// where neither engine merges is starred and flagged in the last column.
 pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
     let headers = [
         "schedule",
         "IP",
         "flows",
         "Gb/s/flow",
+        "budget µs",
         "in pkts",
         "pxio NIC ns",
         "pxio sw cut",
@@ -203,14 +253,16 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
         "pxio sw hash",
         "rte_gro ns (parse)",
         "gro/pxio",
+        "gro min ns (parse)",
+        "gro min/pxio",
         "gro+gso ns (gso)",
         "(gro+gso)/pxio",
         "(gro+gso)/sw cut",
         "cyc/pkt pxio/gro",
         "yield pxio/gro",
         "pkts/iMTU pxio/gro",
-        "delay µs pxio mean/p99",
-        "delay µs gro mean/p99",
+        "delay µs pxio mean/p99/max",
+        "delay µs gro mean/p99/max",
         "note",
     ];
     let body: Vec<Vec<String>> = rows
@@ -222,6 +274,7 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
                 if r.ipv6 { "v6" } else { "v4" }.into(),
                 r.flows.to_string(),
                 format!("{}", r.gbps_per_flow),
+                format!("{}", r.delay_budget_us),
                 r.input_packets.to_string(),
                 opt(r.pxio_offload_ns_per_pkt, |v| format!("{v:.1}")),
                 opt(r.pxio_sw_cut_ns_per_pkt, |v| format!("{v:.1}")),
@@ -232,6 +285,16 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
                     r.rte_gro_ns_per_pkt, r.rte_gro_parse_ns_per_pkt
                 ),
                 opt(r.speedup_nic_csum, |v| {
+                    format!("{v:.2}x{}", if flag { "*" } else { "" })
+                }),
+                match (
+                    r.rte_gro_min_parse_ns_per_pkt,
+                    r.rte_gro_min_parse_share_ns_per_pkt,
+                ) {
+                    (Some(t), Some(p)) => format!("{t:.1} ({p:.1})"),
+                    _ => "n/a".into(),
+                },
+                opt(r.speedup_vs_gro_min_parse, |v| {
                     format!("{v:.2}x{}", if flag { "*" } else { "" })
                 }),
                 match (r.rte_gro_gso_ns_per_pkt, r.rte_gro_gso_cut_ns_per_pkt) {
@@ -260,12 +323,16 @@ pub fn print_table(out: &mut impl Write, rows: &[MergeRow]) -> io::Result<()> {
                     r.rte_gro_packets_per_imtu
                 ),
                 match (r.mean_delay_us, r.p99_delay_us) {
-                    (Some(m), Some(p)) => format!("{m:.1} / {p:.1}"),
+                    (Some(m), Some(p)) => {
+                        format!("{m:.1} / {p:.1} / {}", opt(r.max_delay_us, one_digit))
+                    }
                     _ => "n/a".into(),
                 },
                 format!(
-                    "{:.1} / {:.1}",
-                    r.rte_gro_mean_delay_us, r.rte_gro_p99_delay_us
+                    "{:.1} / {:.1} / {}",
+                    r.rte_gro_mean_delay_us,
+                    r.rte_gro_p99_delay_us,
+                    opt(r.rte_gro_max_delay_us, one_digit)
                 ),
                 match (flag, r.ipv6) {
                     (true, _) => "* NEITHER MERGES".into(),
@@ -284,6 +351,7 @@ pub fn print_costs(out: &mut impl Write, costs: &[ScenarioCost]) -> io::Result<(
         "schedule",
         "flows",
         "Gb/s/flow",
+        "budget µs",
         "generate s",
         "trace MB",
         "rte_gro run s",
@@ -299,6 +367,7 @@ pub fn print_costs(out: &mut impl Write, costs: &[ScenarioCost]) -> io::Result<(
                 c.schedule.clone(),
                 c.flows.to_string(),
                 format!("{}", c.gbps_per_flow),
+                format!("{}", c.delay_budget_us),
                 format!("{:.2}", c.generate_s),
                 mb(c.trace_bytes as u64),
                 format!("{:.2}", c.rte_gro_wall_s),
@@ -328,6 +397,10 @@ pub fn write_json(path: &Path, rows: &[MergeRow]) -> Result<(), BenchError> {
 
 fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
     v.map_or_else(|| "n/a".into(), f)
+}
+
+fn one_digit(v: f64) -> String {
+    format!("{v:.1}")
 }
 
 fn percent(v: f64) -> String {
@@ -394,9 +467,13 @@ mod tests {
             rte_gro_yield: 0.5,
             rte_gro_mean_delay_us: 10.0,
             rte_gro_p99_delay_us: 20.0,
+            max_delay_us: None,
+            rte_gro_max_delay_us: Some(20.0),
             rte_gro_parse_in_timed_region: true,
             rte_gro_tx_prepare_in_timed_region: true,
             rte_gro_parsed_packets: 300_000,
+            rte_gro_tx_prepared_packets: 9_000,
+            rte_gro_merged_outputs: 9_000,
             rte_gro_parse_ns_per_pkt: 10.0,
             rte_gro_flow_entry_bytes: 2304,
             rte_gro_segments_per_output: 4.0,
@@ -409,6 +486,11 @@ mod tests {
             schedule: "poisson-tso".into(),
             ipv6: false,
             rte_gro_held_at_flush: Some(7.5),
+            rte_gro_min_parse_ns_per_pkt: Some(235.0),
+            rte_gro_min_parse_share_ns_per_pkt: Some(5.0),
+            rte_gro_min_parse_cycles_per_pkt: Some(470.0),
+            speedup_vs_gro_min_parse: pxio.map(|p| 235.0 / p),
+            rte_gro_min_parse_in_timed_region: Some(true),
             rte_gro_gso_ns_per_pkt: Some(300.0),
             rte_gro_gso_cut_ns_per_pkt: Some(60.0),
             rte_gro_gso_cycles_per_pkt: Some(600.0),
@@ -423,12 +505,21 @@ mod tests {
     }
 
     #[test]
-    fn json_has_the_issue_fields_and_null_for_missing_pxio() {
+    fn json_has_the_core_fields_and_null_for_missing_pxio() {
         let v = serde_json::to_value([row(None)]).unwrap();
         let obj = v[0].as_object().unwrap();
         for field in [
             "flows",
             "gbps_per_flow",
+            "delay_budget_us",
+            "max_delay_us",
+            "rte_gro_max_delay_us",
+            "rte_gro_tx_prepared_packets",
+            "rte_gro_merged_outputs",
+            "rte_gro_min_parse_ns_per_pkt",
+            "rte_gro_min_parse_share_ns_per_pkt",
+            "speedup_vs_gro_min_parse",
+            "rte_gro_min_parse_in_timed_region",
             "pxio_ns_per_pkt",
             "rte_gro_ns_per_pkt",
             "speedup",
@@ -447,8 +538,34 @@ mod tests {
         assert!(obj["pxio_ns_per_pkt"].is_null());
         assert_eq!(obj["rte_gro_parse_in_timed_region"], true);
         assert_eq!(obj["rte_gro_ns_per_pkt"], 240.0);
+        assert_eq!(obj["delay_budget_us"], 20.0);
         let back: Vec<MergeRow> = serde_json::from_value(v).unwrap();
         assert_eq!(back, [row(None)]);
+    }
+
+    /// A report written before the fields added since (a budget's largest delays, the TX
+    /// preparation counts, the minimal-parse peer) still reads, with those fields empty.
+    #[test]
+    fn an_older_report_still_reads() {
+        let mut v = serde_json::to_value(row(Some(20.0))).unwrap();
+        let obj = v.as_object_mut().unwrap();
+        for field in [
+            "max_delay_us",
+            "rte_gro_max_delay_us",
+            "rte_gro_tx_prepared_packets",
+            "rte_gro_merged_outputs",
+            "rte_gro_min_parse_ns_per_pkt",
+            "rte_gro_min_parse_share_ns_per_pkt",
+            "rte_gro_min_parse_cycles_per_pkt",
+            "speedup_vs_gro_min_parse",
+            "rte_gro_min_parse_in_timed_region",
+        ] {
+            assert!(obj.remove(field).is_some(), "{field}");
+        }
+        let back: MergeRow = serde_json::from_value(v).unwrap();
+        assert_eq!(back.rte_gro_min_parse_ns_per_pkt, None);
+        assert_eq!(back.rte_gro_merged_outputs, 0);
+        assert_eq!(back.pxio_offload_ns_per_pkt, Some(20.0));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! accounted for, payloads intact, and yield and delay where the model puts them.
 
 use dpdk::testing::eal;
-use pxbench::gro_baseline::{run_rte_gro, run_rte_gro_gso};
+use pxbench::engine::EngineResult;
+use pxbench::gro_baseline::{run_rte_gro, run_rte_gro_gso, run_rte_gro_with, GroParse};
 use pxbench::trace::Trace;
 use pxbench::MergeBenchConfig;
 
@@ -141,6 +142,124 @@ fn rte_gro_gets_only_what_a_nic_gives_and_parses_on_the_clock() {
     // Without the parse rte_gro would pass every packet through: yield 0.
     assert!(r.outcome.conversion_yield > 0.8, "{:?}", r.outcome);
     assert!(r.cycles_per_pkt > r.ns_per_pkt, "a TSC above 1 GHz");
+    assert_tx_prepared(&r, "rte_gro");
+}
+
+/// Every merged output rte_gro hands out was readied for the NIC inside the timed region: the
+/// count made there equals the merged outputs counted from the outputs themselves (each of
+/// which carries the TX checksum request), and there are some.
+fn assert_tx_prepared(r: &EngineResult, what: &str) {
+    let prepared = r.tx_prepared_in_timed_region.expect("rte_gro counts them");
+    assert_eq!(Some(prepared), r.tx_prepare_due, "{what}");
+    // Fewer than the merged outputs' segments: one per output, not per segment.
+    assert!(prepared > 0, "{what}: {:?}", r.outcome);
+    assert!(prepared <= r.outcome.output_packets, "{what}");
+}
+
+/// The minimal parse (packet type and lengths from the fixed Ethernet/IPv4/TCP layout) leads
+/// rte_gro to exactly the outputs the full one does, costs less, and is counted on the clock
+/// for every packet; GSO's outputs are readied for the NIC and counted too.
+#[test]
+fn the_minimal_parse_merges_as_the_full_one_and_every_merged_output_is_readied() {
+    let cfg = config();
+    for (flows, gbps) in [(8, 10.0), (100, 2.0)] {
+        let trace = Trace::generate(cfg.trace_config(flows, gbps)).unwrap();
+        let full = run_rte_gro(eal(), &trace, &cfg).unwrap();
+        let min = run_rte_gro_with(eal(), &trace, &cfg, GroParse::Minimal).unwrap();
+        assert_eq!(min.outcome, full.outcome, "{flows} flows");
+        assert_eq!(min.parsed_in_timed_region, Some(trace.len() as u64));
+        let share = min.parse_ns_per_pkt.unwrap();
+        assert!(share > 0.0 && share < min.ns_per_pkt, "{share}");
+        assert_tx_prepared(&full, "rte_gro");
+        assert_tx_prepared(&min, "rte_gro, minimal parse");
+        assert_eq!(
+            min.tx_prepared_in_timed_region,
+            full.tx_prepared_in_timed_region
+        );
+        let gso = run_rte_gro_gso(eal(), &trace, &cfg).unwrap();
+        assert_tx_prepared(&gso, "rte_gro + rte_gso");
+        // GSO readies its pieces: more than rte_gro's merged packets.
+        assert!(gso.tx_prepared_in_timed_region > full.tx_prepared_in_timed_region);
+    }
+}
+
+/// The minimal parse gives the trace's frames the type and lengths `rte_net_get_ptype` gives
+/// them, IPv4 and IPv6, and no type at all to a frame of another layout.
+#[test]
+fn the_minimal_parse_reads_the_fixed_layout_as_rte_net_get_ptype_does() {
+    use pxbench::gro_baseline::{fill, parse_fixed_layout};
+    let pool = dpdk::testing::pool(8, 2048 + 128);
+    for ipv6 in [false, true] {
+        let cfg = MergeBenchConfig { ipv6, ..config() };
+        let trace = Trace::generate(cfg.trace_config(8, 10.0)).unwrap();
+        for slot in [0, trace.len() - 1] {
+            let mut a = pool.alloc().unwrap();
+            fill(&mut a, &trace, slot).unwrap();
+            let mut b = pool.alloc().unwrap();
+            fill(&mut b, &trace, slot).unwrap();
+            let ptype = parse_fixed_layout(&mut a);
+            assert_eq!(ptype, b.parse_packet_type(), "IPv6 {ipv6}");
+            assert_eq!(a.packet_type(), b.packet_type());
+            assert_eq!(a.header_lens(), b.header_lens());
+            assert_eq!(a.ol_flags(), b.ol_flags(), "no TX request set");
+        }
+    }
+    let trace = Trace::generate(config().trace_config(8, 10.0)).unwrap();
+    let frame = trace.frame(0);
+    // (byte, value): not IPv4 Ethernet, IPv4 options, UDP, a fragment (MF), a later fragment,
+    // a TCP data offset under 20 bytes.
+    for (at, value) in [
+        (12, 0x88),
+        (14, 0x46),
+        (23, 17),
+        (20, 0x20),
+        (21, 1),
+        (46, 0x40),
+    ] {
+        let mut bytes = frame.clone();
+        bytes[at] = value;
+        let mut m = pool.alloc().unwrap();
+        m.extend_from_slice(&bytes).unwrap();
+        assert_eq!(parse_fixed_layout(&mut m), 0, "byte {at} = {value:#x}");
+        assert_eq!((m.packet_type(), m.header_lens()), (0, (0, 0, 0)));
+    }
+    // A frame cut short within the headers.
+    let mut m = pool.alloc().unwrap();
+    m.extend_from_slice(&frame[..40]).unwrap();
+    assert_eq!(parse_fixed_layout(&mut m), 0);
+}
+
+/// The budget is both engines': pxio's windows end at it as rte_gro's flushes do, so that
+/// neither holds a segment longer, at each of the benchmark's budgets.
+#[test]
+fn neither_engine_holds_a_segment_past_the_budget() {
+    use pxbench::pxio_engine::{run_pxio, NicInfo};
+    for budget_ns in pxbench::DELAY_BUDGETS_NS {
+        let cfg = MergeBenchConfig {
+            delay_budget_ns: budget_ns,
+            ..config()
+        };
+        let budget_us = budget_ns as f64 / 1e3;
+        for (flows, gbps) in [(8, 10.0), (64, 2.0)] {
+            let trace = Trace::generate(cfg.trace_config(flows, gbps)).unwrap();
+            let gro = run_rte_gro(eal(), &trace, &cfg).unwrap();
+            let pxio = run_pxio(eal(), &trace, &cfg, NicInfo::FULL).unwrap();
+            for (name, r) in [("rte_gro", &gro), ("pxio", &pxio)] {
+                // The histogram's resolution: 0.1 %.
+                assert!(
+                    r.outcome.max_delay_us <= budget_us * 1.001,
+                    "{name}, {flows} flows, budget {budget_us} µs: {:?}",
+                    r.outcome
+                );
+            }
+            // rte_gro's flushes come on a grid: some segment waits almost the whole budget.
+            assert!(
+                gro.outcome.max_delay_us > budget_us * 0.9,
+                "{:?}",
+                gro.outcome
+            );
+        }
+    }
 }
 
 /// IPv6 traces: pxio merges them; DPDK 22.11's rte_gro passes them through (no TCP/IPv6 GRO),

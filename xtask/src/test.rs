@@ -145,9 +145,11 @@ const INTEGRATION_SUITES: &[Suite] = &[
         program: "target/release/pxgw-scaleout",
         args: &["test"],
     },
-    // The merge benchmark from a clean build, small: both engines on real traces, every output
-    // byte verified against the flows' streams. It checks that the bench works and that pxio's
-    // output is correct on bench traffic; it asserts no timing.
+    // The merge benchmark from a clean build, small: both engines on real traces at both delay
+    // budgets, every output byte verified against the flows' streams, and the JSON report
+    // written (the run fails unless rte_gro's parse and TX preparation were counted in its
+    // timed region, and its two parses merged alike). It checks that the bench works and that
+    // pxio's output is correct on bench traffic; it asserts no timing.
     Suite {
         name: "bench-smoke",
         program: "cargo",
@@ -164,11 +166,17 @@ const INTEGRATION_SUITES: &[Suite] = &[
             "8",
             "--flows",
             "800",
+            "--delay-us",
+            "20",
+            "--delay-us",
+            "100",
             "--reps",
             "1",
             "--verify",
             "--min-packets",
             "20000",
+            "--json",
+            "target/bench-smoke-merge.json",
         ],
     },
     // The same on IPv6 at a 4000 B iMTU, where cuts leave remainders: pxio's
