@@ -358,9 +358,15 @@ impl<B: PacketBuf> Pipeline<B> {
     /// the caravans' and probes' timers release, is in `out`.
     pub fn inbound_burst(&mut self, pkts: impl IntoIterator<Item = B>, now: u64, out: &mut Vec<B>) {
         self.in_burst = true;
+        let (mut packets, mut bytes) = (0u64, 0u64);
         for pkt in pkts {
-            self.inbound(pkt, now, out);
+            packets += 1;
+            bytes += pkt.len() as u64;
+            self.report.sizes.inbound_received.record(pkt.len());
+            self.inbound_one(pkt, now, out);
         }
+        self.report.inbound.packets_in += packets;
+        self.report.inbound.bytes_in += bytes;
         self.in_burst = false;
         self.merge_gathered(now, out);
         self.end_of_burst(now, out);
@@ -373,18 +379,29 @@ impl<B: PacketBuf> Pipeline<B> {
         now: u64,
         out: &mut Vec<B>,
     ) {
+        let (mut packets, mut bytes) = (0u64, 0u64);
         for pkt in pkts {
-            self.outbound(pkt, now, out);
+            packets += 1;
+            bytes += pkt.len() as u64;
+            self.report.sizes.outbound_received.record(pkt.len());
+            self.outbound_one(pkt, now, out);
         }
+        self.report.outbound.packets_in += packets;
+        self.report.outbound.bytes_in += bytes;
     }
 
     // ---- inbound ----
 
     /// Handles one frame from outside; what goes inside is appended to `out`.
-    pub fn inbound(&mut self, mut pkt: B, now: u64, out: &mut Vec<B>) {
+    pub fn inbound(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
         self.report.inbound.packets_in += 1;
         self.report.inbound.bytes_in += pkt.len() as u64;
         self.report.sizes.inbound_received.record(pkt.len());
+        self.inbound_one(pkt, now, out);
+    }
+
+    /// [`inbound`](Self::inbound) without the receive counters (a burst counts them once).
+    fn inbound_one(&mut self, mut pkt: B, now: u64, out: &mut Vec<B>) {
         if !self.inbound_unmark(&mut pkt) {
             return;
         }
@@ -488,6 +505,11 @@ impl<B: PacketBuf> Pipeline<B> {
         self.report.outbound.packets_in += 1;
         self.report.outbound.bytes_in += pkt.len() as u64;
         self.report.sizes.outbound_received.record(pkt.len());
+        self.outbound_one(pkt, now, out);
+    }
+
+    /// [`outbound`](Self::outbound) without the receive counters (a burst counts them once).
+    fn outbound_one(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
         // Parsed once here; the caravan unpacker takes the same parse.
         let parsed = Parsed::of(pkt.head(), pkt.len());
         match *parsed.class() {
