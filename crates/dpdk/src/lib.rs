@@ -27,6 +27,7 @@ mod hairpin;
 mod lcore;
 mod mbuf;
 mod mempool;
+pub mod netdev;
 mod port;
 mod prefetch;
 pub mod telemetry;

@@ -182,6 +182,9 @@ pub struct DeviceInfo {
     pub rss: RssHash,
     /// Length of the RSS hash key the device takes (0: it takes none, e.g. most vdevs).
     pub hash_key_size: u8,
+    /// Longest packet the device's LRO builds, Ethernet header included (0: the driver states
+    /// no limit of its own, and ethdev then holds LRO to one frame of the MTU).
+    pub max_lro_pkt_size: u32,
 }
 
 impl DeviceInfo {
@@ -205,6 +208,7 @@ impl DeviceInfo {
             max_mtu: raw.max_mtu,
             max_rx_pktlen: raw.max_rx_pktlen,
             hash_key_size: raw.hash_key_size,
+            max_lro_pkt_size: raw.max_lro_pkt_size,
             rx_desc: DescLimits::from_raw(&raw.rx_desc_lim),
             tx_desc: DescLimits::from_raw(&raw.tx_desc_lim),
             rx_offloads: RxOffloads::from_bits_truncate(raw.rx_offload_capa),
@@ -223,6 +227,11 @@ impl DeviceInfo {
     /// (`RTE_ETH_RX_OFFLOAD_SCATTER`).
     pub fn scatter_rx(&self) -> bool {
         self.rx_offloads.contains(RxOffloads::SCATTER)
+    }
+
+    /// Whether the device coalesces received TCP segments (`RTE_ETH_RX_OFFLOAD_TCP_LRO`).
+    pub fn lro(&self) -> bool {
+        self.rx_offloads.contains(RxOffloads::TCP_LRO)
     }
 
     /// The largest MTU DPDK lets this device be set to: `max_mtu`, and the frame-length limit
@@ -277,6 +286,7 @@ pub struct PortBuilder {
     hairpin_queues: u16,
     hairpin_peer: Option<crate::HairpinPeer>,
     header_split: Option<(u16, Arc<Mempool>)>,
+    lro: Option<u32>,
 }
 
 impl PortBuilder {
@@ -298,7 +308,23 @@ impl PortBuilder {
             hairpin_queues: 0,
             hairpin_peer: None,
             header_split: None,
+            lro: None,
         }
+    }
+
+    /// Hardware TCP large-receive offload (SIGCOMM'26 §4.2: the NIC's first merging stage),
+    /// building packets of at most `max_pkt_size` bytes, Ethernet header included, where the
+    /// device offers it; a device without it is configured without, as with every offload
+    /// ([`Port::lro_max_pkt_size`] says what was granted).
+    ///
+    /// The size is lowered to the device's `max_lro_pkt_size`. Coalesced packets longer than one
+    /// mbuf of the pool arrive as chains: `RTE_ETH_RX_OFFLOAD_SCATTER` is requested with LRO;
+    /// where the device has no scatter, the size is lowered to what one mbuf holds, and LRO is
+    /// left off when that is less than a frame of the MTU. A driver that states no limit of its
+    /// own is given none, and ethdev holds its LRO to one frame of the MTU.
+    pub fn lro(mut self, max_pkt_size: u32) -> Self {
+        self.lro = Some(max_pkt_size);
+        self
     }
 
     /// Also sets up `n` hairpin queue pairs (SIGCOMM'26 §4.4), after the ordinary queues: RX
@@ -447,9 +473,22 @@ impl PortBuilder {
             })?;
         }
 
-        let mut rx_granted = info.rx_offloads & self.rx_offloads & !RxOffloads::BUFFER_SPLIT;
+        let mut rx_granted =
+            info.rx_offloads & self.rx_offloads & !(RxOffloads::BUFFER_SPLIT | RxOffloads::TCP_LRO);
         if self.header_split.is_some() {
             rx_granted |= RxOffloads::BUFFER_SPLIT | (info.rx_offloads & RxOffloads::SCATTER);
+        }
+        let frame = self
+            .mtu
+            .map_or(1500 + ETHER_OVERHEAD, |m| u32::from(m) + ETHER_OVERHEAD);
+        let lro = self
+            .lro
+            .and_then(|asked| lro_size(&info, asked, pool.fresh_room() as u32, frame));
+        if let Some(plan) = lro {
+            rx_granted |= RxOffloads::TCP_LRO;
+            if plan.scatter {
+                rx_granted |= RxOffloads::SCATTER;
+            }
         }
         let tx_granted = info.tx_offloads & self.tx_offloads;
         let rss = info.rss & self.rss;
@@ -469,6 +508,9 @@ impl PortBuilder {
         }
         if let Some(mtu) = self.mtu {
             conf.rxmode.mtu = u32::from(mtu);
+        }
+        if let Some(plan) = lro {
+            conf.rxmode.max_lro_pkt_size = plan.max_pkt_size;
         }
         let driver = info.driver.clone();
         // SAFETY: valid port id (dev_info succeeded) and a fully initialised conf.
@@ -494,6 +536,7 @@ impl PortBuilder {
                 .collect(),
             rx_offloads: rx_granted,
             tx_offloads: tx_granted,
+            lro_max_pkt_size: lro.map(|plan| plan.max_pkt_size),
             rss: if conf.rxmode.mq_mode == dpdk_sys::RTE_ETH_MQ_RX_RSS {
                 rss
             } else {
@@ -596,6 +639,51 @@ impl PortBuilder {
 /// Length of a Toeplitz RSS key, as most NICs and [`PortBuilder::rss_key`] take it.
 pub const RSS_KEY_LEN: usize = 40;
 
+/// How LRO is configured on a device that offers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LroPlan {
+    /// `rxmode.max_lro_pkt_size` (0: the driver states no limit; ethdev then uses one frame).
+    max_pkt_size: u32,
+    /// Coalesced packets may span several mbufs.
+    scatter: bool,
+}
+
+/// LRO for a device described by `info`, asked for packets of up to `asked` bytes, into mbufs
+/// of `room` bytes, on a port whose frames are `frame` bytes long; `None` when the device has
+/// no LRO, or coalesced packets could not even hold one frame.
+fn lro_size(info: &DeviceInfo, asked: u32, room: u32, frame: u32) -> Option<LroPlan> {
+    if !info.lro() {
+        return None;
+    }
+    if info.max_lro_pkt_size == 0 {
+        // ethdev 22.11 then takes only 0 or exactly one frame: the driver's own default.
+        return Some(LroPlan {
+            max_pkt_size: 0,
+            scatter: false,
+        });
+    }
+    let size = asked.min(info.max_lro_pkt_size);
+    let plan = if size <= room {
+        LroPlan {
+            max_pkt_size: size,
+            scatter: false,
+        }
+    } else if info.scatter_rx() {
+        LroPlan {
+            max_pkt_size: size,
+            scatter: true,
+        }
+    } else {
+        // Without scatter a coalesced packet must fit one mbuf.
+        LroPlan {
+            max_pkt_size: room,
+            scatter: false,
+        }
+    };
+    // Coalescing into less than a frame would refuse frames the port otherwise takes.
+    (plan.max_pkt_size >= frame).then_some(plan)
+}
+
 fn dev_info_raw(id: PortId) -> Result<dpdk_sys::rte_eth_dev_info> {
     // SAFETY: any u16 may be checked.
     if unsafe { dpdk_sys::rte_eth_dev_is_valid_port(id.0) } == 0 {
@@ -666,6 +754,8 @@ pub(crate) struct PortShared {
     tx_taken: Box<[AtomicBool]>,
     rx_offloads: RxOffloads,
     tx_offloads: TxOffloads,
+    /// The LRO packet size granted (`rxmode.max_lro_pkt_size`), when LRO is on.
+    lro_max_pkt_size: Option<u32>,
     rss: RssHash,
     /// The Toeplitz key given to [`PortBuilder::rss_key`], for rules that must hash alike.
     rss_key: Option<[u8; RSS_KEY_LEN]>,
@@ -765,6 +855,12 @@ impl Port {
     /// TX offloads actually granted.
     pub fn tx_offloads(&self) -> TxOffloads {
         self.shared.tx_offloads
+    }
+
+    /// With LRO granted ([`PortBuilder::lro`]), the longest packet it builds, Ethernet header
+    /// included (`Some(0)`: the driver's own limit, one frame of the MTU); `None` without LRO.
+    pub fn lro_max_pkt_size(&self) -> Option<u32> {
+        self.shared.lro_max_pkt_size
     }
 
     /// RSS hash types in effect (empty with one RX queue or without device support).
@@ -1142,5 +1238,88 @@ impl TxQueue {
 impl Drop for TxQueue {
     fn drop(&mut self) {
         self.port.tx_taken[usize::from(self.queue)].store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(rx: RxOffloads, max_lro_pkt_size: u32) -> DeviceInfo {
+        let desc = DescLimits {
+            nb_max: 4096,
+            nb_min: 64,
+            nb_seg_max: 40,
+            nb_mtu_seg_max: 8,
+        };
+        DeviceInfo {
+            driver: "net_test".into(),
+            if_index: 0,
+            max_rx_queues: 4,
+            max_tx_queues: 4,
+            min_mtu: 68,
+            max_mtu: 9600,
+            max_rx_pktlen: 9618,
+            rx_desc: desc,
+            tx_desc: desc,
+            rx_offloads: rx,
+            tx_offloads: TxOffloads::empty(),
+            rss: RssHash::empty(),
+            hash_key_size: 40,
+            max_lro_pkt_size,
+        }
+    }
+
+    const FRAME: u32 = 9018;
+    const ROOM: u32 = 10240;
+
+    #[test]
+    fn lro_takes_the_devices_limit_and_scatters_beyond_one_mbuf() {
+        let d = device(RxOffloads::TCP_LRO | RxOffloads::SCATTER, 65280);
+        assert_eq!(
+            lro_size(&d, 65535, ROOM, FRAME),
+            Some(LroPlan {
+                max_pkt_size: 65280,
+                scatter: true
+            })
+        );
+        // Asked for less than the device allows, and within one mbuf: no chains needed.
+        assert_eq!(
+            lro_size(&d, 9500, ROOM, FRAME),
+            Some(LroPlan {
+                max_pkt_size: 9500,
+                scatter: false
+            })
+        );
+    }
+
+    #[test]
+    fn lro_without_scatter_fits_one_mbuf_or_stays_off() {
+        let d = device(RxOffloads::TCP_LRO, 65280);
+        assert_eq!(
+            lro_size(&d, 65535, ROOM, FRAME),
+            Some(LroPlan {
+                max_pkt_size: ROOM,
+                scatter: false
+            })
+        );
+        // An mbuf that holds less than a frame: LRO would refuse frames, so it stays off.
+        assert_eq!(lro_size(&d, 65535, 2048, FRAME), None);
+    }
+
+    #[test]
+    fn lro_is_never_asked_of_a_device_without_it() {
+        assert_eq!(
+            lro_size(&device(RxOffloads::SCATTER, 65280), 65535, ROOM, FRAME),
+            None
+        );
+        // A driver with no stated limit gets 0: ethdev then holds it to one frame.
+        assert_eq!(
+            lro_size(&device(RxOffloads::TCP_LRO, 0), 65535, ROOM, FRAME),
+            Some(LroPlan {
+                max_pkt_size: 0,
+                scatter: false
+            })
+        );
     }
 }
