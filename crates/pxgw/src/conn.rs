@@ -262,6 +262,10 @@ pub struct Slots<V> {
     len: usize,
 }
 
+/// How often at most an established connection moves to the front of the recency order
+/// (about a millisecond: [`ConnTable::touch_mut`]).
+pub const PROMOTE_EVERY_NS: u64 = 1 << 20;
+
 /// Entries per set of a [`Slots`] table.
 const WAYS: usize = 2;
 
@@ -429,6 +433,8 @@ pub struct ConnTable {
     /// outside host cannot fill it with forged keys, and it is bounded and evicts. The tables
     /// forged packets can fill (half-open, learning) keep SipHash.
     map: LruCache<FlowKey, Conn, foldhash::fast::RandomState>,
+    /// An entry seen in a new recency period, to move to the front ([`ConnTable::touch_mut`]).
+    promote: Option<FlowKey>,
     /// Established connections evicted to make room for newer ones.
     established_evicted: u64,
     /// SYN and SYN-ACK segments on an established connection that changed nothing.
@@ -466,6 +472,7 @@ impl ConnTable {
                 NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
                 foldhash::fast::RandomState::default(),
             ),
+            promote: None,
             established_evicted: 0,
             syn_ignored: 0,
             half_open: Slots::new(half_open),
@@ -488,6 +495,7 @@ impl ConnTable {
     /// Records an established connection, evicting the least recently seen one when the table
     /// is full.
     fn establish(&mut self, key: FlowKey, conn: Conn) {
+        self.promote_pending();
         if let Some((old, _)) = self.map.push(key, conn) {
             if old != key {
                 self.established_evicted += 1;
@@ -827,10 +835,27 @@ impl ConnTable {
     }
 
     /// The established connection, refreshed (and made the most recently seen), to update.
+    ///
+    /// One lookup, which leaves the recency order alone: moving an entry to the front of the
+    /// order rewrites it and its neighbours, a miss each at thousands of connections, on every
+    /// packet. An entry moves at most once per [`PROMOTE_EVERY_NS`] instead, one call later,
+    /// the first time it is seen in a new such period; so the order, which eviction and
+    /// [`expire`](Self::expire) follow, is that of the last sighting to within that period.
     pub fn touch_mut(&mut self, key: &FlowKey, now: u64) -> Option<&mut Conn> {
-        let c = self.map.get_mut(key)?;
+        self.promote_pending();
+        let c = self.map.peek_mut(key)?;
+        if c.last_seen / PROMOTE_EVERY_NS != now / PROMOTE_EVERY_NS {
+            self.promote = Some(*key);
+        }
         c.last_seen = now;
         Some(c)
+    }
+
+    /// Moves the entry a [`touch_mut`](Self::touch_mut) left to promote to the front.
+    fn promote_pending(&mut self) {
+        if let Some(key) = self.promote.take() {
+            self.map.promote(&key);
+        }
     }
 
     /// What the gateway saw of the split segments of the connection `key`, refreshed: the
@@ -856,6 +881,7 @@ impl ConnTable {
     /// Forgets connections idle since before `cutoff` ns, half-open and learning ones too;
     /// returns how many established ones went.
     pub fn expire(&mut self, cutoff: u64) -> usize {
+        self.promote_pending();
         let before = self.map.len();
         // Least recently seen first: every refresh moves an entry to the front, so the idle
         // ones are at the back, and the walk stops at the first one seen since `cutoff`.
@@ -1233,26 +1259,59 @@ mod tests {
 
     #[test]
     fn a_full_established_table_evicts_the_least_recently_seen() {
+        // Times in recency periods: within one, the order does not move (`touch_mut`).
+        let p = PROMOTE_EVERY_NS;
         let mut t = ConnTable::new(2, 16, 16);
         let open = |t: &mut ConnTable, k: FlowKey, now: u64| {
             t.on_handshake(k, &seg(1, None, true), true, Some(1500), now);
             t.on_handshake(k, &seg(50, Some(2), true), false, None, now);
             t.on_segment(&k, &seg(2, Some(51), false), true, now)
         };
-        for i in 0..3 {
-            assert_eq!(open(&mut t, key(10 + i), i.into()), Outcome::Established);
+        for i in 0..3u64 {
+            assert_eq!(
+                open(&mut t, key(10 + i as u32), i * p),
+                Outcome::Established
+            );
             if i == 1 {
                 // The first connection is seen again: the second is now the idlest.
-                assert!(t.touch(&key(10), 2).is_some());
+                assert!(t.touch(&key(10), 2 * p).is_some());
             }
         }
         assert_eq!((t.len(), t.established_evicted()), (2, 1));
-        assert!(t.touch(&key(10), 3).is_some() && t.touch(&key(12), 3).is_some());
-        assert!(t.touch(&key(11), 3).is_none());
+        assert!(t.touch(&key(10), 3 * p).is_some() && t.touch(&key(12), 3 * p).is_some());
+        assert!(t.touch(&key(11), 3 * p).is_none());
         // Expiry walks from the idlest end and stops at the first one seen since the cutoff.
-        assert!(t.touch(&key(12), 9).is_some());
-        assert_eq!(t.expire(5), 1);
-        assert!(t.touch(&key(12), 9).is_some());
+        assert!(t.touch(&key(12), 9 * p).is_some());
+        assert_eq!(t.expire(5 * p), 1);
+        assert!(t.touch(&key(12), 9 * p).is_some());
+    }
+
+    /// Seen again within the same recency period, a connection keeps its place: the order is
+    /// that of the last sighting to within a period, no finer.
+    #[test]
+    fn the_recency_order_moves_once_per_period() {
+        let p = PROMOTE_EVERY_NS;
+        let mut t = ConnTable::new(2, 16, 16);
+        for (k, now) in [(key(20), 10), (key(21), 20)] {
+            t.on_handshake(k, &seg(1, None, true), true, Some(1500), now);
+            t.on_handshake(k, &seg(50, Some(2), true), false, None, now);
+            t.on_segment(&k, &seg(2, Some(51), false), true, now);
+        }
+        // Same period: key 20 stays the idlest, and a third connection evicts it.
+        assert!(t.touch(&key(20), 30).is_some());
+        let k = key(22);
+        t.on_handshake(k, &seg(1, None, true), true, Some(1500), 40);
+        t.on_handshake(k, &seg(50, Some(2), true), false, None, 40);
+        t.on_segment(&k, &seg(2, Some(51), false), true, 40);
+        assert!(t.touch(&key(20), 50).is_none());
+        // A new period: key 21, seen again, moves ahead of key 22, which goes next.
+        assert!(t.touch(&key(21), p + 1).is_some());
+        let k = key(23);
+        t.on_handshake(k, &seg(1, None, true), true, Some(1500), p + 2);
+        t.on_handshake(k, &seg(50, Some(2), true), false, None, p + 2);
+        t.on_segment(&k, &seg(2, Some(51), false), true, p + 2);
+        assert!(t.touch(&key(21), p + 3).is_some());
+        assert!(t.touch(&key(22), p + 3).is_none());
     }
 
     #[test]

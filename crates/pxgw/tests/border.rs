@@ -603,7 +603,9 @@ fn a_full_connection_table_makes_room_for_new_connections() {
     let mut gw = Gw::new("[connections]\nmax = 2\n[merge]\ndelay = false\n");
     open_from(&mut gw, 1001);
     open_from(&mut gw, 1002);
-    // 1001 stays busy; 1002 goes quiet.
+    // 1001 stays busy; 1002 goes quiet (a millisecond later: recency is kept to within
+    // `PROMOTE_EVERY_NS`, not per packet).
+    gw.now += pxgw::conn::PROMOTE_EVERY_NS;
     let merged = vec![40 + 6 * 1448];
     assert_eq!(burst_from(&mut gw, 1001, OUTSIDE_ISN + 1), merged);
     // A third connection (a flood would bring thousands) takes the quiet one's place.
