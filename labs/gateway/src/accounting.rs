@@ -92,7 +92,7 @@ impl IfCounters {
 
 /// The four veth ends around pxgw, each read where it lives.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
-struct Ends {
+pub struct Ends {
     /// The outside host's (or router's) end of pxgw's outside link.
     peer_ext: IfCounters,
     /// pxgw's end of its outside link (its outside port's interface).
@@ -142,7 +142,7 @@ fn n(v: &Value, path: &str) -> u64 {
 /// solicitations repeat for ever with back-off), then waits until pxgw's veth ends have been
 /// quiet for a second: a frame arriving while pxgw's sockets open or close would be counted by
 /// the kernel and not by pxgw, or the reverse.
-fn quiet(l: &Lab) -> Result<()> {
+pub fn quiet(l: &Lab) -> Result<()> {
     for (ns, iface) in [(&l.ext, l.ext_iface()), (&l.int, l.int_iface())] {
         for scope in ["all", "default", iface] {
             ns.exec(
@@ -233,15 +233,50 @@ fn equal(name: &str, a: (&str, u64), b: (&str, u64)) -> Check {
     )
 }
 
+/// One pxgw run with every counter read around it: pxgw's exit code and `--stats-json`, and the
+/// kernel's counters of the four veth ends (and the TAP), from a quiet lab before pxgw started to
+/// a quiet lab after it stopped.
+pub struct Counted {
+    /// pxgw's exit code.
+    pub code: i32,
+    /// pxgw's `--stats-json`.
+    pub stats: Value,
+    /// What the kernel counted meanwhile.
+    pub kernel: Ends,
+}
+
+/// Runs pxgw with `config` on lab `l` while `traffic` runs, and reads every counter around it
+/// ([`Counted`]); `traffic`'s error, if any, comes after pxgw has stopped.
+pub fn counted<T>(
+    l: &Lab,
+    pxgw: &Path,
+    config: &str,
+    traffic: impl FnOnce() -> Result<T>,
+) -> Result<(Counted, Result<T>)> {
+    quiet(l)?;
+    let before = Ends::read(l)?;
+    let gw = start(l, pxgw, config)?;
+    let out = traffic();
+    // Everything in flight lands before pxgw stops reading.
+    std::thread::sleep(Duration::from_secs(1));
+    let (code, stats) = gw.stop()?;
+    let after = Ends::read(l)?;
+    Ok((
+        Counted {
+            code,
+            stats,
+            kernel: after.since(&before),
+        },
+        out,
+    ))
+}
+
 /// 32 parallel iperf3 flows (`flows`) through pxgw each way for `seconds`, in IPv4 then IPv6,
 /// then every frame reconciled: hosts' veths, pxgw's veths, pxgw's ports, pxgw's pipeline.
 pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
     let l = Lab::new()?;
-    quiet(&l)?;
-    let before = Ends::read(&l)?;
-    let gw = start(&l, pxgw, &l.pxgw_config(1))?;
     let mut gbps = Vec::new();
-    let traffic = (|| -> Result<()> {
+    let (run, traffic) = counted(&l, pxgw, &l.pxgw_config(1), || -> Result<()> {
         for f in Family::BOTH {
             for inbound in [true, false] {
                 eprintln!(
@@ -256,14 +291,51 @@ pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
             }
         }
         Ok(())
-    })();
-    // Everything in flight lands before pxgw stops reading.
-    std::thread::sleep(Duration::from_secs(1));
-    let (code, stats) = gw.stop()?;
+    })?;
     traffic?;
-    let after = Ends::read(&l)?;
-    let k = after.since(&before);
-    let port = |side: &str, c: &str| n(&stats, &format!("ports.{side}.{c}"));
+    let Outcome {
+        mut checks,
+        mut lines,
+        ..
+    } = ledger(&run, false);
+    for (f, inbound, g) in &gbps {
+        lines.push(format!(
+            "iperf3 {f} {flows} flows {}: {g:.2} Gb/s",
+            if *inbound {
+                "outside -> inside"
+            } else {
+                "inside -> outside"
+            }
+        ));
+    }
+    checks.push((
+        format!(
+            "accounting: {} iperf3 runs of {flows} flows each carried traffic",
+            gbps.len()
+        ),
+        gbps.len() == 4 && gbps.iter().all(|(_, _, g)| *g > 0.0),
+    ));
+    checks.push(("accounting: pxgw exits cleanly".to_owned(), run.code == 0));
+    let report = json!({
+        "kernel": run.kernel,
+        "pxgw": run.stats,
+        "iperf_gbps": gbps.iter().map(|(f, i, g)| json!({"family": f, "inbound": i, "gbps": g})).collect::<Vec<_>>(),
+    });
+    Ok(Outcome {
+        checks,
+        lines,
+        report,
+    })
+}
+
+/// Every frame of a [`Counted`] run reconciled: hosts' veths, pxgw's veths, pxgw's ports, pxgw's
+/// pipeline. With `outside_at_tap`, what reached pxgw's outside port is counted where the kernel
+/// queued it to the port's TAP instead of where the outside host sent it: a host whose TSO is on
+/// hands its veth 64 KB packets that the veth counts as one frame each, and the kernel segments
+/// them only on the way into the TAP.
+pub fn ledger(run: &Counted, outside_at_tap: bool) -> Outcome {
+    let (stats, k) = (&run.stats, run.kernel);
+    let port = |side: &str, c: &str| n(stats, &format!("ports.{side}.{c}"));
     let mut checks = Vec::new();
     let mut lines = Vec::new();
 
@@ -292,11 +364,23 @@ pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
             peer.tx_packets, peer.tx_dropped, gwk.rx_packets,
             port(side, "ipackets"), port(side, "imissed"), port(side, "ierrors"), port(side, "rx_nombuf"),
         ));
-        checks.push(equal(
-            &format!("accounting: every frame the {name} host sent reached pxgw's {side} port or its counters"),
-            ("sent", peer.tx_packets),
-            ("ipackets + imissed + ierrors + rx_nombuf + TAP tx_dropped", rx_accounted),
-        ));
+        if outside_at_tap && side == "external" {
+            lines.push(format!(
+                "the kernel queued {} frames to pxgw's TAP (and dropped {tap_dropped} at a full queue)",
+                k.gw_tap.tx_packets
+            ));
+            checks.push(equal(
+                "accounting: every frame the kernel queued to pxgw's TAP reached its outside port or its counters",
+                ("TAP tx + tx_dropped", k.gw_tap.tx_packets + tap_dropped),
+                ("ipackets + imissed + ierrors + rx_nombuf + TAP tx_dropped", rx_accounted),
+            ));
+        } else {
+            checks.push(equal(
+                &format!("accounting: every frame the {name} host sent reached pxgw's {side} port or its counters"),
+                ("sent", peer.tx_packets),
+                ("ipackets + imissed + ierrors + rx_nombuf + TAP tx_dropped", rx_accounted),
+            ));
+        }
         checks.push(equal(
             &format!("accounting: frames the {name} host's veth could not hand to pxgw's are in both ends' drop counters"),
             ("peer tx_dropped", peer.tx_dropped),
@@ -325,12 +409,12 @@ pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
             &format!(
                 "accounting: pxgw's {dir} pipeline saw every frame its {rx_side} port received"
             ),
-            ("packets_in", n(&stats, &format!("{dir}.packets_in"))),
+            ("packets_in", n(stats, &format!("{dir}.packets_in"))),
             ("ipackets", port(rx_side, "ipackets")),
         ));
         checks.push(equal(
             &format!("accounting: pxgw counts as sent {dir} exactly what its {tx_side} port's driver took"),
-            ("packets_out", n(&stats, &format!("{dir}.packets_out"))),
+            ("packets_out", n(stats, &format!("{dir}.packets_out"))),
             ("opackets + oerrors", port(tx_side, "opackets") + port(tx_side, "oerrors")),
         ));
     }
@@ -340,40 +424,40 @@ pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
     // N segments into 1 (`merges` absorbed), a cut at the iMTU turns 1 into 2 (`cuts`), caravans
     // turn N datagrams into 1 and back, a split turns 1 into N, and the gateway's own F-PMTUD
     // frames are created (probes, answers) or absorbed (reports for its probes).
-    let received = n(&stats, "inbound.packets_in") + n(&stats, "outbound.packets_in");
-    let created = n(&stats, "merge.cuts")
-        + n(&stats, "caravan.caravans_built")
-        + n(&stats, "caravan.datagrams_unpacked")
-        + n(&stats, "split.segments").saturating_sub(n(&stats, "split.packets"))
-        + n(&stats, "gateway_frames.sent")
+    let received = n(stats, "inbound.packets_in") + n(stats, "outbound.packets_in");
+    let created = n(stats, "merge.cuts")
+        + n(stats, "caravan.caravans_built")
+        + n(stats, "caravan.datagrams_unpacked")
+        + n(stats, "split.segments").saturating_sub(n(stats, "split.packets"))
+        + n(stats, "gateway_frames.sent")
         // Router behaviour, when the build has it: fragmenting turns 1 into N, and
         // ICMP errors to inside hosts are created.
-        + n(&stats, "router.fragments_out").saturating_sub(n(&stats, "router.fragmented"))
-        + n(&stats, "router.frag_needed_sent")
-        + n(&stats, "router.ptb_sent")
+        + n(stats, "router.fragments_out").saturating_sub(n(stats, "router.fragmented"))
+        + n(stats, "router.frag_needed_sent")
+        + n(stats, "router.ptb_sent")
         // The same for inbound packets above the iMTU: fragments toward the inside, ICMP errors
         // toward outside senders.
-        + n(&stats, "inbound_oversize.fragments_out")
-            .saturating_sub(n(&stats, "inbound_oversize.fragmented"))
-        + n(&stats, "inbound_oversize.frag_needed_sent")
-        + n(&stats, "inbound_oversize.ptb_sent");
-    let sent = n(&stats, "inbound.packets_out") + n(&stats, "outbound.packets_out");
-    let absorbed = n(&stats, "merge.merges")
-        + n(&stats, "caravan.datagrams_packed")
-        + n(&stats, "caravan.caravans_unpacked")
-        + n(&stats, "gateway_frames.received")
-        + n(&stats, "router.probe_errors_consumed");
+        + n(stats, "inbound_oversize.fragments_out")
+            .saturating_sub(n(stats, "inbound_oversize.fragmented"))
+        + n(stats, "inbound_oversize.frag_needed_sent")
+        + n(stats, "inbound_oversize.ptb_sent");
+    let sent = n(stats, "inbound.packets_out") + n(stats, "outbound.packets_out");
+    let absorbed = n(stats, "merge.merges")
+        + n(stats, "caravan.datagrams_packed")
+        + n(stats, "caravan.caravans_unpacked")
+        + n(stats, "gateway_frames.received")
+        + n(stats, "router.probe_errors_consumed");
     let drops: u64 = stats["drops"]
         .as_object()
         .map(|d| d.values().filter_map(Value::as_u64).sum())
         .unwrap_or(0);
-    let held = n(&stats, "merge.held_items");
+    let held = n(stats, "merge.held_items");
     lines.push(format!(
         "pxgw's pipeline: received {received} + created {created} (cuts {}, caravans {}, unpacked datagrams {}, split segments {} from {} packets, own frames {}) = sent {sent} + absorbed {absorbed} (merged {}, packed {}, caravans unpacked {}, reports {}) + held {held} + drops {drops}",
-        n(&stats, "merge.cuts"), n(&stats, "caravan.caravans_built"), n(&stats, "caravan.datagrams_unpacked"),
-        n(&stats, "split.segments"), n(&stats, "split.packets"), n(&stats, "gateway_frames.sent"),
-        n(&stats, "merge.merges"), n(&stats, "caravan.datagrams_packed"), n(&stats, "caravan.caravans_unpacked"),
-        n(&stats, "gateway_frames.received"),
+        n(stats, "merge.cuts"), n(stats, "caravan.caravans_built"), n(stats, "caravan.datagrams_unpacked"),
+        n(stats, "split.segments"), n(stats, "split.packets"), n(stats, "gateway_frames.sent"),
+        n(stats, "merge.merges"), n(stats, "caravan.datagrams_packed"), n(stats, "caravan.caravans_unpacked"),
+        n(stats, "gateway_frames.received"),
     ));
     checks.push(equal(
         "accounting: pxgw's pipeline accounts for every frame",
@@ -390,38 +474,15 @@ pub fn reconcile(pxgw: &Path, flows: u32, seconds: u32) -> Result<Outcome> {
         total_in + missed,
         100.0 * missed as f64 / (total_in + missed).max(1) as f64
     ));
-    for (f, inbound, g) in &gbps {
-        lines.push(format!(
-            "iperf3 {f} {flows} flows {}: {g:.2} Gb/s",
-            if *inbound {
-                "outside -> inside"
-            } else {
-                "inside -> outside"
-            }
-        ));
-    }
-    checks.push((
-        format!(
-            "accounting: {} iperf3 runs of {flows} flows each carried traffic",
-            gbps.len()
-        ),
-        gbps.len() == 4 && gbps.iter().all(|(_, _, g)| *g > 0.0),
-    ));
-    checks.push(("accounting: pxgw exits cleanly".to_owned(), code == 0));
-    let report = json!({
-        "kernel": k,
-        "pxgw": stats,
-        "iperf_gbps": gbps.iter().map(|(f, i, g)| json!({"family": f, "inbound": i, "gbps": g})).collect::<Vec<_>>(),
-    });
-    Ok(Outcome {
+    Outcome {
         checks,
         lines,
-        report,
-    })
+        report: json!({ "kernel": k, "pxgw": stats }),
+    }
 }
 
 /// `pxgw --check` with configuration `config`: (exit code, stdout and stderr lines).
-fn check_run(l: &Lab, pxgw: &Path, name: &str, config: &str) -> Result<(i32, Vec<String>)> {
+pub fn check_run(l: &Lab, pxgw: &Path, name: &str, config: &str) -> Result<(i32, Vec<String>)> {
     let path = l.dir.join(name);
     fs::write(&path, config)?;
     let out = Command::new(pxgw)

@@ -32,6 +32,7 @@
 
 pub mod accounting;
 pub mod observe;
+pub mod offload_checks;
 pub mod plot;
 pub mod queue_checks;
 pub mod router_checks;
@@ -805,6 +806,18 @@ impl Lab {
         inbound: bool,
         bytes: usize,
     ) -> Result<(bool, f64)> {
+        self.file_transfer_within(family, inbound, bytes, None)
+    }
+
+    /// [`Self::file_transfer`], given up after `limit` when there is one: a transfer that
+    /// stalls then counts as damaged (sha256 unequal) instead of waiting for TCP to give up.
+    pub fn file_transfer_within(
+        &self,
+        family: Family,
+        inbound: bool,
+        bytes: usize,
+        limit: Option<Duration>,
+    ) -> Result<(bool, f64)> {
         let src = self.dir.join("file.in");
         let dst = self.dir.join("file.out");
         let _ = fs::remove_file(&dst);
@@ -843,32 +856,37 @@ impl Lab {
         // default 8 KiB writes, a sender slowed by a busy machine drains its socket between
         // writes, and every 8 KiB ends an item short of the iMTU: the yield then measures the
         // machine's load, not the gateway.
-        self.traffic_exec(
-            tx_ns,
-            "socat",
-            &[
-                "-u",
-                "-b",
-                "131072",
-                &format!("OPEN:{}", src.display()),
-                &connect,
-            ],
-        )?;
-        let status = receiver.0.wait()?;
-        let secs = started.elapsed().as_secs_f64();
-        if !status.success() {
-            bail!("the receiving socat failed: {status}");
-        }
-        let sum = |p: &Path| -> Result<String> {
-            Ok(sh("sha256sum", &[&p.display().to_string()])?
-                .split_whitespace()
-                .next()
-                .unwrap_or("")
-                .to_owned())
+        let input = format!("OPEN:{}", src.display());
+        let send = ["-u", "-b", "131072", input.as_str(), connect.as_str()];
+        let Some(limit) = limit else {
+            self.traffic_exec(tx_ns, "socat", &send)?;
+            let status = receiver.0.wait()?;
+            let secs = started.elapsed().as_secs_f64();
+            if !status.success() {
+                bail!("the receiving socat failed: {status}");
+            }
+            return Ok((sha256(&src)? == sha256(&dst)?, secs));
         };
-        Ok((sum(&src)? == sum(&dst)?, secs))
+        let seconds = limit.as_secs().max(1).to_string();
+        let mut timed = vec!["-s", "KILL", seconds.as_str(), "socat"];
+        timed.extend(send);
+        // `timeout` fails when it had to stop socat, and so does socat on a refused connection.
+        let sent = self.traffic_exec(tx_ns, "timeout", &timed).is_ok();
+        let deadline = started + limit;
+        let received = loop {
+            if let Some(status) = receiver.0.try_wait()? {
+                break status.success();
+            }
+            if Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let secs = started.elapsed().as_secs_f64();
+        Ok((sent && received && sha256(&src)? == sha256(&dst)?, secs))
     }
 
+    /// The payload of the `i`-th datagram
     /// The payload of the `i`-th datagram of [`Self::udp_inbound`] in `family`: sizes cycle
     /// through 1 B to the largest the outside path carries unfragmented (every eighth is that
     /// largest), and the bytes depend on `i`, so a lost, reordered or merged datagram shows.
@@ -1357,6 +1375,15 @@ impl Drop for Spawned {
             let _ = self.0.wait();
         }
     }
+}
+
+/// The sha256 of file `p`, in hex.
+fn sha256(p: &Path) -> Result<String> {
+    Ok(sh("sha256sum", &[&p.display().to_string()])?
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_owned())
 }
 
 /// Whether `program` runs.

@@ -2,8 +2,9 @@
 //! integration suite in `cargo xtask test`): real Linux TCP/UDP stacks in network namespaces,
 //! pxgw between them, IPv4 and IPv6 side by side, then the same transfers through a plain Linux
 //! bridge for comparison. `test` also runs a second topology: a Linux router between pxgw and
-//! the outside host, eMTU 1400, iMTU 4000; then two workers, and fragments with F-PMTUD through
-//! a 1400 B router (`gateway_lab::wire_checks`).
+//! the outside host, eMTU 1400, iMTU 4000; then two workers, fragments with F-PMTUD through
+//! a 1400 B router (`gateway_lab::wire_checks`), and the kernel's offloads left on as on an
+//! operator's machine (`gateway_lab::offload_checks`; alone: `pxgw-lab offloads`).
 
 #![forbid(unsafe_code)]
 
@@ -51,6 +52,14 @@ enum What {
         /// Write `lab-outside.pcap` here.
         #[arg(long)]
         dir: PathBuf,
+    },
+    /// pxgw with GRO, TSO, GSO and checksum offloads left on, as on an operator's machine: the
+    /// refusal at start, then the fix it names and sha256-checked transfers both ways with every
+    /// frame accounted (also part of `test`).
+    Offloads {
+        /// Also write the results as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Smaller transfers, a second topology (router, eMTU 1400, iMTU 4000), and assertions: the
     /// integration suite.
@@ -222,8 +231,18 @@ fn main() {
         }
         return;
     }
+    if let What::Offloads { json } = &args.what {
+        match offloads(json.as_deref()) {
+            Ok(true) => return,
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("pxgw-lab: {e:#}");
+                std::process::exit(1);
+            }
+        }
+    }
     let (json_path, plot, sizes, test) = match args.what {
-        What::Capture { .. } => unreachable!("handled above"),
+        What::Capture { .. } | What::Offloads { .. } => unreachable!("handled above"),
         What::Demo {
             json,
             file_mb,
@@ -260,6 +279,26 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// The transfers' size in the offloads pass, as in `test`.
+const OFFLOADS_FILE_BYTES: usize = 16 << 20;
+
+/// `pxgw-lab offloads`: see [`What::Offloads`].
+fn offloads(json: Option<&Path>) -> Result<bool> {
+    let pxgw = std::env::current_exe()?.with_file_name("pxgw");
+    let stop = lab::interrupted();
+    let outcome = lab::offload_checks::run(&pxgw, OFFLOADS_FILE_BYTES, &stop)?;
+    outcome.lines.iter().for_each(|l| println!("{l}"));
+    if let Some(p) = json {
+        std::fs::write(p, serde_json::to_string_pretty(&outcome.report)?)?;
+    }
+    let failed = outcome.checks.iter().filter(|(_, ok)| !ok).count();
+    for (name, ok) in &outcome.checks {
+        println!("{} {name}", if *ok { "ok  " } else { "FAIL" });
+    }
+    println!("{} passed, {failed} failed", outcome.checks.len() - failed);
+    Ok(failed == 0)
 }
 
 /// `pxgw-lab capture`: see [`What::Capture`].
@@ -348,6 +387,12 @@ fn run(
         }
         report["accounting"] = accounting.report;
         report["port_checks"] = port_checks.report;
+        // GRO, TSO and GSO left on, as on an operator's machine.
+        let offloads = lab::offload_checks::run(&pxgw, sizes.file_bytes, &stop)?;
+        println!("\nkernel offloads left on: the refusal, then the fix it names");
+        offloads.lines.iter().for_each(|l| println!("{l}"));
+        checks.extend(offloads.checks.iter().cloned());
+        report["offloads"] = offloads.report;
         // Two workers; fragments and F-PMTUD through a 1400 B router.
         let fpmtud = std::env::current_exe()?.with_file_name("fpmtud");
         if !fpmtud.exists() {
