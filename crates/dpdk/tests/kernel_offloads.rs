@@ -173,3 +173,94 @@ fn net_af_packet_hands_up_a_coalesced_packet_cut_to_its_ring_frame() {
     drop((rx, port));
     assert_no_leaks(&rx_pool);
 }
+
+/// Lengths of the frames from 10.71.0.1 that reach `iface` in `ns` within `wait` of `send`.
+fn arriving(ns: &Netns, iface: &str, wait: Duration, send: impl FnOnce()) -> Vec<usize> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let receiver = s.spawn(|| {
+            ns.enter(|| {
+                let interface = pnet_datalink::interfaces()
+                    .into_iter()
+                    .find(|i| i.name == iface)
+                    .unwrap();
+                let config = pnet_datalink::Config {
+                    read_timeout: Some(Duration::from_millis(50)),
+                    read_buffer_size: 1 << 20,
+                    ..Default::default()
+                };
+                let pnet_datalink::Channel::Ethernet(_tx, mut rx) =
+                    pnet_datalink::channel(&interface, config).unwrap()
+                else {
+                    unreachable!("Ethernet channels on Linux")
+                };
+                ready_tx.send(()).unwrap();
+                let deadline = Instant::now() + wait;
+                let mut lens = Vec::new();
+                while Instant::now() < deadline {
+                    if let Ok(f) = rx.next() {
+                        if f.len() > 34 && f[12..14] == [8, 0] && f[26..30] == [10, 71, 0, 1] {
+                            lens.push(f.len());
+                        }
+                    }
+                }
+                lens
+            })
+            .unwrap()
+        });
+        ready_rx.recv().unwrap();
+        send();
+        receiver.join().unwrap()
+    })
+}
+
+#[test]
+fn net_af_packet_counts_as_sent_a_frame_above_the_mtu_that_the_kernel_drops() {
+    let ns = Netns::new("pxbig").unwrap();
+    let veth = Veth::new("pxbig", 9000).unwrap();
+    veth.move_b_into(&ns).unwrap();
+    let p = pool(64, FRAMESZ as u16 + 128);
+    let id = vdev(
+        "net_af_packet",
+        &format!(
+            "iface={},framesz={FRAMESZ},blocksz={},framecnt=64",
+            veth.a(),
+            FRAMESZ * 4
+        ),
+    );
+    let port = Port::builder(eal(), id).start(&p).unwrap();
+    let mut tx = port.tx_queue(0).unwrap();
+    let stats = port.stats().unwrap();
+    let tx_dropped = || {
+        let path = format!("/sys/class/net/{}/statistics/tx_dropped", veth.a());
+        std::fs::read_to_string(path)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let dropped = tx_dropped();
+    let lens = [9000 + 14, 9000 + 14 + 4, 9000 + 14 + 100];
+    let got = arriving(&ns, veth.b(), Duration::from_secs(2), || {
+        for len in lens {
+            let mut m = p.alloc().unwrap();
+            m.extend_from_slice(&tcp_frame(len - 54)).unwrap();
+            let mut burst = Burst::<1>::new();
+            burst.push(m).unwrap();
+            assert_eq!(tx.tx_burst(&mut burst), 1);
+        }
+    });
+    // The kernel (tpacket_snd) sends a frame of the MTU and its Ethernet header (and room for a
+    // VLAN tag only in a tagged frame), and skips the others without a count: DPDK opens its
+    // socket with PACKET_LOSS. DPDK counts every frame that fit its ring frame as sent.
+    assert_eq!(got, [9014]);
+    let sent = port.stats().unwrap().since(&stats);
+    assert_eq!((sent.opackets, sent.oerrors), (3, 0));
+    assert_eq!(
+        tx_dropped(),
+        dropped,
+        "the interface counted the skipped frames"
+    );
+    drop((tx, port));
+    assert_no_leaks(&p);
+}
