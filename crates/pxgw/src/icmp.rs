@@ -36,60 +36,8 @@ const TTL: u8 = 64;
 const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_S: u64 = 1_000_000_000;
 
-/// What the gateway did as a router: errors sent, fragments made, path MTUs learned.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize, PartialEq, Eq)]
-pub struct RouterSummary {
-    /// ICMPv4 "fragmentation needed" sent to inside hosts.
-    pub frag_needed_sent: u64,
-    /// ICMPv6 Packet Too Big sent to inside hosts.
-    pub ptb_sent: u64,
-    /// Errors not sent because of the rate limits (the packet was still dropped).
-    pub icmp_rate_limited: u64,
-    /// Errors not sent because the rules forbid one (an ICMP error, a non-initial fragment, a
-    /// multicast or broadcast address) or they are turned off.
-    pub icmp_suppressed: u64,
-    /// IPv4 packets with DF clear fragmented to the external MTU.
-    pub fragmented: u64,
-    /// Fragments those became.
-    pub fragments_out: u64,
-    /// IPv4 packets with DF clear that could not be fragmented (bad options, no buffer).
-    pub fragment_failed: u64,
-    /// Packet Too Big / "fragmentation needed" from outside that capped a destination's split
-    /// size.
-    pub ptb_learned: u64,
-    /// IPv6 destinations whose split size fell back to `pmtu.blackhole_mtu` after a black hole.
-    pub blackhole_fallbacks: u64,
-    /// ICMP errors answering the gateway's own F-PMTUD probes, consumed (never forwarded).
-    pub probe_errors_consumed: u64,
-    /// Packet Too Big / "fragmentation needed" quoting a TCP sequence number the inside host
-    /// does not have in flight (RFC 5927 §4.1): not learned (still forwarded).
-    pub ptb_out_of_window: u64,
-    /// Packet Too Big / "fragmentation needed" with an MTU below the floor (IPv6's 1280, or the
-    /// MSS floor's): not learned (still forwarded).
-    pub ptb_below_floor: u64,
-    /// Packet Too Big / "fragmentation needed" quoting a TCP connection this instance does not
-    /// know: not learned (still forwarded).
-    pub ptb_unknown: u64,
-}
-
-impl RouterSummary {
-    /// Adds another worker's counts.
-    pub fn add(&mut self, o: &RouterSummary) {
-        self.frag_needed_sent += o.frag_needed_sent;
-        self.ptb_sent += o.ptb_sent;
-        self.icmp_rate_limited += o.icmp_rate_limited;
-        self.icmp_suppressed += o.icmp_suppressed;
-        self.fragmented += o.fragmented;
-        self.fragments_out += o.fragments_out;
-        self.fragment_failed += o.fragment_failed;
-        self.ptb_learned += o.ptb_learned;
-        self.blackhole_fallbacks += o.blackhole_fallbacks;
-        self.probe_errors_consumed += o.probe_errors_consumed;
-        self.ptb_out_of_window += o.ptb_out_of_window;
-        self.ptb_below_floor += o.ptb_below_floor;
-        self.ptb_unknown += o.ptb_unknown;
-    }
-}
+/// What the gateway did as a router (declared with the other counters in [`crate::stats`]).
+pub use crate::stats::RouterSummary;
 
 /// The per-destination and global limits: [`fpmtud::ratelimit::RateLimiter`], the token buckets
 /// F-PMTUD's responder uses, in a bounded set-associative table (a new destination reads one

@@ -20,7 +20,7 @@ use pxgw::privileges::{self, Target};
 use pxgw::publish::{self, Publisher};
 use pxgw::queues::QueueControl;
 use pxgw::replay::{self, ReplayOptions};
-use pxgw::stats::{PortCounters, PortReport, Report};
+use pxgw::stats::{PortCounters, PortReport, Report, Sample, Table};
 use pxgw::sysfs;
 use pxgw::worker::Worker;
 use pxio::split::SplitOffloads;
@@ -483,7 +483,7 @@ fn register_telemetry(metrics: &Arc<Metrics>) {
     if let Err(e) = dpdk::telemetry::register(
         "/pxgw/stats",
         "pxgw's counters, all workers added up (docs/operations.md)",
-        move |_| telemetry_answer(&telemetry_metrics.total()),
+        move |_| telemetry_metrics.total().telemetry(),
     ) {
         tracing::warn!(error = %e, "cannot register the /pxgw/stats telemetry command");
     }
@@ -520,8 +520,11 @@ fn wait(
     rxq.sample(0.0);
     // The ports' counters for the metrics endpoint: fresh enough for a scrape, cheap to read.
     let port_interval = interval.map_or(PORT_INTERVAL, |i| i.min(PORT_INTERVAL));
-    let mut prev = Report::default();
-    let mut prev_ports = sample_ports(cfg, ext, int);
+    let table = Table::new(metrics.workers());
+    let mut prev = Sample {
+        ports: sample_ports(cfg, ext, int),
+        ..Sample::default()
+    };
     let mut last = Instant::now();
     let mut last_ports = Instant::now();
     let mut rows = 0u64;
@@ -539,27 +542,19 @@ fn wait(
             last_ports = Instant::now();
         }
         if interval.is_some_and(|i| last.elapsed() >= i) {
-            let now = metrics.total();
-            let now_ports = sample_ports(cfg, ext, int);
-            rxq.sample(started.elapsed().as_secs_f64());
+            let now = Sample::new(
+                started.elapsed().as_secs_f64(),
+                metrics.reports(),
+                sample_ports(cfg, ext, int),
+            );
+            rxq.sample(now.t);
             // The header again every 20 rows, so a scrolled terminal still names the columns.
             if rows.is_multiple_of(20) {
-                tracing::info!("{}", Report::header());
+                tracing::info!("{}", table.header());
             }
             rows += 1;
-            tracing::info!(
-                "{}{}",
-                now.row(
-                    &prev,
-                    last.elapsed().as_secs_f64(),
-                    started.elapsed().as_secs_f64(),
-                    &now_ports,
-                    &prev_ports
-                ),
-                rxq.line()
-            );
+            tracing::info!("{}{}", table.row(&now, &prev), rxq.line());
             prev = now;
-            prev_ports = now_ports;
             last = Instant::now();
         }
     }
@@ -708,41 +703,4 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
-}
-
-/// `/pxgw/stats`: the counters an operator checks first, flat, for DPDK's telemetry client.
-fn telemetry_answer(r: &Report) -> Vec<(String, u64)> {
-    let mut v: Vec<(String, u64)> = [
-        ("inbound_packets_in", r.inbound.packets_in),
-        ("inbound_bytes_in", r.inbound.bytes_in),
-        ("inbound_packets_out", r.inbound.packets_out),
-        ("inbound_bytes_out", r.inbound.bytes_out),
-        ("outbound_packets_in", r.outbound.packets_in),
-        ("outbound_bytes_in", r.outbound.bytes_in),
-        ("outbound_packets_out", r.outbound.packets_out),
-        ("outbound_bytes_out", r.outbound.bytes_out),
-        ("merge_payload_in", r.merge.payload_in),
-        ("merge_payload_full", r.merge.payload_full),
-        ("merges", r.merge.merges),
-        ("cuts", r.merge.cuts),
-        ("held_items", r.merge.held_items),
-        ("merge_flows", r.merge.flows),
-        ("merge_evictions", r.merge.evictions),
-        ("caravans_built", r.caravan.caravans_built),
-        ("caravans_unpacked", r.caravan.caravans_unpacked),
-        ("pmtud_probes_sent", r.pmtud.probes_sent),
-        ("pmtud_answers", r.pmtud.discovered),
-        ("pmtud_fallbacks", r.pmtud.fallbacks),
-        ("mss_rewrites", r.mss.rewritten),
-        ("connections", r.connections),
-        ("drops", r.drops.total()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    v.push((
-        "yield_permille".into(),
-        (r.merge.conversion_yield * 1000.0).round() as u64,
-    ));
-    v
 }

@@ -24,7 +24,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::publish::Snapshot;
-use crate::stats::{PortCounters, Report, SizeHistogram, FRAME_SIZE_BOUNDS};
+use crate::stats::counters::{Desc, Group, Kind, Member, Value};
+use crate::stats::{PortCounters, PortSample, Report, SizeHistogram, FRAME_SIZE_BOUNDS};
 
 mod http;
 pub use http::{Limits, MetricsError, Server, MAX_REQUEST};
@@ -85,18 +86,19 @@ impl Metrics {
         }
     }
 
-    /// Each worker's latest report, in worker order.
+    /// How many workers publish.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Each worker's latest report, in worker order, ratios derived.
     pub fn reports(&self) -> Vec<Report> {
         self.workers.iter().map(Snapshot::latest).collect()
     }
 
     /// The workers' reports summed.
     pub fn total(&self) -> Report {
-        let mut sum = Report::default();
-        for r in self.reports() {
-            sum.add(&r);
-        }
-        sum
+        Report::sum(&self.reports())
     }
 
     /// The OpenMetrics text exposition of everything, as a scrape returns it.
@@ -223,344 +225,119 @@ pub fn size_buckets(h: &SizeHistogram) -> Vec<(f64, u64)> {
         .collect()
 }
 
+/// A metric family being gathered: its samples, of the kind its first counter gave it.
+struct Gathered {
+    name: &'static str,
+    help: String,
+    kind: Kind,
+    counters: Vec<(Labels, u64)>,
+    gauges: Vec<(Labels, f64)>,
+    histograms: Vec<HistogramSample>,
+}
+
+/// The declared counters' families, in declaration order, as samples are added.
+#[derive(Default)]
+struct Families {
+    list: Vec<Gathered>,
+}
+
+impl Families {
+    /// Every family the declarations name, empty, in declaration order.
+    fn declared() -> Self {
+        let mut f = Families::default();
+        let members = Report::declared().chain(
+            PortCounters::MEMBERS
+                .iter()
+                .flat_map(|m| PortSample::FIELDS.iter().map(move |d| (m, d))),
+        );
+        for (_, d) in members {
+            let Some(p) = &d.prom else { continue };
+            match f.list.iter_mut().find(|g| g.name == p.name) {
+                Some(g) => {
+                    if let Some(h) = p.help {
+                        g.help = h.to_owned();
+                    }
+                }
+                None => f.list.push(Gathered {
+                    name: p.name,
+                    help: p.help.map_or_else(|| d.help(), str::to_owned),
+                    kind: d.kind,
+                    counters: Vec::new(),
+                    gauges: Vec::new(),
+                    histograms: Vec::new(),
+                }),
+            }
+        }
+        f
+    }
+
+    /// Adds `d`'s value `v` in `member`, with `labels` before the counter's own.
+    fn add(&mut self, member: &Member, d: &Desc, v: Value<'_>, mut labels: Labels) {
+        let Some(p) = &d.prom else { return };
+        let Some(g) = self.list.iter_mut().find(|g| g.name == p.name) else {
+            return;
+        };
+        labels.extend(member.labels(d));
+        match v {
+            Value::Count(n) if g.kind == Kind::Counter => g.counters.push((labels, n)),
+            Value::Count(n) => g.gauges.push((labels, n as f64)),
+            Value::Ratio(x) => g.gauges.push((labels, x)),
+            Value::Sizes(h) => g.histograms.push((labels, h.sum as f64, size_buckets(h))),
+        }
+    }
+
+    fn encode(&self, f: &mut Family<'_, '_>) -> fmt::Result {
+        for g in &self.list {
+            let (name, unit) = name_and_unit(g.name);
+            match g.kind {
+                Kind::Counter => f.counter(name, &g.help, unit, &g.counters)?,
+                Kind::Sizes => f.histogram(name, &g.help, unit, &g.histograms)?,
+                _ => f.gauge(name, &g.help, unit, &g.gauges)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A family's name without its unit suffix, and the unit (prometheus-client adds it back).
+fn name_and_unit(name: &'static str) -> (&'static str, Option<Unit>) {
+    if let Some(base) = name.strip_suffix("_bytes") {
+        (base, Some(Unit::Bytes))
+    } else if let Some(base) = name.strip_suffix("_seconds") {
+        (base, Some(Unit::Seconds))
+    } else {
+        (name, None)
+    }
+}
+
 impl Collector for Collect {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let m = &self.0;
         let reports = m.reports();
-        let mut total = Report::default();
-        for r in &reports {
-            total.add(r);
+        let total = Report::sum(&reports);
+        let mut families = Families::declared();
+        // Per worker: counters, levels, maxima and per-worker ratios. Over all workers: the
+        // frame-size histograms and the total ratios.
+        for (i, r) in reports.iter().enumerate() {
+            r.visit(&mut |member, d, v| {
+                if !matches!(d.kind, Kind::Sizes | Kind::TotalRatio) {
+                    families.add(member, d, v, vec![("worker", i.to_string())]);
+                }
+            });
         }
-        let mut f = Family { enc: &mut enc };
-        let w = |i: usize| -> Labels { vec![("worker", i.to_string())] };
-        let per_worker = |get: &dyn Fn(&Report) -> u64| -> Vec<(Labels, u64)> {
-            reports
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (w(i), get(r)))
-                .collect()
-        };
-        let wp = |i: usize, port: &str| -> Labels {
-            vec![("worker", i.to_string()), ("port", port.to_owned())]
-        };
-        // Packets and bytes per worker and port: received on the outside port is inbound,
-        // received on the inside port outbound; sent the other way round.
-        let by_port = |get: &dyn Fn(&Report, bool) -> u64| -> Vec<(Labels, u64)> {
-            let mut v = Vec::new();
-            for (i, r) in reports.iter().enumerate() {
-                v.push((wp(i, "external"), get(r, true)));
-                v.push((wp(i, "internal"), get(r, false)));
+        total.visit(&mut |member, d, v| {
+            if matches!(d.kind, Kind::Sizes | Kind::TotalRatio) {
+                families.add(member, d, v, Vec::new());
             }
-            v
-        };
-        f.counter(
-            "pxgw_received_packets",
-            "Frames a worker received, by port.",
-            None,
-            &by_port(&|r, ext| {
-                if ext {
-                    r.inbound.packets_in
-                } else {
-                    r.outbound.packets_in
-                }
-            }),
-        )?;
-        f.counter(
-            "pxgw_received",
-            "Bytes of the frames a worker received, by port.",
-            Some(Unit::Bytes),
-            &by_port(&|r, ext| {
-                if ext {
-                    r.inbound.bytes_in
-                } else {
-                    r.outbound.bytes_in
-                }
-            }),
-        )?;
-        f.counter(
-            "pxgw_sent_packets",
-            "Frames a worker handed to a port's driver, by port.",
-            None,
-            &by_port(&|r, ext| {
-                if ext {
-                    r.outbound.packets_out
-                } else {
-                    r.inbound.packets_out
-                }
-            }),
-        )?;
-        f.counter(
-            "pxgw_sent",
-            "Bytes of the frames a worker handed to a port's driver, by port.",
-            Some(Unit::Bytes),
-            &by_port(&|r, ext| {
-                if ext {
-                    r.outbound.bytes_out
-                } else {
-                    r.inbound.bytes_out
-                }
-            }),
-        )?;
-
+        });
         // The ports' own counters (rte_eth_stats), sampled by the main thread.
         let ports = m.ports.lock().map(|p| p.clone()).unwrap_or_default();
-        let port = |name: &'static str| -> Labels { vec![("port", name.to_owned())] };
-        for (metric, help, unit, get) in [
-            (
-                "pxgw_port_received_packets",
-                "Frames the port delivered (ipackets).",
-                None,
-                (|c: &crate::stats::PortSample| c.ipackets) as fn(&_) -> u64,
-            ),
-            (
-                "pxgw_port_received",
-                "Bytes the port delivered (ibytes).",
-                Some(Unit::Bytes),
-                |c| c.ibytes,
-            ),
-            (
-                "pxgw_port_sent_packets",
-                "Frames the port transmitted (opackets).",
-                None,
-                |c| c.opackets,
-            ),
-            (
-                "pxgw_port_sent",
-                "Bytes the port transmitted (obytes).",
-                Some(Unit::Bytes),
-                |c| c.obytes,
-            ),
-            (
-                "pxgw_port_missed_packets",
-                "Frames the port dropped because its RX ring was full (imissed).",
-                None,
-                |c| c.imissed,
-            ),
-            (
-                "pxgw_port_receive_errors",
-                "Erroneous frames received (ierrors).",
-                None,
-                |c| c.ierrors,
-            ),
-            (
-                "pxgw_port_rx_nombuf",
-                "Frames lost for lack of an mbuf (rx_nombuf).",
-                None,
-                |c| c.rx_nombuf,
-            ),
-            (
-                "pxgw_port_transmit_errors",
-                "Frames the driver took but failed to transmit (oerrors).",
-                None,
-                |c| c.oerrors,
-            ),
-        ] {
-            f.counter(
-                metric,
-                help,
-                unit,
-                &[
-                    (port("external"), get(&ports.external.counters)),
-                    (port("internal"), get(&ports.internal.counters)),
-                ],
-            )?;
+        for (member, sample) in ports.by_port() {
+            sample.visit(&mut |d, v| families.add(member, d, v, Vec::new()));
         }
+        let mut f = Family { enc: &mut enc };
+        families.encode(&mut f)?;
 
-        // Merging (SIGCOMM'26 §4.1).
-        f.counter(
-            "pxgw_merge_payload",
-            "TCP payload bytes that went into merge items.",
-            Some(Unit::Bytes),
-            &per_worker(&|r| r.merge.payload_in),
-        )?;
-        f.counter(
-            "pxgw_merge_full_payload",
-            "Of those, bytes that left in iMTU-bound packets (yield = this / pxgw_merge_payload_bytes_total).",
-            Some(Unit::Bytes),
-            &per_worker(&|r| r.merge.payload_full),
-        )?;
-        f.gauge(
-            "pxgw_merge_yield_ratio",
-            "Conversion yield since the start: share of merged payload that left iMTU-bound.",
-            None,
-            &[(vec![], total.merge.conversion_yield)],
-        )?;
-        for (name, help, get) in [
-            (
-                "pxgw_merges",
-                "Segments merged into others.",
-                (|r: &Report| r.merge.merges) as fn(&Report) -> u64,
-            ),
-            ("pxgw_merge_cuts", "Segments cut at the iMTU.", |r| {
-                r.merge.cuts
-            }),
-            (
-                "pxgw_merge_flow_evictions",
-                "Flows evicted from a full bucket of the merge flow table.",
-                |r| r.merge.evictions,
-            ),
-            ("pxgw_caravans_built", "UDP caravans sent inside.", |r| {
-                r.caravan.caravans_built
-            }),
-            (
-                "pxgw_caravan_datagrams_packed",
-                "Datagrams packed into caravans.",
-                |r| r.caravan.datagrams_packed,
-            ),
-            (
-                "pxgw_caravans_unpacked",
-                "Caravans from inside unpacked.",
-                |r| r.caravan.caravans_unpacked,
-            ),
-            (
-                "pxgw_caravan_datagrams_unpacked",
-                "Datagrams those caravans carried.",
-                |r| r.caravan.datagrams_unpacked,
-            ),
-            ("pxgw_pmtud_probes_sent", "F-PMTUD probes sent.", |r| {
-                r.pmtud.probes_sent
-            }),
-            (
-                "pxgw_pmtud_answers",
-                "F-PMTUD rounds that ended with a report (an answer).",
-                |r| r.pmtud.discovered,
-            ),
-            (
-                "pxgw_pmtud_fallbacks",
-                "F-PMTUD rounds that fell back (no report in time).",
-                |r| r.pmtud.fallbacks,
-            ),
-            (
-                "pxgw_pmtud_probes_answered",
-                "F-PMTUD probes from outside that the gateway answered.",
-                |r| r.pmtud.answered,
-            ),
-            (
-                "pxgw_pmtud_expired",
-                "Lowered path MTUs forgotten after pmtu.expire_s (back at the eMTU).",
-                |r| r.pmtud.expired,
-            ),
-            (
-                "pxgw_pmtud_respond_source_limited",
-                "F-PMTUD probes from outside not answered: their source exceeded its rate.",
-                |r| r.pmtud.respond_source_limited,
-            ),
-            (
-                "pxgw_pmtud_respond_global_limited",
-                "F-PMTUD probes from outside not answered: pmtu.respond_per_sec reached.",
-                |r| r.pmtud.respond_global_limited,
-            ),
-            (
-                "pxgw_mss_handshakes",
-                "SYN and SYN-ACK segments seen.",
-                |r| r.mss.handshakes,
-            ),
-            ("pxgw_mss_rewrites", "MSS options rewritten.", |r| {
-                r.mss.rewritten
-            }),
-            (
-                "pxgw_connections_learned",
-                "Connections learned from their data, their handshake unseen (after a restart).",
-                |r| r.mss.learned,
-            ),
-            (
-                "pxgw_connections_learned_one_way",
-                "Connections learned from one direction only ([connections] one_way, behind ECMP).",
-                |r| r.mss.learned_one_way,
-            ),
-            (
-                "pxgw_connections_half_open_evicted",
-                "Half-open connections evicted for newer ones (a SYN flood shows here).",
-                |r| r.mss.half_open_evicted,
-            ),
-            (
-                "pxgw_connections_evicted",
-                "Established connections evicted, least recently seen first, for newer ones.",
-                |r| r.mss.established_evicted,
-            ),
-            (
-                "pxgw_mss_below_floor",
-                "Outside SYNs announcing an MSS below [mss] min: not raised.",
-                |r| r.mss.below_floor,
-            ),
-            (
-                "pxgw_syn_ignored",
-                "SYN and SYN-ACK segments on established connections that changed nothing.",
-                |r| r.mss.syn_ignored,
-            ),
-            (
-                "pxgw_ptb_learned",
-                "Packet Too Big / fragmentation needed from outside that lowered a path MTU.",
-                |r| r.router.ptb_learned,
-            ),
-            (
-                "pxgw_ptb_out_of_window",
-                "Packet Too Big / fragmentation needed quoting a sequence number not in flight: ignored.",
-                |r| r.router.ptb_out_of_window,
-            ),
-            (
-                "pxgw_ptb_below_floor",
-                "Packet Too Big / fragmentation needed with an MTU below the floor: ignored.",
-                |r| r.router.ptb_below_floor,
-            ),
-            (
-                "pxgw_ptb_unknown",
-                "Packet Too Big / fragmentation needed quoting an unknown connection: ignored.",
-                |r| r.router.ptb_unknown,
-            ),
-            (
-                "pxgw_caravan_mark_cleared",
-                "Inbound packets that wore the caravan mark, cleared.",
-                |r| r.caravan.mark_cleared,
-            ),
-            (
-                "pxgw_split_packets",
-                "Outbound TCP packets split to the path MTU in software.",
-                |r| r.split.packets,
-            ),
-        ] {
-            f.counter(name, help, None, &per_worker(&get))?;
-        }
-        for (name, help, get) in [
-            (
-                "pxgw_merge_held_items",
-                "Merge items held right now.",
-                (|r: &Report| r.merge.held_items) as fn(&Report) -> u64,
-            ),
-            (
-                "pxgw_merge_flows",
-                "Flows in the merge flow table (its occupancy).",
-                |r| r.merge.flows,
-            ),
-            (
-                "pxgw_connections",
-                "TCP connections the worker knows.",
-                |r| r.connections,
-            ),
-        ] {
-            let v: Vec<(Labels, f64)> = per_worker(&get)
-                .into_iter()
-                .map(|(l, v)| (l, v as f64))
-                .collect();
-            f.gauge(name, help, None, &v)?;
-        }
-        let mut drops = Vec::new();
-        for (i, r) in reports.iter().enumerate() {
-            for (reason, v) in r.drops.by_reason() {
-                drops.push((
-                    vec![("worker", i.to_string()), ("reason", reason.to_owned())],
-                    v,
-                ));
-            }
-        }
-        f.counter(
-            "pxgw_drops",
-            "Frames dropped, by reason (every frame is sent or counted here).",
-            None,
-            &drops,
-        )?;
-
-        // Histograms, over all workers.
         let (sum, buckets) = delay_buckets(&total);
         f.histogram(
             "pxgw_added_delay",
@@ -568,26 +345,6 @@ impl Collector for Collect {
             Some(Unit::Seconds),
             &[(vec![], sum, buckets)],
         )?;
-        let s = &total.sizes;
-        let dir = |d: &str, side: &str| -> Labels {
-            vec![("direction", d.to_owned()), ("side", side.to_owned())]
-        };
-        let mut sizes = Vec::new();
-        for (labels, h) in [
-            (dir("inbound", "received"), &s.inbound_received),
-            (dir("inbound", "sent"), &s.inbound_sent),
-            (dir("outbound", "received"), &s.outbound_received),
-            (dir("outbound", "sent"), &s.outbound_sent),
-        ] {
-            sizes.push((labels, h.sum as f64, size_buckets(h)));
-        }
-        f.histogram(
-            "pxgw_frame_size",
-            "Frame sizes received and sent (Ethernet, without FCS), per direction.",
-            Some(Unit::Bytes),
-            &sizes,
-        )?;
-
         f.gauge(
             "pxgw_workers",
             "Workers running.",
@@ -633,12 +390,12 @@ mod tests {
         r.inbound.bytes_in = 15_140;
         r.sizes.inbound_received.record(1514);
         r.drops.oversize = 2;
-        p0.publish(r.clone());
+        p0.publish(&r, None, &[], 0);
         r.inbound.packets_in = 11;
-        p0.publish(r);
+        p0.publish(&r, None, &[], 0);
         let mut r1 = Report::default();
         r1.inbound.packets_in = 5;
-        p1.publish(r1);
+        p1.publish(&r1, None, &[], 0);
         let text = m.encode();
         assert!(text.contains("pxgw_received_packets_total{worker=\"0\",port=\"external\"} 11\n"));
         assert!(text.contains("pxgw_received_packets_total{worker=\"1\",port=\"external\"} 5\n"));
@@ -654,6 +411,98 @@ mod tests {
         assert_eq!(m.total().inbound.packets_in, 16);
     }
 
+    /// Every declared counter with a Prometheus family is on a scrape with its own value: per
+    /// worker with a `worker` label, or over all workers; the ports' counters by port.
+    #[test]
+    fn every_declared_counter_is_scraped() {
+        let (mut p0, s0) = channel();
+        let (mut p1, s1) = channel();
+        let m = Arc::new(Metrics::new(vec![s0, s1]));
+        let r0 = Report::every_counter_set();
+        let mut r1 = Report::default();
+        r1.inbound.packets_in = 5;
+        p0.publish(&r0, None, &[], 0);
+        p1.publish(&r1, None, &[], 0);
+        let mut ports = PortCounters::default();
+        ports.internal.counters.oerrors = 9;
+        ports.external.counters.ibytes = 77;
+        m.set_ports(ports.clone());
+        let text = m.encode();
+        // The value of the sample `name{labels}`, which must be there once.
+        let sample = |name: String, labels: &[(&str, String)]| -> f64 {
+            let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+            let head = if labels.is_empty() {
+                format!("\n{name} ")
+            } else {
+                format!("\n{name}{{{}}} ", labels.join(","))
+            };
+            assert_eq!(text.matches(&head).count(), 1, "{head:?} in\n{text}");
+            let at = text.find(&head).unwrap() + head.len();
+            text[at..].lines().next().unwrap().parse().unwrap()
+        };
+        let total = Report::sum(&[m.reports()[0].clone(), m.reports()[1].clone()]);
+        let mut checked = 0;
+        r0.visit(&mut |member, d, v| {
+            let Some(p) = &d.prom else { return };
+            checked += 1;
+            let mut labels = vec![("worker", "0".to_owned())];
+            labels.extend(member.labels(d));
+            match (d.kind, v) {
+                (Kind::Counter, Value::Count(n)) => {
+                    assert_eq!(sample(format!("{}_total", p.name), &labels), n as f64)
+                }
+                (Kind::Sizes, Value::Sizes(h)) => {
+                    let labels = member.labels(d);
+                    assert_eq!(
+                        sample(format!("{}_count", p.name), &labels),
+                        h.count() as f64
+                    );
+                    assert_eq!(sample(format!("{}_sum", p.name), &labels), h.sum as f64);
+                }
+                (Kind::TotalRatio, Value::Ratio(_)) => {
+                    let mut want = None;
+                    total.visit(&mut |tm, td, tv| {
+                        if let (true, Value::Ratio(x)) = (tm == member && td == d, tv) {
+                            want = Some(x);
+                        }
+                    });
+                    let x = want.expect("the total has the counter");
+                    assert_eq!(sample(p.name.to_owned(), &member.labels(d)), x);
+                }
+                (_, Value::Count(n)) => assert_eq!(sample(p.name.to_owned(), &labels), n as f64),
+                (_, Value::Ratio(x)) => assert_eq!(sample(p.name.to_owned(), &labels), x),
+                (kind, v) => panic!("{kind:?} {v:?}"),
+            }
+        });
+        assert_eq!(
+            checked,
+            Report::declared().filter(|(_, d)| d.prom.is_some()).count()
+        );
+        assert_eq!(
+            sample(
+                "pxgw_received_packets_total".into(),
+                &[("worker", "1".into()), ("port", "external".into())]
+            ),
+            5.0
+        );
+        assert_eq!(
+            sample(
+                "pxgw_port_transmit_errors_total".into(),
+                &[("port", "internal".into())]
+            ),
+            9.0
+        );
+        assert_eq!(
+            sample(
+                "pxgw_port_received_bytes_total".into(),
+                &[("port", "external".into())]
+            ),
+            77.0
+        );
+        // One descriptor per family, however many counters share it.
+        assert_eq!(text.matches("# TYPE pxgw_drops counter").count(), 1);
+    }
+
     /// The endpoint answers over HTTP.
     #[test]
     fn serves_over_http() {
@@ -662,7 +511,7 @@ mod tests {
         let m = Arc::new(Metrics::new(vec![s]));
         let mut r = Report::default();
         r.merge.merges = 42;
-        p.publish(r);
+        p.publish(&r, None, &[], 0);
         let server = Server::start("127.0.0.1:0".parse().unwrap(), m, Limits::default()).unwrap();
         let mut c = std::net::TcpStream::connect(server.addr()).unwrap();
         c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();

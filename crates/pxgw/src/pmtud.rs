@@ -55,32 +55,8 @@ const ETH: usize = wire::ethernet::field::HEADER_LEN;
 const IPV4: usize = wire::ipv4::field::HEADER_LEN;
 const UDP: usize = wire::udp::field::HEADER_LEN;
 
-/// Counters.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize, PartialEq, Eq)]
-pub struct PmtudSummary {
-    /// Destinations probed.
-    pub probed: u64,
-    /// Probes sent.
-    pub probes_sent: u64,
-    /// Rounds that ended with a report.
-    pub discovered: u64,
-    /// Rounds that fell back (no report in time).
-    pub fallbacks: u64,
-    /// Non-default PMTUs in the cache.
-    pub cached: u64,
-    /// Probes from outside answered by the gateway.
-    pub answered: u64,
-    /// IPv4 fragments received from outside (each shown to the responder, and forwarded). A
-    /// probe fragmented on its way counts every fragment: this is how a port that reassembles
-    /// fragments before pxgw (DPDK's `net_af_packet`) shows, as 0.
-    pub fragments_in: u64,
-    /// Lowered path MTUs forgotten after `pmtu.expire_s` (the destination is back at the eMTU).
-    pub expired: u64,
-    /// Probes from outside not answered: their source exceeded its rate.
-    pub respond_source_limited: u64,
-    /// Probes from outside not answered: all sources together exceeded `pmtu.respond_per_sec`.
-    pub respond_global_limited: u64,
-}
+/// Counters (declared with the others in [`crate::stats`]).
+pub use crate::stats::PmtudSummary;
 
 /// A path MTU the gateway's own probing discovered.
 #[derive(Clone, Copy, Debug, serde::Serialize, PartialEq, Eq)]

@@ -1,349 +1,585 @@
-//! What the gateway did, per direction, for the periodic summary line, the final summary and
-//! `--stats-json`; and what its ports did ([`PortCounters`]), so no frame is lost out of sight
-//! (a full RX ring shows as `imissed`, a refused transmission as `tx_dropped`).
+//! What the gateway did, per direction, for the periodic table, the final summary,
+//! `--stats-json`, Prometheus and `/pxgw/stats`; and what its ports did ([`PortCounters`]), so
+//! no frame is lost out of sight (a full RX ring shows as `imissed`, a refused transmission as
+//! `tx_dropped`).
+//!
+//! **Every counter is declared once**, below, with `group!` (`stats::counters`): its field (and
+//! JSON key), its doc comment (which is its help text), how it adds up over workers, its
+//! Prometheus family and its `/pxgw/stats` name. Merging the workers' reports, the JSON,
+//! Prometheus, `/pxgw/stats` and the counter table of `docs/operations.md` (checked by
+//! `tests/counters_docs.rs`) all walk that one list ([`Report::visit`]).
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-/// Packet and byte counts of one direction.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct Direction {
-    /// Frames received on the port this direction starts at.
-    pub packets_in: u64,
-    /// Their bytes (Ethernet frames).
-    pub bytes_in: u64,
-    /// Frames the driver of the port this direction ends at took (`rte_eth_tx_burst`'s count);
-    /// frames it kept refusing are in [`Drops::tx_dropped`], never here.
-    pub packets_out: u64,
-    /// Their bytes.
-    pub bytes_out: u64,
-    /// Largest frame sent, bytes.
-    pub max_frame_out: u64,
-}
+use crate::pmtud::DiscoveredPath;
 
-impl Direction {
-    fn add(&mut self, o: &Direction) {
-        self.packets_in += o.packets_in;
-        self.bytes_in += o.bytes_in;
-        self.packets_out += o.packets_out;
-        self.bytes_out += o.bytes_out;
-        self.max_frame_out = self.max_frame_out.max(o.max_frame_out);
+pub mod counters;
+mod load;
+mod table;
+
+use counters::{group, Desc, Group, Member, Value};
+pub use load::LoadMeter;
+pub use table::{Sample, Table};
+
+group! {
+    /// Packet and byte counts of one direction.
+    #[derive(Eq)]
+    pub struct Direction {
+        /// Frames received on the port this direction starts at.
+        packets_in: counter => "pxgw_received_packets" { port: from }
+            help "Frames a worker received, by port.", tm "{}_packets_in";
+        /// Bytes of the frames received on the port this direction starts at (Ethernet frames).
+        bytes_in: counter => "pxgw_received_bytes" { port: from }
+            help "Bytes of the frames a worker received, by port.", tm "{}_bytes_in";
+        /// Frames the driver of the port this direction ends at took (`rte_eth_tx_burst`'s
+        /// count); frames it kept refusing are in `drops.tx_dropped`, never here.
+        packets_out: counter => "pxgw_sent_packets" { port: to }
+            help "Frames a worker handed to a port's driver, by port.", tm "{}_packets_out";
+        /// Bytes of the frames the driver of the port this direction ends at took.
+        bytes_out: counter => "pxgw_sent_bytes" { port: to }
+            help "Bytes of the frames a worker handed to a port's driver, by port.", tm "{}_bytes_out";
+        /// Largest frame the driver of the port this direction ends at took, bytes.
+        max_frame_out: max => "pxgw_sent_frame_max_bytes" { port: to }
+            help "Largest frame a worker handed to a port's driver, by port.";
     }
 }
 
-/// Drops, by reason. Every packet the gateway received is either sent or counted here.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct Drops {
-    /// Frames the TX queue kept refusing (the driver never took them), then freed.
-    pub tx_dropped: u64,
-    /// Larger than the external MTU and not splittable (non-TCP).
-    pub oversize: u64,
-    /// A TCP packet that could not be split (no buffer, bad checksum, MTU too small).
-    pub split_failed: u64,
-    /// A caravan from inside that was malformed.
-    pub caravan_malformed: u64,
-    /// No buffer to build a caravan or a header.
-    pub pool_exhausted: u64,
-    /// Inbound packets larger than the internal MTU that could not be fragmented (DF set, IPv6,
-    /// not IP): dropped, and answered with ICMP as a router would ([`InboundOversize`]).
-    pub oversize_inbound: u64,
-    /// Merged packets the merge engine dropped because no buffer was left to rewrite their
-    /// shared headers.
-    pub merge_no_buffer: u64,
-    /// Inbound frames that wore the caravan mark (or may have) and could not be rewritten
-    /// without it (shared data, or a first buffer too short for the IP header's first bytes).
-    pub mark_uncleared: u64,
+group! {
+    /// Drops, by reason. Every packet the gateway received is either sent or counted here.
+    #[derive(Eq)]
+    pub struct Drops {
+        /// Frames the TX queue kept refusing (the driver never took them), then freed.
+        tx_dropped: counter => "pxgw_drops" { reason: field }
+            help "Frames dropped, by reason (every frame is sent or counted here).";
+        /// Larger than the external MTU and not splittable (non-TCP).
+        oversize: counter => "pxgw_drops" { reason: field };
+        /// A TCP packet that could not be split (no buffer, bad checksum, MTU too small).
+        split_failed: counter => "pxgw_drops" { reason: field };
+        /// A caravan from inside that was malformed.
+        caravan_malformed: counter => "pxgw_drops" { reason: field };
+        /// No buffer to build a caravan or a header.
+        pool_exhausted: counter => "pxgw_drops" { reason: field };
+        /// Inbound packets larger than the internal MTU that could not be fragmented (DF set,
+        /// IPv6, not IP): dropped, and answered with ICMP as a router would (`inbound_oversize`).
+        oversize_inbound: counter => "pxgw_drops" { reason: field };
+        /// Merged packets the merge engine dropped because no buffer was left to rewrite their
+        /// shared headers.
+        merge_no_buffer: counter => "pxgw_drops" { reason: field };
+        /// Inbound frames that wore the caravan mark (or may have) and could not be rewritten
+        /// without it (shared data, or a first buffer too short for the IP header's first bytes).
+        mark_uncleared: counter => "pxgw_drops" { reason: field };
+        /// Coalesced inbound TCP packets (LRO, GRO) that could not be cut at the iMTU (a bad
+        /// checksum, no buffer).
+        coalesced_failed: counter => "pxgw_drops" { reason: field };
+    }
 }
 
 impl Drops {
-    fn add(&mut self, o: &Drops) {
-        self.tx_dropped += o.tx_dropped;
-        self.oversize += o.oversize;
-        self.split_failed += o.split_failed;
-        self.caravan_malformed += o.caravan_malformed;
-        self.pool_exhausted += o.pool_exhausted;
-        self.oversize_inbound += o.oversize_inbound;
-        self.merge_no_buffer += o.merge_no_buffer;
-        self.mark_uncleared += o.mark_uncleared;
-    }
-
-    /// Each reason, named as in the JSON, with its count: the one list the total, the
-    /// summary line and Prometheus read.
-    pub fn by_reason(&self) -> [(&'static str, u64); 8] {
-        [
-            ("tx_dropped", self.tx_dropped),
-            ("oversize", self.oversize),
-            ("split_failed", self.split_failed),
-            ("caravan_malformed", self.caravan_malformed),
-            ("pool_exhausted", self.pool_exhausted),
-            ("oversize_inbound", self.oversize_inbound),
-            ("merge_no_buffer", self.merge_no_buffer),
-            ("mark_uncleared", self.mark_uncleared),
-        ]
+    /// Each reason, named as in the JSON, with its count, in declaration order.
+    pub fn by_reason(&self) -> Vec<(&'static str, u64)> {
+        let mut v = Vec::with_capacity(Self::FIELDS.len());
+        self.visit(&mut |d, value| {
+            if let Value::Count(n) = value {
+                v.push((d.field, n));
+            }
+        });
+        v
     }
 
     /// All drops.
     pub fn total(&self) -> u64 {
-        self.by_reason().iter().map(|(_, v)| v).sum()
+        let mut sum = 0;
+        self.visit(&mut |_, value| {
+            if let Value::Count(n) = value {
+                sum += n;
+            }
+        });
+        sum
     }
 }
 
-/// Inbound packets larger than the internal MTU, handled as a router in front of the b-network
-/// would: IPv4 without DF fragmented to the iMTU, the rest dropped (counted in
-/// [`Drops::oversize_inbound`]) and answered toward the outside sender.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct InboundOversize {
-    /// IPv4 packets with DF clear, fragmented to the iMTU.
-    pub fragmented: u64,
-    /// Fragments those became.
-    pub fragments_out: u64,
-    /// ICMPv4 "fragmentation needed" (next-hop MTU = the iMTU) sent to outside senders.
-    pub frag_needed_sent: u64,
-    /// ICMPv6 Packet Too Big (MTU = the iMTU) sent to outside senders.
-    pub ptb_sent: u64,
-    /// Errors held back by the rate limits (the packet was still dropped).
-    pub icmp_rate_limited: u64,
-    /// Errors the rules forbid (an ICMP error, a non-initial fragment, multicast or broadcast,
-    /// not IP) or that are turned off.
-    pub icmp_suppressed: u64,
-}
-
-impl InboundOversize {
-    fn add(&mut self, o: &InboundOversize) {
-        self.fragmented += o.fragmented;
-        self.fragments_out += o.fragments_out;
-        self.frag_needed_sent += o.frag_needed_sent;
-        self.ptb_sent += o.ptb_sent;
-        self.icmp_rate_limited += o.icmp_rate_limited;
-        self.icmp_suppressed += o.icmp_suppressed;
+group! {
+    /// Inbound packets larger than the internal MTU, handled as a router in front of the
+    /// b-network would: IPv4 without DF fragmented to the iMTU, the rest dropped (counted in
+    /// `drops.oversize_inbound`) and answered toward the outside sender.
+    #[derive(Eq)]
+    pub struct InboundOversize {
+        /// IPv4 packets from outside with DF clear, fragmented to the iMTU.
+        fragmented: counter => "pxgw_inbound_oversize_fragmented";
+        /// Fragments made of IPv4 packets from outside.
+        fragments_out: counter => "pxgw_inbound_oversize_fragments";
+        /// ICMPv4 "fragmentation needed" (next-hop MTU = the iMTU) sent to outside senders.
+        frag_needed_sent: counter => "pxgw_inbound_oversize_frag_needed_sent";
+        /// ICMPv6 Packet Too Big (MTU = the iMTU) sent to outside senders.
+        ptb_sent: counter => "pxgw_inbound_oversize_ptb_sent";
+        /// Errors to outside senders held back by the rate limits (the packet was still dropped).
+        icmp_rate_limited: counter => "pxgw_inbound_oversize_icmp_rate_limited";
+        /// Errors to outside senders the rules forbid (an ICMP error, a non-initial fragment,
+        /// multicast or broadcast, not IP) or that are turned off.
+        icmp_suppressed: counter => "pxgw_inbound_oversize_icmp_suppressed";
     }
 }
 
-/// Merge engine outcome (inbound TCP).
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
-pub struct MergeSummary {
-    /// TCP payload bytes that went into merge items.
-    pub payload_in: u64,
-    /// Of those, bytes that left in iMTU-bound packets.
-    pub payload_full: u64,
-    /// `payload_full / payload_in`.
-    pub conversion_yield: f64,
-    /// Mean added delay per segment, µs.
-    pub mean_delay_us: f64,
-    /// 99th percentile of the added delay, µs.
-    pub p99_delay_us: f64,
-    /// Segments merged into others.
-    pub merges: u64,
-    /// Segments cut at the iMTU.
-    pub cuts: u64,
-    /// Items held right now.
-    pub held_items: u64,
-    /// TCP segments whose checksum did not verify (the NIC's verdict, or software). They are
-    /// passed through unmerged, for the receiver to drop, so this is not a drop.
-    pub bad_checksum: u64,
-    /// IPv4 segments whose header checksum did not verify: passed through unmerged, likewise.
-    pub bad_ip_checksum: u64,
-    /// Flows in the merge engine's flow table right now (its occupancy).
-    pub flows: u64,
-    /// Flows evicted from a full bucket of the flow table (their items were flushed).
-    pub evictions: u64,
-}
-
-/// UDP caravans.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct CaravanSummary {
-    /// Datagrams packed into caravans (inbound).
-    pub datagrams_packed: u64,
-    /// Caravans sent inside.
-    pub caravans_built: u64,
-    /// Caravans unpacked (outbound).
-    pub caravans_unpacked: u64,
-    /// Datagrams they carried.
-    pub datagrams_unpacked: u64,
-    /// Inbound UDP passed unpacked: its family is not in `[caravan] families`.
-    pub unpacked_family: u64,
-    /// Inbound UDP passed unpacked: double-tagged, or behind an 802.1ad tag.
-    pub unpacked_vlan: u64,
-    /// Inbound UDP passed unpacked: TTL or hop limit at most `[caravan] pass_ttl`.
-    pub unpacked_low_ttl: u64,
-    /// Outbound UDP wearing the caravan mark without a caravan header: ordinary datagrams,
-    /// passed untouched (`docs/caravan.md`).
-    pub marked_plain: u64,
-    /// Outbound caravans of a version the gateway does not understand, passed untouched.
-    pub unknown_version: u64,
-    /// Inbound datagrams that nothing joined before their caravan would have left: sent inside
-    /// as they came, since a caravan of one only adds 16 bytes (`docs/caravan.md`).
-    pub unwrapped_single: u64,
-    /// Inbound packets that wore the caravan mark and had it cleared: the mark is the gateway's
-    /// to give, so an outsider's pre-formed caravan reaches the inside as one ordinary datagram.
-    pub mark_cleared: u64,
-}
-
-/// Outbound TCP packets split to the path MTU in software (one packet in, `segments` out; a
-/// split the NIC does with TSO leaves pxgw as one packet and is not counted here).
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct SplitSummary {
-    /// Packets split.
-    pub packets: u64,
-    /// Segments they became.
-    pub segments: u64,
-}
-
-/// Frames the gateway itself originates or consumes, which no port delivered for forwarding or
-/// no forwarded frame became (F-PMTUD probes and answers; reports to its own probes).
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct GatewayFrames {
-    /// Frames the gateway built and handed to the outside port's queue (probes, answers).
-    pub sent: u64,
-    /// Frames from outside addressed to the gateway itself, consumed (reports to its probes).
-    pub received: u64,
-}
-
-/// Handshakes.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct MssSummary {
-    /// SYN and SYN-ACK segments seen.
-    pub handshakes: u64,
-    /// Of those, MSS options rewritten.
-    pub rewritten: u64,
-    /// Of those, without an MSS option.
-    pub without_mss: u64,
-    /// Established connections evicted, least recently seen first, to make room for newer
-    /// ones (the table never refuses one).
-    pub established_evicted: u64,
-    /// Outside SYN and SYN-ACK segments whose MSS was below the floor (`[mss] min`): not
-    /// raised, so the inside host segments for itself.
-    pub below_floor: u64,
-    /// SYN and SYN-ACK segments on an established connection that changed nothing (RFC 5961
-    /// §4): a spoofed or stale one, or a new incarnation the inside host did not accept.
-    pub syn_ignored: u64,
-    /// Half-open connections held now (a SYN seen, the handshake not completed).
-    pub half_open: u64,
-    /// Half-open connections evicted to make room for newer ones (a SYN flood shows here).
-    pub half_open_evicted: u64,
-    /// Connections learned from their data, their handshake unseen (after a restart).
-    pub learned: u64,
-    /// Connections learned from one direction only (`[connections] one_way`: behind ECMP).
-    pub learned_one_way: u64,
-}
-
-/// Upper bounds (inclusive) of the frame-size buckets, bytes of the Ethernet frame without FCS:
-/// the classic sizes (64, 1518 = MTU 1500 with a VLAN tag, 4018 = MTU 4000, 9018 = MTU 9000)
-/// fall on a bound, so a histogram shows on which side of each MTU the frames are. Frames above
-/// the last bound land in a final, unbounded bucket.
-pub const FRAME_SIZE_BOUNDS: [u64; 12] = [
-    64, 128, 256, 512, 1024, 1518, 2048, 4018, 8192, 9018, 16384, 65535,
-];
-
-/// A distribution of frame sizes over [`FRAME_SIZE_BOUNDS`]: recording is a search over 12
-/// bounds and two additions, and it never allocates, so workers record every frame.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct SizeHistogram {
-    /// Frames per bucket (not cumulative): `counts[i]` holds frames of at most
-    /// `FRAME_SIZE_BOUNDS[i]` bytes and more than the bound before; the last, frames above
-    /// every bound.
-    pub counts: [u64; FRAME_SIZE_BOUNDS.len() + 1],
-    /// Bytes of all frames recorded.
-    pub sum: u64,
-}
-
-impl SizeHistogram {
-    /// Records one frame of `len` bytes.
-    #[inline]
-    pub fn record(&mut self, len: usize) {
-        let len = len as u64;
-        let i = FRAME_SIZE_BOUNDS.partition_point(|&b| b < len);
-        self.counts[i] += 1;
-        self.sum += len;
+group! {
+    /// Merge engine outcome (inbound TCP).
+    pub struct MergeSummary {
+        /// TCP payload bytes that went into merge items.
+        payload_in: counter => "pxgw_merge_payload_bytes", tm "merge_payload_in";
+        /// Of the TCP payload bytes that went into merge items, those that left in iMTU-bound
+        /// packets.
+        payload_full: counter => "pxgw_merge_full_payload_bytes", tm "merge_payload_full";
+        /// Conversion yield: `payload_full / payload_in`, since the start (over an interval,
+        /// divide the two counters' changes).
+        conversion_yield: total_ratio => "pxgw_merge_yield_ratio", tm "yield_permille";
+        /// Mean delay merging added per segment, µs.
+        mean_delay_us: ratio;
+        /// 99th percentile of the delay merging added per segment, µs.
+        p99_delay_us: ratio;
+        /// Segments merged into others.
+        merges: counter => "pxgw_merges", tm "merges";
+        /// Segments cut at the iMTU.
+        cuts: counter => "pxgw_merge_cuts", tm "cuts";
+        /// Merge items held right now.
+        held_items: gauge => "pxgw_merge_held_items", tm "held_items";
+        /// TCP segments whose checksum did not verify (the NIC's verdict, or software). They
+        /// are passed through unmerged, for the receiver to drop, so this is not a drop.
+        bad_checksum: counter => "pxgw_merge_bad_checksum";
+        /// IPv4 segments whose header checksum did not verify: passed through unmerged, for the
+        /// receiver to drop (not a drop either).
+        bad_ip_checksum: counter => "pxgw_merge_bad_ip_checksum";
+        /// Flows in the merge engine's flow table right now (its occupancy).
+        flows: gauge => "pxgw_merge_flows", tm "merge_flows";
+        /// Flows evicted from a full bucket of the flow table (their items were flushed).
+        evictions: counter => "pxgw_merge_flow_evictions", tm "merge_evictions";
     }
+}
 
-    /// Frames recorded.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().sum()
+group! {
+    /// UDP caravans.
+    #[derive(Eq)]
+    pub struct CaravanSummary {
+        /// Datagrams packed into caravans (inbound).
+        datagrams_packed: counter => "pxgw_caravan_datagrams_packed";
+        /// Caravans sent inside.
+        caravans_built: counter => "pxgw_caravans_built", tm "caravans_built";
+        /// Caravans from inside unpacked (outbound).
+        caravans_unpacked: counter => "pxgw_caravans_unpacked", tm "caravans_unpacked";
+        /// Datagrams the caravans from inside carried.
+        datagrams_unpacked: counter => "pxgw_caravan_datagrams_unpacked";
+        /// Inbound UDP passed unpacked: its family is not in `[caravan] families`.
+        unpacked_family: counter => "pxgw_caravan_passed_unpacked" { reason: "family" }
+            help "Inbound UDP passed unpacked, by reason.";
+        /// Inbound UDP passed unpacked: double-tagged, or behind an 802.1ad tag.
+        unpacked_vlan: counter => "pxgw_caravan_passed_unpacked" { reason: "vlan" };
+        /// Inbound UDP passed unpacked: TTL or hop limit at most `[caravan] pass_ttl`.
+        unpacked_low_ttl: counter => "pxgw_caravan_passed_unpacked" { reason: "low_ttl" };
+        /// Outbound UDP wearing the caravan mark without a caravan header: ordinary datagrams,
+        /// passed untouched (`docs/caravan.md`).
+        marked_plain: counter => "pxgw_caravan_marked_plain";
+        /// Outbound caravans of a version the gateway does not understand, passed untouched.
+        unknown_version: counter => "pxgw_caravan_unknown_version";
+        /// Inbound datagrams that nothing joined before their caravan would have left: sent
+        /// inside as they came, since a caravan of one only adds 16 bytes (`docs/caravan.md`).
+        unwrapped_single: counter => "pxgw_caravan_unwrapped_single";
+        /// Inbound packets that wore the caravan mark and had it cleared: the mark is the
+        /// gateway's to give, so an outsider's pre-formed caravan reaches the inside as one
+        /// ordinary datagram.
+        mark_cleared: counter => "pxgw_caravan_mark_cleared";
     }
+}
 
-    /// Adds another histogram's frames.
-    pub fn add(&mut self, o: &SizeHistogram) {
-        for (a, b) in self.counts.iter_mut().zip(o.counts) {
-            *a += b;
+group! {
+    /// Outbound TCP packets split to the path MTU in software (one packet in, `segments` out; a
+    /// split the NIC does with TSO leaves pxgw as one packet and is not counted here).
+    #[derive(Eq)]
+    pub struct SplitSummary {
+        /// Outbound TCP packets split to the path MTU in software.
+        packets: counter => "pxgw_split_packets";
+        /// Segments the software splits made.
+        segments: counter => "pxgw_split_segments";
+    }
+}
+
+group! {
+    /// Coalesced TCP from outside (the NIC's LRO, the kernel's GRO): packets above the iMTU
+    /// that are runs of segments, cut at the iMTU and merged as segments are.
+    #[derive(Eq)]
+    pub struct Coalesced {
+        /// Inbound TCP packets above the iMTU (coalesced by LRO or GRO), cut at it.
+        inbound: counter => "pxgw_coalesced_inbound";
+        /// Segments the coalesced packets were cut into.
+        inbound_segments: counter => "pxgw_coalesced_inbound_segments";
+    }
+}
+
+group! {
+    /// Frames the gateway itself originates or consumes, which no port delivered for forwarding
+    /// or no forwarded frame became (F-PMTUD probes and answers; reports to its own probes).
+    #[derive(Eq)]
+    pub struct GatewayFrames {
+        /// Frames the gateway built and handed to the outside port's queue (F-PMTUD probes,
+        /// answers).
+        sent: counter => "pxgw_gateway_frames_sent";
+        /// Frames from outside addressed to the gateway itself, consumed (reports to its
+        /// probes).
+        received: counter => "pxgw_gateway_frames_received";
+    }
+}
+
+group! {
+    /// Handshakes and the connection table.
+    #[derive(Eq)]
+    pub struct MssSummary {
+        /// SYN and SYN-ACK segments seen.
+        handshakes: counter => "pxgw_mss_handshakes";
+        /// SYN and SYN-ACK segments whose MSS option was rewritten.
+        rewritten: counter => "pxgw_mss_rewrites", tm "mss_rewrites";
+        /// SYN and SYN-ACK segments without an MSS option.
+        without_mss: counter => "pxgw_mss_without_option";
+        /// Established connections evicted, least recently seen first, to make room for newer
+        /// ones (the table never refuses one).
+        established_evicted: counter => "pxgw_connections_evicted";
+        /// Outside SYN and SYN-ACK segments whose MSS was below the floor (`[mss] min`,
+        /// `min_v6`): not raised, so the inside host segments for itself.
+        below_floor: counter => "pxgw_mss_below_floor";
+        /// SYN and SYN-ACK segments on an established connection that changed nothing (RFC 5961
+        /// §4): a spoofed or stale one, or a new incarnation the inside host did not accept.
+        syn_ignored: counter => "pxgw_syn_ignored";
+        /// Half-open connections held now (a SYN seen, the handshake not completed).
+        half_open: gauge => "pxgw_connections_half_open";
+        /// Half-open connections evicted to make room for newer ones (a SYN flood shows here).
+        half_open_evicted: counter => "pxgw_connections_half_open_evicted";
+        /// Connections learned from their data, their handshake unseen (after a restart).
+        learned: counter => "pxgw_connections_learned";
+        /// Connections learned from one direction only (`[connections] one_way`: behind ECMP).
+        learned_one_way: counter => "pxgw_connections_learned_one_way";
+    }
+}
+
+group! {
+    /// F-PMTUD: the gateway's own probing, and its answers to probes from outside.
+    #[derive(Eq)]
+    pub struct PmtudSummary {
+        /// Destinations F-PMTUD probed.
+        probed: counter => "pxgw_pmtud_destinations_probed";
+        /// F-PMTUD probes sent.
+        probes_sent: counter => "pxgw_pmtud_probes_sent", tm "pmtud_probes_sent";
+        /// F-PMTUD rounds that ended with a report (an answer).
+        discovered: counter => "pxgw_pmtud_answers", tm "pmtud_answers";
+        /// F-PMTUD rounds that fell back (no report in time).
+        fallbacks: counter => "pxgw_pmtud_fallbacks", tm "pmtud_fallbacks";
+        /// Lowered path MTUs in the cache now.
+        cached: gauge => "pxgw_pmtud_cached";
+        /// F-PMTUD probes from outside that the gateway answered.
+        answered: counter => "pxgw_pmtud_probes_answered";
+        /// IPv4 fragments received from outside (each shown to the responder, and forwarded).
+        /// A probe fragmented on its way counts every fragment: this is how a port that
+        /// reassembles fragments before pxgw (DPDK's `net_af_packet`) shows, as 0.
+        fragments_in: counter => "pxgw_pmtud_fragments_received";
+        /// Lowered path MTUs forgotten after `pmtu.expire_s` (the destination is back at the
+        /// eMTU).
+        expired: counter => "pxgw_pmtud_expired";
+        /// F-PMTUD probes from outside not answered: their source exceeded its rate.
+        respond_source_limited: counter => "pxgw_pmtud_respond_source_limited";
+        /// F-PMTUD probes from outside not answered: all sources together exceeded
+        /// `pmtu.respond_per_sec`.
+        respond_global_limited: counter => "pxgw_pmtud_respond_global_limited";
+    }
+}
+
+group! {
+    /// What the gateway did as a router: errors sent, fragments made, path MTUs learned.
+    #[derive(Eq)]
+    pub struct RouterSummary {
+        /// ICMPv4 "fragmentation needed" sent to inside hosts.
+        frag_needed_sent: counter => "pxgw_router_frag_needed_sent";
+        /// ICMPv6 Packet Too Big sent to inside hosts.
+        ptb_sent: counter => "pxgw_router_ptb_sent";
+        /// Errors to inside hosts not sent because of the rate limits (the packet was still
+        /// dropped).
+        icmp_rate_limited: counter => "pxgw_router_icmp_rate_limited";
+        /// Errors to inside hosts not sent because the rules forbid one (an ICMP error, a
+        /// non-initial fragment, a multicast or broadcast address) or they are turned off.
+        icmp_suppressed: counter => "pxgw_router_icmp_suppressed";
+        /// IPv4 packets from inside with DF clear fragmented to the external MTU.
+        fragmented: counter => "pxgw_router_fragmented";
+        /// Fragments made of IPv4 packets from inside.
+        fragments_out: counter => "pxgw_router_fragments";
+        /// IPv4 packets from inside with DF clear that could not be fragmented (bad options, no
+        /// buffer).
+        fragment_failed: counter => "pxgw_router_fragment_failed";
+        /// Packet Too Big / "fragmentation needed" from outside that capped a destination's
+        /// split size.
+        ptb_learned: counter => "pxgw_ptb_learned";
+        /// IPv6 destinations whose split size fell back to `pmtu.blackhole_mtu` after a black
+        /// hole.
+        blackhole_fallbacks: counter => "pxgw_pmtu_blackhole_fallbacks";
+        /// ICMP errors answering the gateway's own F-PMTUD probes, consumed (never forwarded).
+        probe_errors_consumed: counter => "pxgw_router_probe_errors_consumed";
+        /// Packet Too Big / "fragmentation needed" quoting a TCP sequence number the inside host
+        /// does not have in flight (RFC 5927 §4.1): not learned (still forwarded).
+        ptb_out_of_window: counter => "pxgw_ptb_out_of_window";
+        /// Packet Too Big / "fragmentation needed" with an MTU below the floor (IPv6's 1280, or
+        /// the MSS floor's): not learned (still forwarded).
+        ptb_below_floor: counter => "pxgw_ptb_below_floor";
+        /// Packet Too Big / "fragmentation needed" quoting a TCP connection this instance does
+        /// not know: not learned (still forwarded).
+        ptb_unknown: counter => "pxgw_ptb_unknown";
+    }
+}
+
+group! {
+    /// Frame sizes where they cross the gateway: received and sent, per direction. The inbound
+    /// pair is the picture of the translation (small frames outside, iMTU-sized inside).
+    #[derive(Eq)]
+    pub struct FrameSizes {
+        /// Frames received from outside (the outside wire).
+        inbound_received: sizes => "pxgw_frame_size_bytes" { direction: "inbound", side: "received" }
+            help "Frame sizes received and sent (Ethernet, without FCS), per direction.";
+        /// Frames sent inside (the inside wire).
+        inbound_sent: sizes => "pxgw_frame_size_bytes" { direction: "inbound", side: "sent" };
+        /// Frames received from inside.
+        outbound_received: sizes => "pxgw_frame_size_bytes" { direction: "outbound", side: "received" };
+        /// Frames sent outside.
+        outbound_sent: sizes => "pxgw_frame_size_bytes" { direction: "outbound", side: "sent" };
+    }
+}
+
+group! {
+    /// A worker's load, measured with the TSC around its polling loop ([`LoadMeter`]): a poll
+    /// that received or sent anything is work, any other poll (and a nap after it) is idle.
+    /// Counts since the start, and the same over the last second (`recent_…`), from which the
+    /// ratios are taken.
+    pub struct WorkerLoad {
+        /// Polls that received or sent something.
+        busy_polls: counter => "pxgw_worker_busy_polls";
+        /// Polls that found nothing to do.
+        idle_polls: counter => "pxgw_worker_idle_polls";
+        /// TSC cycles spent in polls that received or sent something.
+        busy_cycles: counter => "pxgw_worker_busy_cycles";
+        /// TSC cycles spent in idle polls and naps.
+        idle_cycles: counter => "pxgw_worker_idle_cycles";
+        /// The TSC's frequency, Hz (cycles per second).
+        tsc_hz: max => "pxgw_worker_tsc_hz";
+        /// Busy polls in the last second.
+        recent_busy_polls: gauge;
+        /// Idle polls in the last second.
+        recent_idle_polls: gauge;
+        /// Busy cycles in the last second.
+        recent_busy_cycles: gauge;
+        /// Idle cycles in the last second.
+        recent_idle_cycles: gauge;
+        /// Frames received in the last second.
+        recent_packets: gauge;
+        /// Share of the last second's TSC cycles spent in busy polls (0 to 1): the figure to
+        /// size cores by.
+        busy_ratio: ratio => "pxgw_worker_busy_ratio";
+        /// Share of the last second's polls that received or sent something (0 to 1).
+        busy_polls_ratio: ratio => "pxgw_worker_busy_polls_ratio";
+        /// Busy cycles per frame received over the last second.
+        cycles_per_packet: ratio => "pxgw_worker_cycles_per_packet";
+    }
+}
+
+group! {
+    /// A port's counters as the driver reports them (`rte_eth_stats`), under DPDK's names; see
+    /// [`dpdk::PortStats`] for how they add up.
+    #[derive(Eq)]
+    pub struct PortSample {
+        /// Frames the port received and delivered to pxgw (ipackets).
+        ipackets: counter => "pxgw_port_received_packets" { port: from };
+        /// Frames the port dropped because its RX ring was full (imissed).
+        imissed: counter => "pxgw_port_missed_packets" { port: from };
+        /// Erroneous frames received (ierrors).
+        ierrors: counter => "pxgw_port_receive_errors" { port: from };
+        /// Frames lost for lack of an mbuf to receive into (rx_nombuf).
+        rx_nombuf: counter => "pxgw_port_rx_nombuf" { port: from };
+        /// Frames the port transmitted (opackets).
+        opackets: counter => "pxgw_port_sent_packets" { port: from };
+        /// Frames the driver took but failed to transmit (oerrors).
+        oerrors: counter => "pxgw_port_transmit_errors" { port: from };
+        /// Bytes the port received (ibytes).
+        ibytes: counter => "pxgw_port_received_bytes" { port: from };
+        /// Bytes the port transmitted (obytes).
+        obytes: counter => "pxgw_port_sent_bytes" { port: from };
+    }
+}
+
+/// Declares [`Report`]: its counter groups (each with its JSON key, and for a direction the
+/// ports it runs from and to), its counters of its own, and what else it carries. Generates
+/// the struct, [`Report::MEMBERS`], [`Report::visit`], the merging of counters and their JSON.
+macro_rules! report {
+    (
+        $(#[doc = $rdoc:literal])*
+        pub struct Report {
+            $(
+                $(#[doc = $gdoc:literal])*
+                $g:ident : $gty:ident = $gkey:literal $(($from:literal -> $to:literal))?,
+            )*
+            ;
+            $(
+                $(#[doc = $sdoc:literal])*
+                $s:ident : $skind:ident $(=> $spname:literal)? $(, tm $stm:literal)?;
+            )*
+            ;
+            $(
+                $(#[doc = $xdoc:literal])*
+                $x:ident : $xty:ty,
+            )*
         }
-        self.sum += o.sum;
+    ) => {
+        $(#[doc = $rdoc])*
+        #[derive(Clone, Debug, Default)]
+        pub struct Report {
+            $( $(#[doc = $gdoc])* pub $g: $gty, )*
+            $( $(#[doc = $sdoc])* pub $s: counters::__counter_type!($skind), )*
+            $( $(#[doc = $xdoc])* pub $x: $xty, )*
+        }
+
+        impl Report {
+            /// Every counter group, then the report's own counters (key `""`), in declaration
+            /// order, with their counters.
+            pub const MEMBERS: &'static [(Member, &'static [Desc])] = &[
+                $(
+                    (
+                        Member {
+                            key: $gkey,
+                            ends: counters::__optional!($(($from, $to))?),
+                        },
+                        <$gty as Group>::FIELDS,
+                    ),
+                )*
+                (
+                    Member { key: "", ends: None },
+                    &[
+                        $(counters::__counter_desc!($s [$($sdoc)*] $skind $(=> $spname)? $(, tm $stm)?),)*
+                    ],
+                ),
+            ];
+
+            /// Calls `f` with every counter and its value, in [`MEMBERS`](Self::MEMBERS) order.
+            pub fn visit(&self, f: &mut dyn FnMut(&'static Member, &'static Desc, Value<'_>)) {
+                let mut members = Self::MEMBERS.iter();
+                $(
+                    if let Some((member, _)) = members.next() {
+                        self.$g.visit(&mut |d, v| f(member, d, v));
+                    }
+                )*
+                if let Some((member, descs)) = members.next() {
+                    let mut d = descs.iter();
+                    $(
+                        if let Some(desc) = d.next() {
+                            f(member, desc, (&self.$s).into());
+                        }
+                    )*
+                }
+            }
+
+            /// Calls `f` with every counter, to change, in [`MEMBERS`](Self::MEMBERS) order.
+            pub fn visit_mut(
+                &mut self,
+                f: &mut dyn FnMut(&'static Member, &'static Desc, counters::ValueMut<'_>),
+            ) {
+                let mut members = Self::MEMBERS.iter();
+                $(
+                    if let Some((member, _)) = members.next() {
+                        self.$g.visit_mut(&mut |d, v| f(member, d, v));
+                    }
+                )*
+                if let Some((member, descs)) = members.next() {
+                    let mut d = descs.iter();
+                    $(
+                        if let Some(desc) = d.next() {
+                            f(member, desc, (&mut self.$s).into());
+                        }
+                    )*
+                }
+            }
+
+            /// Adds another worker's counters (not the delay histogram or the paths).
+            fn add_counters(&mut self, o: &Report) {
+                $( self.$g.add(&o.$g); )*
+                let own = Self::MEMBERS.last().map_or(&[][..], |m| m.1);
+                let mut d = own.iter();
+                $(
+                    if let Some(desc) = d.next() {
+                        counters::merge(desc.kind, (&mut self.$s).into(), (&o.$s).into());
+                    }
+                )*
+            }
+
+            /// Makes every counter `o`'s (not the delay histogram or the paths): a copy of a few
+            /// hundred plain numbers, which allocates nothing.
+            pub fn copy_counters_from(&mut self, o: &Report) {
+                $( self.$g = o.$g; )*
+                $( self.$s = o.$s; )*
+            }
+
+            /// The counters as JSON: each group under its key, the report's own at the top.
+            fn counters_json(&self) -> serde_json::Map<String, serde_json::Value> {
+                let mut m = serde_json::Map::new();
+                $( m.insert($gkey.to_owned(), serde_json::json!(self.$g)); )*
+                $( m.insert(stringify!($s).to_owned(), serde_json::json!(self.$s)); )*
+                m
+            }
+        }
+    };
+}
+
+report! {
+    /// One worker's counters (and, summed, the gateway's).
+    pub struct Report {
+        /// Outside → inside.
+        inbound: Direction = "inbound" ("external" -> "internal"),
+        /// Inside → outside.
+        outbound: Direction = "outbound" ("internal" -> "external"),
+        /// Merging.
+        merge: MergeSummary = "merge",
+        /// Caravans.
+        caravan: CaravanSummary = "caravan",
+        /// Handshakes.
+        mss: MssSummary = "mss",
+        /// Software splits.
+        split: SplitSummary = "split",
+        /// Coalesced TCP from outside.
+        coalesced: Coalesced = "coalesced",
+        /// The gateway's own frames.
+        gateway_frames: GatewayFrames = "gateway_frames",
+        /// Drops.
+        drops: Drops = "drops",
+        /// F-PMTUD.
+        pmtud: PmtudSummary = "pmtud",
+        /// Router behaviour: ICMP errors, fragments, path MTUs learned.
+        router: RouterSummary = "router",
+        /// Inbound packets above the internal MTU.
+        inbound_oversize: InboundOversize = "inbound_oversize",
+        /// Frame sizes received and sent.
+        sizes: FrameSizes = "frame_sizes",
+        /// The worker's load (written by the worker, not the pipeline).
+        load: WorkerLoad = "load",
+        ;
+        /// TCP connections the worker knows.
+        connections: gauge => "pxgw_connections", tm "connections";
+        ;
+        /// Added delay per merged segment, ns (for aggregation).
+        delay_ns: Option<Histogram<u64>>,
+        /// Path MTUs F-PMTUD discovered (the most recent, per worker).
+        pmtud_paths: Vec<DiscoveredPath>,
     }
-}
-
-/// Frame sizes where they cross the gateway: received and sent, per direction. The inbound pair
-/// is the picture of the translation (small frames outside, iMTU-sized inside).
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct FrameSizes {
-    /// Frames received from outside (the outside wire).
-    pub inbound_received: SizeHistogram,
-    /// Frames sent inside (the inside wire).
-    pub inbound_sent: SizeHistogram,
-    /// Frames received from inside.
-    pub outbound_received: SizeHistogram,
-    /// Frames sent outside.
-    pub outbound_sent: SizeHistogram,
-}
-
-impl FrameSizes {
-    fn add(&mut self, o: &FrameSizes) {
-        self.inbound_received.add(&o.inbound_received);
-        self.inbound_sent.add(&o.inbound_sent);
-        self.outbound_received.add(&o.outbound_received);
-        self.outbound_sent.add(&o.outbound_sent);
-    }
-}
-
-/// One worker's counters (and, summed, the gateway's).
-#[derive(Clone, Debug, Default)]
-pub struct Report {
-    /// Outside → inside.
-    pub inbound: Direction,
-    /// Inside → outside.
-    pub outbound: Direction,
-    /// Merging.
-    pub merge: MergeSummary,
-    /// Added delay, ns (for aggregation).
-    pub delay_ns: Option<Histogram<u64>>,
-    /// Caravans.
-    pub caravan: CaravanSummary,
-    /// Handshakes.
-    pub mss: MssSummary,
-    /// Software splits.
-    pub split: SplitSummary,
-    /// The gateway's own frames.
-    pub gateway_frames: GatewayFrames,
-    /// Drops.
-    pub drops: Drops,
-    /// Connections known.
-    pub connections: u64,
-    /// F-PMTUD.
-    pub pmtud: crate::pmtud::PmtudSummary,
-    /// Path MTUs F-PMTUD discovered (the most recent, per worker).
-    pub pmtud_paths: Vec<crate::pmtud::DiscoveredPath>,
-    /// Router behaviour: ICMP errors, fragments, path MTUs learned.
-    pub router: crate::icmp::RouterSummary,
-    /// Inbound packets above the internal MTU.
-    pub inbound_oversize: InboundOversize,
-    /// Frame sizes received and sent.
-    pub sizes: FrameSizes,
 }
 
 impl Report {
+    /// Every declared counter, with the group it belongs to, in declaration order.
+    pub fn declared() -> impl Iterator<Item = (&'static Member, &'static Desc)> {
+        Self::MEMBERS
+            .iter()
+            .flat_map(|(m, descs)| descs.iter().map(move |d| (m, d)))
+    }
+
     /// Adds another worker's report.
     pub fn add(&mut self, o: &Report) {
-        self.inbound.add(&o.inbound);
-        self.outbound.add(&o.outbound);
-        self.merge.payload_in += o.merge.payload_in;
-        self.merge.payload_full += o.merge.payload_full;
-        self.merge.merges += o.merge.merges;
-        self.merge.cuts += o.merge.cuts;
-        self.merge.held_items += o.merge.held_items;
-        self.merge.bad_checksum += o.merge.bad_checksum;
-        self.merge.bad_ip_checksum += o.merge.bad_ip_checksum;
-        self.merge.flows += o.merge.flows;
-        self.merge.evictions += o.merge.evictions;
-        self.sizes.add(&o.sizes);
+        self.add_counters(o);
         match (&mut self.delay_ns, &o.delay_ns) {
             (Some(a), Some(b)) => {
                 let _ = a.add(b);
@@ -351,108 +587,87 @@ impl Report {
             (None, Some(b)) => self.delay_ns = Some(b.clone()),
             _ => {}
         }
-        self.caravan.datagrams_packed += o.caravan.datagrams_packed;
-        self.caravan.caravans_built += o.caravan.caravans_built;
-        self.caravan.caravans_unpacked += o.caravan.caravans_unpacked;
-        self.caravan.datagrams_unpacked += o.caravan.datagrams_unpacked;
-        self.caravan.unpacked_family += o.caravan.unpacked_family;
-        self.caravan.unpacked_vlan += o.caravan.unpacked_vlan;
-        self.caravan.unpacked_low_ttl += o.caravan.unpacked_low_ttl;
-        self.caravan.marked_plain += o.caravan.marked_plain;
-        self.caravan.unknown_version += o.caravan.unknown_version;
-        self.caravan.unwrapped_single += o.caravan.unwrapped_single;
-        self.caravan.mark_cleared += o.caravan.mark_cleared;
-        self.mss.handshakes += o.mss.handshakes;
-        self.mss.rewritten += o.mss.rewritten;
-        self.mss.without_mss += o.mss.without_mss;
-        self.mss.established_evicted += o.mss.established_evicted;
-        self.mss.below_floor += o.mss.below_floor;
-        self.mss.syn_ignored += o.mss.syn_ignored;
-        self.split.packets += o.split.packets;
-        self.split.segments += o.split.segments;
-        self.gateway_frames.sent += o.gateway_frames.sent;
-        self.gateway_frames.received += o.gateway_frames.received;
-        self.mss.half_open += o.mss.half_open;
-        self.mss.half_open_evicted += o.mss.half_open_evicted;
-        self.mss.learned += o.mss.learned;
-        self.mss.learned_one_way += o.mss.learned_one_way;
-        self.drops.add(&o.drops);
-        self.connections += o.connections;
-        let (a, b) = (&mut self.pmtud, &o.pmtud);
-        a.probed += b.probed;
-        a.probes_sent += b.probes_sent;
-        a.discovered += b.discovered;
-        a.fallbacks += b.fallbacks;
-        a.cached += b.cached;
-        a.answered += b.answered;
-        a.fragments_in += b.fragments_in;
-        a.expired += b.expired;
-        a.respond_source_limited += b.respond_source_limited;
-        a.respond_global_limited += b.respond_global_limited;
         self.pmtud_paths.extend_from_slice(&o.pmtud_paths);
-        self.router.add(&o.router);
-        self.inbound_oversize.add(&o.inbound_oversize);
         self.finish();
     }
 
-    /// Derives the ratios from the counts.
-    pub fn finish(&mut self) {
-        self.merge.conversion_yield = if self.merge.payload_in == 0 {
-            0.0
-        } else {
-            self.merge.payload_full as f64 / self.merge.payload_in as f64
-        };
-        if let Some(h) = &self.delay_ns {
-            if !h.is_empty() {
-                self.merge.mean_delay_us = h.mean() / 1e3;
-                self.merge.p99_delay_us = h.value_at_quantile(0.99) as f64 / 1e3;
-            }
+    /// The workers' reports summed.
+    pub fn sum(reports: &[Report]) -> Report {
+        let mut sum = Report::default();
+        for r in reports {
+            sum.add(r);
         }
+        sum.finish();
+        sum
     }
 
-    /// The JSON document of `--stats-json`.
+    /// Derives the ratios and means from the counts.
+    pub fn finish(&mut self) {
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        let m = &mut self.merge;
+        m.conversion_yield = ratio(m.payload_full, m.payload_in);
+        (m.mean_delay_us, m.p99_delay_us) = match self.delay_ns.as_ref().filter(|h| !h.is_empty()) {
+            Some(h) => (h.mean() / 1e3, h.value_at_quantile(0.99) as f64 / 1e3),
+            None => (0.0, 0.0),
+        };
+        let l = &mut self.load;
+        l.busy_ratio = ratio(
+            l.recent_busy_cycles,
+            l.recent_busy_cycles + l.recent_idle_cycles,
+        );
+        l.busy_polls_ratio = ratio(
+            l.recent_busy_polls,
+            l.recent_busy_polls + l.recent_idle_polls,
+        );
+        l.cycles_per_packet = ratio(l.recent_busy_cycles, l.recent_packets);
+    }
+
+    /// A report with every counter set to a value of its own (each frame-size histogram holding
+    /// one frame of a size of its own), the ratios derived from them.
+    #[cfg(test)]
+    pub(crate) fn every_counter_set() -> Report {
+        let mut r = Report::default();
+        let mut n = 0u64;
+        r.visit_mut(&mut |_, _, v| {
+            n += 1;
+            match v {
+                counters::ValueMut::Count(c) => *c = 1000 + n,
+                counters::ValueMut::Sizes(h) => h.record(100 * n as usize),
+                counters::ValueMut::Ratio(_) => {}
+            }
+        });
+        r.finish();
+        r
+    }
+
+    /// Frames received on both ports.
+    pub fn packets_received(&self) -> u64 {
+        self.inbound.packets_in + self.outbound.packets_in
+    }
+
+    /// The JSON document of `--stats-json`: every declared counter, the discovered paths, the
+    /// frame-size bounds, the ports, and how long pxgw ran.
     pub fn to_json(
         &self,
         seconds: f64,
         leaked_mbufs: usize,
         ports: &PortCounters,
     ) -> serde_json::Value {
-        serde_json::json!({
-            "seconds": seconds,
-            "inbound": self.inbound,
-            "outbound": self.outbound,
-            "merge": self.merge,
-            "caravan": self.caravan,
-            "mss": self.mss,
-            "split": self.split,
-            "gateway_frames": self.gateway_frames,
-            "drops": self.drops,
-            "connections": self.connections,
-            "pmtud": self.pmtud_json(),
-            "router": self.router,
-            "inbound_oversize": self.inbound_oversize,
-            "frame_sizes": self.frame_sizes_json(),
-            "ports": ports,
-            "leaked_mbufs": leaked_mbufs,
-        })
+        let mut m = self.counters_json();
+        m.insert("seconds".into(), serde_json::json!(seconds));
+        if let Some(p) = m.get_mut("pmtud") {
+            p["paths"] = serde_json::json!(self.pmtud_paths);
+        }
+        if let Some(s) = m.get_mut("frame_sizes") {
+            s["bounds"] = serde_json::json!(FRAME_SIZE_BOUNDS);
+        }
+        m.insert("ports".into(), serde_json::json!(ports));
+        m.insert("leaked_mbufs".into(), serde_json::json!(leaked_mbufs));
+        serde_json::Value::Object(m)
     }
 
-    /// `frame_sizes`' JSON: the bucket bounds, then each histogram.
-    fn frame_sizes_json(&self) -> serde_json::Value {
-        let mut v = serde_json::json!(self.sizes);
-        v["bounds"] = serde_json::json!(FRAME_SIZE_BOUNDS);
-        v
-    }
-
-    /// `pmtud`'s JSON: the counters, and `paths`, the discovered path MTUs.
-    fn pmtud_json(&self) -> serde_json::Value {
-        let mut v = serde_json::json!(self.pmtud);
-        v["paths"] = serde_json::json!(self.pmtud_paths);
-        v
-    }
-
-    /// The `workers` array of `--stats-json`: each worker's own packet counts, in worker order,
-    /// so one can see that every worker carries traffic.
+    /// The `workers` array of `--stats-json`: each worker's own packet counts and load, in
+    /// worker order, so one can see that every worker carries traffic, and how busy it is.
     pub fn workers_json(workers: &[Report]) -> serde_json::Value {
         workers
             .iter()
@@ -466,69 +681,26 @@ impl Report {
                     "outbound": r.outbound,
                     "connections": r.connections,
                     "pmtud": r.pmtud,
+                    "load": r.load,
                 })
             })
             .collect()
     }
 
-    /// The header of the periodic table ([`row`](Self::row)): column names with their units.
-    /// `ext→`/`→int` are frames received outside and sent inside (inbound), `int→`/`→ext` the
-    /// other way; the last four are changes over the interval, both ports added up.
-    pub fn header() -> String {
-        format!(
-            "| {:>7} | {:>9} {:>9} {:>7} {:>16} {:>5} | {:>9} {:>9} {:>6} | {:>6} {:>7} {:>7} {:>7} |",
-            "t [s]",
-            "ext→ kpps",
-            "→int kpps",
-            "yield %",
-            "delay µs avg/p99",
-            "held",
-            "int→ kpps",
-            "→ext kpps",
-            "max B",
-            "+drops",
-            "+missed",
-            "+nombuf",
-            "+oerr",
-        )
-    }
-
-    /// One row of the periodic table: the change from `prev` over `dt` seconds, at `t` seconds
-    /// since the start; `ports` and `prev_ports` are the port counters now and then. Yield,
-    /// delay and held items are the state now (since the start).
-    pub fn row(
-        &self,
-        prev: &Report,
-        dt: f64,
-        t: f64,
-        ports: &PortCounters,
-        prev_ports: &PortCounters,
-    ) -> String {
-        let rate = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / dt.max(1e-9) / 1e3;
-        let port_delta = |get: fn(&PortSample) -> u64| {
-            get(&ports.external.counters).saturating_sub(get(&prev_ports.external.counters))
-                + get(&ports.internal.counters).saturating_sub(get(&prev_ports.internal.counters))
-        };
-        let delay = format!(
-            "{:.0}/{:.0}",
-            self.merge.mean_delay_us, self.merge.p99_delay_us
-        );
-        format!(
-            "| {:>7.1} | {:>9.1} {:>9.1} {:>7.1} {:>16} {:>5} | {:>9.1} {:>9.1} {:>6} | {:>6} {:>7} {:>7} {:>7} |",
-            t,
-            rate(self.inbound.packets_in, prev.inbound.packets_in),
-            rate(self.inbound.packets_out, prev.inbound.packets_out),
-            100.0 * self.merge.conversion_yield,
-            delay,
-            self.merge.held_items,
-            rate(self.outbound.packets_in, prev.outbound.packets_in),
-            rate(self.outbound.packets_out, prev.outbound.packets_out),
-            self.inbound.max_frame_out.max(self.outbound.max_frame_out),
-            self.drops.total().saturating_sub(prev.drops.total()),
-            port_delta(|c| c.imissed),
-            port_delta(|c| c.rx_nombuf),
-            port_delta(|c| c.oerrors),
-        )
+    /// `/pxgw/stats`: the counters declared with a telemetry name, summed over workers (ratios
+    /// in thousandths), and `drops`, all drops.
+    pub fn telemetry(&self) -> Vec<(String, u64)> {
+        let mut v = Vec::new();
+        self.visit(&mut |m, d, value| {
+            let Some(name) = m.telemetry(d) else { return };
+            match value {
+                Value::Count(n) => v.push((name, n)),
+                Value::Ratio(r) => v.push((name, (r * 1000.0).round() as u64)),
+                Value::Sizes(h) => v.push((name, h.count())),
+            }
+        });
+        v.push(("drops".into(), self.drops.total()));
+        v
     }
 
     /// The final summary: totals, drops by reason, and both ports' counters.
@@ -555,26 +727,52 @@ impl Report {
     }
 }
 
-/// A port's counters as the driver reports them (`rte_eth_stats`), under DPDK's names; see
-/// [`dpdk::PortStats`] for how they add up.
+/// Upper bounds (inclusive) of the frame-size buckets, bytes of the Ethernet frame without FCS:
+/// the classic sizes (64, 1518 = MTU 1500 with a VLAN tag, 4018 = MTU 4000, 9018 = MTU 9000)
+/// fall on a bound, so a histogram shows on which side of each MTU the frames are. Frames above
+/// the last bound land in a final, unbounded bucket.
+pub const FRAME_SIZE_BOUNDS: [u64; 12] = [
+    64, 128, 256, 512, 1024, 1518, 2048, 4018, 8192, 9018, 16384, 65535,
+];
+
+/// A distribution of frame sizes over [`FRAME_SIZE_BOUNDS`]: recording counts the bounds below
+/// the frame (twelve comparisons without a branch) and adds twice; it never allocates, so
+/// workers record every frame.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct PortSample {
-    /// Frames received and delivered to pxgw.
-    pub ipackets: u64,
-    /// Frames the device dropped because its RX ring was full.
-    pub imissed: u64,
-    /// Erroneous frames received.
-    pub ierrors: u64,
-    /// Frames lost for lack of an mbuf to receive into.
-    pub rx_nombuf: u64,
-    /// Frames transmitted.
-    pub opackets: u64,
-    /// Frames the driver took but failed to transmit.
-    pub oerrors: u64,
-    /// Bytes received.
-    pub ibytes: u64,
-    /// Bytes transmitted.
-    pub obytes: u64,
+pub struct SizeHistogram {
+    /// Frames per bucket (not cumulative): `counts[i]` holds frames of at most
+    /// `FRAME_SIZE_BOUNDS[i]` bytes and more than the bound before; the last, frames above
+    /// every bound.
+    pub counts: [u64; FRAME_SIZE_BOUNDS.len() + 1],
+    /// Bytes of all frames recorded.
+    pub sum: u64,
+}
+
+impl SizeHistogram {
+    /// Records one frame of `len` bytes.
+    #[inline]
+    pub fn record(&mut self, len: usize) {
+        let len = len as u64;
+        let i = FRAME_SIZE_BOUNDS
+            .iter()
+            .map(|&b| usize::from(b < len))
+            .sum::<usize>();
+        self.counts[i] += 1;
+        self.sum += len;
+    }
+
+    /// Frames recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Adds another histogram's frames.
+    pub fn add(&mut self, o: &SizeHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(o.counts) {
+            *a += b;
+        }
+        self.sum += o.sum;
+    }
 }
 
 impl From<dpdk::PortStats> for PortSample {
@@ -593,9 +791,10 @@ impl From<dpdk::PortStats> for PortSample {
 }
 
 /// The kernel's own counters of the interface behind a kernel-backed port (af_packet, af_xdp,
-/// tap), from `/sys/class/net/IF/statistics` ([`crate::sysfs::kernel_counters`]). The kernel does not count here the frames a full
-/// `net_af_packet` socket ring dropped; the port's `imissed` does (the `dpdk` crate reads them
-/// from the sockets, which DPDK 22.11 does not), so `rx_packets` == `ipackets + imissed`.
+/// tap), from `/sys/class/net/IF/statistics` ([`crate::sysfs::kernel_counters`]). The kernel
+/// does not count here the frames a full `net_af_packet` socket ring dropped; the port's
+/// `imissed` does (the `dpdk` crate reads them from the sockets, which DPDK 22.11 does not), so
+/// `rx_packets` == `ipackets + imissed`.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct KernelSample {
     /// Frames the interface received.
@@ -650,6 +849,28 @@ pub struct PortCounters {
     pub internal: PortReport,
 }
 
+impl PortCounters {
+    /// Where each port's counters sit: its name, which labels its Prometheus samples.
+    pub const MEMBERS: [Member; 2] = [
+        Member {
+            key: "external",
+            ends: Some(("external", "external")),
+        },
+        Member {
+            key: "internal",
+            ends: Some(("internal", "internal")),
+        },
+    ];
+
+    /// Each port's counters with its [`MEMBERS`](Self::MEMBERS) entry.
+    pub fn by_port(&self) -> [(&'static Member, &PortSample); 2] {
+        [
+            (&Self::MEMBERS[0], &self.external.counters),
+            (&Self::MEMBERS[1], &self.internal.counters),
+        ]
+    }
+}
+
 fn drops_line(d: &Drops) -> String {
     if d.total() == 0 {
         return "0".into();
@@ -665,46 +886,115 @@ fn drops_line(d: &Drops) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::counters::Kind;
     use super::*;
 
-    /// The periodic row lines up under its header: same width, column bars at the same places,
-    /// and the rates are per second over the interval.
+    /// Every declared counter is in the JSON, under its group's key and its field's name, with
+    /// its value; merging two workers adds counts and levels, keeps the larger maximum, and adds
+    /// histograms bucket by bucket.
     #[test]
-    fn table_row_aligns_with_header() {
-        let bars = |s: &str| -> Vec<usize> {
-            s.chars()
-                .enumerate()
-                .filter(|(_, c)| *c == '|')
-                .map(|(i, _)| i)
-                .collect()
-        };
-        let mut now = Report::default();
-        now.inbound.packets_in = 2_000_000;
-        now.inbound.packets_out = 400_000;
-        now.inbound.max_frame_out = 9014;
-        now.merge.conversion_yield = 0.959;
-        now.merge.mean_delay_us = 16.2;
-        now.merge.p99_delay_us = 264.0;
-        now.drops.oversize = 3;
-        let mut ports = PortCounters::default();
-        ports.external.counters.imissed = 7;
-        let row = now.row(
-            &Report::default(),
-            2.0,
-            12.5,
-            &ports,
-            &PortCounters::default(),
+    fn every_counter_reaches_json_and_adds_up() {
+        let one = Report::every_counter_set();
+        let j = one.to_json(1.0, 0, &PortCounters::default());
+        let mut seen = 0;
+        one.visit(&mut |m, d, v| {
+            seen += 1;
+            let at = if m.key.is_empty() {
+                &j[d.field]
+            } else {
+                &j[m.key][d.field]
+            };
+            match v {
+                Value::Count(n) => assert_eq!(at, n, "{}", m.path(d)),
+                Value::Ratio(x) => assert_eq!(at.as_f64(), Some(x), "{}", m.path(d)),
+                Value::Sizes(h) => assert_eq!(at["counts"], serde_json::json!(h.counts)),
+            }
+        });
+        assert_eq!(seen, Report::declared().count());
+        let mut two = one.clone();
+        two.add(&one);
+        let mut values = Vec::new();
+        one.visit(&mut |_, d, v| values.push((d.kind, format!("{v:?}"))));
+        let mut i = 0;
+        two.visit(&mut |m, d, v| {
+            let before = &values[i].1;
+            i += 1;
+            match (d.kind, v) {
+                (Kind::Max, Value::Count(n)) => {
+                    assert_eq!(format!("{:?}", Value::Count(n)), *before)
+                }
+                (Kind::Counter | Kind::Gauge, Value::Count(n)) => {
+                    assert_eq!(
+                        format!("{:?}", Value::Count(n / 2)),
+                        *before,
+                        "{}",
+                        m.path(d)
+                    );
+                    assert_eq!(n % 2, 0);
+                }
+                (Kind::Sizes, Value::Sizes(h)) => assert_eq!(h.count(), 2, "{}", m.path(d)),
+                _ => {}
+            }
+        });
+    }
+
+    /// Declarations are sound: paths unique, every group's JSON key its field, each Prometheus
+    /// family of one kind, telemetry names unique.
+    #[test]
+    fn declarations_are_consistent() {
+        let mut paths = std::collections::BTreeSet::new();
+        let mut families = std::collections::BTreeMap::new();
+        let mut telemetry = std::collections::BTreeSet::new();
+        let mut samples = std::collections::BTreeSet::new();
+        for (m, d) in Report::declared() {
+            assert!(paths.insert(m.path(d)), "{} twice", m.path(d));
+            assert!(!d.help().is_empty(), "{} has no doc comment", m.path(d));
+            if let Some(p) = &d.prom {
+                assert!(p.name.starts_with("pxgw_"), "{}", p.name);
+                let kind = families.entry(p.name).or_insert(d.kind);
+                assert_eq!(*kind, d.kind, "{} mixes kinds", p.name);
+                assert!(
+                    samples.insert((p.name, format!("{:?}", m.labels(d)))),
+                    "{} has two samples with the same labels",
+                    p.name
+                );
+            }
+            if let Some(t) = m.telemetry(d) {
+                assert!(telemetry.insert(t.clone()), "{t} twice");
+            }
+        }
+        assert!(
+            telemetry.contains("inbound_packets_in") && telemetry.contains("outbound_bytes_out")
         );
-        let header = Report::header();
-        assert_eq!(bars(&row), bars(&header), "\n{header}\n{row}");
-        assert_eq!(row.chars().count(), header.chars().count());
-        let cells: Vec<&str> = row.split_whitespace().collect();
-        // t, then 1000 kpps in, 200 kpps out, yield, delay, held...
-        assert_eq!(
-            &cells[1..9],
-            ["12.5", "|", "1000.0", "200.0", "95.9", "16/264", "0", "|"]
-        );
-        // ... max frame, then the interval's drops and missed frames.
-        assert_eq!(&cells[11..17], ["9014", "|", "3", "7", "0", "0"]);
+    }
+
+    /// `/pxgw/stats` keeps its names: the ones the gateway lab and the docs read.
+    #[test]
+    fn telemetry_names() {
+        let mut r = Report::every_counter_set();
+        r.merge.payload_in = 1000;
+        r.merge.payload_full = 959;
+        r.finish();
+        let t: std::collections::BTreeMap<String, u64> = r.telemetry().into_iter().collect();
+        assert_eq!(t["inbound_packets_in"], r.inbound.packets_in);
+        assert_eq!(t["outbound_bytes_out"], r.outbound.bytes_out);
+        assert_eq!(t["merges"], r.merge.merges);
+        assert_eq!(t["mss_rewrites"], r.mss.rewritten);
+        assert_eq!(t["pmtud_answers"], r.pmtud.discovered);
+        assert_eq!(t["connections"], r.connections);
+        assert_eq!(t["yield_permille"], 959);
+        assert_eq!(t["drops"], r.drops.total());
+        assert_eq!(t.len(), 24);
+    }
+
+    /// A frame lands in the bucket of the first bound at or above its size.
+    #[test]
+    fn frame_sizes_land_on_their_bound() {
+        let mut h = SizeHistogram::default();
+        for len in [0, 64, 65, 1518, 1519, 9018, 65535, 65536, 1 << 20] {
+            h.record(len);
+        }
+        assert_eq!(h.counts, [2, 1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 2]);
+        assert_eq!(h.count(), 9);
     }
 }

@@ -33,6 +33,7 @@ use pxio::{Clock, PacketBuf, TscClock};
 use crate::pipeline::Pipeline;
 use crate::publish::Publisher;
 use crate::queues::WorkerRx;
+use crate::stats::{LoadMeter, Report};
 
 /// RX burst size.
 const BURST: usize = 32;
@@ -63,7 +64,8 @@ pub struct Worker {
     pub pipeline: Pipeline<Mbuf>,
     /// Time.
     pub clock: TscClock,
-    /// Where counters are published (lock-free on this side: [`crate::metrics`]).
+    /// Where counters are published (lock-free and allocation-free on this side:
+    /// [`crate::publish`]).
     pub report: Publisher,
     /// Set on SIGINT/SIGTERM.
     pub stop: Arc<AtomicBool>,
@@ -87,27 +89,39 @@ impl Worker {
         let mut to_ext: Vec<Mbuf> = Vec::with_capacity(4 * BURST * 64);
         let mut loops = 0u32;
         let mut idle = 0u32;
-        let mut last_expiry = self.clock.now_ns();
+        let hz = self.eal.tsc_hz().max(1);
+        let mut tsc = dpdk::rdtsc();
+        let mut load = LoadMeter::new(hz, tsc);
+        // Filled in place at each publication (its delay histogram and paths stay empty).
+        let mut counters = Report::default();
+        let mut last_expiry = tsc_ns(tsc, hz);
+        // What the previous turn did, measured when the next one starts.
+        let (mut received, mut busy) = (0u64, false);
         while !self.stop.load(Ordering::Relaxed) {
-            let now = self.clock.now_ns();
-            let mut busy = false;
-            if self.ext_rx.rx_burst(&mut rx) > 0 {
-                busy = true;
+            tsc = dpdk::rdtsc();
+            load.poll(tsc, busy, received);
+            let now = tsc_ns(tsc, hz);
+            received = 0;
+            let n = self.ext_rx.rx_burst(&mut rx);
+            if n > 0 {
+                received += n as u64;
                 self.pipeline.inbound_burst(rx.drain(), now, &mut to_int);
             } else if self.pipeline.next_deadline().is_some_and(|d| d <= now) {
                 self.pipeline.poll(now, &mut to_int);
             }
-            if self.int_rx.rx_burst(&mut rx) > 0 {
-                busy = true;
+            let n = self.int_rx.rx_burst(&mut rx);
+            if n > 0 {
+                received += n as u64;
                 self.pipeline.outbound_burst(rx.drain(), now, &mut to_ext);
             }
             self.pipeline.take_replies(&mut to_ext);
             self.pipeline.take_inside_replies(&mut to_int);
+            busy = received > 0 || !to_int.is_empty() || !to_ext.is_empty();
             self.send(&mut to_int, true);
             self.send(&mut to_ext, false);
             loops = loops.wrapping_add(1);
             if loops.is_multiple_of(PUBLISH_EVERY) {
-                self.publish();
+                self.publish(&mut counters, &load, now, false);
                 if now.saturating_sub(last_expiry) > 1_000_000_000 {
                     self.pipeline.expire_connections(now, CONN_IDLE_NS);
                     last_expiry = now;
@@ -119,7 +133,8 @@ impl Worker {
                 idle += 1;
                 if idle > IDLE_SPINS {
                     // Nothing held and nothing arriving: nap briefly instead of burning the core
-                    // (small machines run the endpoints on the same cores).
+                    // (small machines run the endpoints on the same cores). The nap is part of
+                    // this idle turn, for the load meter.
                     std::thread::sleep(Duration::from_micros(50));
                 }
             }
@@ -137,7 +152,8 @@ impl Worker {
         self.pipeline.flush(now, &mut to_int);
         self.send(&mut to_int, true);
         self.send(&mut to_ext, false);
-        self.publish();
+        load.poll(dpdk::rdtsc(), busy, received);
+        self.publish(&mut counters, &load, now, true);
         tracing::info!(worker = self.id, "worker stopped, everything held was sent");
     }
 
@@ -153,8 +169,20 @@ impl Worker {
         }
     }
 
-    fn publish(&mut self) {
-        self.report.publish(self.pipeline.report());
+    /// Publishes the pipeline's counters and the worker's load: copies into buffers the
+    /// channel allocated, nothing more ([`crate::publish`]).
+    fn publish(&mut self, counters: &mut Report, load: &LoadMeter, now: u64, last: bool) {
+        self.pipeline.report_into(counters);
+        load.write(&mut counters.load);
+        let (delay, paths) = (
+            self.pipeline.merge_delay(),
+            self.pipeline.discovered_paths(),
+        );
+        if last {
+            self.report.publish_final(counters, Some(delay), paths, now);
+        } else {
+            self.report.publish(counters, Some(delay), paths, now);
+        }
     }
 
     /// Transmits `pkts` in bursts; what the queue keeps refusing is dropped and counted.
@@ -242,6 +270,12 @@ fn flat_copy(m: &Mbuf, pool: &Mempool) -> Option<Mbuf> {
         | tx_flags::UDP_CKSUM;
     flat.set_tx_offload(l2, l3, l4, m.ol_flags() & offloads, 0);
     Some(flat)
+}
+
+/// TSC cycles as nanoseconds, as [`TscClock`] reads them (the loop reads the TSC once, for the
+/// time and for the load meter).
+fn tsc_ns(tsc: u64, hz: u64) -> u64 {
+    (u128::from(tsc) * 1_000_000_000 / u128::from(hz)) as u64
 }
 
 fn pin(core: usize) {

@@ -397,7 +397,7 @@ mod tests {
         let (mut p, s) = channel();
         let mut r = Report::default();
         r.merge.merges = n;
-        p.publish(r);
+        p.publish(&r, None, &[], 0);
         Arc::new(Metrics::new(vec![s]))
     }
 

@@ -233,21 +233,37 @@ impl<B: PacketBuf> Pipeline<B> {
         })
     }
 
-    /// The counters so far (merge and delay figures included).
+    /// The counters so far (merge and delay figures included, the ratios derived). Allocates
+    /// (the delay histogram, the paths): a worker publishes with
+    /// [`report_into`](Self::report_into) instead.
     pub fn report(&self) -> Report {
-        let mut r = self.report.clone();
+        let mut r = Report::default();
+        self.report_into(&mut r);
+        r.delay_ns = Some(self.merge_delay().clone());
+        r.pmtud_paths = self.discovered_paths().to_vec();
+        r.finish();
+        r
+    }
+
+    /// The counters so far into `r`, without the delay histogram and the discovered paths
+    /// ([`merge_delay`](Self::merge_delay), [`discovered_paths`](Self::discovered_paths)) and
+    /// without deriving the ratios (the readers do): no allocation, for a worker to publish.
+    pub fn report_into(&self, r: &mut Report) {
+        r.copy_counters_from(&self.report);
         let s = self.merger.stats();
         r.merge.payload_in = s.payload_in;
         r.merge.payload_full = s.payload_full;
         r.merge.merges = s.merges;
         r.merge.cuts = s.cuts;
         r.merge.held_items = s.held_items;
-        r.delay_ns = Some(s.delay_ns.clone());
         r.merge.bad_checksum = s.bad_checksum;
         r.merge.bad_ip_checksum = s.bad_ip_checksum;
         r.drops.merge_no_buffer = s.dropped_no_buffer;
         r.merge.evictions = s.evictions;
         r.merge.flows = self.merger.flows() as u64;
+        r.coalesced.inbound = self.coalesced.inbound;
+        r.coalesced.inbound_segments = self.coalesced.inbound_segments;
+        r.drops.coalesced_failed = self.coalesced.inbound_failed;
         r.connections = self.conns.len() as u64;
         r.mss.half_open = self.conns.half_open() as u64;
         r.mss.half_open_evicted = self.conns.evicted();
@@ -256,9 +272,16 @@ impl<B: PacketBuf> Pipeline<B> {
         r.mss.learned = self.conns.learned();
         r.mss.learned_one_way = self.conns.learned_one_way();
         r.pmtud = self.pmtu.summary();
-        r.pmtud_paths = self.pmtu.paths().to_vec();
-        r.finish();
-        r
+    }
+
+    /// The delay merging added per segment so far, ns.
+    pub fn merge_delay(&self) -> &hdrhistogram::Histogram<u64> {
+        &self.merger.stats().delay_ns
+    }
+
+    /// The path MTUs F-PMTUD discovered (the most recent), oldest first.
+    pub fn discovered_paths(&self) -> &[crate::pmtud::DiscoveredPath] {
+        self.pmtu.paths()
     }
 
     /// Counts a frame sent toward the inside (`inbound`) or the outside.
