@@ -735,8 +735,8 @@ pub const FRAME_SIZE_BOUNDS: [u64; 12] = [
     64, 128, 256, 512, 1024, 1518, 2048, 4018, 8192, 9018, 16384, 65535,
 ];
 
-/// A distribution of frame sizes over [`FRAME_SIZE_BOUNDS`]: recording counts the bounds below
-/// the frame (twelve comparisons without a branch) and adds twice; it never allocates, so
+/// A distribution of frame sizes over [`FRAME_SIZE_BOUNDS`]: recording is a binary search over
+/// the 12 bounds (branch-free, a few nanoseconds) and two additions; it never allocates, so
 /// workers record every frame.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct SizeHistogram {
@@ -753,10 +753,7 @@ impl SizeHistogram {
     #[inline]
     pub fn record(&mut self, len: usize) {
         let len = len as u64;
-        let i = FRAME_SIZE_BOUNDS
-            .iter()
-            .map(|&b| usize::from(b < len))
-            .sum::<usize>();
+        let i = FRAME_SIZE_BOUNDS.partition_point(|&b| b < len);
         self.counts[i] += 1;
         self.sum += len;
     }
