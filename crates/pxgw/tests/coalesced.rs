@@ -201,6 +201,11 @@ fn lro_packets_of_an_established_connection_are_cut_at_the_imtu_and_merged() {
         let payload = IMTU - if v6 { 60 } else { 40 };
         assert_eq!(frames.len(), 21_000usize.div_ceil(payload), "v6 {v6}");
         let r = px.report();
+        assert_eq!(
+            (r.coalesced.inbound, r.coalesced.inbound_segments),
+            (1, 2),
+            "the 13.5 KB one cut in two; the 7.5 KB one fits the iMTU"
+        );
         assert_eq!(r.drops.oversize_inbound, 0);
         assert_eq!(
             r.inbound_oversize.frag_needed_sent + r.inbound_oversize.ptb_sent,

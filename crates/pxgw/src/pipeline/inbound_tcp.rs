@@ -77,8 +77,8 @@ impl<B: PacketBuf> Pipeline<B> {
             &mut pieces,
         ) {
             Ok(n) => {
-                self.coalesced.inbound += 1;
-                self.coalesced.inbound_segments += n as u64;
+                self.report.coalesced.inbound += 1;
+                self.report.coalesced.inbound_segments += n as u64;
                 for mut piece in pieces.drain(..) {
                     // Cut from a verified segment: each piece's checksum is right (or left to
                     // the NIC, which the merge engine's offload mode expects).
@@ -94,7 +94,7 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             Err((e, pkt)) => {
                 tracing::debug!(error = %e, "coalesced inbound segment not cut");
-                self.coalesced.inbound_failed += 1;
+                self.report.drops.coalesced_failed += 1;
                 drop(pkt);
             }
         }

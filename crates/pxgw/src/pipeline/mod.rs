@@ -114,19 +114,6 @@ pub struct Pipeline<B: PacketBuf> {
     gathered: Vec<(B, Parsed)>,
     /// The pieces of a coalesced packet being cut (kept, so cutting allocates nothing).
     pieces: Vec<B>,
-    /// Coalesced packets (LRO, GRO) taken as the runs of segments they are.
-    coalesced: Coalesced,
-}
-
-/// Coalesced packets (the NIC's LRO, the kernel's GRO) seen and cut.
-#[derive(Clone, Copy, Debug, Default)]
-struct Coalesced {
-    /// Inbound TCP packets above the iMTU, cut at it.
-    inbound: u64,
-    /// The segments they were cut into.
-    inbound_segments: u64,
-    /// Inbound ones that could not be cut (bad checksum, no buffer): dropped.
-    inbound_failed: u64,
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -229,7 +216,6 @@ impl<B: PacketBuf> Pipeline<B> {
             in_burst: false,
             gathered: Vec::with_capacity(GATHER_CAPACITY),
             pieces: Vec::with_capacity(64),
-            coalesced: Coalesced::default(),
         })
     }
 
@@ -261,9 +247,6 @@ impl<B: PacketBuf> Pipeline<B> {
         r.drops.merge_no_buffer = s.dropped_no_buffer;
         r.merge.evictions = s.evictions;
         r.merge.flows = self.merger.flows() as u64;
-        r.coalesced.inbound = self.coalesced.inbound;
-        r.coalesced.inbound_segments = self.coalesced.inbound_segments;
-        r.drops.coalesced_failed = self.coalesced.inbound_failed;
         r.connections = self.conns.len() as u64;
         r.mss.half_open = self.conns.half_open() as u64;
         r.mss.half_open_evicted = self.conns.evicted();
