@@ -202,14 +202,18 @@ group! {
 }
 
 group! {
-    /// Coalesced TCP from outside (the NIC's LRO, the kernel's GRO): packets above the iMTU
-    /// that are runs of segments, cut at the iMTU and merged as segments are.
+    /// Coalesced TCP (the NIC's LRO, the kernel's GRO or a host's TSO): packets above the iMTU
+    /// that are runs of segments; inbound cut at the iMTU and merged as segments are, outbound
+    /// split to the path MTU. Never fragmented or answered with ICMP.
     #[derive(Eq)]
     pub struct Coalesced {
         /// Inbound TCP packets above the iMTU (coalesced by LRO or GRO), cut at it.
         inbound: counter => "pxgw_coalesced_inbound";
         /// Segments the coalesced packets were cut into.
         inbound_segments: counter => "pxgw_coalesced_inbound_segments";
+        /// Outbound TCP packets above the iMTU (GRO on the inside port, or an inside host's TSO
+        /// reaching pxgw whole), split to the path MTU (also counted in `split`).
+        outbound: counter => "pxgw_coalesced_outbound";
     }
 }
 

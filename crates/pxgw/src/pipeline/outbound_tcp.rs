@@ -130,6 +130,7 @@ impl<B: PacketBuf> Pipeline<B> {
         if h.ip_len <= pmtu {
             return out.push(pkt);
         }
+        self.report.coalesced.outbound += u64::from(h.ip_len > self.cfg.imtu);
         match split_tcp_parsed(pkt, parsed, pmtu, self.cfg.offloads, &self.pool, out) {
             Ok(n) if n > 1 => {
                 self.report.split.packets += 1;
