@@ -10,6 +10,7 @@ pub mod fragmenter;
 pub mod icmp;
 pub mod metrics;
 pub mod mss;
+pub mod offload_check;
 pub mod pipeline;
 pub mod pmtud;
 pub mod ports;

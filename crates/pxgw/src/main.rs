@@ -173,6 +173,9 @@ fn check(args: &Args, cfg: &Config, target: Option<&Target>) -> Result<usize> {
         .zip([&cfg.ports.external, &cfg.ports.internal])
     {
         println!("pxgw: {}", plan.describe(pc));
+        for w in &plan.warnings {
+            println!("pxgw: warning: {w}");
+        }
     }
     let run_cfg = tuned(cfg, &gw.plans);
     if run_cfg.merge.max_segs != cfg.merge.max_segs {
@@ -286,6 +289,9 @@ fn open_ports(cfg: &Config) -> Result<(Gateway, Config)> {
         .zip([&cfg.ports.external, &cfg.ports.internal])
     {
         tracing::info!("{}", plan.describe(pc));
+        for w in &plan.warnings {
+            tracing::warn!("{w}");
+        }
     }
     let run_cfg = tuned(cfg, &gw.plans);
     Ok((gw, run_cfg))

@@ -2,15 +2,20 @@
 //!
 //! Before the EAL starts, [`preflight`] checks what the host can tell without DPDK: the kernel
 //! interface behind an af_packet/af_xdp port exists and has the configured MTU (pxgw never changes
-//! a kernel interface's MTU behind the operator's back: it refuses the mismatch), a PCI device is
-//! there, and the process may open raw sockets. DPDK's own EAL log names these causes only among
-//! many lines, and `rte_eal_init` then reports a bare "Operation not supported".
+//! a kernel interface's MTU behind the operator's back: it refuses the mismatch), it does not
+//! coalesce TCP segments into packets the port's frames cannot hold (GRO or LRO under
+//! `net_af_packet`: [`crate::offload_check`]), a PCI device is there, and the process may open
+//! raw sockets. DPDK's own EAL log names these causes only among many lines, and `rte_eal_init`
+//! then reports a bare "Operation not supported".
 //!
 //! [`open`] then starts the EAL, the pools and both ports. [`PortPlan`] records what each device
 //! granted: the MTU read back, whether it transmits chains (`MULTI_SEGS`: merged packets are
 //! chains, SIGCOMM'26 §4), and its segment limit (`nb_seg_max`), which caps the merge engine's
-//! chains.
+//! chains. Where a device offers LRO (SIGCOMM'26 §4.2: the NIC's first merging stage), the port
+//! gets it, as large as the device builds: the pipeline takes a coalesced packet for the run of
+//! segments it was.
 
+use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -20,6 +25,7 @@ use dpdk::{
 };
 
 use crate::config::{is_pci, Backing, Config, Port, AF_PACKET_FRAME_OVERHEAD};
+use crate::offload_check::{self, Coalescing};
 use crate::sysfs;
 
 /// `CAP_NET_ADMIN`.
@@ -54,8 +60,18 @@ pub fn ports(cfg: &Config) -> [(&'static str, &Port, u16); 2] {
 
 /// Everything that stops the ports from being configured as `cfg` says, one line each, found
 /// without starting DPDK. `root` is sysfs' root, normally [`sysfs::ROOT`]; `caps` the effective
-/// capabilities.
+/// capabilities. Kernel interfaces' offloads are read with `SIOCETHTOOL`.
 pub fn preflight(cfg: &Config, root: &Path, caps: u64) -> Vec<String> {
+    preflight_with(cfg, root, caps, &dpdk::netdev::Features::of)
+}
+
+/// [`preflight`], reading kernel interfaces' offloads with `features`.
+pub fn preflight_with(
+    cfg: &Config,
+    root: &Path,
+    caps: u64,
+    features: &dyn Fn(&str) -> io::Result<dpdk::netdev::Features>,
+) -> Vec<String> {
     let has = |cap: u32| caps & (1u64 << cap) != 0;
     let mut problems = Vec::new();
     for (name, port, mtu) in ports(cfg) {
@@ -79,6 +95,10 @@ pub fn preflight(cfg: &Config, root: &Path, caps: u64) -> Vec<String> {
                          {kernel}; make them equal (`ip link set {iface} mtu {mtu}` or \
                          ports.{name}.mtu = {kernel})"
                     ));
+                }
+                // Unreadable offloads (an interface without ethtool support) leave DPDK to try.
+                if let Ok(f) = features(&iface) {
+                    problems.extend(offload_check::refusal(name, port, Coalescing::of(&f)));
                 }
                 let xdp = driver == "net_af_xdp";
                 if !has(CAP_NET_RAW)
@@ -149,6 +169,14 @@ pub struct PortPlan {
     pub mtu_limit: u16,
     /// How the MTU was applied, when it was not by DPDK.
     pub note: Option<String>,
+    /// With LRO granted, the longest packet it builds (Ethernet header included; 0: one frame
+    /// of the MTU, the driver's own limit).
+    pub lro: Option<u32>,
+    /// The kernel interface's offloads, for kernel-backed ports whose interface answers.
+    pub kernel_offloads: Option<String>,
+    /// What the operator should know that pxgw cannot check (logged at start, printed by
+    /// `--check`).
+    pub warnings: Vec<String>,
 }
 
 impl PortPlan {
@@ -167,9 +195,19 @@ impl PortPlan {
                 )
             })
             .unwrap_or_default();
+        let lro = match self.lro {
+            Some(0) => "; LRO on (packets of one frame)".to_owned(),
+            Some(n) => format!("; LRO on (packets up to {n} B)"),
+            None => String::new(),
+        };
+        let offloads = self
+            .kernel_offloads
+            .as_deref()
+            .map(|o| format!("; {o}"))
+            .unwrap_or_default();
         format!(
             "ports.{}: {} ({}): MTU {}{kernel} (DPDK allows up to {}); chained TX (MULTI_SEGS) {}; \
-             tx nb_seg_max {}; descriptors rx {} tx {}{ring}{}",
+             tx nb_seg_max {}; descriptors rx {} tx {}{ring}{lro}{offloads}{}",
             self.name,
             port.device_name(),
             self.driver,
@@ -389,6 +427,11 @@ fn open_port(
         // Refused by start() on a device without buffer split: never emulated.
         builder = builder.header_split(cfg.queues.header_bytes, headers.clone());
     }
+    if info.lro() {
+        // As large as the device builds: an IPv4 packet's length is 16 bits, so nothing above
+        // 64 KB and its Ethernet header is asked for.
+        builder = builder.lro(u32::from(u16::MAX) + 14);
+    }
     if let Some(peer) = hairpin_peer {
         // One hairpin queue pair, peered with the other port's; outside, one more RX queue: the
         // sample the heavy-hitter monitor reads (pxgw::queues).
@@ -419,6 +462,24 @@ fn open_port(
     if apply_mtu && dpdk_mtu != mtu {
         bail!("ports.{name}: configured MTU {mtu} but the device kept MTU {dpdk_mtu}");
     }
+    let kernel = match pc.backing() {
+        Backing::Kernel { iface, .. } => dpdk::netdev::Features::of(&iface).ok(),
+        _ => None,
+    };
+    let warnings: Vec<String> = kernel
+        .as_ref()
+        .and_then(|f| offload_check::veth_warning(name, pc, &f.driver))
+        .into_iter()
+        .collect();
+    let lro = port.lro_max_pkt_size();
+    if let Some(size) = lro {
+        tracing::info!(
+            port = name,
+            max_lro_pkt_size = size,
+            scatter = port.rx_offloads().contains(RxOffloads::SCATTER),
+            "LRO on: the device coalesces TCP segments, the pipeline takes each packet for its run"
+        );
+    }
     let plan = PortPlan {
         name,
         driver: info.driver.clone(),
@@ -428,6 +489,9 @@ fn open_port(
         tx_nb_seg_max: info.tx_desc.nb_seg_max,
         mtu_limit: info.mtu_limit(),
         note,
+        lro,
+        kernel_offloads: kernel.as_ref().map(offload_check::describe),
+        warnings,
     };
     Ok((port, plan))
 }
@@ -537,6 +601,54 @@ mod tests {
                 "ports.external: no PCI device 0000:3b:00.0 on this machine (lspci -D lists them)"
             ]
         );
+    }
+
+    /// A features reader with GRO on `gro_on`, off elsewhere; interfaces not in `ifaces` have
+    /// no offloads to read.
+    fn gro_reader(
+        ifaces: &'static [&'static str],
+        gro_on: &'static str,
+    ) -> impl Fn(&str) -> io::Result<dpdk::netdev::Features> {
+        move |iface: &str| {
+            if !ifaces.contains(&iface) {
+                return Err(io::Error::from_raw_os_error(ENODEV));
+            }
+            Ok(dpdk::netdev::Features {
+                iface: iface.to_owned(),
+                driver: "ixgbe".into(),
+                features: vec![dpdk::netdev::Feature {
+                    name: "rx-gro".into(),
+                    active: iface == gro_on,
+                    changeable: true,
+                }],
+            })
+        }
+    }
+
+    /// ENODEV, as the ioctl answers for a missing interface.
+    const ENODEV: i32 = 19;
+
+    #[test]
+    fn gro_under_an_af_packet_port_is_one_more_line() {
+        let sys = sysfs(&[("ext0", 1500), ("int0", 9000)]);
+        let reader = gro_reader(&["ext0", "int0"], "int0");
+        let problems = preflight_with(&cfg(EXT, INT), sys.path(), u64::MAX, &reader);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("ports.internal: interface int0 has GRO on:")
+                && problems[0].ends_with("`ethtool -K int0 gro off lro off`"),
+            "{}",
+            problems[0]
+        );
+        // GRO off everywhere, or offloads that cannot be read: nothing more to say.
+        let off = gro_reader(&["ext0", "int0"], "none");
+        assert!(preflight_with(&cfg(EXT, INT), sys.path(), u64::MAX, &off).is_empty());
+        let unreadable = gro_reader(&[], "int0");
+        assert!(preflight_with(&cfg(EXT, INT), sys.path(), u64::MAX, &unreadable).is_empty());
+        // A mismatched MTU and GRO on are two lines, each with its fix.
+        let sys = sysfs(&[("ext0", 1500), ("int0", 1500)]);
+        let problems = preflight_with(&cfg(EXT, INT), sys.path(), u64::MAX, &reader);
+        assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
     #[test]
