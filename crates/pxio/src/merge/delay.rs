@@ -12,7 +12,7 @@
 use statrs::distribution::{ContinuousCDF, Gamma};
 
 use super::config::DelayConfig;
-use super::flow_table::{FlowEntry, NIL};
+use super::flow_table::{flags, FlowEntry, NIL};
 use super::segment::Segment;
 use super::timers::Timers;
 use super::Merger;
@@ -195,9 +195,42 @@ impl<B: PacketBuf> Merger<B> {
                 break;
             }
             self.etm.timers.pop();
+            self.flows.get_mut(flow).flags &= !flags::TIMED;
             self.flush_flow(flow, now, out);
         }
         self.flush_delay_record();
+    }
+
+    /// `flow`'s ETM deadline, or 0 when it has none. The timer heap is asked only when the
+    /// flow's entry says it holds one ([`flags::TIMED`]).
+    #[inline]
+    pub(super) fn deadline_of(&self, flow: u32) -> u64 {
+        if self.flows.get(flow).flags & flags::TIMED == 0 {
+            return 0;
+        }
+        self.etm.timers.deadline(flow)
+    }
+
+    /// Sets `flow`'s ETM deadline to `due`.
+    #[inline]
+    fn set_deadline(&mut self, flow: u32, due: u64) {
+        let e = self.flows.get_mut(flow);
+        if e.flags & flags::TIMED == 0 {
+            e.flags |= flags::TIMED;
+            self.etm.timers.insert(flow, due);
+        } else {
+            self.etm.timers.set(flow, due);
+        }
+    }
+
+    /// Removes `flow`'s ETM deadline, if it has one.
+    #[inline]
+    pub(super) fn cancel_deadline(&mut self, flow: u32) {
+        let e = self.flows.get_mut(flow);
+        if e.flags & flags::TIMED != 0 {
+            e.flags &= !flags::TIMED;
+            self.etm.timers.cancel(flow);
+        }
     }
 
     /// The earliest pending ETM deadline, if any: when a poll loop with nothing to receive
@@ -224,7 +257,7 @@ impl<B: PacketBuf> Merger<B> {
         }
         let e = *self.flows.get(flow);
         // The tail's deadline from an earlier burst, or 0.
-        let held = self.etm.timers.deadline(flow);
+        let held = self.deadline_of(flow);
         let it = &self.items[tail as usize];
         let d = &self.cfg.delay;
         // What the wait is for: the item, or with TSO past the iMTU its last piece, which the
@@ -285,7 +318,7 @@ impl<B: PacketBuf> Merger<B> {
         if held == 0 {
             self.stats.delayed_items += 1;
         }
-        self.etm.timers.set(flow, deadline);
+        self.set_deadline(flow, deadline);
     }
 }
 

@@ -52,7 +52,7 @@ impl<B: PacketBuf> Merger<B> {
         while self.flows.get(flow).items != NIL {
             self.emit_head(flow, now, out);
         }
-        self.etm.timers.cancel(flow);
+        self.cancel_deadline(flow);
     }
 
     /// Emits the flow's first item and frees its slot.
@@ -65,7 +65,7 @@ impl<B: PacketBuf> Merger<B> {
         e.n_items -= 1;
         if next == NIL {
             // The last item left: nothing waits.
-            self.etm.timers.cancel(flow);
+            self.cancel_deadline(flow);
         }
         self.free_item(idx);
     }

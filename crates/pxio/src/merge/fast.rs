@@ -182,10 +182,14 @@ impl<B: PacketBuf> Merger<B> {
             return Err(pkt);
         };
         let layout = it.layout;
-        if it.closed()
-            || !pkt.csum_vouched(!layout.v6)
-            || pkt.num_segs() != 1
-            || usize::from(it.nb_segs) + 1 > max_segs
+        // Each arm asks for the verdicts with a constant: the flags it tests fold into the
+        // code (as one call with `!layout.v6`, they were worked out on every packet).
+        let vouched = if layout.v6 {
+            pkt.csum_vouched(false)
+        } else {
+            pkt.csum_vouched(true)
+        };
+        if it.closed() || !vouched || pkt.num_segs() != 1 || usize::from(it.nb_segs) + 1 > max_segs
         {
             return Err(pkt);
         }
@@ -193,8 +197,8 @@ impl<B: PacketBuf> Merger<B> {
             return Err(pkt);
         };
         let frame = pkt.head();
-        let mask = run_masks.slot_for(layout);
-        if !run_masks.same(mask, held.packet().head(), frame) {
+        // The item's mask, found when it started (see `RunMasks`): no layout compare here.
+        if !run_masks.same(it.mask, held.packet().head(), frame) {
             return Err(pkt);
         }
         // The header is the item's layout and lies in `frame` (the compare read it): the
@@ -228,7 +232,8 @@ impl<B: PacketBuf> Merger<B> {
         if seq != it.end_seq() || (!layout.v6 && !df && ip_id != it.last_id.wrapping_add(1)) {
             return Err(pkt);
         }
-        if it.ip_len() + payload > limit {
+        let grown = it.ip_len() + payload;
+        if grown > limit {
             // Only what the cold path cannot read again is handed over: nothing is stored for
             // it on the way of every appended packet.
             self.fast_cut(pkt, flow, idx, ip_len as u16, now, out);
@@ -250,10 +255,15 @@ impl<B: PacketBuf> Merger<B> {
             unreachable_chain();
         }
         it.nb_segs += 1;
-        it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
+        // With TX offload every sum the fast path brings is zero, and adding zero leaves the
+        // item's sum as it is (in either byte order): nothing to do.
+        if !offload {
+            it.payload_sum = concat_sum(it.payload_sum, it.payload_len, sum);
+        }
         it.payload_len += payload;
         it.note_tail(1, ip_id, window, tail_flags, now);
-        let done = it.closed() || it.ip_len() >= limit;
+        // PSH or FIN closes it (`closed`), or it reached its limit.
+        let done = tail_flags != 0 || grown >= limit;
         stats.payload_in += u64::from(payload);
         super::touch_entry(e, flow, touched);
         if done {

@@ -85,6 +85,10 @@ pub mod flags {
     pub const OCCUPIED: u8 = 1;
     /// The flow is on this burst's list of flows to settle.
     pub const TOUCHED: u8 = 2;
+    /// The flow's tail item has an ETM deadline in the engine's timer heap: the heap's index
+    /// by flow is read only for flows that have one (for the others, it is rarely in the cache
+    /// when the entry is).
+    pub const TIMED: u8 = 4;
 }
 
 impl FlowEntry {

@@ -29,7 +29,9 @@ pub(super) struct Item<B: PacketBuf> {
     pub(super) payload_sum: Sum,
     pub(super) next: u32,
     pub(super) layout: Layout,
-    pub(super) first_id: u16,
+    /// The slot of `layout`'s mask in the engine's `RunMasks`, found when the item started:
+    /// the fast and run paths compare headers under it without looking it up.
+    pub(super) mask: u8,
     pub(super) last_id: u16,
     /// Input segments merged.
     pub(super) segs: u16,
@@ -42,6 +44,9 @@ pub(super) struct Item<B: PacketBuf> {
     /// TCP window of the segment holding the last byte: the merged packet carries it.
     pub(super) last_window: u16,
     pub(super) sig: MergeSig,
+    /// IP ID of the first segment (read only to prepend and to join items: out of the first
+    /// cache line, which the append path fills).
+    pub(super) first_id: u16,
 }
 
 impl<B: PacketBuf> Item<B> {
@@ -52,6 +57,7 @@ impl<B: PacketBuf> Item<B> {
             seq: 0,
             payload_len: 0,
             layout: Layout::default(),
+            mask: super::run::NO_MASK,
             sig: MergeSig::EMPTY,
             first_id: 0,
             last_id: 0,
@@ -91,16 +97,17 @@ impl<B: PacketBuf> Item<B> {
     }
 
     /// Starts the item afresh with `pkt`, segment `seg` arrived at `now` (its signature is the
-    /// caller's to set, and its place in the flow's list). `carried`: `pkt` is the rest of a
-    /// cut, inserted with headers already to be rewritten, and carried over (see
-    /// [`marks::CARRIED`]).
+    /// caller's to set, and its place in the flow's list), under header mask `mask` (the
+    /// slot of `seg`'s layout in `RunMasks`). `carried`: `pkt` is the rest of a cut, inserted
+    /// with headers already to be rewritten, and carried over (see [`marks::CARRIED`]).
     #[inline]
-    pub(super) fn start(&mut self, pkt: B, seg: &Segment, now: u64, carried: bool) {
+    pub(super) fn start(&mut self, pkt: B, seg: &Segment, mask: u8, now: u64, carried: bool) {
         self.nb_segs = pkt.num_segs() as u16;
         self.pkt = Some(B::Chain::new(pkt));
         self.seq = seg.seq;
         self.payload_len = u32::from(seg.payload_len);
         self.layout = seg.layout;
+        self.mask = mask;
         self.first_id = seg.ip_id;
         self.last_id = seg.ip_id;
         self.segs = 1;

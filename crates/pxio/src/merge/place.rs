@@ -145,10 +145,12 @@ impl<B: PacketBuf> Merger<B> {
         rest_seg.ip_len = seg.ip_len - room as u16;
         rest_seg.payload_sum = rest_sum;
         let it = &mut self.items[idx as usize];
-        it.start(rest, &rest_seg, now, true);
+        // The same layout, so the same mask.
+        let mask = it.mask;
+        it.start(rest, &rest_seg, mask, now, true);
         if it.next == NIL {
             // As when the flow's last item leaves: the rest waits for a new deadline.
-            self.etm.timers.cancel(flow);
+            self.cancel_deadline(flow);
         }
         // The rest may close a gap with its successor, or be complete on its own.
         self.after_growth(flow, idx, now, out);
@@ -351,13 +353,14 @@ impl<B: PacketBuf> Merger<B> {
             self.flush_flow(flow, now, out);
             return self.pass(pkt, out);
         };
+        let mask = self.run_masks.slot_for(seg.layout);
         // The free slot is filled field by field where it lies (see `MergeSig::set`).
         let it = &mut self.items[idx as usize];
         match &cut_from {
             Some(sig) => it.sig = *sig,
             None => it.sig.set(&seg, pkt.head()),
         }
-        it.start(pkt, &seg, now, cut_from.is_some());
+        it.start(pkt, &seg, mask, now, cut_from.is_some());
         it.next = NIL;
         let e = self.flows.get_mut(flow);
         if prev == NIL {

@@ -38,67 +38,74 @@ use crate::wire::{tcp_flags, Class, Headers};
 const MASK_BYTES: usize = 128;
 const MASK_WORDS: usize = MASK_BYTES / 8;
 
-/// The masks of the last few header layouts the run path met, so that IPv4 and IPv6 flows,
-/// tagged and untagged ones, taking turns within a burst do not rebuild a mask each time.
+/// The header masks of the run and fast paths, one slot per header layout a mergeable segment
+/// can have ([`mask_slot`]): Ethernet with up to two VLAN tags (14, 18 or 22 bytes), IPv4
+/// without options or IPv6 (20 or 40), and TCP of 20 to 60 bytes, 66 layouts in all. A slot's
+/// mask is built the first time an item of its layout starts, and kept: no slot ever holds
+/// another layout's, so an item finds its mask once, when it starts (`Item::mask`), and the
+/// paths that compare headers under it on every packet look nothing up. Only the slots of
+/// layouts met are ever touched.
 pub(super) struct RunMasks {
-    masks: [RunMask; RUN_MASKS],
-    /// The slot the next new layout takes (oldest first).
-    next: usize,
-    /// The slot last handed out: most packets have the layout of the one before.
-    last: usize,
+    masks: Box<[RunMask; MASK_SLOTS]>,
 }
 
-/// Layouts whose masks are kept.
-const RUN_MASKS: usize = 4;
+/// Slots of [`RunMasks`]: the 66 layouts' and [`NO_MASK`], rounded up to a power of two, so
+/// that any `u8` masked to it is a slot.
+const MASK_SLOTS: usize = 128;
+
+/// The slot of the layouts no mergeable segment has: its mask, never built, matches no header.
+pub(super) const NO_MASK: u8 = (MASK_SLOTS - 1) as u8;
+
+/// The slot of `layout`'s mask (see [`RunMasks`]), or `None` for a layout no mergeable segment
+/// has.
+fn mask_slot(layout: Layout) -> Option<u8> {
+    let l2 = match layout.l2_len {
+        14 => 0,
+        18 => 1,
+        22 => 2,
+        _ => return None,
+    };
+    let l4 = layout.l4_len;
+    let l3_ok = layout.l3_len == if layout.v6 { 40 } else { 20 };
+    if !l3_ok || !(20..=60).contains(&l4) || !l4.is_multiple_of(4) {
+        return None;
+    }
+    Some(l2 * 22 + u8::from(layout.v6) * 11 + (l4 - 20) / 4)
+}
 
 impl RunMasks {
     /// No mask yet: each layout's is built the first time it is needed.
     pub(super) fn new() -> Self {
         Self {
-            masks: std::array::from_fn(|_| RunMask::empty()),
-            next: 0,
-            last: 0,
+            masks: Box::new(std::array::from_fn(|_| RunMask::empty())),
         }
     }
 
-    /// The slot of the mask for `layout`, built in the oldest slot when none of the kept ones
-    /// is for it.
-    #[inline(always)]
-    pub(super) fn slot_for(&mut self, layout: Layout) -> usize {
-        if self.masks[self.last].layout == layout {
-            return self.last;
+    /// The slot of the mask for `layout`, built there the first time; [`NO_MASK`] for a
+    /// layout no mergeable segment has.
+    pub(super) fn slot_for(&mut self, layout: Layout) -> u8 {
+        let Some(slot) = mask_slot(layout) else {
+            return NO_MASK;
+        };
+        let m = &mut self.masks[usize::from(slot)];
+        if m.layout != layout {
+            m.build(layout);
         }
-        let at = self.find_or_build(layout);
-        self.last = at;
-        at
+        slot
     }
 
-    /// [`slot_for`](Self::slot_for) past its first guess.
-    #[cold]
-    fn find_or_build(&mut self, layout: Layout) -> usize {
-        match self.masks.iter().position(|m| m.layout == layout) {
-            Some(at) => at,
-            None => {
-                let at = self.next;
-                self.next = (at + 1) % RUN_MASKS;
-                self.masks[at].build(layout);
-                at
-            }
-        }
-    }
-
-    /// Whether headers `a` and `b` agree under the mask in slot `at` (see
+    /// Whether headers `a` and `b` agree under the mask in slot `slot` (see
     /// [`slot_for`](Self::slot_for)).
     #[inline(always)]
-    pub(super) fn same(&self, at: usize, a: &[u8], b: &[u8]) -> bool {
-        self.masks[at].same(a, b)
+    pub(super) fn same(&self, slot: u8, a: &[u8], b: &[u8]) -> bool {
+        self.masks[usize::from(slot) & (MASK_SLOTS - 1)].same(a, b)
     }
 
     /// The mask for `layout` (see [`slot_for`](Self::slot_for)).
     #[cfg(test)]
     fn for_layout(&mut self, layout: Layout) -> &RunMask {
         let at = self.slot_for(layout);
-        &self.masks[at]
+        &self.masks[usize::from(at)]
     }
 }
 
@@ -188,7 +195,7 @@ struct Run {
     idx: u32,
     layout: Layout,
     /// The slot of `layout`'s mask in [`RunMasks`].
-    mask: usize,
+    mask: u8,
     df: bool,
     end_seq: u32,
     last_id: u16,
@@ -226,7 +233,7 @@ impl<B: PacketBuf> Merger<B> {
             flow,
             idx,
             layout,
-            mask: self.run_masks.slot_for(layout),
+            mask: it.mask,
             df: it.df(),
             end_seq: it.end_seq(),
             last_id: it.last_id,
@@ -267,7 +274,7 @@ impl<B: PacketBuf> Merger<B> {
         }
         let held = self.items[run.idx as usize].pkt.as_ref()?.packet().head();
         let frame = pkt.head();
-        if !self.run_masks.masks[run.mask].same(held, frame) {
+        if !self.run_masks.same(run.mask, held, frame) {
             return None;
         }
         // The layout matched, so the fixed TCP header and the IP header's first 8 bytes lie
@@ -406,38 +413,66 @@ impl<B: PacketBuf> Merger<B> {
 mod tests {
     use super::*;
 
-    /// Flows of several layouts taking turns each keep their mask (built once), a fifth layout
-    /// takes the oldest slot, and every mask handed out is the one built for its layout.
+    /// Every layout a mergeable segment can have gets a slot of its own, its mask built once
+    /// and kept whatever other layouts come; any other layout gets `NO_MASK`, which matches
+    /// no header.
     #[test]
-    fn masks_of_layouts_taking_turns_are_built_once() {
+    fn each_layout_has_a_slot_of_its_own_and_its_mask_is_built_once() {
         let layout = |l2_len, v6, l4_len| Layout {
             l2_len,
             l3_len: if v6 { 40 } else { 20 },
             l4_len,
             v6,
         };
-        let kinds = [
-            layout(14, false, 32),
-            layout(14, true, 32),
-            layout(18, false, 20),
-            layout(22, true, 60),
-        ];
+        let mut all = Vec::new();
+        for l2 in [14, 18, 22] {
+            for v6 in [false, true] {
+                for l4 in (20..=60).step_by(4) {
+                    all.push(layout(l2, v6, l4));
+                }
+            }
+        }
+        assert_eq!(all.len(), 66);
         let mut masks = RunMasks::new();
-        for _ in 0..3 {
-            for &k in &kinds {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..2 {
+            for &k in &all {
+                let slot = masks.slot_for(k);
+                assert_ne!(slot, NO_MASK, "{k:?}");
+                assert!(usize::from(slot) < MASK_SLOTS);
+                seen.insert((slot, k.l2_len, k.l3_len, k.l4_len, k.v6));
                 let mut fresh = RunMask::empty();
                 fresh.build(k);
                 assert_eq!(masks.for_layout(k).mask, fresh.mask, "{k:?}");
+                assert_eq!(masks.masks[usize::from(slot)].layout, k);
             }
         }
-        assert_eq!(masks.next, 0, "four builds, then none");
-        let fifth = layout(14, false, 20);
-        masks.for_layout(fifth);
-        assert_eq!(masks.masks[0].layout, fifth, "the oldest slot is reused");
-        assert!(masks.masks[1..]
-            .iter()
-            .map(|m| m.layout)
-            .eq(kinds[1..].iter().copied()));
+        // One slot per layout, the same both rounds.
+        assert_eq!(seen.len(), 66);
+        let slots: std::collections::BTreeSet<u8> = seen.iter().map(|s| s.0).collect();
+        assert_eq!(slots.len(), 66);
+        // Layouts no mergeable segment has: odd VLAN lengths, IPv4 options, a TCP header
+        // that is no multiple of 4 or out of range, an IPv6 header of the wrong length.
+        let odd = [
+            layout(16, false, 20),
+            Layout {
+                l3_len: 24,
+                ..layout(14, false, 20)
+            },
+            layout(14, false, 22),
+            layout(14, false, 64),
+            layout(14, true, 16),
+            Layout {
+                l3_len: 20,
+                ..layout(14, true, 20)
+            },
+            Layout::default(),
+        ];
+        let frame: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
+        for k in odd {
+            assert_eq!(masks.slot_for(k), NO_MASK, "{k:?}");
+        }
+        assert!(!masks.same(NO_MASK, &frame, &frame));
     }
 
     /// Flips each bit of each header byte, one at a time: the headers must still count as the
