@@ -181,6 +181,15 @@ pub fn run(pxgw: &Path, bytes: usize, stop: &AtomicBool) -> Result<Outcome> {
         ]
         .map(|s| format!("  {s}")),
     );
+    let (code, lines) = run_to_end(pxgw, &config, &["--check"])?;
+    out.lines
+        .push(format!("pxgw --check after the fix: exit {code}:"));
+    out.lines.extend(lines.iter().map(|s| format!("  {s}")));
+    let warning = format!("pxgw: warning: ports.internal: interface {gw_int} is a veth");
+    out.checks.push((
+        format!("offloads on, fix applied: pxgw --check passes (exit {code}) and warns that {gw_int} is a veth whose peer it cannot see"),
+        code == 0 && lines.iter().any(|s| s.starts_with(&warning)),
+    ));
     let mut transfers: Vec<(Family, bool, bool, f64)> = Vec::new();
     let (run, traffic) = accounting::counted(&l, pxgw, &l.pxgw_config(1), || -> Result<()> {
         for f in Family::BOTH {
