@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod engine;
+pub mod gateway;
 pub mod gro_baseline;
 pub mod ledger;
 pub mod merge;

@@ -20,6 +20,13 @@
 //! it runs, against a worker making the rule calls itself, on the simulated NIC (SIGCOMM'26
 //! §4.4), via `cargo run --release -p pxbench --bin rule-manager`.
 //!
+//! `gateway`: the whole of pxgw's per-packet work, `pxgw::pipeline::Pipeline` on real mbufs,
+//! against a gateway built from DPDK's libraries (rte_gro, rte_gso, TX preparation), pxio's
+//! engines alone and the floor of moving a packet, on inbound and outbound TCP, UDP and a mix,
+//! under a NIC's offloads (with and without LRO) and `net_af_packet`'s none; every output checked
+//! byte for byte. `cargo run --release -p pxbench --bin gateway-bench`; `-- --quick` for a smoke
+//! run, `-- --packets N`, `-- --scenario KIND`, `-- --only pxgw` (profiling).
+//!
 //! `instructions`: the merge benchmark's two engines, pxio (with what the NIC gives) and
 //! `rte_gro` (its parse included), each alone under valgrind's callgrind, which counts the
 //! instructions of their timed sections exactly: the noise-free side of `merge`'s comparison on
@@ -52,6 +59,8 @@ pub enum BenchKind {
     Nf,
     /// The px_flow rule manager: update rate, worker throughput while updates run.
     RuleManager,
+    /// pxgw's pipeline against a DPDK-native gateway, pxio alone and the floor, per packet.
+    Gateway,
     /// pxio and rte_gro alone under callgrind: exact instructions per packet in their timed
     /// sections (poisson-tso at 1 and 800 flows, or the scenario given after `--`).
     Instructions,
@@ -66,6 +75,7 @@ impl BenchKind {
             BenchKind::PmtuCache => "pmtu-cache",
             BenchKind::Nf => "nf",
             BenchKind::RuleManager => "rule-manager",
+            BenchKind::Gateway => "gateway",
             BenchKind::Instructions => "instructions",
         }
     }
@@ -74,7 +84,11 @@ impl BenchKind {
     /// plain memory.
     fn needs_root(self) -> bool {
         match self {
-            BenchKind::Merge | BenchKind::Caravan | BenchKind::Nf | BenchKind::Instructions => true,
+            BenchKind::Merge
+            | BenchKind::Caravan
+            | BenchKind::Nf
+            | BenchKind::Gateway
+            | BenchKind::Instructions => true,
             BenchKind::PmtuCache | BenchKind::RuleManager => false,
         }
     }
@@ -87,6 +101,7 @@ impl BenchKind {
             BenchKind::PmtuCache => "pmtu-cache",
             BenchKind::Nf => "nf-bench",
             BenchKind::RuleManager => "rule-manager",
+            BenchKind::Gateway => "gateway-bench",
             BenchKind::Instructions => "merge",
         }
     }

@@ -209,6 +209,29 @@ const INTEGRATION_SUITES: &[Suite] = &[
             "20000",
         ],
     },
+    // The gateway bench, small (`--quick`: 100 flows, 12,000 frames per scenario, one run per
+    // side): pxgw's pipeline, pxio alone, the DPDK gateway and the floor on every scenario kind,
+    // both families, the NIC profile with and without LRO and none. It fails unless every
+    // side's outputs account for every input byte (none lost, duplicated or changed) and the
+    // JSON has every field of every scenario (`--check`). No timing is asserted.
+    Suite {
+        name: "gateway-bench-smoke",
+        program: "cargo",
+        args: &[
+            "run",
+            "--release",
+            "-j2",
+            "-p",
+            "pxbench",
+            "--bin",
+            "gateway-bench",
+            "--",
+            "--quick",
+            "--json",
+            "target/gateway-bench-smoke.json",
+            "--check",
+        ],
+    },
     // The caravan receive benchmark, small: all six receive paths (plain recv, recvmmsg,
     // UDP_GRO, eBPF decapsulation, Reader, BatchReader) between two namespaces; fails unless
     // each delivered every datagram intact and in order. No timing is asserted.
