@@ -53,7 +53,7 @@ use crate::wire::{ip_proto, tcp_flags, Headers};
 /// (at 8 flows in 1024 slots, one chance in 40) both keep their fast path. Flows with the same
 /// whole hash (a symmetric key, see `flow_table`) still take turns.
 pub(super) struct FastIndex {
-    buckets: Box<[[Way; 2]]>,
+    buckets: Box<[Bucket]>,
     mask: u32,
 }
 
@@ -64,13 +64,19 @@ struct Way {
     flow: u32,
 }
 
+/// A bucket of two ways, aligned to its size: it never straddles two cache lines, so one
+/// prefetch brings it in.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct Bucket([Way; 2]);
+
 impl FastIndex {
     /// An index of at least `capacity` ways (rounded up to a power of two), all empty.
     pub(super) fn new(capacity: usize) -> Self {
         let n = capacity.div_ceil(2).max(1).next_power_of_two();
         let empty = Way { hash: 0, flow: NIL };
         Self {
-            buckets: vec![[empty; 2]; n].into_boxed_slice(),
+            buckets: vec![Bucket([empty; 2]); n].into_boxed_slice(),
             mask: (n - 1) as u32,
         }
     }
@@ -80,7 +86,7 @@ impl FastIndex {
     fn get(&self, hash: u32) -> u32 {
         // Selects without branching (two flows taking turns in a bucket would make branches
         // here a coin toss).
-        let [a, b] = self.buckets[(hash & self.mask) as usize];
+        let Bucket([a, b]) = self.buckets[(hash & self.mask) as usize];
         let w = if a.hash == hash { a } else { b };
         if w.hash == hash {
             w.flow
@@ -111,7 +117,7 @@ impl FastIndex {
     /// the first one's flow moving to the second unless it had the same hash.
     #[inline]
     pub(super) fn note(&mut self, hash: u32, flow: u32) {
-        let ways = &mut self.buckets[(hash & self.mask) as usize];
+        let Bucket(ways) = &mut self.buckets[(hash & self.mask) as usize];
         if ways[0].hash != hash {
             ways[1] = ways[0];
         }

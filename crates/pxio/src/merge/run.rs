@@ -58,6 +58,7 @@ pub(super) const NO_MASK: u8 = (MASK_SLOTS - 1) as u8;
 
 /// The slot of `layout`'s mask (see [`RunMasks`]), or `None` for a layout no mergeable segment
 /// has.
+#[inline]
 fn mask_slot(layout: Layout) -> Option<u8> {
     let l2 = match layout.l2_len {
         14 => 0,
@@ -83,6 +84,7 @@ impl RunMasks {
 
     /// The slot of the mask for `layout`, built there the first time; [`NO_MASK`] for a
     /// layout no mergeable segment has.
+    #[inline]
     pub(super) fn slot_for(&mut self, layout: Layout) -> u8 {
         let Some(slot) = mask_slot(layout) else {
             return NO_MASK;
@@ -137,6 +139,7 @@ impl RunMask {
     /// between consecutive segments of one item (IPv4 total length, ID and header checksum;
     /// IPv6 payload length; TCP sequence number, window and checksum, and the PSH and FIN
     /// flags, which belong to the last byte).
+    #[cold]
     fn build(&mut self, layout: Layout) {
         let mut bytes = [0xffu8; MASK_BYTES];
         let hdr_len = layout.hdr_len();
