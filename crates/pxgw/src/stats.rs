@@ -72,6 +72,10 @@ group! {
         /// Coalesced inbound TCP packets (LRO, GRO) that could not be cut at the iMTU (a bad
         /// checksum, no buffer).
         coalesced_failed: counter => "pxgw_drops" { reason: field };
+        /// IP packets whose header claims more bytes than the frame holds (or fewer than the
+        /// header itself), dropped as Linux drops them (InTruncatedPkts): a frame cut short on
+        /// the way, as `net_af_packet` cuts what the kernel coalesced past its ring frame.
+        bad_ip_length: counter => "pxgw_drops" { reason: field };
     }
 }
 

@@ -384,3 +384,41 @@ fn whole_bursts_keep_every_stream_intact_with_and_without_rss() {
         assert_eq!(pool.in_use(), 0, "nothing leaked");
     }
 }
+
+/// What `net_af_packet` hands up when the kernel coalesced past its ring frame: a frame cut
+/// short, its IP header still claiming the whole packet. Dropped and counted both ways, as
+/// Linux drops it; never answered with ICMP (it would teach the inside host a false path MTU),
+/// never forwarded.
+#[test]
+fn a_frame_cut_short_of_its_ip_length_is_dropped_and_counted() {
+    let pool = HeapPool::new(1024);
+    let mut px = common::pipeline_with("", "");
+    handshake(&mut px, &pool, false, 40004);
+    let cut = |inbound: bool| {
+        let mut f = tcp(
+            false,
+            inbound,
+            40004,
+            ISS_OUT,
+            ISS_IN,
+            wire::tcp_flags::ACK,
+            &pattern(30_000, 2),
+        );
+        f.truncate(10_174);
+        pool.packet(&f)
+    };
+    let mut out = Vec::new();
+    px.inbound_burst([cut(true)], 10, &mut out);
+    px.outbound_burst([cut(false)], 10, &mut out);
+    let (mut outside, mut inside) = (Vec::new(), Vec::new());
+    px.take_replies(&mut outside);
+    px.take_inside_replies(&mut inside);
+    px.flush(20, &mut out);
+    assert!(
+        out.is_empty() && outside.is_empty() && inside.is_empty(),
+        "dropped, unanswered"
+    );
+    let r = px.report();
+    assert_eq!(r.drops.bad_ip_length, 2);
+    assert_eq!((r.drops.split_failed, r.drops.oversize), (0, 0));
+}

@@ -114,6 +114,8 @@ pub struct Pipeline<B: PacketBuf> {
     gathered: Vec<(B, Parsed)>,
     /// The pieces of a coalesced packet being cut (kept, so cutting allocates nothing).
     pieces: Vec<B>,
+    /// Whether frames cut short were reported, (outbound, inbound).
+    warned_bad_ip_length: [bool; 2],
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -216,6 +218,7 @@ impl<B: PacketBuf> Pipeline<B> {
             in_burst: false,
             gathered: Vec::with_capacity(GATHER_CAPACITY),
             pieces: Vec::with_capacity(64),
+            warned_bad_ip_length: [false; 2],
         })
     }
 
@@ -350,6 +353,23 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
+    /// Counts a frame dropped for an IP length its bytes do not match, and says once per
+    /// direction what usually cuts frames short.
+    fn bad_ip_length(&mut self, inbound: bool) {
+        self.report.drops.bad_ip_length += 1;
+        let warned = &mut self.warned_bad_ip_length[usize::from(inbound)];
+        if !*warned {
+            *warned = true;
+            let port = if inbound { "external" } else { "internal" };
+            tracing::warn!(
+                port,
+                "frames shorter than their IP length arrive on the {port} port and are dropped \
+                 (drops.bad_ip_length): a kernel offload (GRO, a peer's TSO) under a \
+                 net_af_packet port cuts packets to its ring frame"
+            );
+        }
+    }
+
     /// Whether anything is held.
     pub fn holding(&self) -> bool {
         self.merger.stats().held_items > 0 || !self.caravans.is_empty()
@@ -420,10 +440,14 @@ impl<B: PacketBuf> Pipeline<B> {
                     // TCP this large is coalesced (the NIC's LRO, the kernel's GRO): a run of
                     // segments, cut at the iMTU (`inbound_tcp`), not an oversize packet.
                     let parsed = Parsed::of(pkt.head(), pkt.len());
-                    if let Class::Tcp(h) = *parsed.class() {
-                        return self.inbound_tcp(pkt, parsed, &h, now, out);
-                    }
-                    return self.inbound_oversize(pkt, ip, now, out);
+                    return match *parsed.class() {
+                        Class::Tcp(h) => self.inbound_tcp(pkt, parsed, &h, now, out),
+                        // Cut short: no packet of that length ever arrived to answer for.
+                        Class::Malformed(wire::Malformed::BadTotalLength) => {
+                            self.bad_ip_length(true)
+                        }
+                        _ => self.inbound_oversize(pkt, ip, now, out),
+                    };
                 }
                 None if pkt.len() > imtu + VLAN_ETH_HLEN => {
                     self.report.drops.oversize_inbound += 1;
@@ -468,6 +492,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 }
                 self.inbound_unmergeable(pkt, parsed, now, out)
             }
+            Class::Malformed(wire::Malformed::BadTotalLength) => self.bad_ip_length(true),
             Class::Malformed(_) => self.inbound_unmergeable(pkt, parsed, now, out),
             Class::NonIp => out.push(pkt),
         }
@@ -533,6 +558,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 }
                 self.outbound_fit(pkt, now, out);
             }
+            Class::Malformed(wire::Malformed::BadTotalLength) => self.bad_ip_length(false),
             Class::Malformed(_) | Class::Fragment | Class::OtherIp | Class::NonIp => {
                 self.outbound_fit(pkt, now, out)
             }
