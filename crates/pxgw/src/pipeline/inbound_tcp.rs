@@ -31,13 +31,24 @@ impl<B: PacketBuf> Pipeline<B> {
         if let Some(seg) = seg.filter(|s| s.syn) {
             self.inbound_syn(&mut pkt, h, &seg, now);
         }
+        // A plain segment right after one of the same established connection with the same
+        // acknowledgement: the connection cannot have changed in between (only this burst's
+        // packets came, none of another flow), and the lookup would change nothing but its
+        // last sighting, by microseconds. A TSO burst's segments mostly arrive so.
+        let plain = seg.filter(|s| !(s.syn || s.rst || s.fin));
+        let repeat = plain.is_some_and(|s| self.last_inbound == Some((key, s.ack)));
         let known = match seg {
+            _ if repeat => true,
             _ if self.conns.on_outside(&key, seg.as_ref(), now) => true,
             // A segment that completes a half-open connection makes it known.
             Some(seg) if !seg.syn => {
                 self.conns.on_segment(&key, &seg, true, now) == conn::Outcome::Established
             }
             _ => false,
+        };
+        self.last_inbound = match plain {
+            Some(s) if known && self.in_burst => Some((key, s.ack)),
+            _ => None,
         };
         if h.ip_len > self.cfg.imtu {
             return self.inbound_coalesced(pkt, parsed, known, now, out);
@@ -67,15 +78,18 @@ impl<B: PacketBuf> Pipeline<B> {
             tso: false,
             checksum: self.cfg.inside_checksum,
         };
+        // Cut where the engine would: at the iMTU, or with TSO toward the inside at the most
+        // whole iMTU-sized pieces a TSO request carries, so that a 64 KB LRO packet makes two
+        // pieces, not eight, and the engine's cuts stash the rest for the next one.
+        let to = match parsed.class() {
+            Class::Tcp(h) if self.cfg.merge && known => {
+                let l34 = u32::from(h.ip_len) - u32::from(h.payload_len);
+                u16::try_from(self.merger.largest_item(l34)).unwrap_or(self.cfg.imtu)
+            }
+            _ => self.cfg.imtu,
+        };
         let mut pieces = std::mem::take(&mut self.pieces);
-        match split_tcp_parsed(
-            pkt,
-            &parsed,
-            self.cfg.imtu,
-            offloads,
-            &self.pool,
-            &mut pieces,
-        ) {
+        match split_tcp_parsed(pkt, &parsed, to, offloads, &self.pool, &mut pieces) {
             Ok(n) => {
                 self.report.coalesced.inbound += 1;
                 self.report.coalesced.inbound_segments += n as u64;

@@ -116,6 +116,9 @@ pub struct Pipeline<B: PacketBuf> {
     pieces: Vec<B>,
     /// Whether frames cut short were reported, (outbound, inbound).
     warned_bad_ip_length: [bool; 2],
+    /// Within an inbound burst: the previous packet's established connection and the
+    /// acknowledgement it carried, when it was a plain segment (`inbound_tcp`).
+    last_inbound: Option<(FlowKey, Option<u32>)>,
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -219,6 +222,7 @@ impl<B: PacketBuf> Pipeline<B> {
             gathered: Vec::with_capacity(GATHER_CAPACITY),
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
+            last_inbound: None,
         })
     }
 
@@ -394,6 +398,7 @@ impl<B: PacketBuf> Pipeline<B> {
         self.report.inbound.packets_in += packets;
         self.report.inbound.bytes_in += bytes;
         self.in_burst = false;
+        self.last_inbound = None;
         self.merge_gathered(now, out);
         self.end_of_burst(now, out);
     }

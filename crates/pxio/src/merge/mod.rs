@@ -298,6 +298,13 @@ impl<B: PacketBuf> Merger<B> {
         limit_of(&self.limits, layout)
     }
 
+    /// The largest IP packet a merge may make of segments with `l34` bytes of IP and TCP
+    /// headers: the iMTU, or with TSO the most whole iMTU-sized pieces a TSO request carries. A
+    /// coalesced segment (LRO, GRO) cut to it beforehand joins the engine whole.
+    pub fn largest_item(&self, l34: u32) -> u32 {
+        item_limit_for(&self.cfg, l34)
+    }
+
     /// How the NIC cuts an item with headers `layout` and `payload_len` payload bytes (TSO), or
     /// `None` when it leaves as it is: without TSO, or within the iMTU. The one place that
     /// decides whether an item is sent with a TSO request. Out of line: the burst loop it would
