@@ -13,6 +13,7 @@
 //! Appendix example of 13.5 KB and 7.5 KB LRO packets), never taken for an oversize packet.
 
 use pxio::split::split_tcp_parsed;
+use pxio::TxOffload;
 
 use super::*;
 
@@ -99,6 +100,14 @@ impl<B: PacketBuf> Pipeline<B> {
                     piece.set_l4_csum_verdict(Some(true));
                     piece.set_ip_csum_verdict(Some(true));
                     let parsed = Parsed::of(piece.head(), piece.len());
+                    // A piece above the iMTU (TSO toward the inside) asks the NIC to cut it
+                    // there, should the engine pass it on as it is (a retransmission, no free
+                    // item): nothing above the iMTU ever reaches the wire.
+                    if let Class::Tcp(h) = parsed.class() {
+                        if h.ip_len > self.cfg.imtu {
+                            piece.request_tx_offload(tso_request(h, self.cfg.imtu));
+                        }
+                    }
                     if self.cfg.merge && known {
                         self.hand_to_merger(piece, parsed, now, out);
                     } else {
@@ -197,5 +206,21 @@ impl<B: PacketBuf> Pipeline<B> {
         } else {
             self.cfg.mss_floor.0
         }
+    }
+}
+
+/// The TSO request that has the NIC cut a TCP segment with headers `h` at `imtu`, checksums
+/// filled (the split seeded them).
+fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
+    let l34 = h.ip_len - h.payload_len;
+    TxOffload {
+        l2_len: h.l3_offset() as u8,
+        l3_len: (h.l4_offset() - h.l3_offset()) as u16,
+        l4_len: (h.hdr_len() - h.l4_offset()) as u8,
+        ipv4: !h.key.v6,
+        ip_checksum: !h.key.v6,
+        tcp_checksum: true,
+        udp_checksum: false,
+        tso_segsz: imtu - l34,
     }
 }

@@ -200,6 +200,10 @@ pub struct Merger<B: PacketBuf> {
     /// The chunk of the burst being read ([`rx_burst`](Self::rx_burst)); kept to reuse its
     /// memory.
     chunk: Vec<B>,
+    /// The parses of `chunk`'s packets, when the caller handed them over
+    /// ([`rx_burst_parsed`](Self::rx_burst_parsed)): the general path takes them instead of
+    /// parsing again.
+    chunk_parses: Vec<Parsed>,
     /// The last packet of the chunk with each RSS hash (modulo the table's size), see
     /// `stream_or_group`. Never cleared: only the slots of the current chunk's hashes are
     /// read, and the chunk's own prologue wrote each of those.
@@ -280,6 +284,7 @@ impl<B: PacketBuf> Merger<B> {
             run_masks: run::RunMasks::new(),
             pending: Vec::with_capacity(BURST_CHUNK),
             chunk: Vec::with_capacity(BURST_CHUNK),
+            chunk_parses: Vec::with_capacity(BURST_CHUNK),
             chunk_last: Box::new([u8::MAX; LAST_SLOTS]),
             stream_next: true,
             flows,
@@ -370,7 +375,7 @@ impl<B: PacketBuf> Merger<B> {
         let mut pkts = pkts.into_iter();
         loop {
             let full = if self.stream_next {
-                self.stream_or_group(&mut pkts, now, out)
+                self.stream_or_group(&mut pkts.by_ref().map(|pkt| (pkt, None)), now, out)
             } else {
                 let merges = self.stats.merges;
                 let (n, hashed) = self.group_chunk(pkts.by_ref().take(BURST_CHUNK), now, out);
@@ -389,11 +394,13 @@ impl<B: PacketBuf> Merger<B> {
     /// (else grouped); returns whether the chunk was full.
     fn stream_or_group(
         &mut self,
-        pkts: &mut impl Iterator<Item = B>,
+        pkts: &mut impl Iterator<Item = (B, Option<Parsed>)>,
         now: u64,
         out: &mut Vec<B>,
     ) -> bool {
         let mut chunk = std::mem::take(&mut self.chunk);
+        let mut parses = std::mem::take(&mut self.chunk_parses);
+        parses.clear();
         let mut rss = [0u32; BURST_CHUNK];
         let mut with_rss = 0u64;
         // The last packet of the chunk with each hash (modulo the table's size): a packet is
@@ -402,7 +409,10 @@ impl<B: PacketBuf> Merger<B> {
         // cleared (a 1 KB store per chunk): every slot read below was written here.
         // One pass: each packet's RSS hash is read as it is taken, and its fast-index slot
         // prefetched.
-        for (i, (pkt, h)) in pkts.take(BURST_CHUNK).zip(rss.iter_mut()).enumerate() {
+        for (i, ((pkt, parsed), h)) in pkts.take(BURST_CHUNK).zip(rss.iter_mut()).enumerate() {
+            if let Some(parsed) = parsed {
+                parses.push(parsed);
+            }
             if let Some(hash) = pkt.rss_hash() {
                 *h = hash;
                 with_rss |= 1 << i;
@@ -421,17 +431,25 @@ impl<B: PacketBuf> Merger<B> {
                 *hint = self.fast.warm(hash, &self.flows);
             }
         }
+        // Every packet's parse, or none (a caller hands over all or nothing).
+        let parses_ok = parses.len() == n;
         if with_rss == 0 {
             self.stream_next = false;
-            self.group_chunk(chunk.drain(..), now, out);
+            if parses_ok {
+                self.group_parsed_chunk(chunk.drain(..).zip(parses.drain(..)), now, out);
+            } else {
+                self.group_chunk(chunk.drain(..), now, out);
+            }
         } else {
             let joined = self.stats.fast_merges + self.stats.cuts;
-            self.stream_chunk(chunk.drain(..), &rss, &hints, with_rss, now, out);
+            let parses = if parses_ok { &parses[..] } else { &[] };
+            self.stream_chunk(chunk.drain(..), &rss, &hints, parses, with_rss, now, out);
             // Few segments continued an item (finely interleaved flows): the grouped path,
             // which looks every flow up ahead, serves them better.
             self.stream_next = (self.stats.fast_merges + self.stats.cuts - joined) * 4 >= n as u64;
         }
         self.chunk = chunk;
+        self.chunk_parses = parses;
         n == BURST_CHUNK
     }
 
@@ -441,11 +459,13 @@ impl<B: PacketBuf> Merger<B> {
     /// parsing it; the others are parsed and merged on the general path. `chunk_last` (see
     /// `stream_or_group`) tells which segments are the last of their flow in the chunk, so
     /// that a segment alone in its burst can leave at once.
+    #[allow(clippy::too_many_arguments)]
     fn stream_chunk(
         &mut self,
         chunk: impl Iterator<Item = B>,
         rss: &[u32; BURST_CHUNK],
         hints: &[u32; BURST_CHUNK],
+        parses: &[Parsed],
         with_rss: u64,
         now: u64,
         out: &mut Vec<B>,
@@ -464,7 +484,7 @@ impl<B: PacketBuf> Merger<B> {
                 }
             }
             let alone = hashed && usize::from(self.chunk_last[rss[i] as usize % LAST_SLOTS]) == i;
-            self.rx_general(pkt, hints[i], alone, now, out);
+            self.rx_general(pkt, hints[i], alone, parses.get(i), now, out);
         }
         // The counters of the segments the fast path appended, once for the chunk.
         let s = &mut self.stats;
@@ -478,8 +498,19 @@ impl<B: PacketBuf> Merger<B> {
     /// refused: parsed, then merged. Kept out of line, so that the fast path's loop holds only
     /// what it needs (fewer values spilled to the stack on every packet).
     #[inline(never)]
-    fn rx_general(&mut self, pkt: B, hint: u32, alone: bool, now: u64, out: &mut Vec<B>) {
-        let parsed = Parsed::of(pkt.head(), pkt.len());
+    fn rx_general(
+        &mut self,
+        pkt: B,
+        hint: u32,
+        alone: bool,
+        parsed: Option<&Parsed>,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        let parsed = match parsed {
+            Some(p) => Self::trusted(&pkt, *p),
+            None => Parsed::of(pkt.head(), pkt.len()),
+        };
         match parsed.class() {
             Class::Tcp(hdr) => {
                 // The flow the fast index named, when it is this packet's (its entry was
@@ -546,7 +577,11 @@ impl<B: PacketBuf> Merger<B> {
         let mut pkts = pkts.into_iter();
         loop {
             let full = if self.stream_next {
-                self.stream_or_group(&mut pkts.by_ref().map(|(pkt, _)| pkt), now, out)
+                self.stream_or_group(
+                    &mut pkts.by_ref().map(|(pkt, parsed)| (pkt, Some(parsed))),
+                    now,
+                    out,
+                )
             } else {
                 let merges = self.stats.merges;
                 let (n, hashed) =
