@@ -462,6 +462,8 @@ pub struct ConnTable {
     map: LruCache<ConnKey, Conn, foldhash::fast::RandomState>,
     /// An entry seen in a new recency period, to move to the front ([`ConnTable::touch_mut`]).
     promote: Option<FlowKey>,
+    /// Changes whenever an established connection may have been added or removed.
+    generation: u32,
     /// Established connections evicted to make room for newer ones.
     established_evicted: u64,
     /// SYN and SYN-ACK segments on an established connection that changed nothing.
@@ -500,6 +502,7 @@ impl ConnTable {
                 foldhash::fast::RandomState::default(),
             ),
             promote: None,
+            generation: 0,
             established_evicted: 0,
             syn_ignored: 0,
             half_open: Slots::new(half_open),
@@ -523,6 +526,7 @@ impl ConnTable {
     /// is full.
     fn establish(&mut self, key: FlowKey, conn: Conn) {
         self.promote_pending();
+        self.generation = self.generation.wrapping_add(1);
         if let Some((old, _)) = self.map.push(ConnKey(key), conn) {
             if old.0 != key {
                 self.established_evicted += 1;
@@ -580,6 +584,7 @@ impl ConnTable {
                 return Outcome::Established;
             }
             self.map.pop(&ConnKey(key));
+            self.generation = self.generation.wrapping_add(1);
         }
         let mut entry = self
             .half_open
@@ -909,6 +914,7 @@ impl ConnTable {
     /// returns how many established ones went.
     pub fn expire(&mut self, cutoff: u64) -> usize {
         self.promote_pending();
+        self.generation = self.generation.wrapping_add(1);
         let before = self.map.len();
         // Least recently seen first: every refresh moves an entry to the front, so the idle
         // ones are at the back, and the walk stops at the first one seen since `cutoff`.
@@ -926,6 +932,12 @@ impl ConnTable {
         }
         self.unknown_retx.expire(cutoff);
         before - self.map.len()
+    }
+
+    /// A number that changes whenever an established connection may have been added, evicted
+    /// or removed: while it stays the same, one found established still is.
+    pub fn generation(&self) -> u32 {
+        self.generation
     }
 
     /// Established connections held.

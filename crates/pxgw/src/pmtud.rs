@@ -145,6 +145,11 @@ pub struct PathMtu {
     reprobe_ns: u64,
     /// The earliest time [`PathMtu::poll`] removes expired entries again.
     expire_at: u64,
+    /// The earliest time a prober may need [`PathMtu::poll`] (0: look at them all again, after
+    /// one started or took a report): polls between bursts cost a comparison until then.
+    probe_due: u64,
+    /// The destinations whose probers are due (kept, so a poll allocates nothing).
+    due: Vec<IpAddr>,
     tracker: FragmentTracker,
     responder: Responder,
     /// The ports' RSS hash (symmetric key), to keep probes on this worker.
@@ -182,6 +187,8 @@ impl PathMtu {
             recent: HashMap::with_capacity(MAX_RECENT),
             reprobe_ns: u64::try_from(expire.as_nanos()).unwrap_or(u64::MAX),
             expire_at: 0,
+            probe_due: u64::MAX,
+            due: Vec::with_capacity(MAX_PROBERS),
             tracker: FragmentTracker::new(TrackerConfig {
                 port,
                 timeout: Duration::from_secs(2),
@@ -321,6 +328,7 @@ impl PathMtu {
             sport,
         };
         self.probers.insert(dst, probe);
+        self.probe_due = 0;
     }
 
     /// A frame from outside. Returns true when it was for the gateway itself (a report to one of
@@ -364,6 +372,7 @@ impl PathMtu {
                     .filter(|p| p.sport == h.key.dport)
                 {
                     let _ = p.prober.on_report(&frame[h.hdr_len()..h.frame_len()], now);
+                    self.probe_due = 0;
                     self.finish_if_done(src, now);
                     return true;
                 }
@@ -411,16 +420,18 @@ impl PathMtu {
                 now.saturating_add(EXPIRE_EVERY_NS)
             };
         }
-        if self.probers.is_empty() {
+        if self.probers.is_empty() || now < self.probe_due {
             return;
         }
-        let due: Vec<IpAddr> = self
-            .probers
-            .iter()
-            .filter(|(_, p)| p.prober.next_timeout().is_some_and(|t| t <= now))
-            .map(|(d, _)| *d)
-            .collect();
-        for dst in due {
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        due.extend(
+            self.probers
+                .iter()
+                .filter(|(_, p)| p.prober.next_timeout().is_some_and(|t| t <= now))
+                .map(|(d, _)| *d),
+        );
+        for &dst in &due {
             let Some(p) = self.probers.get_mut(&dst) else {
                 continue;
             };
@@ -429,6 +440,13 @@ impl PathMtu {
             self.send_probes(tx, macs, src, sport, dst, out);
             self.finish_if_done(dst, now);
         }
+        self.due = due;
+        self.probe_due = self
+            .probers
+            .values()
+            .filter_map(|p| p.prober.next_timeout())
+            .min()
+            .unwrap_or(u64::MAX);
         self.tracker.expire(now);
     }
 

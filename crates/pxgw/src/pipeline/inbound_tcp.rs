@@ -32,12 +32,14 @@ impl<B: PacketBuf> Pipeline<B> {
         if let Some(seg) = seg.filter(|s| s.syn) {
             self.inbound_syn(&mut pkt, h, &seg, now);
         }
-        // A plain segment right after one of the same established connection with the same
-        // acknowledgement: the connection cannot have changed in between (only this burst's
-        // packets came, none of another flow), and the lookup would change nothing but its
-        // last sighting, by microseconds. A TSO burst's segments mostly arrive so.
+        // A plain segment of an established connection already seen in this burst with the
+        // same acknowledgement: the lookup would change nothing but its last sighting, by
+        // microseconds (the connection is still established while the table's generation is
+        // the same, and the ACK was applied). A TSO burst's segments mostly arrive so.
         let plain = seg.filter(|s| !(s.syn || s.rst || s.fin));
-        let repeat = plain.is_some_and(|s| self.last_inbound == Some((key, s.ack)));
+        let slot = recent_slot(&pkt, &key);
+        let stamp = (self.bursts, self.conns.generation());
+        let repeat = plain.is_some_and(|s| self.recent[slot] == (key, s.ack, stamp));
         let known = match seg {
             _ if repeat => true,
             _ if self.conns.on_outside(&key, seg.as_ref(), now) => true,
@@ -47,10 +49,9 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             _ => false,
         };
-        self.last_inbound = match plain {
-            Some(s) if known && self.in_burst => Some((key, s.ack)),
-            _ => None,
-        };
+        if let Some(s) = plain.filter(|_| known && self.in_burst && !repeat) {
+            self.recent[slot] = (key, s.ack, (self.bursts, self.conns.generation()));
+        }
         if h.ip_len > self.cfg.imtu {
             return self.inbound_coalesced(pkt, parsed, known, now, out);
         }
@@ -223,4 +224,24 @@ fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
         udp_checksum: false,
         tso_segsz: imtu - l34,
     }
+}
+
+/// A connection seen established in an inbound burst: its key, the acknowledgement a plain
+/// segment of it carried, and when (the burst, the connection table's generation).
+pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32));
+
+/// Connections remembered per burst for [`Pipeline::inbound_tcp`]'s shortcut.
+pub(super) const RECENT_SLOTS: usize = 64;
+
+/// The slot of `key` among the recent connections: the NIC's RSS hash where it gave one, else
+/// a fold of the key (a slot only saves a lookup; its whole key is compared).
+fn recent_slot<B: PacketBuf>(pkt: &B, key: &FlowKey) -> usize {
+    let h = pkt.rss_hash().unwrap_or_else(|| {
+        let word = |b: &[u8; 16]| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) ^ u32::from(b[15]);
+        word(&key.src)
+            ^ word(&key.dst).rotate_left(7)
+            ^ u32::from(key.sport) << 16
+            ^ u32::from(key.dport)
+    });
+    (h ^ h >> 16) as usize % RECENT_SLOTS
 }

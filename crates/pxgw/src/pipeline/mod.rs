@@ -64,6 +64,15 @@ const MAX_HALF_OPEN: usize = 65536;
 const MAX_LEARNING: usize = 16384;
 /// Connections learned one way (`[connections] one_way`), per worker (oldest evicted).
 const MAX_ONE_WAY: usize = 16384;
+/// A key no packet has (an empty slot of `Pipeline::recent`, whose stamp never matches either).
+const NO_FLOW: FlowKey = FlowKey {
+    src: [0; 16],
+    dst: [0; 16],
+    sport: 0,
+    dport: 0,
+    proto: 0,
+    v6: false,
+};
 /// Packets gathered for the merge engine in one burst, before the vector grows: a burst of
 /// 32 coalesced packets, each cut into up to eight iMTU pieces.
 const GATHER_CAPACITY: usize = 256;
@@ -116,9 +125,12 @@ pub struct Pipeline<B: PacketBuf> {
     pieces: Vec<B>,
     /// Whether frames cut short were reported, (outbound, inbound).
     warned_bad_ip_length: [bool; 2],
-    /// Within an inbound burst: the previous packet's established connection and the
-    /// acknowledgement it carried, when it was a plain segment (`inbound_tcp`).
-    last_inbound: Option<(FlowKey, Option<u32>)>,
+    /// Inbound bursts so far.
+    bursts: u64,
+    /// Established connections seen in an inbound burst, with the acknowledgement a plain
+    /// segment of theirs carried, the burst and the connection table's generation
+    /// (`inbound_tcp`).
+    recent: Box<[inbound_tcp::Recent; inbound_tcp::RECENT_SLOTS]>,
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -222,7 +234,8 @@ impl<B: PacketBuf> Pipeline<B> {
             gathered: Vec::with_capacity(GATHER_CAPACITY),
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
-            last_inbound: None,
+            bursts: 0,
+            recent: Box::new([(NO_FLOW, None, (u64::MAX, 0)); inbound_tcp::RECENT_SLOTS]),
         })
     }
 
@@ -398,7 +411,7 @@ impl<B: PacketBuf> Pipeline<B> {
         self.report.inbound.packets_in += packets;
         self.report.inbound.bytes_in += bytes;
         self.in_burst = false;
-        self.last_inbound = None;
+        self.bursts += 1;
         self.merge_gathered(now, out);
         self.end_of_burst(now, out);
     }
