@@ -32,13 +32,14 @@ impl<B: PacketBuf> Pipeline<B> {
         if let Some(seg) = seg.filter(|s| s.syn) {
             self.inbound_syn(&mut pkt, h, &seg, now);
         }
-        // A plain segment of an established connection already seen in this burst with the
-        // same acknowledgement: the lookup would change nothing but its last sighting, by
-        // microseconds (the connection is still established while the table's generation is
-        // the same, and the ACK was applied). A TSO burst's segments mostly arrive so.
+        // A plain segment of an established connection seen within the same recency period
+        // (`conn::PROMOTE_EVERY_NS`) with the same acknowledgement: the lookup would change
+        // nothing but its last sighting, which the table keeps to that period anyway (the
+        // connection is still established while the table's generation is the same, and the
+        // ACK was applied). A TSO burst's segments mostly arrive so.
         let plain = seg.filter(|s| !(s.syn || s.rst || s.fin));
         let slot = recent_slot(&pkt, &key);
-        let stamp = (self.bursts, self.conns.generation());
+        let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
         let repeat = plain.is_some_and(|s| self.recent[slot] == (key, s.ack, stamp));
         let known = match seg {
             _ if repeat => true,
@@ -50,7 +51,11 @@ impl<B: PacketBuf> Pipeline<B> {
             _ => false,
         };
         if let Some(s) = plain.filter(|_| known && self.in_burst && !repeat) {
-            self.recent[slot] = (key, s.ack, (self.bursts, self.conns.generation()));
+            self.recent[slot] = (
+                key,
+                s.ack,
+                (now / conn::PROMOTE_EVERY_NS, self.conns.generation()),
+            );
         }
         if h.ip_len > self.cfg.imtu {
             return self.inbound_coalesced(pkt, parsed, known, now, out);
@@ -226,11 +231,11 @@ fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
     }
 }
 
-/// A connection seen established in an inbound burst: its key, the acknowledgement a plain
-/// segment of it carried, and when (the burst, the connection table's generation).
+/// A connection seen established: its key, the acknowledgement a plain segment of it carried,
+/// and when (the recency period, the connection table's generation).
 pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32));
 
-/// Connections remembered per burst for [`Pipeline::inbound_tcp`]'s shortcut.
+/// Connections remembered for [`Pipeline::inbound_tcp`]'s shortcut.
 pub(super) const RECENT_SLOTS: usize = 64;
 
 /// The slot of `key` among the recent connections: the NIC's RSS hash where it gave one, else

@@ -125,10 +125,8 @@ pub struct Pipeline<B: PacketBuf> {
     pieces: Vec<B>,
     /// Whether frames cut short were reported, (outbound, inbound).
     warned_bad_ip_length: [bool; 2],
-    /// Inbound bursts so far.
-    bursts: u64,
-    /// Established connections seen in an inbound burst, with the acknowledgement a plain
-    /// segment of theirs carried, the burst and the connection table's generation
+    /// Established connections seen in inbound bursts, with the acknowledgement a plain segment
+    /// of theirs carried, the recency period and the connection table's generation
     /// (`inbound_tcp`).
     recent: Box<[inbound_tcp::Recent; inbound_tcp::RECENT_SLOTS]>,
 }
@@ -234,7 +232,6 @@ impl<B: PacketBuf> Pipeline<B> {
             gathered: Vec::with_capacity(GATHER_CAPACITY),
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
-            bursts: 0,
             recent: Box::new([(NO_FLOW, None, (u64::MAX, 0)); inbound_tcp::RECENT_SLOTS]),
         })
     }
@@ -411,7 +408,6 @@ impl<B: PacketBuf> Pipeline<B> {
         self.report.inbound.packets_in += packets;
         self.report.inbound.bytes_in += bytes;
         self.in_burst = false;
-        self.bursts += 1;
         self.merge_gathered(now, out);
         self.end_of_burst(now, out);
     }
