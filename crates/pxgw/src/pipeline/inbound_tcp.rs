@@ -236,7 +236,7 @@ fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
 pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32));
 
 /// Connections remembered for [`Pipeline::inbound_tcp`]'s shortcut.
-pub(super) const RECENT_SLOTS: usize = 64;
+pub(super) const RECENT_SLOTS: usize = 1024;
 
 /// The slot of `key` among the recent connections: the NIC's RSS hash where it gave one, else
 /// a fold of the key (a slot only saves a lookup; its whole key is compared).
@@ -248,5 +248,7 @@ fn recent_slot<B: PacketBuf>(pkt: &B, key: &FlowKey) -> usize {
             ^ u32::from(key.sport) << 16
             ^ u32::from(key.dport)
     });
-    (h ^ h >> 16) as usize % RECENT_SLOTS
+    // The low bits as they are: the ports' symmetric RSS key makes the hash's two halves
+    // equal, so folding them would cancel out.
+    h as usize % RECENT_SLOTS
 }
