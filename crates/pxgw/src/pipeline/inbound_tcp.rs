@@ -243,10 +243,11 @@ pub(super) const RECENT_SLOTS: usize = 1024;
 fn recent_slot<B: PacketBuf>(pkt: &B, key: &FlowKey) -> usize {
     let h = pkt.rss_hash().unwrap_or_else(|| {
         let word = |b: &[u8; 16]| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) ^ u32::from(b[15]);
-        word(&key.src)
+        let w = word(&key.src)
             ^ word(&key.dst).rotate_left(7)
             ^ u32::from(key.sport) << 16
-            ^ u32::from(key.dport)
+            ^ u32::from(key.dport);
+        w ^ w >> 16
     });
     // The low bits as they are: the ports' symmetric RSS key makes the hash's two halves
     // equal, so folding them would cancel out.
