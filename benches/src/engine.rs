@@ -22,8 +22,9 @@ pub struct EngineResult {
     /// checksums are stale); `None` when the engine does it itself (pxio's emit).
     pub tx_prepared_in_timed_region: Option<u64>,
     /// The outputs that needed that (rewritten by the engine), counted from the outputs
-    /// outside the timed sections; equal to [`tx_prepared_in_timed_region`]
-    /// (Self::tx_prepared_in_timed_region) when the work was done and timed.
+    /// outside the timed sections; equal to
+    /// [`tx_prepared_in_timed_region`](Self::tx_prepared_in_timed_region) when the work was
+    /// done and timed.
     pub tx_prepare_due: Option<u64>,
     /// The share of `ns_per_pkt` spent cutting outputs to the iMTU with `rte_gso` (the
     /// rte_gro + rte_gso peer only).
