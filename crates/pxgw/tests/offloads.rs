@@ -3,12 +3,12 @@
 //! it; with the fix applied, the ports open and `--check` reports the interface's offloads. (The
 //! gateway lab runs traffic both ways with the offloads left on: `pxgw-lab offloads`.)
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use netlab::Veth;
-
-const PXGW: &str = env!("CARGO_BIN_EXE_pxgw");
 
 fn config(ext: &str, int: &str) -> String {
     let port = |iface: &str, n: u32, mtu: u32, framesz: u32| {
@@ -26,21 +26,11 @@ fn config(ext: &str, int: &str) -> String {
 }
 
 fn pxgw(dir: &Path, config: &str, extra: &[&str]) -> Output {
-    let path = dir.join("pxgw.toml");
-    std::fs::write(&path, config).unwrap();
-    Command::new(PXGW)
-        .env("RUST_LOG", "warn")
-        .arg("--config")
-        .arg(&path)
-        .args(extra)
-        .output()
-        .unwrap()
+    common::run_pxgw(dir, config, extra, "warn")
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pxgw-offloads-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("offloads", name)
 }
 
 /// pxgw's own lines (not DPDK's EAL log), from both streams.

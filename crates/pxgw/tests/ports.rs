@@ -3,14 +3,14 @@
 //!
 //! The binary tests run `pxgw` itself (each run is its own process, so its own EAL).
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use netlab::Veth;
 use pxgw::config::{Config, ConfigError};
 use pxio::wire::repr::{udp_frame, EthernetRepr, IpRepr, Ipv4Repr, UdpRepr};
-
-const PXGW: &str = env!("CARGO_BIN_EXE_pxgw");
 
 fn ports(ext: &str, int: &str, int_mtu: u16) -> String {
     format!(
@@ -85,21 +85,11 @@ fn a_pool_smaller_than_the_rings_is_refused() {
 
 /// Runs `pxgw` with `config` written to a file in `dir`, and `extra` arguments.
 fn pxgw(dir: &Path, config: &str, extra: &[&str]) -> Output {
-    let path = dir.join("pxgw.toml");
-    std::fs::write(&path, config).unwrap();
-    Command::new(PXGW)
-        .env("RUST_LOG", "warn")
-        .arg("--config")
-        .arg(&path)
-        .args(extra)
-        .output()
-        .unwrap()
+    common::run_pxgw(dir, config, extra, "warn")
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pxgw-ports-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("ports", name)
 }
 
 /// The lines pxgw wrote on stderr that are its own (not DPDK's EAL log).

@@ -3,12 +3,12 @@
 //! line; hairpin opt-in and queue scaling fall back (every flow to the CPU, all queues active),
 //! say so, and `--stats-json` shows it with the active queue count over time.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use pxgw::config::{Config, ConfigError};
-
-const PXGW: &str = env!("CARGO_BIN_EXE_pxgw");
 
 fn config(extra: &str) -> String {
     format!(
@@ -19,21 +19,11 @@ fn config(extra: &str) -> String {
 }
 
 fn pxgw(dir: &Path, config: &str, extra: &[&str]) -> Output {
-    let path = dir.join("pxgw.toml");
-    std::fs::write(&path, config).unwrap();
-    Command::new(PXGW)
-        .env("RUST_LOG", "info")
-        .arg("--config")
-        .arg(&path)
-        .args(extra)
-        .output()
-        .unwrap()
+    common::run_pxgw(dir, config, extra, "info")
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pxgw-queues-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("queues", name)
 }
 
 #[test]

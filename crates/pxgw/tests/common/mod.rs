@@ -1,5 +1,8 @@
 //! What pxgw's pipeline tests share: a pipeline on heap buffers, built from a configuration.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
 use etherparse::{SlicedPacket, TcpOptionElement, TransportSlice};
 use pxgw::config::Config;
 use pxgw::pipeline::Pipeline;
@@ -9,6 +12,7 @@ use pxio::{HeapBuf, HeapPool};
 
 /// A pipeline on heap buffers for `net_null` ports: `external` adds keys to `[ports.external]`,
 /// `extra` adds tables after the ports.
+#[allow(dead_code)] // not every test binary that includes this module builds a pipeline
 pub fn pipeline_with(external: &str, extra: &str) -> Pipeline<HeapBuf> {
     let cfg = Config::parse(&format!(
         "[ports.external]\ndevice = \"net_null0\"\n{external}\
@@ -64,4 +68,27 @@ pub fn mss_of(frame: &[u8]) -> (Option<u16>, bool) {
         _ => panic!("not IP"),
     };
     (mss, sum.unwrap() == h.checksum)
+}
+
+/// Runs the `pxgw` binary with `config` written to `dir/pxgw.toml`, `extra` arguments and
+/// `RUST_LOG` set to `log`, until it exits.
+#[allow(dead_code)] // only the tests that run the binary
+pub fn run_pxgw(dir: &Path, config: &str, extra: &[&str], log: &str) -> Output {
+    let path = dir.join("pxgw.toml");
+    std::fs::write(&path, config).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_pxgw"))
+        .env("RUST_LOG", log)
+        .arg("--config")
+        .arg(&path)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// A directory of its own for test `name` of `suite`, in this process.
+#[allow(dead_code)] // only the tests that run the binary
+pub fn scratch(suite: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pxgw-{suite}-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
