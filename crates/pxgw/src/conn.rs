@@ -841,17 +841,6 @@ impl ConnTable {
         true
     }
 
-    /// A segment from inside of the connection `key` (inbound-oriented): true when the
-    /// connection is established, which the segment refreshes (and what it sent,
-    /// [`Flight::on_inside`]).
-    pub fn on_inside(&mut self, key: &FlowKey, seg: &Segment, now: u64) -> bool {
-        let Some(c) = self.touch_mut(key, now) else {
-            return false;
-        };
-        c.flight.on_inside(seg);
-        true
-    }
-
     /// A segment from inside of the connection `key` (inbound-oriented), when the connection is
     /// established: one lookup refreshes it, records what the segment sent
     /// ([`Flight::on_inside`]), and returns it for its path MTU hint and black-hole record.
