@@ -485,10 +485,17 @@ pub fn ledger(run: &Counted, outside_at_tap: bool) -> Outcome {
 pub fn check_run(l: &Lab, pxgw: &Path, name: &str, config: &str) -> Result<(i32, Vec<String>)> {
     let path = l.dir.join(name);
     fs::write(&path, config)?;
+    run_to_end(pxgw, &path, &["--check"])
+}
+
+/// pxgw with the configuration file `config` and `args`, run to its end (a refusal ends it at
+/// once; `--check` and `--run-for` bound the rest): exit code, and its non-empty stdout and
+/// stderr lines.
+pub fn run_to_end(pxgw: &Path, config: &Path, args: &[&str]) -> Result<(i32, Vec<String>)> {
     let out = Command::new(pxgw)
         .arg("--config")
-        .arg(&path)
-        .arg("--check")
+        .arg(config)
+        .args(args)
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("running {}", pxgw.display()))?;

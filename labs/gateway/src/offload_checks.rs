@@ -18,7 +18,6 @@
 //! frame accounted ([`accounting::ledger`], counting the outside port's frames at the TAP).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -26,7 +25,7 @@ use anyhow::{bail, Context, Result};
 use netlab::Netns;
 use serde_json::json;
 
-use crate::accounting::{self, Check, Outcome};
+use crate::accounting::{self, run_to_end, Check, Outcome};
 use crate::{Family, Lab};
 
 /// Longest a transfer may take before it counts as stalled.
@@ -68,27 +67,6 @@ fn offloads(ns: Option<&Netns>, iface: &str) -> String {
 const ALL_ON: [&str; 10] = [
     "gro", "on", "tso", "on", "gso", "on", "tx", "on", "rx", "on",
 ];
-
-/// pxgw run to its end with `args` (a refusal ends it at once; `--run-for` bounds the rest):
-/// exit code and output lines.
-fn run_to_end(pxgw: &Path, config: &Path, args: &[&str]) -> Result<(i32, Vec<String>)> {
-    let out = Command::new(pxgw)
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {}", pxgw.display()))?;
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    Ok((
-        out.status.code().unwrap_or(-1),
-        text.lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(str::to_owned)
-            .collect(),
-    ))
-}
 
 /// The command between backticks at the end of a refusal line.
 fn fix_of(line: &str) -> Option<Vec<String>> {
