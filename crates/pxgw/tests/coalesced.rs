@@ -317,7 +317,10 @@ fn a_coalesced_outbound_segment_is_split_to_the_path_mtu_without_icmp() {
 /// and without the NIC's RSS hash (the engine's fast path, and its grouping).
 #[test]
 fn whole_bursts_keep_every_stream_intact_with_and_without_rss() {
-    for rss in [false, true] {
+    // Without the RSS hash (grouped by flow), with it (in arrival order), and with the NIC's
+    // checksum verdicts too (the engine's fast path takes segments before the pipeline parses
+    // them).
+    for (rss, verdicts) in [(false, false), (true, false), (true, true)] {
         let pool = HeapPool::new(8192);
         let mut px = common::pipeline_with("", "");
         let ports: Vec<u16> = (41000..41024).collect();
@@ -365,6 +368,10 @@ fn whole_bursts_keep_every_stream_intact_with_and_without_rss() {
                 if rss {
                     buf.set_rss_hash(Some(u32::from(*p).wrapping_mul(0x9e37_79b9)));
                 }
+                if verdicts {
+                    buf.set_ip_csum_verdict(Some(true));
+                    buf.set_l4_csum_verdict(Some(true));
+                }
                 buf
             });
             px.inbound_burst(bufs, 10 + b as u64 * 1000, &mut out);
@@ -383,6 +390,86 @@ fn whole_bursts_keep_every_stream_intact_with_and_without_rss() {
         drop(frames);
         assert_eq!(pool.in_use(), 0, "nothing leaked");
     }
+}
+
+/// A connection evicted from the table while the engine merges its segments (a full table
+/// makes room for a newer one within the same burst) stops being merged at once: the segment
+/// that continued its item on the engine's fast path sends the item on, and the next segment
+/// passes unmerged, after it. Nothing is held for a connection the gateway no longer knows.
+#[test]
+fn a_connection_evicted_mid_burst_stops_being_merged_in_order() {
+    use wire::tcp_flags::{ACK, SYN};
+    let pool = HeapPool::new(1024);
+    let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
+    let nic = |f: &[u8], port: u16| {
+        let mut b = pool.packet(f);
+        b.set_rss_hash(Some(u32::from(port).wrapping_mul(0x9e37_79b9)));
+        b.set_ip_csum_verdict(Some(true));
+        b.set_l4_csum_verdict(Some(true));
+        b
+    };
+    let (a, b) = (41000, 41001);
+    handshake(&mut px, &pool, false, a);
+    // B's handshake up to the inside host's SYN-ACK: the outside's ACK completes it later.
+    let mut out = Vec::new();
+    px.inbound_burst(
+        [nic(&tcp(false, true, b, ISS_OUT - 1, 0, SYN, &[]), b)],
+        4,
+        &mut out,
+    );
+    px.outbound_burst(
+        [pool.packet(&tcp(false, false, b, ISS_IN - 1, ISS_OUT, SYN | ACK, &[]))],
+        5,
+        &mut out,
+    );
+    drop(out);
+    // Warm the engine's choice of path: a burst of A's segments that continue one another.
+    let seg = |k: u32| {
+        tcp(
+            false,
+            true,
+            a,
+            ISS_OUT + k * 1000,
+            ISS_IN,
+            ACK,
+            &pattern(1000, k as usize),
+        )
+    };
+    let mut out = Vec::new();
+    px.inbound_burst((0..4).map(|k| nic(&seg(k), a)), 10, &mut out);
+    let first = drain_now(&mut out);
+    // A's next segment starts an item; B's ACK completes B, which evicts A (max = 1); A's two
+    // segments after it: the first continues the item on the fast path, the second finds A gone.
+    let burst = [
+        nic(&seg(4), a),
+        nic(&tcp(false, true, b, ISS_OUT, ISS_IN, ACK, &[]), b),
+        nic(&seg(5), a),
+        nic(&seg(6), a),
+    ];
+    px.inbound_burst(burst, 20, &mut out);
+    let r = px.report();
+    assert_eq!(r.mss.established_evicted, 1, "B's completion evicted A");
+    assert!(!px.holding(), "nothing is held for A");
+    let frames: Vec<Vec<u8>> = out.iter().map(PacketBuf::to_vec).collect();
+    drop(out);
+    let a_segments: Vec<(u32, usize)> = streams(&frames, IMTU)
+        .remove(&a)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(seq, data)| (seq.wrapping_sub(ISS_OUT), data.len()))
+        .collect();
+    assert_eq!(
+        a_segments,
+        [(4000, 2000), (6000, 1000)],
+        "segments 4 and 5 merged and sent on when A went, then 6 alone, in order \
+         (before: {first:?})"
+    );
+    assert_eq!(pool.in_use(), 0, "nothing leaked");
+}
+
+/// What left so far, as frames (the buffers are freed).
+fn drain_now(out: &mut Vec<HeapBuf>) -> Vec<usize> {
+    out.drain(..).map(|b| b.len()).collect()
 }
 
 /// What `net_af_packet` hands up when the kernel coalesced past its ring frame: a frame cut

@@ -669,6 +669,67 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A caller that takes each chunk one packet at a time, as pxgw's pipeline does
+    /// (`begin_stream`, each packet offered to the fast path, the ones it refuses parsed by the
+    /// caller and handed to the general path at once, `end_stream`, `settle`), merges exactly
+    /// as `rx_burst` does: the same packets, counters and delays, every stream intact; and the
+    /// flow the fast path names for a segment it took is that segment's own.
+    #[test]
+    fn streaming_a_chunk_merges_as_rx_burst(
+        case in case_strategy(Knobs::default()),
+        delay in any::<bool>(),
+        offload in any::<bool>(),
+        rss in 0u8..4,
+    ) {
+        use pxio::merge::MergeConfig;
+        use pxio::wire::{Class, Parsed};
+        let cfg = MergeConfig { checksum_offload: offload, ..config(4000, delay) };
+        let pool = HeapPool::new(256);
+        let make = |i: &Input| common::nic_packet(&pool, i, consistent_rss(rss, i));
+        let plain = |i: &Input| common::assemble(i, &|f: &[u8]| pool.packet(f));
+        let engine = || Merger::<HeapBuf>::with_hash_seed(cfg.clone(), HeapPool::new(256), 1).unwrap();
+        let (mut whole, mut streamed) = (engine(), engine());
+        let (frames_w, _) = burst_vs_one_by_one(&case, &mut whole, &mut engine(), &plain, |m, inputs, now, out| {
+            m.rx_burst(inputs.iter().map(&make), now, out);
+        });
+        let mut wrong_flow = 0;
+        let (frames_s, _) = burst_vs_one_by_one(&case, &mut streamed, &mut engine(), &plain, |m, inputs, now, out| {
+            let chunk: Vec<HeapBuf> = inputs.iter().map(&make).collect();
+            if !m.begin_stream(&chunk) {
+                let parsed = chunk.into_iter().map(|b| {
+                    let p = Parsed::of(b.head(), b.len());
+                    (b, p)
+                });
+                return m.rx_burst_parsed(parsed, now, out);
+            }
+            for (i, pkt) in chunk.into_iter().enumerate() {
+                let own = match Parsed::of(pkt.head(), pkt.len()).class() {
+                    Class::Tcp(h) => Some(h.key),
+                    _ => None,
+                };
+                match m.offer_fast(i, pkt, now, out) {
+                    Ok(flow) => wrong_flow += usize::from(m.flow_key(flow).copied() != own),
+                    Err(pkt) => {
+                        let p = Parsed::of(pkt.head(), pkt.len());
+                        m.rx_streamed(i, pkt, p, now, out);
+                    }
+                }
+            }
+            m.end_stream();
+            m.settle(now, out);
+        });
+        prop_assert_eq!(wrong_flow, 0);
+        let on_wire: Vec<Vec<u8>> = frames_s.iter().map(nic_tx).collect();
+        prop_assert_eq!(common::multiset(to_frames(frames_w)), common::multiset(to_frames(frames_s)));
+        prop_assert_eq!(counters(&whole), counters(&streamed));
+        check_outputs(&case, &on_wire, 4000);
+        prop_assert_eq!(pool.in_use(), 0);
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     /// The fast path only ever takes the RSS hash as a hint: a NIC whose hash changes within

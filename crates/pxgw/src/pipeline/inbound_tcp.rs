@@ -61,6 +61,14 @@ impl<B: PacketBuf> Pipeline<B> {
             return self.inbound_coalesced(pkt, parsed, known, now, out);
         }
         if self.cfg.merge && known {
+            // A pure ACK goes on at once when the engine holds nothing (nor was anything
+            // gathered for it), as the engine would pass it.
+            if self.gathered.is_empty() {
+                match self.merger.pass_if_idle(pkt, h, out) {
+                    Ok(()) => return,
+                    Err(back) => pkt = back,
+                }
+            }
             // A SYN's MSS rewrite above keeps every length: the parse still fits (and the
             // engine parses again if it did not).
             self.hand_to_merger(pkt, parsed, now, out);
@@ -130,10 +138,37 @@ impl<B: PacketBuf> Pipeline<B> {
         self.pieces = pieces;
     }
 
-    /// Hands `pkt` to the merge engine: gathered for the end of the burst inside
+    /// A segment the merge engine's fast path took in an inbound burst, of its flow entry `flow`
+    /// (`slot`: its recent-connection slot). It continued an item that began with a segment of
+    /// a known connection, and it carries that item's acknowledgement (the fast path compares
+    /// it), which that segment applied: its connection has nothing to learn from it but that
+    /// it was seen, which is recorded once per recency period, as for any plain segment. A
+    /// connection gone since the item began (expired, evicted, reset) has the flow's items sent
+    /// on at once, so that its next segments find it unknown and pass unmerged.
+    pub(super) fn fast_joined(&mut self, slot: usize, flow: u32, now: u64, out: &mut Vec<B>) {
+        let Some(&key) = self.merger.flow_key(flow) else {
+            return;
+        };
+        let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
+        let (seen, ack, when) = self.recent[slot];
+        if seen == key && when == stamp {
+            return;
+        }
+        if self.conns.on_outside(&key, None, now) {
+            let ack = if seen == key { ack } else { None };
+            self.recent[slot] = (key, ack, stamp);
+        } else {
+            self.merger.release_flow(flow, now, out);
+        }
+    }
+
+    /// Hands `pkt` to the merge engine: at once on its general path while it streams the
+    /// burst's chunk, gathered for the end of the chunk otherwise inside
     /// [`inbound_burst`](Pipeline::inbound_burst), at once for a packet handed over alone.
     pub(super) fn hand_to_merger(&mut self, pkt: B, parsed: Parsed, now: u64, out: &mut Vec<B>) {
-        if self.in_burst {
+        if let Some(i) = self.streaming {
+            self.merger.rx_streamed(i, pkt, parsed, now, out);
+        } else if self.in_burst {
             self.gathered.push((pkt, parsed));
         } else {
             self.merger.rx_parsed(pkt, parsed, now, out);

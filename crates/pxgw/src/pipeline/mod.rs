@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 
 use pxio::caravan::{self, CaravanBuilder, CaravanConfig, CaravanError};
-use pxio::merge::Merger;
+use pxio::merge::{Merger, BURST_CHUNK};
 use pxio::split::SplitOffloads;
 use pxio::wire::{self, Class, FlowKey, Headers, Parsed};
 use pxio::PacketBuf;
@@ -121,6 +121,10 @@ pub struct Pipeline<B: PacketBuf> {
     in_burst: bool,
     /// The burst's packets for the merge engine, with their parses.
     gathered: Vec<(B, Parsed)>,
+    /// The chunk of an inbound burst being taken one packet at a time, and the index of the
+    /// packet at hand while the merge engine streams it ([`Merger::begin_stream`]).
+    chunk: Vec<B>,
+    streaming: Option<usize>,
     /// The pieces of a coalesced packet being cut (kept, so cutting allocates nothing).
     pieces: Vec<B>,
     /// Whether frames cut short were reported, (outbound, inbound).
@@ -230,6 +234,8 @@ impl<B: PacketBuf> Pipeline<B> {
             limiter: RateLimiter::new(&cfg.icmp, 0),
             in_burst: false,
             gathered: Vec::with_capacity(GATHER_CAPACITY),
+            chunk: Vec::with_capacity(BURST_CHUNK),
+            streaming: None,
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
             recent: Box::new([(NO_FLOW, None, (u64::MAX, 0)); inbound_tcp::RECENT_SLOTS]),
@@ -392,19 +398,66 @@ impl<B: PacketBuf> Pipeline<B> {
     // ---- bursts ----
 
     /// Handles one RX burst from outside, whole; what goes inside is appended to `out`. Each
-    /// packet is parsed once; the TCP segments for the merge engine go to it together, at the
-    /// end of the burst ([`Merger::rx_burst_parsed`]: its fast path and its grouping by flow).
+    /// packet is parsed once, and the TCP segments go to the merge engine as a burst, its fast
+    /// path and its grouping by flow as they run alone:
+    ///
+    /// - where the port gives the RSS hash and segments mostly continue their flows' items,
+    ///   each chunk of the burst is taken in arrival order: a packet is first offered to the
+    ///   engine's fast path, which joins a segment that continues its flow's last item before
+    ///   anything parses it (the connection was known when the item began, and the segment
+    ///   carries the item's acknowledgement: see [`fast_joined`](Self::fast_joined)); what it
+    ///   refuses is handled here and, if it is to be merged, goes to the engine's general path
+    ///   at once ([`Merger::begin_stream`]);
+    /// - otherwise the segments for the engine are gathered and handed to it together at the
+    ///   end of the chunk ([`Merger::rx_burst_parsed`]).
+    ///
     /// The burst ends settled: what the merge engine does not hold for a delay window, and what
     /// the caravans' and probes' timers release, is in `out`.
     pub fn inbound_burst(&mut self, pkts: impl IntoIterator<Item = B>, now: u64, out: &mut Vec<B>) {
         self.in_burst = true;
         let (mut packets, mut bytes) = (0u64, 0u64);
-        for pkt in pkts {
-            packets += 1;
-            bytes += pkt.len() as u64;
-            self.report.sizes.inbound_received.record(pkt.len());
-            self.inbound_one(pkt, now, out);
+        let mut pkts = pkts.into_iter();
+        let mut chunk = std::mem::take(&mut self.chunk);
+        // Only a frame that fits an untagged iMTU frame is offered to the fast path: a longer
+        // one may be coalesced, and is cut first (`inbound_tcp`).
+        let fits = usize::from(self.cfg.imtu) + ETH_HLEN;
+        loop {
+            chunk.extend(pkts.by_ref().take(BURST_CHUNK));
+            let n = chunk.len();
+            if n == 0 {
+                break;
+            }
+            // What earlier chunks gathered goes to the engine before this one is streamed.
+            self.merge_gathered(now, out);
+            let stream = self.cfg.merge && self.merger.begin_stream(&chunk);
+            for (i, mut pkt) in chunk.drain(..).enumerate() {
+                packets += 1;
+                bytes += pkt.len() as u64;
+                self.report.sizes.inbound_received.record(pkt.len());
+                if stream {
+                    if pkt.len() <= fits {
+                        let slot = pkt.rss_hash().unwrap_or(0) as usize % inbound_tcp::RECENT_SLOTS;
+                        match self.merger.offer_fast(i, pkt, now, out) {
+                            Ok(flow) => {
+                                self.fast_joined(slot, flow, now, out);
+                                continue;
+                            }
+                            Err(back) => pkt = back,
+                        }
+                    }
+                    self.streaming = Some(i);
+                }
+                self.inbound_one(pkt, now, out);
+            }
+            self.streaming = None;
+            if stream {
+                self.merger.end_stream();
+            }
+            if n < BURST_CHUNK {
+                break;
+            }
         }
+        self.chunk = chunk;
         self.report.inbound.packets_in += packets;
         self.report.inbound.bytes_in += bytes;
         self.in_burst = false;

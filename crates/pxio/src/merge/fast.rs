@@ -83,7 +83,7 @@ impl FastIndex {
 
     /// The flow last noted for `hash`, or [`NIL`].
     #[inline(always)]
-    fn get(&self, hash: u32) -> u32 {
+    pub(super) fn get(&self, hash: u32) -> u32 {
         // Selects without branching (two flows taking turns in a bucket would make branches
         // here a coin toss).
         let Bucket([a, b]) = self.buckets[(hash & self.mask) as usize];

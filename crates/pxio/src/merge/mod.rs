@@ -182,6 +182,34 @@ pub(super) struct Pending<B> {
     next: u8,
 }
 
+/// A chunk taken one packet at a time by a caller ([`Merger::begin_stream`]).
+struct StreamChunk {
+    /// Each packet's RSS hash (where bit `i` of `with_rss` is set).
+    rss: [u32; BURST_CHUNK],
+    /// The flow the fast index named for each packet when the chunk began.
+    hints: [u32; BURST_CHUNK],
+    with_rss: u64,
+    /// Packets in the chunk.
+    len: usize,
+    /// Segments the fast path appended (counted at the end).
+    joins: u64,
+    /// Fast merges and cuts before the chunk.
+    joined_before: u64,
+}
+
+impl Default for StreamChunk {
+    fn default() -> Self {
+        Self {
+            rss: [0; BURST_CHUNK],
+            hints: [flow_table::NIL; BURST_CHUNK],
+            with_rss: 0,
+            len: 0,
+            joins: 0,
+            joined_before: 0,
+        }
+    }
+}
+
 /// The merge engine, one per worker (run to completion, no locks).
 pub struct Merger<B: PacketBuf> {
     cfg: MergeConfig,
@@ -214,6 +242,8 @@ pub struct Merger<B: PacketBuf> {
     stream_next: bool,
     /// Flow entries by RSS hash, for the fast path (see `fast`).
     fast: fast::FastIndex,
+    /// The chunk a caller takes one packet at a time ([`begin_stream`](Self::begin_stream)).
+    stream: Box<StreamChunk>,
     /// The ETM scheduler: deadline heap and model constants.
     etm: Etm,
     /// The header bytes the run path compares, per header layout (see `run`).
@@ -281,6 +311,7 @@ impl<B: PacketBuf> Merger<B> {
             touched: Vec::with_capacity(flows.capacity()),
             recent: None,
             fast: fast::FastIndex::new(flows.capacity()),
+            stream: Box::default(),
             run_masks: run::RunMasks::new(),
             pending: Vec::with_capacity(BURST_CHUNK),
             chunk: Vec::with_capacity(BURST_CHUNK),
@@ -401,36 +432,16 @@ impl<B: PacketBuf> Merger<B> {
         let mut chunk = std::mem::take(&mut self.chunk);
         let mut parses = std::mem::take(&mut self.chunk_parses);
         parses.clear();
-        let mut rss = [0u32; BURST_CHUNK];
-        let mut with_rss = 0u64;
-        // The last packet of the chunk with each hash (modulo the table's size): a packet is
-        // the last of its flow in the chunk when it is the last of its hash. A false "not
-        // last" only keeps a segment for the settle, which sends it anyway. The table is not
-        // cleared (a 1 KB store per chunk): every slot read below was written here.
-        // One pass: each packet's RSS hash is read as it is taken, and its fast-index slot
-        // prefetched.
-        for (i, ((pkt, parsed), h)) in pkts.take(BURST_CHUNK).zip(rss.iter_mut()).enumerate() {
+        for (pkt, parsed) in pkts.take(BURST_CHUNK) {
             if let Some(parsed) = parsed {
                 parses.push(parsed);
-            }
-            if let Some(hash) = pkt.rss_hash() {
-                *h = hash;
-                with_rss |= 1 << i;
-                self.chunk_last[hash as usize % LAST_SLOTS] = i as u8;
-                self.fast.warm_slot(hash);
             }
             chunk.push(pkt);
         }
         let n = chunk.len();
-        // Then the flow entry each slot names: the slots were asked for all at once, so their
-        // misses overlap instead of each waiting for the one before. The flows are kept as
-        // hints for the fast path, which need not read the index again.
+        let mut rss = [0u32; BURST_CHUNK];
         let mut hints = [flow_table::NIL; BURST_CHUNK];
-        for (i, (&hash, hint)) in rss.iter().zip(hints.iter_mut()).enumerate().take(n) {
-            if with_rss & (1 << i) != 0 {
-                *hint = self.fast.warm(hash, &self.flows);
-            }
-        }
+        let with_rss = self.stream_prologue(&chunk, &mut rss, &mut hints);
         // Every packet's parse, or none (a caller hands over all or nothing).
         let parses_ok = parses.len() == n;
         if with_rss == 0 {
@@ -444,13 +455,166 @@ impl<B: PacketBuf> Merger<B> {
             let joined = self.stats.fast_merges + self.stats.cuts;
             let parses = if parses_ok { &parses[..] } else { &[] };
             self.stream_chunk(chunk.drain(..), &rss, &hints, parses, with_rss, now, out);
-            // Few segments continued an item (finely interleaved flows): the grouped path,
-            // which looks every flow up ahead, serves them better.
-            self.stream_next = (self.stats.fast_merges + self.stats.cuts - joined) * 4 >= n as u64;
+            self.choose_next(joined, n);
         }
         self.chunk = chunk;
         self.chunk_parses = parses;
         n == BURST_CHUNK
+    }
+
+    /// Reads the RSS hash of each packet of `chunk` (at most [`BURST_CHUNK`]) into `rss`, and
+    /// the flow the fast index names for it into `hints`; returns which packets carry one (bit
+    /// `i` for `chunk[i]`). Notes in `chunk_last` the last packet of each hash: a packet is the
+    /// last of its flow in the chunk when it is the last of its hash. A false "not last" only
+    /// keeps a segment for the settle, which sends it anyway. The table is not cleared (a 1 KB
+    /// store per chunk): every slot read for this chunk was written here.
+    #[inline(always)]
+    fn stream_prologue(
+        &mut self,
+        chunk: &[B],
+        rss: &mut [u32; BURST_CHUNK],
+        hints: &mut [u32; BURST_CHUNK],
+    ) -> u64 {
+        prologue(
+            &self.fast,
+            &self.flows,
+            &mut self.chunk_last,
+            chunk,
+            rss,
+            hints,
+        )
+    }
+
+    /// After a chunk taken in arrival order, of `n` packets, while `joined` segments had
+    /// continued an item before it: when few of its segments continued an item (finely
+    /// interleaved flows), the grouped path, which looks every flow up ahead, serves the next
+    /// chunk better.
+    #[inline(always)]
+    fn choose_next(&mut self, joined: u64, n: usize) {
+        self.stream_next = (self.stats.fast_merges + self.stats.cuts - joined) * 4 >= n as u64;
+    }
+
+    /// Begins taking `chunk` (at most [`BURST_CHUNK`] packets of an RX burst) one packet at a
+    /// time, in arrival order, for a caller that looks at each packet the fast path refuses
+    /// before the general path does (a gateway tracking connections, say). Returns false when
+    /// the chunk is better taken whole ([`rx_burst`](Self::rx_burst),
+    /// [`rx_burst_parsed`](Self::rx_burst_parsed)): the port gives no RSS hash, or the last
+    /// chunk's segments seldom continued an item.
+    ///
+    /// When it returns true, the caller offers each packet `i` of `chunk` (by its index, in
+    /// order) to [`offer_fast`](Self::offer_fast); a packet refused there that is to be merged
+    /// goes to [`rx_streamed`](Self::rx_streamed) with the same index before the next packet
+    /// is offered; then [`end_stream`](Self::end_stream), and at the end of the burst
+    /// [`settle`](Self::settle). Merging is exactly what [`rx_burst`](Self::rx_burst) does with
+    /// the same packets; a packet the caller keeps from the engine is simply not merged.
+    pub fn begin_stream(&mut self, chunk: &[B]) -> bool {
+        if !self.stream_next || chunk.is_empty() || chunk.len() > BURST_CHUNK {
+            return false;
+        }
+        let s = &mut *self.stream;
+        let with_rss = prologue(
+            &self.fast,
+            &self.flows,
+            &mut self.chunk_last,
+            chunk,
+            &mut s.rss,
+            &mut s.hints,
+        );
+        s.with_rss = with_rss;
+        s.len = chunk.len();
+        s.joins = 0;
+        s.joined_before = self.stats.fast_merges + self.stats.cuts;
+        if with_rss == 0 {
+            self.stream_next = false;
+        }
+        with_rss != 0
+    }
+
+    /// Offers packet `i` of the chunk [`begin_stream`](Self::begin_stream) began to the fast
+    /// path: a segment that continues its flow's last item joins it (or is cut into it) without
+    /// being parsed, and its flow is returned (see [`flow_key`](Self::flow_key)); any other
+    /// packet is given back untouched.
+    #[inline]
+    pub fn offer_fast(&mut self, i: usize, pkt: B, now: u64, out: &mut Vec<B>) -> Result<u32, B> {
+        let s = &self.stream;
+        if i >= s.len || s.with_rss & (1 << i) == 0 {
+            return Err(pkt);
+        }
+        let (hash, hint) = (s.rss[i], s.hints[i]);
+        let flow = if hint != flow_table::NIL {
+            hint
+        } else {
+            self.fast.get(hash)
+        };
+        match self.fast_join(pkt, hash, hint, now, out)? {
+            fast::Joined::Appended => self.stream.joins += 1,
+            fast::Joined::Cut => {}
+        }
+        Ok(flow)
+    }
+
+    /// Merges packet `i` of the streamed chunk, which the fast path refused, on the general
+    /// path, with its parse. A packet may be handed in as several (a coalesced segment cut in
+    /// pieces, in order): each takes the same index.
+    pub fn rx_streamed(&mut self, i: usize, pkt: B, parsed: Parsed, now: u64, out: &mut Vec<B>) {
+        let s = &self.stream;
+        let hashed = i < s.len && s.with_rss & (1 << i) != 0;
+        let hint = if hashed { s.hints[i] } else { flow_table::NIL };
+        let alone = hashed && usize::from(self.chunk_last[s.rss[i] as usize % LAST_SLOTS]) == i;
+        self.rx_general(pkt, hint, alone, Some(&parsed), now, out);
+    }
+
+    /// Ends the chunk [`begin_stream`](Self::begin_stream) began: counts the segments the fast
+    /// path appended, and chooses how the next chunk is taken.
+    pub fn end_stream(&mut self) {
+        let (joins, before, len) = (
+            self.stream.joins,
+            self.stream.joined_before,
+            self.stream.len,
+        );
+        self.stream.len = 0;
+        self.stream.joins = 0;
+        let st = &mut self.stats;
+        st.packets_in += joins;
+        st.merges += joins;
+        st.run_merges += joins;
+        st.fast_merges += joins;
+        if len > 0 {
+            self.choose_next(before, len);
+        }
+    }
+
+    /// Passes `pkt`, a TCP segment without payload (a pure ACK: never merged), straight to
+    /// `out` when the engine holds nothing, and counts it exactly as [`rx`](Self::rx) would
+    /// (its IPv4 header checksum included). With nothing held no flow has items that must go
+    /// first, so the flow lookup `rx` makes could change nothing: the ACKs an outside receiver
+    /// sends for an upload cost no lookup. Gives the packet back otherwise. `hdr`: its headers.
+    #[inline]
+    pub fn pass_if_idle(&mut self, pkt: B, hdr: &Headers, out: &mut Vec<B>) -> Result<(), B> {
+        if hdr.payload_len != 0 || self.free_items.len() != self.cfg.max_items {
+            return Err(pkt);
+        }
+        self.stats.packets_in += 1;
+        match self.segment(&pkt, hdr) {
+            Err(Refusal::BadIpChecksum) => self.stats.bad_ip_checksum += 1,
+            Err(Refusal::BadTcpChecksum) => self.stats.bad_checksum += 1,
+            Err(Refusal::Unmergeable) | Ok(_) => {}
+        }
+        self.pass(pkt, out);
+        Ok(())
+    }
+
+    /// The 5-tuple of flow entry `flow` (as [`offer_fast`](Self::offer_fast) returns it).
+    pub fn flow_key(&self, flow: u32) -> Option<&FlowKey> {
+        (flow < self.flows.capacity() as u32).then(|| &self.flows.get(flow).key)
+    }
+
+    /// Sends everything flow entry `flow` holds to `out` now: its next packets start afresh (a
+    /// caller that learns the flow must no longer be merged, say).
+    pub fn release_flow(&mut self, flow: u32, now: u64, out: &mut Vec<B>) {
+        if flow < self.flows.capacity() as u32 {
+            self.flush_flow(flow, now, out);
+        }
     }
 
     /// Merges a chunk whose packets carry the NIC's RSS hash (`rss[i]` where bit `i` of
@@ -902,6 +1066,44 @@ impl<B: PacketBuf> Merger<B> {
     pub(super) fn touch(&mut self, flow: u32) {
         touch_entry(self.flows.get_mut(flow), flow, &mut self.touched);
     }
+}
+
+/// [`Merger::stream_prologue`], on the fields it reads and writes: each packet's RSS hash into
+/// `rss`, the flow the fast index names for it into `hints`, the last packet of each hash into
+/// `chunk_last`; returns which packets carry a hash.
+#[inline(always)]
+fn prologue<B: PacketBuf>(
+    fast: &fast::FastIndex,
+    flows: &FlowTable,
+    chunk_last: &mut [u8; LAST_SLOTS],
+    chunk: &[B],
+    rss: &mut [u32; BURST_CHUNK],
+    hints: &mut [u32; BURST_CHUNK],
+) -> u64 {
+    let mut with_rss = 0u64;
+    // Each packet's fast-index slot is prefetched as its hash is read...
+    for (i, (pkt, h)) in chunk.iter().zip(rss.iter_mut()).enumerate() {
+        if let Some(hash) = pkt.rss_hash() {
+            *h = hash;
+            with_rss |= 1 << i;
+            chunk_last[hash as usize % LAST_SLOTS] = i as u8;
+            fast.warm_slot(hash);
+        }
+    }
+    // ...then the flow entry each slot names: the slots were asked for all at once, so their
+    // misses overlap instead of each waiting for the one before. The flows are kept as hints
+    // for the fast path, which need not read the index again.
+    for (i, (&hash, hint)) in rss
+        .iter()
+        .zip(hints.iter_mut())
+        .enumerate()
+        .take(chunk.len())
+    {
+        if with_rss & (1 << i) != 0 {
+            *hint = fast.warm(hash, flows);
+        }
+    }
+    with_rss
 }
 
 /// Lists `flow` (its entry `e`) among the flows to settle after this burst, once.
