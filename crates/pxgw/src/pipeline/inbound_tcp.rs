@@ -145,18 +145,19 @@ impl<B: PacketBuf> Pipeline<B> {
     /// it was seen, which is recorded once per recency period, as for any plain segment. A
     /// connection gone since the item began (expired, evicted, reset) has the flow's items sent
     /// on at once, so that its next segments find it unknown and pass unmerged.
+    ///
+    /// The slot remembers the flow entry, not the key: an entry the engine gives to another
+    /// flow began that flow's first item with a segment this pipeline looked up.
     pub(super) fn fast_joined(&mut self, slot: usize, flow: u32, now: u64, out: &mut Vec<B>) {
+        let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
+        if self.fast_seen[slot] == (flow, stamp) {
+            return;
+        }
         let Some(&key) = self.merger.flow_key(flow) else {
             return;
         };
-        let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
-        let (seen, ack, when) = self.recent[slot];
-        if seen == key && when == stamp {
-            return;
-        }
         if self.conns.on_outside(&key, None, now) {
-            let ack = if seen == key { ack } else { None };
-            self.recent[slot] = (key, ack, stamp);
+            self.fast_seen[slot] = (flow, stamp);
         } else {
             self.merger.release_flow(flow, now, out);
         }
@@ -269,6 +270,10 @@ fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
 /// A connection seen established: its key, the acknowledgement a plain segment of it carried,
 /// and when (the recency period, the connection table's generation).
 pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32));
+
+/// A flow entry of the merge engine seen on its fast path, and when (the recency period, the
+/// connection table's generation): [`Pipeline::fast_joined`].
+pub(super) type FastSeen = (u32, (u64, u32));
 
 /// Connections remembered for [`Pipeline::inbound_tcp`]'s shortcut.
 pub(super) const RECENT_SLOTS: usize = 1024;

@@ -133,6 +133,9 @@ pub struct Pipeline<B: PacketBuf> {
     /// of theirs carried, the recency period and the connection table's generation
     /// (`inbound_tcp`).
     recent: Box<[inbound_tcp::Recent; inbound_tcp::RECENT_SLOTS]>,
+    /// The merge engine's flow entries whose segments its fast path took, by RSS hash
+    /// (`inbound_tcp`).
+    fast_seen: Box<[inbound_tcp::FastSeen; inbound_tcp::RECENT_SLOTS]>,
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -239,6 +242,7 @@ impl<B: PacketBuf> Pipeline<B> {
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
             recent: Box::new([(NO_FLOW, None, (u64::MAX, 0)); inbound_tcp::RECENT_SLOTS]),
+            fast_seen: Box::new([(u32::MAX, (u64::MAX, 0)); inbound_tcp::RECENT_SLOTS]),
         })
     }
 
