@@ -52,9 +52,8 @@
 //! there, and a wrong guess only lowers one destination's split size.
 
 use std::hash::{BuildHasher, RandomState};
-use std::num::NonZeroUsize;
 
-use lru::LruCache;
+use crate::lru_slab::LruSlab;
 
 use pxio::wire::{tcp_flags, FlowKey};
 
@@ -262,13 +261,14 @@ pub struct Slots<V> {
     len: usize,
 }
 
-/// An established connection's key in its table, hashed as five machine words (the addresses'
-/// halves, then ports, protocol and family) rather than field by field and byte by byte as
-/// `FlowKey`'s derived `Hash` does: the same keyed hash, a fifth of the instructions.
+/// A flow key as a hash table's key (the established connections', the open caravans'), hashed
+/// as five machine words (the addresses' halves, then ports, protocol and family) rather than
+/// field by field and byte by byte as `FlowKey`'s derived `Hash` does: the same keyed hash, a
+/// fifth of the instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ConnKey(FlowKey);
+pub(crate) struct KeyWords(pub(crate) FlowKey);
 
-impl std::hash::Hash for ConnKey {
+impl std::hash::Hash for KeyWords {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         let k = &self.0;
         let word = |b: &[u8; 16], at: usize| {
@@ -459,9 +459,10 @@ pub struct ConnTable {
     /// lookup's cost): only a handshake the inside host completes places an entry here, so an
     /// outside host cannot fill it with forged keys, and it is bounded and evicts. The tables
     /// forged packets can fill (half-open, learning) keep SipHash.
-    map: LruCache<ConnKey, Conn, foldhash::fast::RandomState>,
-    /// An entry seen in a new recency period, to move to the front ([`ConnTable::touch_mut`]).
-    promote: Option<FlowKey>,
+    map: LruSlab<KeyWords, Conn, foldhash::fast::RandomState>,
+    /// An entry seen in a new recency period, to move to the front ([`ConnTable::touch_mut`]):
+    /// its slot and key.
+    promote: Option<(u32, FlowKey)>,
     /// Changes whenever an established connection may have been added or removed.
     generation: u32,
     /// Established connections evicted to make room for newer ones.
@@ -497,10 +498,7 @@ impl ConnTable {
     /// `learning` connections being learned from their data, allocated up front.
     pub fn new(capacity: usize, half_open: usize, learning: usize) -> Self {
         Self {
-            map: LruCache::with_hasher(
-                NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
-                foldhash::fast::RandomState::default(),
-            ),
+            map: LruSlab::with_hasher(capacity, foldhash::fast::RandomState::default()),
             promote: None,
             generation: 0,
             established_evicted: 0,
@@ -527,7 +525,7 @@ impl ConnTable {
     fn establish(&mut self, key: FlowKey, conn: Conn) {
         self.promote_pending();
         self.generation = self.generation.wrapping_add(1);
-        if let Some((old, _)) = self.map.push(ConnKey(key), conn) {
+        if let Some((old, _)) = self.map.push(KeyWords(key), conn) {
             if old.0 != key {
                 self.established_evicted += 1;
             }
@@ -555,7 +553,7 @@ impl ConnTable {
         pmtu: Option<u16>,
         now: u64,
     ) -> Outcome {
-        if let Some(c) = self.map.get_mut(&ConnKey(key)) {
+        if let Some(c) = self.map.get_mut(&KeyWords(key)) {
             c.last_seen = now;
             let new_incarnation = match (inbound, seg.ack) {
                 (true, _) => {
@@ -583,7 +581,7 @@ impl ConnTable {
                 self.syn_ignored += 1;
                 return Outcome::Established;
             }
-            self.map.pop(&ConnKey(key));
+            self.map.pop(&KeyWords(key));
             self.generation = self.generation.wrapping_add(1);
         }
         let mut entry = self
@@ -617,7 +615,7 @@ impl ConnTable {
     /// outside's SYN. Otherwise it teaches the table the connection from its data (see the
     /// module documentation, "learned").
     pub fn on_segment(&mut self, key: &FlowKey, seg: &Segment, inbound: bool, now: u64) -> Outcome {
-        if self.map.contains(&ConnKey(*key)) {
+        if self.map.contains(&KeyWords(*key)) {
             return Outcome::Established;
         }
         let inside_rst = seg.rst && !inbound;
@@ -829,25 +827,38 @@ impl ConnTable {
     }
 
     /// A segment from outside (`seg`, when its TCP header was readable) of the connection
-    /// `key`: true when the connection is established, which the segment refreshes (and its
-    /// acknowledgement, [`Flight::on_outside_ack`]).
-    pub fn on_outside(&mut self, key: &FlowKey, seg: Option<&Segment>, now: u64) -> bool {
-        let Some(c) = self.touch_mut(key, now) else {
-            return false;
-        };
+    /// `key`: its slot when the connection is established, which the segment refreshes (and
+    /// its acknowledgement, [`Flight::on_outside_ack`]). `at`: the slot the connection had
+    /// when last seen ([`on_outside`](Self::on_outside) returns it), which saves the lookup
+    /// while it still holds the connection.
+    pub fn on_outside(
+        &mut self,
+        at: Option<u32>,
+        key: &FlowKey,
+        seg: Option<&Segment>,
+        now: u64,
+    ) -> Option<u32> {
+        let (slot, c) = self.touch_slot(at, key, now)?;
         if let Some(ack) = seg.and_then(|s| s.ack) {
             c.flight.on_outside_ack(ack);
         }
-        true
+        Some(slot)
     }
 
     /// A segment from inside of the connection `key` (inbound-oriented), when the connection is
-    /// established: one lookup refreshes it, records what the segment sent
-    /// ([`Flight::on_inside`]), and returns it for its path MTU hint and black-hole record.
-    pub fn on_inside_mut(&mut self, key: &FlowKey, seg: &Segment, now: u64) -> Option<&mut Conn> {
-        let c = self.touch_mut(key, now)?;
+    /// established: one lookup (none while slot `at` still holds it) refreshes it, records what
+    /// the segment sent ([`Flight::on_inside`]), and returns its slot and the connection, for
+    /// its path MTU hint and black-hole record.
+    pub fn on_inside_mut(
+        &mut self,
+        at: Option<u32>,
+        key: &FlowKey,
+        seg: &Segment,
+        now: u64,
+    ) -> Option<(u32, &mut Conn)> {
+        let (slot, c) = self.touch_slot(at, key, now)?;
         c.flight.on_inside(seg);
-        Some(c)
+        Some((slot, c))
     }
 
     /// The established connection, refreshed.
@@ -856,26 +867,37 @@ impl ConnTable {
     }
 
     /// The established connection, refreshed (and made the most recently seen), to update.
-    ///
-    /// One lookup, which leaves the recency order alone: moving an entry to the front of the
-    /// order rewrites it and its neighbours, a miss each at thousands of connections, on every
-    /// packet. An entry moves at most once per [`PROMOTE_EVERY_NS`] instead, one call later,
-    /// the first time it is seen in a new such period; so the order, which eviction and
-    /// [`expire`](Self::expire) follow, is that of the last sighting to within that period.
     pub fn touch_mut(&mut self, key: &FlowKey, now: u64) -> Option<&mut Conn> {
+        self.touch_slot(None, key, now).map(|(_, c)| c)
+    }
+
+    /// [`touch_mut`](Self::touch_mut), looking in slot `at` first; with the connection's slot.
+    ///
+    /// One lookup at most, which leaves the recency order alone: moving an entry to the front
+    /// of the order rewrites it and its neighbours, a miss each at thousands of connections, on
+    /// every packet. An entry moves at most once per [`PROMOTE_EVERY_NS`] instead, one call
+    /// later, the first time it is seen in a new such period; so the order, which eviction and
+    /// [`expire`](Self::expire) follow, is that of the last sighting to within that period.
+    #[inline]
+    fn touch_slot(&mut self, at: Option<u32>, key: &FlowKey, now: u64) -> Option<(u32, &mut Conn)> {
         self.promote_pending();
-        let c = self.map.peek_mut(&ConnKey(*key))?;
+        let k = KeyWords(*key);
+        let slot = match at {
+            Some(at) if self.map.at_mut(at, &k).is_some() => at,
+            _ => self.map.find(&k)?,
+        };
+        let c = self.map.at_mut(slot, &k)?;
         if c.last_seen / PROMOTE_EVERY_NS != now / PROMOTE_EVERY_NS {
-            self.promote = Some(*key);
+            self.promote = Some((slot, *key));
         }
         c.last_seen = now;
-        Some(c)
+        Some((slot, c))
     }
 
     /// Moves the entry a [`touch_mut`](Self::touch_mut) left to promote to the front.
     fn promote_pending(&mut self) {
-        if let Some(key) = self.promote.take() {
-            self.map.promote(&ConnKey(key));
+        if let Some((slot, key)) = self.promote.take() {
+            self.map.promote_at(slot, &KeyWords(key));
         }
     }
 
@@ -883,7 +905,7 @@ impl ConnTable {
     /// established or one-way connection's, else an entry of the bounded table of connections
     /// split but not known (made now if needed). `None` only if a table cannot hold it.
     pub fn retransmits_mut(&mut self, key: &FlowKey, now: u64) -> Option<&mut Retransmits> {
-        if self.map.contains(&ConnKey(*key)) {
+        if self.map.contains(&KeyWords(*key)) {
             return self.touch_mut(key, now).map(|c| &mut c.retx);
         }
         if self.one_way.as_ref().is_some_and(|t| t.find(key).is_some()) {

@@ -8,6 +8,7 @@ pub mod config;
 pub mod conn;
 pub mod fragmenter;
 pub mod icmp;
+pub mod lru_slab;
 pub mod metrics;
 pub mod mss;
 pub mod offload_check;

@@ -34,7 +34,7 @@ impl<B: PacketBuf> Pipeline<B> {
             self.close_caravan(&h.key, out);
             return out.push(pkt);
         }
-        let pkt = match self.caravans.get_mut(&h.key) {
+        let pkt = match self.caravans.get_mut(&KeyWords(h.key)) {
             Some((Open::Caravan(builder), _)) => match builder.push_parsed(pkt, parsed) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 1;
@@ -71,7 +71,8 @@ impl<B: PacketBuf> Pipeline<B> {
         // passes at once.
         match caravan::packable_parsed(&pkt, parsed, &ccfg) {
             Ok(()) => {
-                self.caravans.insert(h.key, (Open::Lone(pkt, *parsed), now));
+                self.caravans
+                    .insert(KeyWords(h.key), (Open::Lone(pkt, *parsed), now));
             }
             Err(_) => out.push(pkt),
         }
@@ -88,12 +89,12 @@ impl<B: PacketBuf> Pipeline<B> {
         ccfg: &CaravanConfig,
         out: &mut Vec<B>,
     ) {
-        let (first, first_parsed, since) = match self.caravans.remove(&h.key) {
+        let (first, first_parsed, since) = match self.caravans.remove(&KeyWords(h.key)) {
             Some((Open::Lone(first, first_parsed), since)) => (first, first_parsed, since),
             // Callers pair only with a lone datagram. Should an open caravan be found instead,
             // it leaves whole, first, rather than being dropped, and the datagram follows it.
             Some(open) => {
-                self.caravans.insert(h.key, open);
+                self.caravans.insert(KeyWords(h.key), open);
                 self.close_caravan(&h.key, out);
                 return out.push(second);
             }
@@ -103,7 +104,8 @@ impl<B: PacketBuf> Pipeline<B> {
             Ok(mut b) => match b.push_parsed(second, parsed) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 2;
-                    self.caravans.insert(h.key, (Open::Caravan(b), since));
+                    self.caravans
+                        .insert(KeyWords(h.key), (Open::Caravan(b), since));
                 }
                 // can_pair checked everything push does; should it still refuse, the caravan of
                 // one leaves (a valid caravan) and the second passes behind it.
@@ -152,7 +154,7 @@ impl<B: PacketBuf> Pipeline<B> {
     }
 
     pub(super) fn close_caravan(&mut self, key: &FlowKey, out: &mut Vec<B>) {
-        match self.caravans.remove(key) {
+        match self.caravans.remove(&KeyWords(*key)) {
             Some((Open::Caravan(b), _)) => {
                 self.report.caravan.caravans_built += 1;
                 out.push(b.finish());
@@ -174,24 +176,17 @@ impl<B: PacketBuf> Pipeline<B> {
             self.caravans
                 .iter()
                 .filter(|(_, (_, t))| opened_by.is_none_or(|by| *t <= by))
-                .map(|(k, _)| *k),
+                .map(|(k, (_, t))| (*t, k.0)),
         );
-        self.oldest_first();
+        // Oldest first (ties by flow key), so they leave in the order they were opened and a
+        // replay of the same capture gives the same output, not the order of a randomly
+        // seeded hash map.
+        self.expired
+            .sort_unstable_by_key(|&(t, k)| (t, k.v6, k.src, k.dst, k.sport, k.dport, k.proto));
         for i in 0..self.expired.len() {
-            let key = self.expired[i];
+            let key = self.expired[i].1;
             self.close_caravan(&key, out);
         }
-    }
-
-    /// Orders the caravans in `expired` oldest first (ties by flow key), so they leave in the
-    /// order they were opened and a replay of the same capture gives the same output, not the
-    /// order of a randomly seeded hash map.
-    pub(super) fn oldest_first(&mut self) {
-        let caravans = &self.caravans;
-        self.expired.sort_unstable_by_key(|k| {
-            let opened = caravans.get(k).map_or(0, |(_, t)| *t);
-            (opened, k.v6, k.src, k.dst, k.sport, k.dport, k.proto)
-        });
     }
 
     /// An outbound datagram that wears the caravan mark (`parsed`, the pipeline's parse of it):

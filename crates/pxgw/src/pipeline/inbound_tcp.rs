@@ -36,26 +36,30 @@ impl<B: PacketBuf> Pipeline<B> {
         // (`conn::PROMOTE_EVERY_NS`) with the same acknowledgement: the lookup would change
         // nothing but its last sighting, which the table keeps to that period anyway (the
         // connection is still established while the table's generation is the same, and the
-        // ACK was applied). A TSO burst's segments mostly arrive so.
+        // ACK was applied). A TSO burst's segments mostly arrive so. Any other segment of a
+        // connection seen before finds it in the slot remembered (one key compare, no hash):
+        // an outside receiver's ACKs, each acknowledging more, cost no lookup either.
         let plain = seg.filter(|s| !(s.syn || s.rst || s.fin));
-        let slot = recent_slot(&pkt, &key);
+        let slot = recent_slot(&key);
         let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
-        let repeat = plain.is_some_and(|s| self.recent[slot] == (key, s.ack, stamp));
+        let (seen, seen_ack, seen_when, seen_at) = self.recent[slot];
+        let at = (seen == key).then_some(seen_at);
+        let repeat = plain.is_some_and(|s| at.is_some() && seen_ack == s.ack && seen_when == stamp);
+        let found = if repeat {
+            at
+        } else {
+            self.conns.on_outside(at, &key, seg.as_ref(), now)
+        };
         let known = match seg {
-            _ if repeat => true,
-            _ if self.conns.on_outside(&key, seg.as_ref(), now) => true,
+            _ if found.is_some() => true,
             // A segment that completes a half-open connection makes it known.
             Some(seg) if !seg.syn => {
                 self.conns.on_segment(&key, &seg, true, now) == conn::Outcome::Established
             }
             _ => false,
         };
-        if let Some(s) = plain.filter(|_| known && self.in_burst && !repeat) {
-            self.recent[slot] = (
-                key,
-                s.ack,
-                (now / conn::PROMOTE_EVERY_NS, self.conns.generation()),
-            );
+        if let (Some(s), Some(found)) = (plain.filter(|_| self.in_burst && !repeat), found) {
+            self.recent[slot] = (key, s.ack, stamp, found);
         }
         if h.ip_len > self.cfg.imtu {
             return self.inbound_coalesced(pkt, parsed, known, now, out);
@@ -156,7 +160,7 @@ impl<B: PacketBuf> Pipeline<B> {
         let Some(&key) = self.merger.flow_key(flow) else {
             return;
         };
-        if self.conns.on_outside(&key, None, now) {
+        if self.conns.on_outside(None, &key, None, now).is_some() {
             self.fast_seen[slot] = (flow, stamp);
         } else {
             self.merger.release_flow(flow, now, out);
@@ -267,9 +271,10 @@ fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
     }
 }
 
-/// A connection seen established: its key, the acknowledgement a plain segment of it carried,
-/// and when (the recency period, the connection table's generation).
-pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32));
+/// A connection seen established: its key, the acknowledgement a plain inbound segment of it
+/// carried, when (the recency period, the connection table's generation), and its slot in the
+/// connection table.
+pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32), u32);
 
 /// A flow entry of the merge engine seen on its fast path, and when (the recency period, the
 /// connection table's generation): [`Pipeline::fast_joined`].
@@ -278,18 +283,22 @@ pub(super) type FastSeen = (u32, (u64, u32));
 /// Connections remembered for [`Pipeline::inbound_tcp`]'s shortcut.
 pub(super) const RECENT_SLOTS: usize = 1024;
 
-/// The slot of `key` among the recent connections: the NIC's RSS hash where it gave one, else
-/// a fold of the key (a slot only saves a lookup; its whole key is compared).
-fn recent_slot<B: PacketBuf>(pkt: &B, key: &FlowKey) -> usize {
-    let h = pkt.rss_hash().unwrap_or_else(|| {
-        let word = |b: &[u8; 16]| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) ^ u32::from(b[15]);
-        let w = word(&key.src)
-            ^ word(&key.dst).rotate_left(7)
-            ^ u32::from(key.sport) << 16
-            ^ u32::from(key.dport);
-        w ^ w >> 16
-    });
-    // The low bits as they are: the ports' symmetric RSS key makes the hash's two halves
-    // equal, so folding them would cancel out.
-    h as usize % RECENT_SLOTS
+/// The slot of `key` (inbound-oriented, so both directions of a connection share it) among the
+/// recent connections: a multiplicative fold of its addresses and ports. Not the NIC's RSS
+/// hash: under the ports' symmetric key that hash is a function of the XOR of the tuple's
+/// 16-bit words, so flows whose address and port step together (198.19.0.n:32768+n, say) all
+/// share one. A slot only saves a lookup (its whole key is compared), so keys that collide,
+/// chosen or not, only cost the lookup.
+#[inline]
+pub(super) fn recent_slot(key: &FlowKey) -> usize {
+    let half = |b: &[u8; 16], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[at..at + 8]);
+        u64::from_ne_bytes(w)
+    };
+    let src = half(&key.src, 0) ^ half(&key.src, 8);
+    let dst = half(&key.dst, 0) ^ half(&key.dst, 8);
+    let ports = u64::from(key.sport) << 16 | u64::from(key.dport);
+    let h = (src ^ dst.rotate_left(29) ^ ports.rotate_left(47)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
 }

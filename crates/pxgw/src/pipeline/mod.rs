@@ -38,7 +38,7 @@ use pxio::PacketBuf;
 use std::net::IpAddr;
 
 use crate::config::{CaravanFamily, Config, Icmp as IcmpConfig, PmtuPolicy};
-use crate::conn::{self, ConnTable};
+use crate::conn::{self, ConnTable, KeyWords};
 use crate::fragmenter::fragment_ipv4;
 use crate::icmp::{self as icmp_err, RateLimiter};
 use crate::mss;
@@ -73,6 +73,8 @@ const NO_FLOW: FlowKey = FlowKey {
     proto: 0,
     v6: false,
 };
+/// A recency stamp no packet has (see `Pipeline::recent`).
+const NEVER: (u64, u32) = (u64::MAX, 0);
 /// Packets gathered for the merge engine in one burst, before the vector grows: a burst of
 /// 32 coalesced packets, each cut into up to eight iMTU pieces.
 const GATHER_CAPACITY: usize = 256;
@@ -106,8 +108,9 @@ pub struct Pipeline<B: PacketBuf> {
     merger: Merger<B>,
     conns: ConnTable,
     /// Per UDP flow: what it holds for the inside, and since when.
-    caravans: HashMap<FlowKey, (Open<B>, u64)>,
-    expired: Vec<FlowKey>,
+    caravans: HashMap<KeyWords, (Open<B>, u64), foldhash::fast::RandomState>,
+    /// The caravans a poll closes, with when each opened.
+    expired: Vec<(u64, FlowKey)>,
     pool: B::Pool,
     report: Report,
     pmtu: PathMtu,
@@ -129,9 +132,9 @@ pub struct Pipeline<B: PacketBuf> {
     pieces: Vec<B>,
     /// Whether frames cut short were reported, (outbound, inbound).
     warned_bad_ip_length: [bool; 2],
-    /// Established connections seen in inbound bursts, with the acknowledgement a plain segment
-    /// of theirs carried, the recency period and the connection table's generation
-    /// (`inbound_tcp`).
+    /// Established connections seen, by a fold of their key (`inbound_tcp::recent_slot`), with the acknowledgement a plain inbound segment of
+    /// theirs carried, the recency period, the connection table's generation and their slot
+    /// in it (`inbound_tcp`, `outbound_tcp`).
     recent: Box<[inbound_tcp::Recent; inbound_tcp::RECENT_SLOTS]>,
     /// The merge engine's flow entries whose segments its fast path took, by RSS hash
     /// (`inbound_tcp`).
@@ -227,7 +230,10 @@ impl<B: PacketBuf> Pipeline<B> {
                     t
                 }
             },
-            caravans: HashMap::with_capacity(MAX_OPEN_CARAVANS),
+            caravans: HashMap::with_capacity_and_hasher(
+                MAX_OPEN_CARAVANS,
+                foldhash::fast::RandomState::default(),
+            ),
             expired: Vec::with_capacity(MAX_OPEN_CARAVANS),
             pool,
             report: Report::default(),
@@ -241,7 +247,7 @@ impl<B: PacketBuf> Pipeline<B> {
             streaming: None,
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
-            recent: Box::new([(NO_FLOW, None, (u64::MAX, 0)); inbound_tcp::RECENT_SLOTS]),
+            recent: Box::new([(NO_FLOW, None, NEVER, 0); inbound_tcp::RECENT_SLOTS]),
             fast_seen: Box::new([(u32::MAX, (u64::MAX, 0)); inbound_tcp::RECENT_SLOTS]),
         })
     }

@@ -10,6 +10,7 @@ use pxio::split::split_tcp_parsed;
 
 use super::paths::watch_blackhole;
 use super::*;
+use super::{inbound_tcp, NEVER};
 
 impl<B: PacketBuf> Pipeline<B> {
     /// An outbound TCP packet (`parsed`, its one parse; `h`, its headers).
@@ -29,7 +30,16 @@ impl<B: PacketBuf> Pipeline<B> {
             let dst = dst_addr(&h.key);
             // Disjoint fields: the connection found stays borrowed while the path MTU state
             // and the counters are read and written.
-            if let Some(c) = self.conns.on_inside_mut(&key, &seg, now) {
+            // The connection's slot, remembered as inbound segments remember it.
+            let slot = inbound_tcp::recent_slot(&key);
+            let (seen, _, _, seen_at) = self.recent[slot];
+            let at = (seen == key).then_some(seen_at);
+            if let Some((found, c)) = self.conns.on_inside_mut(at, &key, &seg, now) {
+                if at != Some(found) {
+                    // No acknowledgement or period of an inbound segment: the next inbound
+                    // segment records its own.
+                    self.recent[slot] = (key, None, NEVER, found);
+                }
                 let hint = if c.pmtu > 0 { c.pmtu } else { default_hint };
                 let mut pmtu = hint.min(self.pmtu.pmtu(dst, now)).max(floor);
                 if h.key.v6 && h.ip_len > pmtu && pmtu > self.cfg.blackhole_mtu {

@@ -1,0 +1,308 @@
+//! A bounded map in least-recently-used order whose entries stay in numbered slots: the
+//! established-connection table ([`crate::conn::ConnTable`]).
+//!
+//! It does what the `lru` crate's `LruCache` does (push evicting the least recently used entry
+//! when full, get with or without refreshing the order, pop), and one thing more: each entry
+//! lives in a slot of a fixed array, whose number a caller may keep ([`LruSlab::find`]) and
+//! use later ([`LruSlab::at_mut`]) with the key, which the slot's own key is compared with. A
+//! packet path that remembers a connection's slot, by the NIC's RSS hash say, reaches it again
+//! with one key compare instead of a hash and a probe: an outside receiver's ACKs, each with a
+//! new acknowledgement number to record, then cost no lookup. A slot kept past its entry's
+//! removal only fails the compare (or finds the same key's new entry, which is as good).
+//!
+//! The order is a doubly linked list through the slots, by index; the index is a
+//! `hashbrown::HashTable` of slot numbers. Everything is allocated up front.
+
+use std::hash::{BuildHasher, Hash};
+
+use hashbrown::HashTable;
+
+/// No slot (the ends of the order, an empty list).
+const NIL: u32 = u32::MAX;
+
+/// One slot: its entry (when used) and its neighbours in the order.
+#[derive(Debug)]
+struct Slot<K, V> {
+    entry: Option<(K, V)>,
+    /// The slot used more recently, or [`NIL`].
+    newer: u32,
+    /// The slot used less recently, or [`NIL`].
+    older: u32,
+}
+
+/// A map of at most `capacity` entries, least recently used out first (see the module docs).
+#[derive(Debug)]
+pub struct LruSlab<K, V, S> {
+    slots: Vec<Slot<K, V>>,
+    index: HashTable<u32>,
+    hasher: S,
+    /// The most recently used slot, or [`NIL`].
+    newest: u32,
+    /// The least recently used slot, or [`NIL`].
+    oldest: u32,
+    /// Unused slots.
+    free: Vec<u32>,
+}
+
+impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
+    /// An empty map of `capacity` slots (at least one), allocated now.
+    pub fn with_hasher(capacity: usize, hasher: S) -> Self {
+        let capacity = capacity.clamp(1, NIL as usize - 1);
+        Self {
+            slots: (0..capacity)
+                .map(|_| Slot {
+                    entry: None,
+                    newer: NIL,
+                    older: NIL,
+                })
+                .collect(),
+            index: HashTable::with_capacity(capacity),
+            hasher,
+            newest: NIL,
+            oldest: NIL,
+            free: (0..capacity as u32).rev().collect(),
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The slot of `key`'s entry, if it has one.
+    #[inline]
+    pub fn find(&self, key: &K) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| {
+                slots[i as usize]
+                    .entry
+                    .as_ref()
+                    .is_some_and(|(k, _)| k == key)
+            })
+            .copied()
+    }
+
+    /// Whether `key` has an entry.
+    pub fn contains(&self, key: &K) -> bool {
+        self.find(key).is_some()
+    }
+
+    /// `key`'s entry in slot `slot` (from [`find`](Self::find)), if the slot still holds it;
+    /// the order is left as it is.
+    #[inline]
+    pub fn at_mut(&mut self, slot: u32, key: &K) -> Option<&mut V> {
+        match self.slots.get_mut(slot as usize)?.entry.as_mut() {
+            Some((k, v)) if k == key => Some(v),
+            _ => None,
+        }
+    }
+
+    /// `key`'s entry, the order left as it is.
+    pub fn peek_mut(&mut self, key: &K) -> Option<&mut V> {
+        let slot = self.find(key)?;
+        self.slots[slot as usize].entry.as_mut().map(|(_, v)| v)
+    }
+
+    /// `key`'s entry, made the most recently used.
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        let slot = self.find(key)?;
+        self.move_to_front(slot);
+        self.slots[slot as usize].entry.as_mut().map(|(_, v)| v)
+    }
+
+    /// Makes `key`'s entry the most recently used.
+    pub fn promote(&mut self, key: &K) {
+        if let Some(slot) = self.find(key) {
+            self.move_to_front(slot);
+        }
+    }
+
+    /// Makes the entry in `slot` the most recently used, if it is `key`'s.
+    pub fn promote_at(&mut self, slot: u32, key: &K) {
+        if self.at_mut(slot, key).is_some() {
+            self.move_to_front(slot);
+        }
+    }
+
+    /// Puts `value` under `key` as the most recently used entry. Returns the entry it replaced:
+    /// `key`'s own old one, or, when the map was full, the least recently used one, evicted.
+    pub fn push(&mut self, key: K, value: V) -> Option<(K, V)> {
+        if let Some(slot) = self.find(&key) {
+            self.move_to_front(slot);
+            let old = self.slots[slot as usize].entry.replace((key, value));
+            return old;
+        }
+        let evicted = if self.free.is_empty() {
+            self.pop_lru()
+        } else {
+            None
+        };
+        let slot = self.free.pop().expect("a slot was freed");
+        self.slots[slot as usize].entry = Some((key, value));
+        self.link_front(slot);
+        let hash = self.hasher.hash_one(key);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.index.insert_unique(hash, slot, |&i| {
+            let (k, _) = slots[i as usize]
+                .entry
+                .as_ref()
+                .expect("indexed slots are used");
+            hasher.hash_one(k)
+        });
+        evicted
+    }
+
+    /// Removes `key`'s entry and returns its value.
+    pub fn pop(&mut self, key: &K) -> Option<V> {
+        let slot = self.find(key)?;
+        self.remove_slot(slot).map(|(_, v)| v)
+    }
+
+    /// The least recently used entry.
+    pub fn peek_lru(&self) -> Option<(&K, &V)> {
+        let slot = self.slots.get(self.oldest as usize)?;
+        slot.entry.as_ref().map(|(k, v)| (k, v))
+    }
+
+    /// Removes the least recently used entry and returns it.
+    pub fn pop_lru(&mut self) -> Option<(K, V)> {
+        match self.oldest {
+            NIL => None,
+            slot => self.remove_slot(slot),
+        }
+    }
+
+    fn remove_slot(&mut self, slot: u32) -> Option<(K, V)> {
+        let (key, _) = self.slots[slot as usize].entry.as_ref()?;
+        let hash = self.hasher.hash_one(key);
+        if let Ok(found) = self.index.find_entry(hash, |&i| i == slot) {
+            found.remove();
+        }
+        self.unlink(slot);
+        self.free.push(slot);
+        self.slots[slot as usize].entry.take()
+    }
+
+    fn move_to_front(&mut self, slot: u32) {
+        if self.newest != slot {
+            self.unlink(slot);
+            self.link_front(slot);
+        }
+    }
+
+    fn link_front(&mut self, slot: u32) {
+        let old_newest = self.newest;
+        let s = &mut self.slots[slot as usize];
+        s.newer = NIL;
+        s.older = old_newest;
+        match old_newest {
+            NIL => self.oldest = slot,
+            n => self.slots[n as usize].newer = slot,
+        }
+        self.newest = slot;
+    }
+
+    fn unlink(&mut self, slot: u32) {
+        let (newer, older) = {
+            let s = &self.slots[slot as usize];
+            (s.newer, s.older)
+        };
+        match newer {
+            NIL => self.newest = older,
+            n => self.slots[n as usize].older = older,
+        }
+        match older {
+            NIL => self.oldest = newer,
+            o => self.slots[o as usize].newer = newer,
+        }
+        let s = &mut self.slots[slot as usize];
+        s.newer = NIL;
+        s.older = NIL;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::num::NonZeroUsize;
+
+    type Slab = LruSlab<u16, u32, foldhash::fast::RandomState>;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Push(u16, u32),
+        Get(u16),
+        Peek(u16),
+        Promote(u16),
+        Pop(u16),
+        PopLru,
+        SlotThenAt(u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        // Few keys, so pushes collide with live entries and evictions happen.
+        let key = 0u16..12;
+        prop_oneof![
+            (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Push(k, v)),
+            key.clone().prop_map(Op::Get),
+            key.clone().prop_map(Op::Peek),
+            key.clone().prop_map(Op::Promote),
+            key.clone().prop_map(Op::Pop),
+            Just(Op::PopLru),
+            key.prop_map(Op::SlotThenAt),
+        ]
+    }
+
+    proptest! {
+        /// Every operation answers as the `lru` crate's `LruCache` answers, and the eviction
+        /// order is the same; a slot found for a key reaches that key's entry while it lives,
+        /// and nothing else after.
+        #[test]
+        fn behaves_as_the_lru_crate(cap in 1usize..6, ops in proptest::collection::vec(op(), 0..200)) {
+            let mut model = lru::LruCache::<u16, u32>::new(NonZeroUsize::new(cap).unwrap());
+            let mut slab = Slab::with_hasher(cap, Default::default());
+            let mut kept: Vec<(u32, u16)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Push(k, v) => prop_assert_eq!(slab.push(k, v), model.push(k, v)),
+                    Op::Get(k) => prop_assert_eq!(slab.get_mut(&k).copied(), model.get_mut(&k).copied()),
+                    Op::Peek(k) => prop_assert_eq!(slab.peek_mut(&k).copied(), model.peek_mut(&k).copied()),
+                    Op::Promote(k) => {
+                        slab.promote(&k);
+                        model.promote(&k);
+                    }
+                    Op::Pop(k) => prop_assert_eq!(slab.pop(&k), model.pop(&k)),
+                    Op::PopLru => prop_assert_eq!(slab.pop_lru(), model.pop_lru()),
+                    Op::SlotThenAt(k) => {
+                        if let Some(s) = slab.find(&k) {
+                            kept.push((s, k));
+                        }
+                    }
+                }
+                prop_assert_eq!(slab.len(), model.len());
+                prop_assert_eq!(slab.peek_lru().map(|(k, v)| (*k, *v)), model.peek_lru().map(|(k, v)| (*k, *v)));
+                for &(s, k) in &kept {
+                    let live = slab.find(&k) == Some(s);
+                    let got = slab.at_mut(s, &k).copied();
+                    prop_assert_eq!(got.is_some(), live);
+                    if live {
+                        prop_assert_eq!(got, model.peek(&k).copied());
+                    }
+                }
+            }
+            // The whole order, oldest first.
+            while let Some(e) = model.pop_lru() {
+                prop_assert_eq!(slab.pop_lru(), Some(e));
+            }
+            prop_assert!(slab.is_empty());
+        }
+    }
+}
