@@ -882,11 +882,13 @@ impl ConnTable {
     fn touch_slot(&mut self, at: Option<u32>, key: &FlowKey, now: u64) -> Option<(u32, &mut Conn)> {
         self.promote_pending();
         let k = KeyWords(*key);
-        let slot = match at {
-            Some(at) if self.map.at_mut(at, &k).is_some() => at,
+        // The slot remembered, when it still holds the connection (one key compare); else
+        // the lookup.
+        let slot = match at.and_then(|at| Some((at, self.map.slot_mut(at)?.0 == &k))) {
+            Some((at, true)) => at,
             _ => self.map.find(&k)?,
         };
-        let c = self.map.at_mut(slot, &k)?;
+        let (_, c) = self.map.slot_mut(slot)?;
         if c.last_seen / PROMOTE_EVERY_NS != now / PROMOTE_EVERY_NS {
             self.promote = Some((slot, *key));
         }

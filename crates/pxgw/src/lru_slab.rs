@@ -104,6 +104,14 @@ impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
         }
     }
 
+    /// The entry in `slot` with its key, whatever key it has (the order left as it is): for a
+    /// caller that has just found or checked the slot.
+    #[inline]
+    pub fn slot_mut(&mut self, slot: u32) -> Option<(&K, &mut V)> {
+        let (k, v) = self.slots.get_mut(slot as usize)?.entry.as_mut()?;
+        Some((&*k, v))
+    }
+
     /// `key`'s entry, the order left as it is.
     pub fn peek_mut(&mut self, key: &K) -> Option<&mut V> {
         let slot = self.find(key)?;

@@ -152,3 +152,88 @@ fn segments_after_an_item_out_of_segments_join_the_next_one_on_the_fast_path() {
     assert_eq!(frames.len(), 4, "two items per flow");
     check_outputs(&case, &frames, 9000);
 }
+
+/// A pure ACK passes at once while the engine holds nothing (`Merger::pass_if_idle`), counted
+/// exactly as `rx` counts it, a damaged IPv4 header included; while it holds an item, or for a
+/// segment with payload, it is handed back for `rx`, which keeps the flow's order.
+#[test]
+fn a_pure_ack_passes_an_idle_engine_as_rx_would() {
+    use pxio::wire::{self, tcp_flags, Class, EthernetRepr, IpRepr, Ipv4Repr, Parsed, TcpRepr};
+    let eth = EthernetRepr {
+        dst: [2, 0, 0, 0, 0, 2],
+        src: [2, 0, 0, 0, 0, 1],
+        vlan_tci: None,
+        ethertype: 0,
+    };
+    let frame = |seq: u32, payload: &[u8]| {
+        let ip = IpRepr::V4(Ipv4Repr {
+            dont_frag: true,
+            ..Ipv4Repr::new([198, 51, 100, 7], [198, 18, 8, 2])
+        });
+        let tcp = TcpRepr {
+            src_port: 40000,
+            dst_port: 80,
+            seq,
+            ack: 5000,
+            flags: tcp_flags::ACK,
+            window: 65000,
+            urgent: 0,
+            options: &[],
+        };
+        wire::tcp_frame(eth, ip, tcp, payload).unwrap()
+    };
+    let headers = |f: &[u8]| match *Parsed::of(f, f.len()).class() {
+        Class::Tcp(h) => h,
+        _ => panic!("a TCP frame"),
+    };
+    let pool = HeapPool::new(64);
+    let engine = || Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(64)).unwrap();
+    let counts = |m: &Merger<HeapBuf>| {
+        let s = m.stats();
+        (
+            s.packets_in,
+            s.packets_out,
+            s.passthrough,
+            s.bad_ip_checksum,
+        )
+    };
+    let ack = frame(1000, &[]);
+    let mut damaged = ack.clone();
+    damaged[14 + 10] ^= 0x5a; // the IPv4 header checksum
+    for f in [&ack, &damaged] {
+        let (mut idle, mut reference) = (engine(), engine());
+        let (mut out, mut ref_out) = (Vec::new(), Vec::new());
+        assert!(idle
+            .pass_if_idle(pool.packet(f), &headers(f), &mut out)
+            .is_ok());
+        reference.rx(pool.packet(f), 0, &mut ref_out);
+        assert_eq!(counts(&idle), counts(&reference));
+        assert_eq!(
+            counts(&idle).3,
+            u64::from(f == &damaged),
+            "a damaged header counted"
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].to_vec(), *f, "passed as it came");
+    }
+    // Holding an item: the ACK goes back, for `rx` to send after the item.
+    let mut busy = engine();
+    let mut out = Vec::new();
+    let data = frame(1000, &[7; 1000]);
+    busy.rx(pool.packet(&data), 0, &mut out);
+    assert!(
+        busy.stats().held_items > 0,
+        "one segment, not settled: held"
+    );
+    assert!(busy
+        .pass_if_idle(pool.packet(&ack), &headers(&ack), &mut out)
+        .is_err());
+    // Payload: never passed here.
+    let mut idle = engine();
+    assert!(idle
+        .pass_if_idle(pool.packet(&data), &headers(&data), &mut out)
+        .is_err());
+    drop(out);
+    drop(busy);
+    assert_eq!(pool.in_use(), 0);
+}
