@@ -74,10 +74,11 @@
 
 use aya_ebpf::bindings::{
     bpf_adj_room_mode::BPF_ADJ_ROOM_NET, BPF_CSUM_LEVEL_QUERY, BPF_F_INGRESS, TC_ACT_OK,
-    TC_ACT_SHOT,
+    TC_ACT_REDIRECT, TC_ACT_SHOT,
 };
 use aya_ebpf::helpers::{
-    bpf_csum_diff, bpf_csum_level, bpf_skb_load_bytes, bpf_skb_vlan_pop, bpf_skb_vlan_push,
+    bpf_csum_diff, bpf_csum_level, bpf_redirect, bpf_skb_load_bytes, bpf_skb_vlan_pop,
+    bpf_skb_vlan_push,
 };
 use aya_ebpf::macros::{classifier, map};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
@@ -200,16 +201,21 @@ pub fn caravan_decap(ctx: TcContext) -> i32 {
                     decapsulate_v4(&ctx, &caravan)
                 }
             } else {
-                0
+                Delivered::default()
             };
-            count(Counter::Datagrams, u64::from(delivered));
-            if delivered != caravan.count {
+            count(Counter::Datagrams, u64::from(delivered.sent));
+            if delivered.sent != caravan.count {
                 count(Counter::HelperErrors, 1);
             }
-            // The clones carry the datagrams; the original (by now rewritten into the last
-            // datagram) must not go on. TC_ACT_SHOT, not TC_ACT_STOLEN: under a TCX link the
-            // kernel reads any code but PASS, DROP and REDIRECT as "next", so STOLEN would let
-            // the original through and deliver the last datagram twice.
+            if delivered.redirected {
+                // The original, cut down to the last datagram, follows the clones into this
+                // CPU's backlog (`bpf_redirect` was called last).
+                return TC_ACT_REDIRECT as i32;
+            }
+            // A helper failed part way: the clones carry what was delivered; the original
+            // must not go on. TC_ACT_SHOT, not TC_ACT_STOLEN: under a TCX link the kernel reads
+            // any code but PASS, DROP and REDIRECT as "next", so STOLEN would let the original
+            // through and deliver a datagram twice.
             TC_ACT_SHOT as i32
         }
     }
@@ -229,6 +235,16 @@ struct Caravan {
     /// set, or 0 for none. (Not an `Option<u16>`: the verifier refuses the undefined payload
     /// LLVM leaves in a `None`.)
     tag: u32,
+}
+
+/// What [`decapsulate_v4`] and [`decapsulate_v6`] handed on.
+#[derive(Default)]
+struct Delivered {
+    /// Datagrams handed on, clones and the original.
+    sent: u32,
+    /// Whether the original itself carries the last one (`bpf_redirect` was called, so the
+    /// program must return `TC_ACT_REDIRECT`).
+    redirected: bool,
 }
 
 /// What to do with a packet.
@@ -621,6 +637,15 @@ fn ifindex(ctx: &TcContext) -> u32 {
     unsafe { (*ctx.skb.skb).ifindex }
 }
 
+/// Hands the original itself, by now the caravan's last datagram, to this device's ingress
+/// behind the clones (step 4): no clone, so no copy of it. True when the redirect is set up;
+/// the program must then return `TC_ACT_REDIRECT`.
+fn hand_on_last(ifindex: u32) -> bool {
+    // SAFETY: the helper only records the target in per-CPU redirect state; the kernel acts on
+    // it when the program returns TC_ACT_REDIRECT.
+    unsafe { bpf_redirect(ifindex, u64::from(BPF_F_INGRESS)) == i64::from(TC_ACT_REDIRECT) }
+}
+
 /// Removes the outer UDP header and the caravan header (step 1).
 fn drop_outer_udp(ctx: &TcContext) -> bool {
     ctx.adjust_room(-((UDP_HLEN + CARAVAN_HLEN) as i32), BPF_ADJ_ROOM_NET, 0)
@@ -629,15 +654,15 @@ fn drop_outer_udp(ctx: &TcContext) -> bool {
 
 /// Delivers every datagram of an IPv4 `caravan` as its own packet, in order; returns how many
 /// went out.
-fn decapsulate_v4(ctx: &TcContext, caravan: &Caravan) -> u32 {
+fn decapsulate_v4(ctx: &TcContext, caravan: &Caravan) -> Delivered {
     let ifindex = ifindex(ctx);
+    let mut out = Delivered::default();
     if !drop_outer_udp(ctx) {
-        return 0;
+        return out;
     }
     let id = be16(&caravan.ip, ip::ID);
     let mut hdr = caravan.ip;
     hdr[ip::TOS] &= 0x03; // DSCP 0, ECN kept
-    let mut sent = 0u32;
     for i in 0..MAX_DATAGRAMS {
         if i >= caravan.count {
             break;
@@ -660,26 +685,32 @@ fn decapsulate_v4(ctx: &TcContext, caravan: &Caravan) -> u32 {
         if ctx.store(L3, &hdr, 0).is_err() {
             break;
         }
+        if i + 1 == caravan.count {
+            out.redirected = hand_on_last(ifindex);
+            out.sent += u32::from(out.redirected);
+            break;
+        }
         if ctx
             .clone_redirect(ifindex, u64::from(BPF_F_INGRESS))
             .is_err()
         {
             break;
         }
-        sent += 1;
-        if i + 1 < caravan.count && !cut(ctx, u32::from(len)) {
+        out.sent += 1;
+        if !cut(ctx, u32::from(len)) {
             break;
         }
     }
-    sent
+    out
 }
 
 /// Delivers every datagram of an IPv6 `caravan` as its own packet, in order; returns how many
 /// went out. Only the first 8 bytes of the header change (traffic class, payload length).
-fn decapsulate_v6(ctx: &TcContext, caravan: &Caravan) -> u32 {
+fn decapsulate_v6(ctx: &TcContext, caravan: &Caravan) -> Delivered {
     let ifindex = ifindex(ctx);
+    let mut out = Delivered::default();
     if !drop_outer_udp(ctx) {
-        return 0;
+        return out;
     }
     let mut hdr = [0u8; 8];
     hdr.copy_from_slice(&caravan.ip[..8]);
@@ -687,7 +718,6 @@ fn decapsulate_v6(ctx: &TcContext, caravan: &Caravan) -> u32 {
     // (ECN in its low two bits) byte 1's high nibble.
     hdr[ip6::VER_TC] &= 0xf0;
     hdr[ip6::TC_FLOW] &= 0x3f;
-    let mut sent = 0u32;
     for i in 0..MAX_DATAGRAMS {
         if i >= caravan.count {
             break;
@@ -702,18 +732,23 @@ fn decapsulate_v6(ctx: &TcContext, caravan: &Caravan) -> u32 {
         if ctx.store(L3, &hdr, 0).is_err() {
             break;
         }
+        if i + 1 == caravan.count {
+            out.redirected = hand_on_last(ifindex);
+            out.sent += u32::from(out.redirected);
+            break;
+        }
         if ctx
             .clone_redirect(ifindex, u64::from(BPF_F_INGRESS))
             .is_err()
         {
             break;
         }
-        sent += 1;
-        if i + 1 < caravan.count && !cut(ctx, u32::from(len)) {
+        out.sent += 1;
+        if !cut(ctx, u32::from(len)) {
             break;
         }
     }
-    sent
+    out
 }
 
 #[cfg(not(test))]

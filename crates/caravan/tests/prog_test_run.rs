@@ -11,6 +11,8 @@ use pxio::wire;
 
 const TC_ACT_OK: i32 = 0;
 const TC_ACT_SHOT: i32 = 2;
+/// A valid caravan: the original, cut down to its last datagram, follows the clones.
+const TC_ACT_REDIRECT: i32 = 7;
 const SPORT: u16 = 40000;
 const DPORT: u16 = 5001;
 /// A VLAN tag's TCI: priority 3, VLAN 100.
@@ -301,8 +303,16 @@ fn valid_caravans_are_cut_into_their_datagrams() {
                 (0..64).map(|i| good(&vec![i as u8; i])).collect(),
             ] {
                 let f = shape.frame(7, &caravan(&payloads.concat()), None);
-                let (verdict, _) = run(&mut decap, &f);
-                assert_eq!(verdict, TC_ACT_SHOT, "{shape:?}: the caravan is consumed");
+                let (verdict, out) = run(&mut decap, &f);
+                assert_eq!(
+                    verdict, TC_ACT_REDIRECT,
+                    "{shape:?}: the original follows the clones"
+                );
+                assert_eq!(
+                    last_datagram(shape, &out),
+                    payloads.last().unwrap().as_slice(),
+                    "{shape:?}: the original is cut down to the last datagram"
+                );
                 want.caravans += 1;
                 want.datagrams += payloads.len() as u64;
                 assert_eq!(
@@ -483,7 +493,7 @@ fn a_caravan_with_a_bad_outer_checksum_passes_untouched() {
             bad += cases.len() as u64;
             let (verdict, _) = run(&mut decap, &good_frame);
             assert_eq!(
-                verdict, TC_ACT_SHOT,
+                verdict, TC_ACT_REDIRECT,
                 "{shape:?}: the intact caravan is unpacked"
             );
         }
@@ -523,8 +533,13 @@ fn valid_caravans_of_every_length_are_unpacked() {
             for &size in &sizes {
                 let payload: Vec<u8> = (0..size).map(|i| (i * 7 + size) as u8).collect();
                 let f = shape.frame(7, &caravan(&good(&payload)), None);
-                let (verdict, _) = run(&mut decap, &f);
-                assert_eq!(verdict, TC_ACT_SHOT, "{shape:?}, {size} B: unpacked");
+                let (verdict, out) = run(&mut decap, &f);
+                assert_eq!(verdict, TC_ACT_REDIRECT, "{shape:?}, {size} B: unpacked");
+                assert_eq!(
+                    last_datagram(shape, &out),
+                    good(&payload),
+                    "{shape:?}, {size} B: the original carries the datagram"
+                );
                 want.caravans += 1;
                 want.datagrams += 1;
             }
@@ -532,6 +547,20 @@ fn valid_caravans_of_every_length_are_unpacked() {
         assert_eq!(decap.stats().unwrap(), want);
     })
     .unwrap();
+}
+
+/// The UDP datagram (header and payload) of a frame the program handed on, as its IP length
+/// gives it: any tag is in the metadata by then, so the IP header follows the Ethernet header.
+fn last_datagram(shape: Shape, out: &[u8]) -> &[u8] {
+    let l3 = wire::ethernet::field::HEADER_LEN;
+    let (hdr, udp_len) = if shape.v6 {
+        let len = u16::from_be_bytes([out[l3 + 4], out[l3 + 5]]);
+        (wire::ipv6::field::HEADER_LEN, usize::from(len))
+    } else {
+        let tot = u16::from_be_bytes([out[l3 + 2], out[l3 + 3]]);
+        (wire::ipv4::field::HEADER_LEN, usize::from(tot) - 20)
+    };
+    &out[l3 + hdr..l3 + hdr + udp_len]
 }
 
 fn with(bytes: &[u8], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
