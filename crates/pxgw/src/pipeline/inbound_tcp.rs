@@ -142,26 +142,34 @@ impl<B: PacketBuf> Pipeline<B> {
         self.pieces = pieces;
     }
 
-    /// A segment the merge engine's fast path took in an inbound burst, of its flow entry `flow`
-    /// (`slot`: its recent-connection slot). It continued an item that began with a segment of
-    /// a known connection, and it carries that item's acknowledgement (the fast path compares
-    /// it), which that segment applied: its connection has nothing to learn from it but that
-    /// it was seen, which is recorded once per recency period, as for any plain segment. A
-    /// connection gone since the item began (expired, evicted, reset) has the flow's items sent
-    /// on at once, so that its next segments find it unknown and pass unmerged.
+    /// A segment the merge engine's fast path took in an inbound burst, of its flow entry
+    /// `flow`. It continued an item that began with a segment of a known connection, and it
+    /// carries that item's acknowledgement (the fast path compares it), which that segment
+    /// applied: its connection has nothing to learn from it but that it was seen, which is
+    /// recorded once per recency period, as for any plain segment. A connection gone since the
+    /// item began (expired, evicted, reset) has the flow's items sent on at once, so that its
+    /// next segments find it unknown and pass unmerged.
     ///
-    /// The slot remembers the flow entry, not the key: an entry the engine gives to another
-    /// flow began that flow's first item with a segment this pipeline looked up.
-    pub(super) fn fast_joined(&mut self, slot: usize, flow: u32, now: u64, out: &mut Vec<B>) {
-        let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
-        if self.fast_seen[slot] == (flow, stamp) {
+    /// What is remembered is the flow entry's, not the key's: an entry the engine gives to
+    /// another flow began that flow's first item with a segment this pipeline looked up.
+    pub(super) fn fast_joined(&mut self, flow: u32, now: u64, out: &mut Vec<B>) {
+        // The period as 32 bits: it wraps after 50 days, and a stale entry that matches again
+        // only skips one refresh.
+        let stamp = (
+            (now / conn::PROMOTE_EVERY_NS) as u32,
+            self.conns.generation(),
+        );
+        let Some(seen) = self.fast_seen.get_mut(flow as usize) else {
+            return;
+        };
+        if *seen == stamp {
             return;
         }
         let Some(&key) = self.merger.flow_key(flow) else {
             return;
         };
         if self.conns.on_outside(None, &key, None, now).is_some() {
-            self.fast_seen[slot] = (flow, stamp);
+            *seen = stamp;
         } else {
             self.merger.release_flow(flow, now, out);
         }
@@ -275,10 +283,6 @@ fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
 /// carried, when (the recency period, the connection table's generation), and its slot in the
 /// connection table.
 pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32), u32);
-
-/// A flow entry of the merge engine seen on its fast path, and when (the recency period, the
-/// connection table's generation): [`Pipeline::fast_joined`].
-pub(super) type FastSeen = (u32, (u64, u32));
 
 /// Connections remembered for [`Pipeline::inbound_tcp`]'s shortcut.
 pub(super) const RECENT_SLOTS: usize = 1024;

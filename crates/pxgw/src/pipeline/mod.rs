@@ -136,9 +136,10 @@ pub struct Pipeline<B: PacketBuf> {
     /// theirs carried, the recency period, the connection table's generation and their slot
     /// in it (`inbound_tcp`, `outbound_tcp`).
     recent: Box<[inbound_tcp::Recent; inbound_tcp::RECENT_SLOTS]>,
-    /// The merge engine's flow entries whose segments its fast path took, by RSS hash
-    /// (`inbound_tcp`).
-    fast_seen: Box<[inbound_tcp::FastSeen; inbound_tcp::RECENT_SLOTS]>,
+    /// When a segment the merge engine's fast path took was last recorded for each of its
+    /// flow entries: the recency period and the connection table's generation
+    /// (`inbound_tcp`'s `fast_joined`).
+    fast_seen: Vec<(u32, u32)>,
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -190,7 +191,9 @@ impl<B: PacketBuf> Pipeline<B> {
         } else {
             0
         };
+        let merger = Merger::new(merge_cfg, merge_pool)?;
         Ok(Self {
+            fast_seen: vec![(u32::MAX, u32::MAX); merger.flow_capacity()],
             cfg: Settings {
                 emtu: cfg.emtu(),
                 imtu: cfg.imtu(),
@@ -221,7 +224,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 blackhole_window_ns: cfg.pmtu.blackhole_window_ms.saturating_mul(1_000_000),
                 blackhole_mtu: cfg.pmtu.blackhole_mtu,
             },
-            merger: Merger::new(merge_cfg, merge_pool)?,
+            merger,
             conns: {
                 let t = ConnTable::new(cfg.connections.max, MAX_HALF_OPEN, MAX_LEARNING);
                 if cfg.connections.one_way {
@@ -248,7 +251,6 @@ impl<B: PacketBuf> Pipeline<B> {
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
             recent: Box::new([(NO_FLOW, None, NEVER, 0); inbound_tcp::RECENT_SLOTS]),
-            fast_seen: Box::new([(u32::MAX, (u64::MAX, 0)); inbound_tcp::RECENT_SLOTS]),
         })
     }
 
@@ -446,10 +448,9 @@ impl<B: PacketBuf> Pipeline<B> {
                 self.report.sizes.inbound_received.record(pkt.len());
                 if stream {
                     if pkt.len() <= fits {
-                        let slot = pkt.rss_hash().unwrap_or(0) as usize % inbound_tcp::RECENT_SLOTS;
                         match self.merger.offer_fast(i, pkt, now, out) {
                             Ok(flow) => {
-                                self.fast_joined(slot, flow, now, out);
+                                self.fast_joined(flow, now, out);
                                 continue;
                             }
                             Err(back) => pkt = back,

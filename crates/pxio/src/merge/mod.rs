@@ -383,6 +383,12 @@ impl<B: PacketBuf> Merger<B> {
         self.flows.len()
     }
 
+    /// Flow-table entries: every flow entry number ([`offer_fast`](Self::offer_fast)) is
+    /// below it.
+    pub fn flow_capacity(&self) -> usize {
+        self.flows.capacity()
+    }
+
     /// Merges one RX burst: every packet of `pkts` is merged, held or passed to `out`; then the
     /// burst is settled: items that are not a delay-eligible tail go to `out` too. `now` is the
     /// burst's arrival time in ns (from the injectable clock).
