@@ -33,14 +33,23 @@
 //! 3. `bpf_skb_adjust_room(-len_i, NET)` removes datagram *i*, in three steps of about a third
 //!    (the helper moves at most 4095 B at once), so datagram *i + 1* now follows the IP header.
 //!    Go to 2.
-//! 4. The caravan itself is consumed (`TC_ACT_SHOT`: under a TCX link `TC_ACT_STOLEN` would mean
-//!    "next", and the original would go on as a duplicate of the last datagram).
+//! 4. The last datagram is not cloned: the original, rewritten into it, follows the clones with
+//!    `bpf_redirect(ifindex, BPF_F_INGRESS)` and `TC_ACT_REDIRECT`. When a helper fails part way
+//!    the original is dropped instead (`TC_ACT_SHOT`; under a TCX link `TC_ACT_STOLEN` would
+//!    mean "next", and the original would go on as a duplicate).
 //!
-//! All clones of one caravan are queued back to back on this CPU's backlog, from one program
+//! All datagrams of one caravan are queued back to back on this CPU's backlog, from one program
 //! run, so they reach the socket in caravan order. A datagram is never delivered ahead of an
 //! earlier caravan's. Recirculating one datagram per pass would not keep that order: a later
-//! caravan queued meanwhile would overtake the rest of an earlier one. The clones come back
+//! caravan queued meanwhile would overtake the rest of an earlier one. The datagrams come back
 //! through this program with DSCP 0, so they pass it as plain UDP.
+//!
+//! # What it costs (docs/caravan.md, "What decapsulation costs")
+//! `bpf_clone_redirect` unclones the original right after cloning it (the kernel keeps every
+//! buffer a TC program may write private): `pskb_expand_head` copies everything from the
+//! buffer's head to its tail into a new allocation. The tail is where the caravan's last
+//! datagram ends, whatever was cut from the front, so each clone copies about the whole caravan:
+//! with *n* datagrams, *n* − 1 copies of it. That copy, not the program, is most of the cost.
 //!
 //! # Checksums
 //! At TC ingress the kernel has verified neither outer checksum: `ip_rcv` checks the IPv4
