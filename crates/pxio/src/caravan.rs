@@ -114,6 +114,9 @@ pub enum CaravanError {
 pub struct CaravanBuilder<B> {
     pkt: B,
     hdr: Headers,
+    /// The first datagram's [`ip_signature`], which every other must have (the outer header
+    /// keeps the first's until `finish`).
+    sig: Option<(u8, u8, bool)>,
     /// One's-complement sum of the inner datagrams, aligned to the outer payload.
     inner_sum: Sum,
     inner_len: usize,
@@ -121,18 +124,21 @@ pub struct CaravanBuilder<B> {
     cfg: CaravanConfig,
 }
 
-/// The IP fields a caravan keeps once for all its datagrams: they must agree.
+/// The IP fields a caravan keeps once for all its datagrams: they must agree. `None` for a
+/// header too short for its family, or IPv4 with options. Read straight from the bytes (ECN,
+/// TTL or hop limit, DF): it runs on every datagram packed.
 fn ip_signature(frame: &[u8], hdr: &Headers) -> Option<(u8, u8, bool)> {
-    let l3 = &frame[usize::from(hdr.l2_len)..usize::from(hdr.l2_len + hdr.l3_len)];
+    let l3 = frame.get(usize::from(hdr.l2_len)..usize::from(hdr.l2_len + hdr.l3_len))?;
     if hdr.v6 {
-        let ip = wire::Ipv6Packet::new_checked(l3).ok()?;
-        Some((ip.ecn(), ip.hop_limit(), true))
+        let ip = l3.first_chunk::<40>()?;
+        // Version, traffic class (its low two bits are ECN) and flow label; then the hop limit.
+        Some(((ip[1] >> 4) & 0b11, ip[7], true))
     } else {
-        let ip = wire::Ipv4Packet::new_checked(l3).ok()?;
-        if ip.header_len() != 20 {
+        let ip = l3.first_chunk::<20>()?;
+        if ip[0] & 0x0f != 5 {
             return None; // IP options would have to be repeated per datagram: not packed
         }
-        Some((ip.ecn(), ip.ttl(), ip.dont_frag()))
+        Some((ip[1] & 0b11, ip[8], ip[6] & 0x40 != 0))
     }
 }
 
@@ -218,6 +224,7 @@ fn opening(
 fn joining(
     first: &[u8],
     first_hdr: &Headers,
+    first_sig: Option<(u8, u8, bool)>,
     frame: &[u8],
     hdr: Option<Headers>,
     cfg: &CaravanConfig,
@@ -227,7 +234,7 @@ fn joining(
         || hdr.l2_len != first_hdr.l2_len
         || hdr.l3_len != first_hdr.l3_len
         || frame[..usize::from(hdr.l2_len)] != first[..usize::from(hdr.l2_len)]
-        || ip_signature(frame, &hdr) != ip_signature(first, first_hdr)
+        || ip_signature(frame, &hdr) != first_sig
     {
         return Err(CaravanError::Mismatch);
     }
@@ -286,6 +293,7 @@ pub fn can_pair_parsed<B: PacketBuf>(
     let b = joining(
         first.head(),
         &a,
+        ip_signature(first.head(), &a),
         second.head(),
         udp_headers(second.head(), second.len(), second_parsed),
         cfg,
@@ -329,9 +337,11 @@ impl<B: PacketBuf> CaravanBuilder<B> {
         let Some(outer) = B::alloc_with(pool, &outer[..outer_len]) else {
             return Err((CaravanError::PoolExhausted, first));
         };
+        let sig = ip_signature(first.head(), &hdr);
         let mut builder = Self {
             pkt: outer,
             hdr,
+            sig,
             inner_sum: Sum::default(),
             inner_len: 0,
             count: 0,
@@ -383,7 +393,14 @@ impl<B: PacketBuf> CaravanBuilder<B> {
         mut dgram: B,
         hdr: Option<Headers>,
     ) -> Result<(), (CaravanError, B)> {
-        let joined = joining(self.pkt.head(), &self.hdr, dgram.head(), hdr, &self.cfg);
+        let joined = joining(
+            self.pkt.head(),
+            &self.hdr,
+            self.sig,
+            dgram.head(),
+            hdr,
+            &self.cfg,
+        );
         let hdr = match joined {
             Ok(h) => h,
             Err(e) => return Err((e, dgram)),

@@ -18,8 +18,9 @@ impl<B: PacketBuf> Pipeline<B> {
         let Some(ccfg) = self.cfg.caravan else {
             return out.push(pkt);
         };
-        let excluded =
-            self.cfg.exclude.contains(&h.key.sport) || self.cfg.exclude.contains(&h.key.dport);
+        let set = &self.cfg.exclude;
+        let has = |p: u16| set[usize::from(p) / 64] & 1 << (p % 64) != 0;
+        let excluded = has(h.key.sport) || has(h.key.dport);
         if excluded {
             return out.push(pkt);
         }

@@ -157,7 +157,9 @@ struct Settings {
     mark: u8,
     caravan: Option<CaravanConfig>,
     caravan_timeout_ns: u64,
-    exclude: Vec<u16>,
+    /// The ports never packed (`[caravan] exclude_ports`), as a set of 65,536 bits: one load
+    /// per port, however long the list.
+    exclude: Box<[u64; 1024]>,
     /// Pack IPv4 and IPv6 UDP (`[caravan] families`).
     caravan_families: (bool, bool),
     pass_ttl: u8,
@@ -207,7 +209,13 @@ impl<B: PacketBuf> Pipeline<B> {
                     max_datagrams: cfg.caravan.max_datagrams,
                 }),
                 caravan_timeout_ns: cfg.caravan.timeout_ns()?,
-                exclude: cfg.caravan.exclude_ports.clone(),
+                exclude: {
+                    let mut set = Box::new([0u64; 1024]);
+                    for &p in &cfg.caravan.exclude_ports {
+                        set[usize::from(p) / 64] |= 1 << (p % 64);
+                    }
+                    set
+                },
                 caravan_families: (
                     cfg.caravan.families.contains(&CaravanFamily::Ipv4),
                     cfg.caravan.families.contains(&CaravanFamily::Ipv6),
