@@ -47,7 +47,7 @@ const MAX_PROBES: u32 = 50;
 
 /// What [`receive`] saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Received {
+pub struct Receipt {
     /// Bytes of the file.
     pub bytes: u64,
     /// `recvmmsg` calls.
@@ -132,7 +132,7 @@ fn le(b: &[u8], at: usize) -> Option<u64> {
 ///
 /// This is the loop to copy: report traffic classes once, then take what is queued with one
 /// `recvmmsg`, and read each message as a caravan when it wore the mark, or as one datagram.
-pub fn receive(sock: &UdpSocket, out: &File, idle: Duration, linger: Duration) -> Result<Received> {
+pub fn receive(sock: &UdpSocket, out: &File, idle: Duration, linger: Duration) -> Result<Receipt> {
     // Without the traffic class, no message is taken for a caravan (a payload alone proves
     // nothing: anyone can send bytes that look like one).
     caravan::report_traffic_class(sock)?;
@@ -144,7 +144,7 @@ pub fn receive(sock: &UdpSocket, out: &File, idle: Duration, linger: Duration) -
         len: None,
         complete: false,
     };
-    let mut seen = Received::default();
+    let mut seen = Receipt::default();
     let mut last = Instant::now();
     let mut answers: Vec<([u8; 16], SocketAddr)> = Vec::new();
     loop {
@@ -190,7 +190,7 @@ pub fn receive(sock: &UdpSocket, out: &File, idle: Duration, linger: Duration) -
                 Err(_) => seen.refused += 1,
             }
         }
-        // Answers after the batch: the data ahead of a probe in the same batch counts.
+        // Each answer says what had arrived before its probe; they go out once the batch is read.
         for (a, peer) in answers.drain(..) {
             sock.send_to(&a, peer)?;
         }
