@@ -425,7 +425,7 @@ impl<B: PacketBuf> Pipeline<B> {
     ///   each chunk of the burst is taken in arrival order: a packet is first offered to the
     ///   engine's fast path, which joins a segment that continues its flow's last item before
     ///   anything parses it (the connection was known when the item began, and the segment
-    ///   carries the item's acknowledgement: see [`fast_joined`](Self::fast_joined)); what it
+    ///   carries the item's acknowledgement, applied when the item began); what it
     ///   refuses is handled here and, if it is to be merged, goes to the engine's general path
     ///   at once ([`Merger::begin_stream`]);
     /// - otherwise the segments for the engine are gathered and handed to it together at the
