@@ -639,7 +639,8 @@ proptest! {
     /// was asked to (with TX offload; without it the engine computes them from the segments'
     /// claimed sums), every stream is intact. RSS hashes: none (the grouped path), one per
     /// flow, one for every packet (each flow's segments find another flow's item), or two
-    /// shared by all flows.
+    /// shared by all flows. Taking each chunk one packet at a time (`begin_stream`) decides
+    /// the same.
     #[test]
     fn the_run_path_merges_as_the_general_path(
         case in case_strategy(Knobs::default()),
@@ -655,78 +656,70 @@ proptest! {
         // path (and verifies every checksum itself: the case's frames are all intact).
         let plain = |i: &Input| common::assemble(i, &|f: &[u8]| pool.packet(f));
         let mut burst = Merger::<HeapBuf>::with_hash_seed(cfg.clone(), HeapPool::new(256), 1).unwrap();
-        let mut single = Merger::<HeapBuf>::with_hash_seed(cfg, HeapPool::new(256), 1).unwrap();
+        let mut single = Merger::<HeapBuf>::with_hash_seed(cfg.clone(), HeapPool::new(256), 1).unwrap();
         let (frames_b, frames_s) = burst_vs_one_by_one(&case, &mut burst, &mut single, &plain, |m, inputs, now, out| {
             m.rx_burst(inputs.iter().map(&make), now, out);
         });
+        // And a caller that takes each chunk one packet at a time, as pxgw's pipeline does
+        // (`begin_stream`, each packet offered to the fast path, the ones it refuses parsed by
+        // the caller and handed to the general path at once, `end_stream`, `settle`), merges
+        // exactly as `rx_burst` does; the flow the fast path names for a segment it took is
+        // that segment's own.
+        let mut streamed = Merger::<HeapBuf>::with_hash_seed(cfg.clone(), HeapPool::new(256), 1).unwrap();
+        let mut reference = Merger::<HeapBuf>::with_hash_seed(cfg, HeapPool::new(256), 1).unwrap();
+        let mut wrong_flow = 0;
+        let (frames_st, _) = burst_vs_one_by_one(&case, &mut streamed, &mut reference, &plain, |m, inputs, now, out| {
+            wrong_flow += stream_chunk(m, inputs.iter().map(&make).collect(), now, out);
+        });
+        prop_assert_eq!(wrong_flow, 0);
         let on_wire: Vec<Vec<u8>> = frames_b.iter().map(nic_tx).collect();
-        prop_assert_eq!(common::multiset(to_frames(frames_b)), common::multiset(to_frames(frames_s)));
+        let frames_b = common::multiset(to_frames(frames_b));
+        prop_assert_eq!(&frames_b, &common::multiset(to_frames(frames_s)));
+        prop_assert_eq!(&frames_b, &common::multiset(to_frames(frames_st)));
         prop_assert_eq!(counters(&burst), counters(&single));
+        prop_assert_eq!(counters(&streamed), counters(&single));
         prop_assert_eq!(single.stats().run_merges, 0);
         check_outputs(&case, &on_wire, 4000);
         prop_assert_eq!(pool.in_use(), 0);
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
-
-    /// A caller that takes each chunk one packet at a time, as pxgw's pipeline does
-    /// (`begin_stream`, each packet offered to the fast path, the ones it refuses parsed by the
-    /// caller and handed to the general path at once, `end_stream`, `settle`), merges exactly
-    /// as `rx_burst` does: the same packets, counters and delays, every stream intact; and the
-    /// flow the fast path names for a segment it took is that segment's own.
-    #[test]
-    fn streaming_a_chunk_merges_as_rx_burst(
-        case in case_strategy(Knobs::default()),
-        delay in any::<bool>(),
-        offload in any::<bool>(),
-        rss in 0u8..4,
-    ) {
-        use pxio::merge::MergeConfig;
-        use pxio::wire::{Class, Parsed};
-        let cfg = MergeConfig { checksum_offload: offload, ..config(4000, delay) };
-        let pool = HeapPool::new(256);
-        let make = |i: &Input| common::nic_packet(&pool, i, consistent_rss(rss, i));
-        let plain = |i: &Input| common::assemble(i, &|f: &[u8]| pool.packet(f));
-        let engine = || Merger::<HeapBuf>::with_hash_seed(cfg.clone(), HeapPool::new(256), 1).unwrap();
-        let (mut whole, mut streamed) = (engine(), engine());
-        let (frames_w, _) = burst_vs_one_by_one(&case, &mut whole, &mut engine(), &plain, |m, inputs, now, out| {
-            m.rx_burst(inputs.iter().map(&make), now, out);
+/// Merges one RX burst's `chunk` one packet at a time, as pxgw's pipeline does: offered to the
+/// fast path, else parsed here and handed to the general path (or whole, grouped, when the
+/// engine says so); then settles. Returns how many segments the fast path took for a flow
+/// that is not theirs.
+fn stream_chunk(
+    m: &mut Merger<HeapBuf>,
+    chunk: Vec<HeapBuf>,
+    now: u64,
+    out: &mut Vec<HeapBuf>,
+) -> usize {
+    use pxio::wire::{Class, Parsed};
+    if !m.begin_stream(&chunk) {
+        let parsed = chunk.into_iter().map(|b| {
+            let p = Parsed::of(b.head(), b.len());
+            (b, p)
         });
-        let mut wrong_flow = 0;
-        let (frames_s, _) = burst_vs_one_by_one(&case, &mut streamed, &mut engine(), &plain, |m, inputs, now, out| {
-            let chunk: Vec<HeapBuf> = inputs.iter().map(&make).collect();
-            if !m.begin_stream(&chunk) {
-                let parsed = chunk.into_iter().map(|b| {
-                    let p = Parsed::of(b.head(), b.len());
-                    (b, p)
-                });
-                return m.rx_burst_parsed(parsed, now, out);
-            }
-            for (i, pkt) in chunk.into_iter().enumerate() {
-                let own = match Parsed::of(pkt.head(), pkt.len()).class() {
-                    Class::Tcp(h) => Some(h.key),
-                    _ => None,
-                };
-                match m.offer_fast(i, pkt, now, out) {
-                    Ok(flow) => wrong_flow += usize::from(m.flow_key(flow).copied() != own),
-                    Err(pkt) => {
-                        let p = Parsed::of(pkt.head(), pkt.len());
-                        m.rx_streamed(i, pkt, p, now, out);
-                    }
-                }
-            }
-            m.end_stream();
-            m.settle(now, out);
-        });
-        prop_assert_eq!(wrong_flow, 0);
-        let on_wire: Vec<Vec<u8>> = frames_s.iter().map(nic_tx).collect();
-        prop_assert_eq!(common::multiset(to_frames(frames_w)), common::multiset(to_frames(frames_s)));
-        prop_assert_eq!(counters(&whole), counters(&streamed));
-        check_outputs(&case, &on_wire, 4000);
-        prop_assert_eq!(pool.in_use(), 0);
+        m.rx_burst_parsed(parsed, now, out);
+        return 0;
     }
+    let mut wrong_flow = 0;
+    for (i, pkt) in chunk.into_iter().enumerate() {
+        let own = match Parsed::of(pkt.head(), pkt.len()).class() {
+            Class::Tcp(h) => Some(h.key),
+            _ => None,
+        };
+        match m.offer_fast(i, pkt, now, out) {
+            Ok(flow) => wrong_flow += usize::from(m.flow_key(flow).copied() != own),
+            Err(pkt) => {
+                let p = Parsed::of(pkt.head(), pkt.len());
+                m.rx_streamed(i, pkt, p, now, out);
+            }
+        }
+    }
+    m.end_stream();
+    m.settle(now, out);
+    wrong_flow
 }
 
 proptest! {

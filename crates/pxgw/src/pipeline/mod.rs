@@ -65,14 +65,7 @@ const MAX_LEARNING: usize = 16384;
 /// Connections learned one way (`[connections] one_way`), per worker (oldest evicted).
 const MAX_ONE_WAY: usize = 16384;
 /// A key no packet has (an empty slot of `Pipeline::recent`, whose stamp never matches either).
-const NO_FLOW: FlowKey = FlowKey {
-    src: [0; 16],
-    dst: [0; 16],
-    sport: 0,
-    dport: 0,
-    proto: 0,
-    v6: false,
-};
+const NO_FLOW: FlowKey = FlowKey::ZERO;
 /// A recency stamp no packet has (see `Pipeline::recent`).
 const NEVER: (u64, u32) = (u64::MAX, 0);
 /// Packets gathered for the merge engine in one burst, before the vector grows: a burst of

@@ -93,14 +93,7 @@ pub mod flags {
 
 impl FlowEntry {
     /// The all-zero key of an empty entry.
-    pub const EMPTY_KEY: FlowKey = FlowKey {
-        src: [0; 16],
-        dst: [0; 16],
-        sport: 0,
-        dport: 0,
-        proto: 0,
-        v6: false,
-    };
+    pub const EMPTY_KEY: FlowKey = FlowKey::ZERO;
 
     const EMPTY: FlowEntry = FlowEntry {
         key: Self::EMPTY_KEY,

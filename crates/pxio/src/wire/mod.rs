@@ -123,6 +123,16 @@ pub struct FlowKey {
 const IPV4_ADDR_LEN: usize = 4;
 
 impl FlowKey {
+    /// The all-zero key: no packet has it (an empty table slot's).
+    pub const ZERO: FlowKey = FlowKey {
+        src: [0; 16],
+        dst: [0; 16],
+        sport: 0,
+        dport: 0,
+        proto: 0,
+        v6: false,
+    };
+
     /// The source address as IPv4, when the key is IPv4.
     pub fn src_v4(&self) -> Option<[u8; 4]> {
         (!self.v6).then(|| first_four(&self.src))
@@ -654,14 +664,7 @@ pub fn flow_of(head: &[u8], frame_len: usize) -> Option<FlowKey> {
     let head = &head[..head.len().min(frame_len)];
     let (_, l2_len, ethertype) = ethernet::walk_header(head).ok()?;
     let ip = head.get(l2_len..)?;
-    let mut key = FlowKey {
-        src: [0; 16],
-        dst: [0; 16],
-        sport: 0,
-        dport: 0,
-        proto: 0,
-        v6: false,
-    };
+    let mut key = FlowKey::ZERO;
     let l4 = match ethertype {
         ethernet::ethertype::IPV4 => {
             let v4 = Ipv4Packet::new_checked(ip).ok()?;
