@@ -270,23 +270,30 @@ pub(crate) struct KeyWords(pub(crate) FlowKey);
 
 impl std::hash::Hash for KeyWords {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let k = &self.0;
-        let word = |b: &[u8; 16], at: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[at..at + 8]);
-            u64::from_ne_bytes(w)
-        };
-        state.write_u64(word(&k.src, 0));
-        state.write_u64(word(&k.src, 8));
-        state.write_u64(word(&k.dst, 0));
-        state.write_u64(word(&k.dst, 8));
-        state.write_u64(
-            u64::from(k.sport)
-                | u64::from(k.dport) << 16
-                | u64::from(k.proto) << 32
-                | u64::from(k.v6) << 40,
-        );
+        for w in key_words(&self.0) {
+            state.write_u64(w);
+        }
     }
+}
+
+/// `key` as five machine words: the addresses' halves, then ports, protocol and family.
+#[inline]
+pub(crate) fn key_words(k: &FlowKey) -> [u64; 5] {
+    let word = |b: &[u8; 16], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[at..at + 8]);
+        u64::from_ne_bytes(w)
+    };
+    [
+        word(&k.src, 0),
+        word(&k.src, 8),
+        word(&k.dst, 0),
+        word(&k.dst, 8),
+        u64::from(k.sport)
+            | u64::from(k.dport) << 16
+            | u64::from(k.proto) << 32
+            | u64::from(k.v6) << 40,
+    ]
 }
 
 /// How often at most an established connection moves to the front of the recency order
@@ -885,8 +892,8 @@ impl ConnTable {
         let k = KeyWords(*key);
         // The slot remembered, when it still holds the connection (one key compare); else
         // the lookup.
-        let slot = match at.and_then(|at| Some((at, self.map.slot_mut(at)?.0 == &k))) {
-            Some((at, true)) => at,
+        let slot = match at {
+            Some(at) if self.map.holds(at, &k) => at,
             _ => self.map.find(&k)?,
         };
         let (_, c) = self.map.slot_mut(slot)?;

@@ -94,6 +94,15 @@ impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
         self.find(key).is_some()
     }
 
+    /// Whether slot `slot` (from [`find`](Self::find)) still holds `key`'s entry.
+    #[inline]
+    pub fn holds(&self, slot: u32, key: &K) -> bool {
+        self.slots
+            .get(slot as usize)
+            .and_then(|s| s.entry.as_ref())
+            .is_some_and(|(k, _)| k == key)
+    }
+
     /// `key`'s entry in slot `slot` (from [`find`](Self::find)), if the slot still holds it;
     /// the order is left as it is.
     #[inline]
@@ -112,12 +121,6 @@ impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
         Some((&*k, v))
     }
 
-    /// `key`'s entry, the order left as it is.
-    pub fn peek_mut(&mut self, key: &K) -> Option<&mut V> {
-        let slot = self.find(key)?;
-        self.slots[slot as usize].entry.as_mut().map(|(_, v)| v)
-    }
-
     /// `key`'s entry, made the most recently used.
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
         let slot = self.find(key)?;
@@ -125,16 +128,9 @@ impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
         self.slots[slot as usize].entry.as_mut().map(|(_, v)| v)
     }
 
-    /// Makes `key`'s entry the most recently used.
-    pub fn promote(&mut self, key: &K) {
-        if let Some(slot) = self.find(key) {
-            self.move_to_front(slot);
-        }
-    }
-
     /// Makes the entry in `slot` the most recently used, if it is `key`'s.
     pub fn promote_at(&mut self, slot: u32, key: &K) {
-        if self.at_mut(slot, key).is_some() {
+        if self.holds(slot, key) {
             self.move_to_front(slot);
         }
     }
@@ -282,9 +278,14 @@ mod tests {
                 match op {
                     Op::Push(k, v) => prop_assert_eq!(slab.push(k, v), model.push(k, v)),
                     Op::Get(k) => prop_assert_eq!(slab.get_mut(&k).copied(), model.get_mut(&k).copied()),
-                    Op::Peek(k) => prop_assert_eq!(slab.peek_mut(&k).copied(), model.peek_mut(&k).copied()),
+                    Op::Peek(k) => {
+                        let got = slab.find(&k).and_then(|s| slab.at_mut(s, &k).copied());
+                        prop_assert_eq!(got, model.peek_mut(&k).copied());
+                    }
                     Op::Promote(k) => {
-                        slab.promote(&k);
+                        if let Some(s) = slab.find(&k) {
+                            slab.promote_at(s, &k);
+                        }
                         model.promote(&k);
                     }
                     Op::Pop(k) => prop_assert_eq!(slab.pop(&k), model.pop(&k)),
@@ -299,6 +300,7 @@ mod tests {
                 prop_assert_eq!(slab.peek_lru().map(|(k, v)| (*k, *v)), model.peek_lru().map(|(k, v)| (*k, *v)));
                 for &(s, k) in &kept {
                     let live = slab.find(&k) == Some(s);
+                    prop_assert_eq!(slab.holds(s, &k), live);
                     let got = slab.at_mut(s, &k).copied();
                     prop_assert_eq!(got.is_some(), live);
                     if live {

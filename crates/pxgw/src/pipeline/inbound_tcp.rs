@@ -42,9 +42,9 @@ impl<B: PacketBuf> Pipeline<B> {
         let plain = seg.filter(|s| !(s.syn || s.rst || s.fin));
         let slot = recent_slot(&key);
         let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
-        let (seen, seen_ack, seen_when, seen_at) = self.recent[slot];
-        let at = (seen == key).then_some(seen_at);
-        let repeat = plain.is_some_and(|s| at.is_some() && seen_ack == s.ack && seen_when == stamp);
+        let seen = self.recall(slot, &key);
+        let at = seen.map(|r| r.3);
+        let repeat = plain.is_some_and(|s| seen.is_some_and(|r| r.1 == s.ack && r.2 == stamp));
         let found = if repeat {
             at
         } else {
@@ -175,6 +175,13 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
+    /// What the recent-connection slot `slot` remembers of `key`'s connection, if it is that
+    /// connection's ([`Recent`]).
+    pub(super) fn recall(&self, slot: usize, key: &FlowKey) -> Option<Recent> {
+        let r = self.recent[slot];
+        (r.0 == *key).then_some(r)
+    }
+
     /// Hands `pkt` to the merge engine: at once on its general path while it streams the
     /// burst's chunk, gathered for the end of the chunk otherwise inside
     /// [`inbound_burst`](Pipeline::inbound_burst), at once for a packet handed over alone.
@@ -288,21 +295,15 @@ pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32), u32);
 pub(super) const RECENT_SLOTS: usize = 1024;
 
 /// The slot of `key` (inbound-oriented, so both directions of a connection share it) among the
-/// recent connections: a multiplicative fold of its addresses and ports. Not the NIC's RSS
+/// recent connections: a multiplicative fold of its words (`conn::key_words`). Not the NIC's RSS
 /// hash: under the ports' symmetric key that hash is a function of the XOR of the tuple's
 /// 16-bit words, so flows whose address and port step together (198.19.0.n:32768+n, say) all
 /// share one. A slot only saves a lookup (its whole key is compared), so keys that collide,
 /// chosen or not, only cost the lookup.
 #[inline]
 pub(super) fn recent_slot(key: &FlowKey) -> usize {
-    let half = |b: &[u8; 16], at: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[at..at + 8]);
-        u64::from_ne_bytes(w)
-    };
-    let src = half(&key.src, 0) ^ half(&key.src, 8);
-    let dst = half(&key.dst, 0) ^ half(&key.dst, 8);
-    let ports = u64::from(key.sport) << 16 | u64::from(key.dport);
-    let h = (src ^ dst.rotate_left(29) ^ ports.rotate_left(47)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let [s0, s1, d0, d1, ports] = conn::key_words(key);
+    let h = (s0 ^ s1 ^ (d0 ^ d1).rotate_left(29) ^ ports.rotate_left(47))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (h >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
 }

@@ -125,9 +125,10 @@ pub struct Pipeline<B: PacketBuf> {
     pieces: Vec<B>,
     /// Whether frames cut short were reported, (outbound, inbound).
     warned_bad_ip_length: [bool; 2],
-    /// Established connections seen, by a fold of their key (`inbound_tcp::recent_slot`), with the acknowledgement a plain inbound segment of
-    /// theirs carried, the recency period, the connection table's generation and their slot
-    /// in it (`inbound_tcp`, `outbound_tcp`).
+    /// Established connections seen, by a fold of their key (`inbound_tcp::recent_slot`),
+    /// with the acknowledgement a plain inbound segment of theirs carried, the recency period,
+    /// the connection table's generation and their slot in it (`inbound_tcp`,
+    /// `outbound_tcp`).
     recent: Box<[inbound_tcp::Recent; inbound_tcp::RECENT_SLOTS]>,
     /// When a segment the merge engine's fast path took was last recorded for each of its
     /// flow entries: the recency period and the connection table's generation

@@ -32,8 +32,7 @@ impl<B: PacketBuf> Pipeline<B> {
             // and the counters are read and written.
             // The connection's slot, remembered as inbound segments remember it.
             let slot = inbound_tcp::recent_slot(&key);
-            let (seen, _, _, seen_at) = self.recent[slot];
-            let at = (seen == key).then_some(seen_at);
+            let at = self.recall(slot, &key).map(|r| r.3);
             if let Some((found, c)) = self.conns.on_inside_mut(at, &key, &seg, now) {
                 if at != Some(found) {
                     // No acknowledgement or period of an inbound segment: the next inbound

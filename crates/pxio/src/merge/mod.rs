@@ -447,7 +447,14 @@ impl<B: PacketBuf> Merger<B> {
         let n = chunk.len();
         let mut rss = [0u32; BURST_CHUNK];
         let mut hints = [flow_table::NIL; BURST_CHUNK];
-        let with_rss = self.stream_prologue(&chunk, &mut rss, &mut hints);
+        let with_rss = prologue(
+            &self.fast,
+            &self.flows,
+            &mut self.chunk_last,
+            &chunk,
+            &mut rss,
+            &mut hints,
+        );
         // Every packet's parse, or none (a caller hands over all or nothing).
         let parses_ok = parses.len() == n;
         if with_rss == 0 {
@@ -466,29 +473,6 @@ impl<B: PacketBuf> Merger<B> {
         self.chunk = chunk;
         self.chunk_parses = parses;
         n == BURST_CHUNK
-    }
-
-    /// Reads the RSS hash of each packet of `chunk` (at most [`BURST_CHUNK`]) into `rss`, and
-    /// the flow the fast index names for it into `hints`; returns which packets carry one (bit
-    /// `i` for `chunk[i]`). Notes in `chunk_last` the last packet of each hash: a packet is the
-    /// last of its flow in the chunk when it is the last of its hash. A false "not last" only
-    /// keeps a segment for the settle, which sends it anyway. The table is not cleared (a 1 KB
-    /// store per chunk): every slot read for this chunk was written here.
-    #[inline(always)]
-    fn stream_prologue(
-        &mut self,
-        chunk: &[B],
-        rss: &mut [u32; BURST_CHUNK],
-        hints: &mut [u32; BURST_CHUNK],
-    ) -> u64 {
-        prologue(
-            &self.fast,
-            &self.flows,
-            &mut self.chunk_last,
-            chunk,
-            rss,
-            hints,
-        )
     }
 
     /// After a chunk taken in arrival order, of `n` packets, while `joined` segments had
@@ -580,11 +564,7 @@ impl<B: PacketBuf> Merger<B> {
         );
         self.stream.len = 0;
         self.stream.joins = 0;
-        let st = &mut self.stats;
-        st.packets_in += joins;
-        st.merges += joins;
-        st.run_merges += joins;
-        st.fast_merges += joins;
+        self.count_fast_joins(joins);
         if len > 0 {
             self.choose_next(before, len);
         }
@@ -657,7 +637,12 @@ impl<B: PacketBuf> Merger<B> {
             let alone = hashed && usize::from(self.chunk_last[rss[i] as usize % LAST_SLOTS]) == i;
             self.rx_general(pkt, hints[i], alone, parses.get(i), now, out);
         }
-        // The counters of the segments the fast path appended, once for the chunk.
+        self.count_fast_joins(joins);
+    }
+
+    /// Counts the segments the fast path appended (`fast::Joined::Appended`), once per chunk.
+    #[inline(always)]
+    fn count_fast_joins(&mut self, joins: u64) {
         let s = &mut self.stats;
         s.packets_in += joins;
         s.merges += joins;
@@ -1075,9 +1060,13 @@ impl<B: PacketBuf> Merger<B> {
     }
 }
 
-/// [`Merger::stream_prologue`], on the fields it reads and writes: each packet's RSS hash into
-/// `rss`, the flow the fast index names for it into `hints`, the last packet of each hash into
-/// `chunk_last`; returns which packets carry a hash.
+/// Before a chunk is taken in arrival order: reads the RSS hash of each packet of `chunk` (at
+/// most [`BURST_CHUNK`]) into `rss`, and the flow the fast index names for it into `hints`;
+/// returns which packets carry one (bit `i` for `chunk[i]`). Notes in `chunk_last` the last
+/// packet of each hash: a packet is the last of its flow in the chunk when it is the last of
+/// its hash. A false "not last" only keeps a segment for the settle, which sends it anyway. The
+/// table is not cleared (a 1 KB store per chunk): every slot read for this chunk was written
+/// here. On the fields it reads and writes, so a caller may hold others.
 #[inline(always)]
 fn prologue<B: PacketBuf>(
     fast: &fast::FastIndex,
