@@ -60,7 +60,7 @@ pub fn run(
                     if let Some(rule) = upf.downlink(&m.hdr, lab.now_ns()) {
                         let _ = px.split(pkt, m.seg_mtu(), &mut pieces); // the sender's segments
                         for pkt in pieces.drain(..) {
-                            if let Some(pkt) = upf.encap(pkt, m.hdr.l2_len, rule.far, px.pool()) {
+                            if let Some(pkt) = upf.encap(pkt, m.hdr.l2_len, rule, px.pool()) {
                                 px.enqueue(pkt);
                             }
                         }

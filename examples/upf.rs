@@ -49,7 +49,7 @@ pub fn run(
                 }
                 Class::Tcp(hdr) | Class::Udp(hdr) => {
                     if let Some(rule) = upf.downlink(&hdr, lab.now_ns()) {
-                        if let Some(pkt) = upf.encap(pkt, hdr.l2_len, rule.far, &lab.headers) {
+                        if let Some(pkt) = upf.encap(pkt, hdr.l2_len, rule, &lab.headers) {
                             sender.push(pkt);
                         }
                     }

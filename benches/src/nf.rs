@@ -173,7 +173,7 @@ impl Nfs {
             }
             Kind::Upf => {
                 if let Some(rule) = self.upf.downlink(hdr, now) {
-                    if let Some(p) = self.upf.encap(pkt, hdr.l2_len, rule.far, pool) {
+                    if let Some(p) = self.upf.encap(pkt, hdr.l2_len, rule, pool) {
                         out.push(p);
                     }
                 }
@@ -539,7 +539,7 @@ impl PxRun<'_, '_> {
                         let _ = px.split(pkt, m.seg_mtu(), pieces);
                         for p in pieces.drain(..) {
                             let p = nf_timer
-                                .time(|| nfs.upf.encap(p, m.hdr.l2_len, rule.far, &pools.headers));
+                                .time(|| nfs.upf.encap(p, m.hdr.l2_len, rule, &pools.headers));
                             if let Some(p) = p {
                                 px.enqueue(p);
                             }

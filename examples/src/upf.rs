@@ -1,20 +1,28 @@
 //! A 5G UPF data path in the dUPF design (APNet'23), the UPF port of SIGCOMM'26 §7.3.
 //!
-//! - **Downlink** (N6 → N3): the PDR is found by the UE address (the packet's destination); its
-//!   FAR says where the session's gNB is and which TEID it expects; its QER meters the session
-//!   against its maximum bit rate (a token bucket). The packet is then encapsulated in GTP-U
-//!   (outer IPv4 + UDP 2152 + the G-PDU header with a PDU Session Container carrying the QFI,
-//!   TS 29.281 / TS 38.415) toward the gNB. The PX version merges downlink TCP before these
-//!   lookups and splits back to the sender's segments before encapsulating, so the tables are
-//!   read once per merged packet.
-//! - **Uplink** (N3 → N6): the outer headers and the G-PDU header are checked, the PDR is found
-//!   by the TEID and the inner source address, FAR and QER apply, and the packet is
-//!   decapsulated. The PX version hands the inner packet to pxio's `tx`, which splits it to the
-//!   N6 MTU when a gNB sent more than 1500 B over a jumbo N3.
+//! - **Rules** as TS 29.244 has them: a session's PDRs each carry a precedence and an SDF
+//!   filter (protocol, remote prefix and ports, UE ports); of the PDRs that match a packet, the
+//!   one of highest precedence (lowest value) applies, and names the FAR and the QER. The
+//!   classifier finds the session by one hash lookup (UE address downlink, TEID uplink) and
+//!   walks that session's PDRs in precedence order, so its cost does not grow with the number
+//!   of sessions. [`STANDARD_RULES`] is an operator's rule set of 8 PDRs per direction.
+//! - **Downlink** (N6 → N3): the session by the UE address (the packet's destination), its
+//!   downlink PDR by the filters (remote = source); the PDR's QER meters the QoS flow against
+//!   its maximum bit rate (a token bucket) and gives the QFI; its FAR says where the session's
+//!   gNB is and which TEID it expects. The packet is then encapsulated in GTP-U (outer IPv4 +
+//!   UDP 2152 + the G-PDU header with a PDU Session Container carrying the QFI, TS 29.281 /
+//!   TS 38.415) toward the gNB. The PX version merges downlink TCP before these lookups and
+//!   splits back to the sender's segments before encapsulating, so the tables are read once
+//!   per merged packet.
+//! - **Uplink** (N3 → N6): the outer headers and the G-PDU header are checked, the session is
+//!   found by the TEID and the inner source must be its UE address, its uplink PDR by the
+//!   filters (remote = inner destination), QER and FAR apply, and the packet is decapsulated.
+//!   The PX version hands the inner packet to pxio's `tx`, which splits it to the N6 MTU when
+//!   a gNB sent more than 1500 B over a jumbo N3.
 //!
-//! Rules per session: four PDRs (downlink and uplink, IPv4 and IPv6), two FARs and one QER;
-//! 512 k sessions make the setups of the papers: 2 M PDRs, 1 M FARs, 512 k QERs. Each PDR
-//! counts the bytes it matched (what a usage report would carry).
+//! With [`STANDARD_RULES`] a session has 16 PDRs, 2 FARs and 2 QERs: 262,144 sessions make the
+//! rule counts of the PacketExpress paper's UPF setup (4 M PDRs, 500 k FARs, 500 k QERs).
+//! Each PDR counts the bytes it matched (what a usage report would carry).
 
 use hashbrown::HashMap;
 use pxio::wire::gtpu::{self, GtpuRepr, PduDirection};
@@ -72,9 +80,9 @@ pub struct SessionSpec {
     pub dl_teid: u32,
     /// The gNB's N3 address.
     pub gnb: [u8; 4],
-    /// Maximum bit rate of the session (both directions), bit/s.
+    /// Maximum bit rate of each of the session's QoS flows (both directions), bit/s.
     pub mbr_bps: u64,
-    /// The QoS flow identifier (0..=63).
+    /// The QoS flow identifier of the session's default flow (0..=63).
     pub qfi: u8,
 }
 
@@ -116,23 +124,262 @@ impl SessionSpec {
     }
 }
 
-/// Packet detection rule.
+/// A port range, both ends included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PortRange {
+    /// The first port.
+    pub lo: u16,
+    /// The last port.
+    pub hi: u16,
+}
+
+impl PortRange {
+    /// Every port.
+    pub const ANY: Self = Self::new(0, u16::MAX);
+
+    /// `lo..=hi`.
+    pub const fn new(lo: u16, hi: u16) -> Self {
+        Self { lo, hi }
+    }
+
+    /// One port.
+    pub const fn one(port: u16) -> Self {
+        Self::new(port, port)
+    }
+
+    fn holds(self, port: u16) -> bool {
+        self.lo <= port && port <= self.hi
+    }
+}
+
+/// An address prefix of one family; a length of 0 matches every address of both families.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Prefix {
+    /// The address (an IPv4 address fills the first 4 bytes).
+    pub addr: [u8; 16],
+    /// Its length in bits.
+    pub len: u8,
+    /// IPv6.
+    pub v6: bool,
+}
+
+impl Prefix {
+    /// Any address.
+    pub const ANY: Self = Self {
+        addr: [0; 16],
+        len: 0,
+        v6: false,
+    };
+
+    /// An IPv4 prefix.
+    pub const fn v4(a: [u8; 4], len: u8) -> Self {
+        Self {
+            addr: [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            len,
+            v6: false,
+        }
+    }
+
+    /// An IPv6 prefix.
+    pub const fn v6(addr: [u8; 16], len: u8) -> Self {
+        Self {
+            addr,
+            len,
+            v6: true,
+        }
+    }
+}
+
+/// A service data flow filter (TS 29.244 §5.2.1: the PDI's SDF filter, a flow description in
+/// the IPFilterRule form `permit out <proto> from <remote> <ports> to <UE> <ports>`): the
+/// protocol, the remote end's prefix and ports, and the UE's ports. The remote end is the
+/// source of a downlink packet and the destination of an uplink one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SdfFilter {
+    /// IP protocol; `None`: any.
+    pub proto: Option<u8>,
+    /// The remote end's address.
+    pub remote: Prefix,
+    /// The remote end's ports.
+    pub remote_ports: PortRange,
+    /// The UE's ports.
+    pub ue_ports: PortRange,
+}
+
+impl SdfFilter {
+    /// Matches every packet.
+    pub const ANY: Self = Self {
+        proto: None,
+        remote: Prefix::ANY,
+        remote_ports: PortRange::ANY,
+        ue_ports: PortRange::ANY,
+    };
+}
+
+/// A PDR as the SMF installs it: direction, precedence (the lower value wins, TS 29.244
+/// §8.2.11), its SDF filter, and which of the session's QERs applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PdrSpec {
+    /// Uplink (source interface access) or downlink (core).
+    pub uplink: bool,
+    /// Precedence: of the PDRs that match, the one with the lowest value applies.
+    pub precedence: u32,
+    /// The SDF filter.
+    pub filter: SdfFilter,
+    /// The session's QER: 0 the session's default QoS flow, 1 its prioritised flow.
+    pub qer: u8,
+}
+
+const fn pdr(uplink: bool, precedence: u32, filter: SdfFilter, qer: u8) -> PdrSpec {
+    PdrSpec {
+        uplink,
+        precedence,
+        filter,
+        qer,
+    }
+}
+
+const fn sdf(proto: Option<u8>, remote: Prefix, remote_ports: PortRange) -> SdfFilter {
+    SdfFilter {
+        proto,
+        remote,
+        remote_ports,
+        ue_ports: PortRange::ANY,
+    }
+}
+
+/// An operator's PCC rules of one data network, installed in every session: SIP signalling,
+/// a video CDN per family and a measurement service on the prioritised QoS flow, DNS, HTTPS and
+/// the operator's own services on the default one, and a match-all rule last; each rule once
+/// per direction (8 downlink and 8 uplink PDRs). Addresses from the documentation ranges.
+pub const STANDARD_RULES: [PdrSpec; 16] = {
+    const TCP: Option<u8> = Some(ip_proto::TCP);
+    const UDP: Option<u8> = Some(ip_proto::UDP);
+    const CDN6: [u8; 16] = [
+        0x20, 0x01, 0x0d, 0xb8, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    const RULES: [(u32, SdfFilter, u8); 8] = [
+        (100, sdf(UDP, Prefix::ANY, PortRange::new(5060, 5061)), 1),
+        (
+            200,
+            sdf(TCP, Prefix::v4([192, 0, 2, 0], 25), PortRange::one(443)),
+            1,
+        ),
+        (300, sdf(TCP, Prefix::v6(CDN6, 48), PortRange::one(443)), 1),
+        (400, sdf(UDP, Prefix::ANY, PortRange::one(53)), 0),
+        (500, sdf(TCP, Prefix::ANY, PortRange::new(5201, 5210)), 1),
+        (600, sdf(TCP, Prefix::ANY, PortRange::one(443)), 0),
+        (
+            700,
+            sdf(None, Prefix::v4([10, 0, 0, 0], 8), PortRange::ANY),
+            0,
+        ),
+        (u32::MAX, SdfFilter::ANY, 0),
+    ];
+    let mut out = [pdr(false, 0, SdfFilter::ANY, 0); 16];
+    let mut i = 0;
+    while i < 8 {
+        let (prec, f, q) = RULES[i];
+        out[i] = pdr(false, prec, f, q);
+        out[8 + i] = pdr(true, prec, f, q);
+        i += 1;
+    }
+    out
+};
+
+/// The QFI of the sessions' prioritised QoS flow ([`STANDARD_RULES`]' QER 1): 5QI 1,
+/// conversational voice.
+pub const PRIORITY_QFI: u8 = 1;
+
+/// A PDR as the data path reads it: 40 bytes, a session's PDRs side by side in precedence
+/// order, so that matching one walks a few adjacent cache lines.
 #[derive(Clone, Copy, Debug)]
 struct Pdr {
+    /// The remote prefix, as a big-endian 128-bit number split in two.
+    net: [u64; 2],
+    plen: u8,
+    /// 0: any family (a zero-length prefix), else 4 or 6.
+    family: u8,
+    /// 0: any protocol.
+    proto: u8,
+    remote_ports: PortRange,
+    ue_ports: PortRange,
+    precedence: u32,
     far: u32,
     qer: u32,
+}
+
+/// The 128-bit number of a [`FlowKey`](pxio::wire::FlowKey)-style 16-byte address.
+fn addr_bits(a: &[u8; 16]) -> u128 {
+    u128::from_be_bytes(*a)
+}
+
+impl Pdr {
+    fn new(spec: &PdrSpec, far: u32, qer: u32) -> Self {
+        let f = &spec.filter;
+        let len = f.remote.len.min(if f.remote.v6 { 128 } else { 32 });
+        let net = addr_bits(&f.remote.addr) & mask(len);
+        Self {
+            net: [(net >> 64) as u64, net as u64],
+            plen: len,
+            family: match (len, f.remote.v6) {
+                (0, _) => 0,
+                (_, false) => 4,
+                (_, true) => 6,
+            },
+            proto: f.proto.unwrap_or(0),
+            remote_ports: f.remote_ports,
+            ue_ports: f.ue_ports,
+            precedence: spec.precedence,
+            far,
+            qer,
+        }
+    }
+
+    /// Whether a packet of protocol `proto` between `remote` (port `rport`) and the UE's port
+    /// `uport` matches the filter.
+    #[inline]
+    fn matches(&self, v6: bool, proto: u8, remote: u128, rport: u16, uport: u16) -> bool {
+        (self.family == 0 || (self.family == 6) == v6)
+            && (self.proto == 0 || self.proto == proto)
+            && self.remote_ports.holds(rport)
+            && self.ue_ports.holds(uport)
+            && (remote ^ ((u128::from(self.net[0]) << 64) | u128::from(self.net[1])))
+                & mask(self.plen)
+                == 0
+    }
+}
+
+/// The mask of a `len`-bit prefix.
+fn mask(len: u8) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(len.min(128)))
+    }
+}
+
+/// A session: where its PDRs are (downlink first, then uplink, each in precedence order) and
+/// its UE addresses (an uplink PDR's PDI names the UE address the inner source must carry).
+#[derive(Clone, Copy, Debug)]
+struct Session {
+    first_pdr: u32,
+    dl: u16,
+    ul: u16,
+    ue_v4: [u8; 4],
+    ue_v6: [u8; 16],
 }
 
 /// Forwarding action rule.
 #[derive(Clone, Copy, Debug)]
 enum Far {
     /// Encapsulate toward a gNB.
-    Encap { teid: u32, gnb: [u8; 4], qfi: u8 },
+    Encap { teid: u32, gnb: [u8; 4] },
     /// Decapsulated packets go to the data network.
     ToN6,
 }
 
-/// QoS enforcement rule: a token bucket for the maximum bit rate.
+/// QoS enforcement rule: the QoS flow's QFI and a token bucket for its maximum bit rate.
 #[derive(Clone, Copy, Debug)]
 struct Qer {
     /// Refill, bytes per ns.
@@ -141,10 +388,11 @@ struct Qer {
     depth: f64,
     tokens: f64,
     last_ns: u64,
+    qfi: u8,
 }
 
 impl Qer {
-    fn new(mbr_bps: u64) -> Self {
+    fn new(mbr_bps: u64, qfi: u8) -> Self {
         let rate = mbr_bps as f64 / 8e9;
         let depth = (rate * 1e6).max(65_536.0);
         Self {
@@ -152,6 +400,7 @@ impl Qer {
             depth,
             tokens: depth,
             last_ns: 0,
+            qfi,
         }
     }
 
@@ -181,6 +430,9 @@ pub enum UpfError {
     /// A QFI above 63.
     #[error("QFI {0} is out of range (0..=63)")]
     Qfi(u8),
+    /// A session's PDRs name a QER it does not have, or are too many for one direction.
+    #[error("a session's PDRs are malformed: {0}")]
+    Rules(&'static str),
 }
 
 /// Counters.
@@ -204,23 +456,31 @@ pub struct UpfStats {
     pub offload_unsupported: u64,
 }
 
-/// The PDR key of a UE address: the 16-byte form and the family.
-type UeKey = ([u8; 16], bool);
-
-/// What the downlink rules decided for a packet: the PDR that matched and the FAR to apply.
+/// What the downlink rules decided for a packet: the PDR that matched, the FAR to apply and
+/// the QoS flow it belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DlDecision {
     /// The PDR.
     pub pdr: u32,
     /// The FAR (its index, for [`Upf::encap`]).
     pub far: u32,
+    /// The QFI the QER gives the packet (carried in the G-PDU's PDU Session Container).
+    pub qfi: u8,
 }
 
 /// The UPF's rule tables and counters.
+///
+/// Classification is two-stage, as a UPF with millions of PDRs does it: the session is found
+/// by one hash lookup (the UE address on downlink, the TEID on uplink), then its few PDRs
+/// are tried in precedence order and the first whose SDF filter matches applies. The cost per
+/// packet is one lookup and a walk of one session's PDRs, whatever the number of sessions.
 pub struct Upf {
     cfg: UpfConfig,
-    pdr_dl: HashMap<UeKey, u32>,
-    pdr_ul: HashMap<(u32, UeKey), u32>,
+    /// Sessions by UE IPv4 address, UE IPv6 address and uplink TEID.
+    by_v4: HashMap<u32, u32>,
+    by_v6: HashMap<u128, u32>,
+    by_teid: HashMap<u32, u32>,
+    sessions: Vec<Session>,
     pdrs: Vec<Pdr>,
     fars: Vec<Far>,
     qers: Vec<Qer>,
@@ -229,17 +489,15 @@ pub struct Upf {
     stats: UpfStats,
 }
 
-fn key4(a: [u8; 4]) -> UeKey {
-    (crate::addr16(&a), false)
-}
-
 impl Upf {
-    /// Empty tables sized for `sessions` sessions.
+    /// Empty tables sized for `sessions` sessions of [`STANDARD_RULES`].
     pub fn with_capacity(cfg: UpfConfig, sessions: usize) -> Result<Self, UpfError> {
         let mut u = Self {
             cfg,
-            pdr_dl: HashMap::new(),
-            pdr_ul: HashMap::new(),
+            by_v4: HashMap::new(),
+            by_v6: HashMap::new(),
+            by_teid: HashMap::new(),
+            sessions: Vec::new(),
             pdrs: Vec::new(),
             fars: Vec::new(),
             qers: Vec::new(),
@@ -248,22 +506,17 @@ impl Upf {
         };
         let err = |_| UpfError::Capacity(sessions);
         let n = sessions
-            .checked_mul(4)
+            .checked_mul(STANDARD_RULES.len())
             .ok_or(UpfError::Capacity(sessions))?;
-        u.pdr_dl.try_reserve(sessions * 2).map_err(err)?;
-        u.pdr_ul.try_reserve(sessions * 2).map_err(err)?;
-        u.pdrs
-            .try_reserve(n)
-            .map_err(|_| UpfError::Capacity(sessions))?;
-        u.pdr_bytes
-            .try_reserve(n)
-            .map_err(|_| UpfError::Capacity(sessions))?;
-        u.fars
-            .try_reserve(sessions * 2)
-            .map_err(|_| UpfError::Capacity(sessions))?;
-        u.qers
-            .try_reserve(sessions)
-            .map_err(|_| UpfError::Capacity(sessions))?;
+        u.by_v4.try_reserve(sessions).map_err(err)?;
+        u.by_v6.try_reserve(sessions).map_err(err)?;
+        u.by_teid.try_reserve(sessions).map_err(err)?;
+        let cap = |_| UpfError::Capacity(sessions);
+        u.sessions.try_reserve_exact(sessions).map_err(cap)?;
+        u.pdrs.try_reserve_exact(n).map_err(cap)?;
+        u.pdr_bytes.try_reserve_exact(n).map_err(cap)?;
+        u.fars.try_reserve_exact(sessions * 2).map_err(cap)?;
+        u.qers.try_reserve_exact(sessions * 2).map_err(cap)?;
         Ok(u)
     }
 
@@ -272,7 +525,8 @@ impl Upf {
         hdr.proto == ip_proto::UDP && hdr.key.dport == gtpu::UDP_PORT
     }
 
-    /// Tables holding `n` synthetic sessions ([`SessionSpec::synthetic`]) plus `extra`.
+    /// Tables holding `n` synthetic sessions ([`SessionSpec::synthetic`]) plus `extra`, each
+    /// with [`STANDARD_RULES`].
     pub fn synthetic(
         cfg: UpfConfig,
         n: u32,
@@ -289,40 +543,69 @@ impl Upf {
         Ok(u)
     }
 
-    /// Installs a session: 4 PDRs, 2 FARs, 1 QER. Returns the index of its first PDR.
+    /// Installs a session with [`STANDARD_RULES`]: 16 PDRs, 2 FARs, 2 QERs. Returns the index
+    /// of its first PDR.
     pub fn add_session(&mut self, s: &SessionSpec) -> Result<u32, UpfError> {
+        self.add_session_with(s, &STANDARD_RULES)
+    }
+
+    /// Installs a session with the PDRs `rules` (any order; ties in precedence keep their
+    /// order), one FAR per direction, and two QERs at the session's MBR: 0 with the session's
+    /// QFI, 1 with [`PRIORITY_QFI`]. Returns the index of its first PDR: its downlink PDRs
+    /// follow in precedence order, then its uplink ones.
+    pub fn add_session_with(
+        &mut self,
+        s: &SessionSpec,
+        rules: &[PdrSpec],
+    ) -> Result<u32, UpfError> {
         if s.qfi > 63 {
             return Err(UpfError::Qfi(s.qfi));
         }
-        let dl_keys = [key4(s.ue_v4), (s.ue_v6, true)];
-        let ul_keys = [(s.ul_teid, key4(s.ue_v4)), (s.ul_teid, (s.ue_v6, true))];
-        if dl_keys.iter().any(|k| self.pdr_dl.contains_key(k))
-            || ul_keys.iter().any(|k| self.pdr_ul.contains_key(k))
+        if rules.iter().any(|r| r.qer > 1) {
+            return Err(UpfError::Rules("a PDR names a QER other than 0 or 1"));
+        }
+        let dl = rules.iter().filter(|r| !r.uplink).count();
+        let ul = rules.len() - dl;
+        let (Ok(dl16), Ok(ul16)) = (u16::try_from(dl), u16::try_from(ul)) else {
+            return Err(UpfError::Rules("more than 65535 PDRs in one direction"));
+        };
+        let v4 = u32::from_be_bytes(s.ue_v4);
+        let v6 = u128::from_be_bytes(s.ue_v6);
+        if self.by_v4.contains_key(&v4)
+            || self.by_v6.contains_key(&v6)
+            || self.by_teid.contains_key(&s.ul_teid)
         {
             return Err(UpfError::Duplicate);
         }
+        let session = self.sessions.len() as u32;
         let first = self.pdrs.len() as u32;
         let qer = self.qers.len() as u32;
-        self.qers.push(Qer::new(s.mbr_bps));
-        let dl_far = self.fars.len() as u32;
+        self.qers.push(Qer::new(s.mbr_bps, s.qfi));
+        self.qers.push(Qer::new(s.mbr_bps, PRIORITY_QFI));
+        let far = self.fars.len() as u32;
         self.fars.push(Far::Encap {
             teid: s.dl_teid,
             gnb: s.gnb,
-            qfi: s.qfi,
         });
         self.fars.push(Far::ToN6);
-        for (i, k) in dl_keys.into_iter().enumerate() {
-            self.pdr_dl.insert(k, first + i as u32);
-            self.pdrs.push(Pdr { far: dl_far, qer });
-        }
-        for (i, k) in ul_keys.into_iter().enumerate() {
-            self.pdr_ul.insert(k, first + 2 + i as u32);
-            self.pdrs.push(Pdr {
-                far: dl_far + 1,
-                qer,
-            });
+        let mut sorted: Vec<&PdrSpec> = rules.iter().collect();
+        // Downlink first, then by precedence; the sort is stable.
+        sorted.sort_by_key(|r| (r.uplink, r.precedence));
+        for r in sorted {
+            let f = far + u32::from(r.uplink);
+            self.pdrs.push(Pdr::new(r, f, qer + u32::from(r.qer)));
         }
         self.pdr_bytes.resize(self.pdrs.len(), 0);
+        self.sessions.push(Session {
+            first_pdr: first,
+            dl: dl16,
+            ul: ul16,
+            ue_v4: s.ue_v4,
+            ue_v6: s.ue_v6,
+        });
+        self.by_v4.insert(v4, session);
+        self.by_v6.insert(v6, session);
+        self.by_teid.insert(s.ul_teid, session);
         Ok(first)
     }
 
@@ -331,41 +614,99 @@ impl Upf {
         (self.pdrs.len(), self.fars.len(), self.qers.len())
     }
 
+    /// The precedence of PDR `pdr`.
+    pub fn precedence(&self, pdr: u32) -> Option<u32> {
+        self.pdrs.get(pdr as usize).map(|p| p.precedence)
+    }
+
+    /// Bytes of memory the rule tables hold (capacity, hash tables' buckets included).
+    pub fn table_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let map = |cap: usize, entry: usize| cap * (entry + 1);
+        map(self.by_v4.capacity(), size_of::<(u32, u32)>())
+            + map(self.by_v6.capacity(), size_of::<(u128, u32)>())
+            + map(self.by_teid.capacity(), size_of::<(u32, u32)>())
+            + self.sessions.capacity() * size_of::<Session>()
+            + self.pdrs.capacity() * size_of::<Pdr>()
+            + self.pdr_bytes.capacity() * size_of::<u64>()
+            + self.fars.capacity() * size_of::<Far>()
+            + self.qers.capacity() * size_of::<Qer>()
+    }
+
     /// The settings.
     pub fn config(&self) -> &UpfConfig {
         &self.cfg
     }
 
+    /// The first of `pdrs` (in precedence order) whose filter matches.
+    #[inline]
+    fn first_match(
+        pdrs: &[Pdr],
+        v6: bool,
+        proto: u8,
+        remote: &[u8; 16],
+        rport: u16,
+        uport: u16,
+    ) -> Option<usize> {
+        let remote = addr_bits(remote);
+        pdrs.iter()
+            .position(|p| p.matches(v6, proto, remote, rport, uport))
+    }
+
     /// Downlink rules for a packet from the data network with headers `hdr`, arriving at
-    /// `now_ns`: PDR by the UE (destination) address, then the QER charges the packet's
-    /// payload. `None`: dropped and counted.
+    /// `now_ns`: the session by the UE (destination) address, its downlink PDR of highest
+    /// precedence whose SDF filter matches (remote = source), then that PDR's QER charges the
+    /// packet's payload. `None`: dropped and counted.
     pub fn downlink(&mut self, hdr: &Headers, now_ns: u64) -> Option<DlDecision> {
-        let Some(&pdr) = self.pdr_dl.get(&(hdr.key.dst, hdr.key.v6)) else {
+        let k = &hdr.key;
+        let session = if k.v6 {
+            self.by_v6.get(&u128::from_be_bytes(k.dst))
+        } else {
+            self.by_v4.get(&u32::from_be_bytes([
+                k.dst[0], k.dst[1], k.dst[2], k.dst[3],
+            ]))
+        };
+        let Some(s) = session.map(|&i| self.sessions[i as usize]) else {
             self.stats.no_pdr += 1;
             return None;
         };
-        let p = self.pdrs[pdr as usize];
-        if !self.qers[p.qer as usize].admit(u64::from(hdr.payload_len), now_ns) {
+        let first = s.first_pdr as usize;
+        let pdrs = &self.pdrs[first..first + usize::from(s.dl)];
+        let Some(i) = Self::first_match(pdrs, k.v6, hdr.proto, &k.src, k.sport, k.dport) else {
+            self.stats.no_pdr += 1;
+            return None;
+        };
+        let p = pdrs[i];
+        let pdr = (first + i) as u32;
+        let qer = &mut self.qers[p.qer as usize];
+        if !qer.admit(u64::from(hdr.payload_len), now_ns) {
             self.stats.qer_drops += 1;
             return None;
         }
+        let qfi = qer.qfi;
         self.pdr_bytes[pdr as usize] += u64::from(hdr.payload_len);
         self.stats.downlink += 1;
-        Some(DlDecision { pdr, far: p.far })
+        Some(DlDecision {
+            pdr,
+            far: p.far,
+            qfi,
+        })
     }
 
     /// Encapsulates one downlink packet (its L2 header of `l2_len` bytes is replaced) in
-    /// GTP-U per FAR `far`. `None`: dropped and counted (no buffer for the outer header).
+    /// GTP-U per the decision's FAR, with its QFI. `None`: dropped and counted (no buffer for
+    /// the outer header).
     pub fn encap<B: Frame>(
         &mut self,
         mut pkt: B,
         l2_len: u16,
-        far: u32,
+        rule: DlDecision,
         pool: &B::Pool,
     ) -> Option<B> {
-        let Far::Encap { teid, gnb, qfi } = self.fars[far as usize] else {
+        let Far::Encap { teid, gnb } = self.fars[rule.far as usize] else {
             return Some(pkt);
         };
+        let qfi = rule.qfi;
         if pkt.tx_checksums_by_nic() != (false, false) {
             self.stats.offload_unsupported += 1;
             return None;
@@ -428,24 +769,36 @@ impl Upf {
             return Verdict::Drop;
         };
         let inner_at = at + gtp_len;
-        let head = pkt.head();
-        let (v6, src) = match head.get(inner_at).map(|b| b >> 4) {
-            Some(4) if head.len() >= inner_at + 20 => {
-                (false, crate::addr16(&head[inner_at + 12..inner_at + 16]))
-            }
-            Some(6) if head.len() >= inner_at + 40 => {
-                (true, crate::addr16(&head[inner_at + 8..inner_at + 24]))
-            }
-            _ => {
-                self.stats.bad_gtp += 1;
-                return Verdict::Drop;
-            }
+        let Some(inner) = pkt.head().get(inner_at..).and_then(Inner::parse) else {
+            self.stats.bad_gtp += 1;
+            return Verdict::Drop;
         };
-        let Some(&pdr) = self.pdr_ul.get(&(gtp.teid, (src, v6))) else {
+        let v6 = inner.v6;
+        // The session by TEID; its PDRs' PDI names the UE address the inner source must be.
+        let session = self
+            .by_teid
+            .get(&gtp.teid)
+            .map(|&i| self.sessions[i as usize]);
+        let Some(s) = session.filter(|s| {
+            if v6 {
+                inner.src == s.ue_v6
+            } else {
+                inner.src[..4] == s.ue_v4
+            }
+        }) else {
             self.stats.no_pdr += 1;
             return Verdict::Drop;
         };
-        let p = self.pdrs[pdr as usize];
+        let first = s.first_pdr as usize + usize::from(s.dl);
+        let pdrs = &self.pdrs[first..first + usize::from(s.ul)];
+        let Some(i) =
+            Self::first_match(pdrs, v6, inner.proto, &inner.dst, inner.dport, inner.sport)
+        else {
+            self.stats.no_pdr += 1;
+            return Verdict::Drop;
+        };
+        let p = pdrs[i];
+        let pdr = first + i;
         let inner_len = (udp_payload - gtp_len) as u64;
         if !self.qers[p.qer as usize].admit(inner_len, now_ns) {
             self.stats.qer_drops += 1;
@@ -470,7 +823,7 @@ impl Upf {
         // A NIC's checksum verdict was on the outer UDP: nothing is known of the inner
         // packet's, so pxio's split must verify it before re-checksumming pieces.
         pkt.set_l4_csum_verdict(None);
-        self.pdr_bytes[pdr as usize] += inner_len;
+        self.pdr_bytes[pdr] += inner_len;
         self.stats.uplink += 1;
         Verdict::Forward
     }
@@ -483,5 +836,54 @@ impl Upf {
     /// The counters.
     pub fn stats(&self) -> &UpfStats {
         &self.stats
+    }
+}
+
+/// What the uplink PDRs read of a decapsulated packet: family, protocol, addresses and ports
+/// (0 for a protocol without ports, or an IPv6 packet whose first header is not TCP or UDP).
+struct Inner {
+    v6: bool,
+    proto: u8,
+    src: [u8; 16],
+    dst: [u8; 16],
+    sport: u16,
+    dport: u16,
+}
+
+impl Inner {
+    fn parse(b: &[u8]) -> Option<Self> {
+        let (v6, proto, src, dst, l4) = match b.first().map(|b| b >> 4) {
+            Some(4) if b.len() >= 20 => (
+                false,
+                b[9],
+                crate::addr16(&b[12..16]),
+                crate::addr16(&b[16..20]),
+                usize::from(b[0] & 0x0f) * 4,
+            ),
+            Some(6) if b.len() >= 40 => (
+                true,
+                b[6],
+                crate::addr16(&b[8..24]),
+                crate::addr16(&b[24..40]),
+                40,
+            ),
+            _ => return None,
+        };
+        let ported = proto == ip_proto::TCP || proto == ip_proto::UDP;
+        let (sport, dport) = match b.get(l4..l4 + 4) {
+            Some(p) if ported => (
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]]),
+            ),
+            _ => (0, 0),
+        };
+        Some(Self {
+            v6,
+            proto,
+            src,
+            dst,
+            sport,
+            dport,
+        })
     }
 }

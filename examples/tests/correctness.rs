@@ -11,7 +11,7 @@ use dpdk::testing;
 use px_nfs::lb::{Lb, LbConfig};
 use px_nfs::nat::{Nat, NatConfig};
 use px_nfs::traffic::{self, StreamKey};
-use px_nfs::upf::{SessionSpec, Upf, UpfConfig};
+use px_nfs::upf::{SessionSpec, Upf, UpfConfig, STANDARD_RULES};
 
 #[allow(dead_code)]
 #[path = "../lb.rs"]
@@ -227,7 +227,7 @@ fn upf_plain_and_px_give_the_same_streams_and_rule_decisions() {
         true,
     )
     .unwrap();
-    assert_eq!(upf_a.rule_counts(), (40_064, 20_032, 10_016));
+    assert_eq!(upf_a.rule_counts(), (160_256, 20_032, 20_032));
     // Every PDR matched the same bytes in both versions (usage reports would agree).
     assert!(
         upf_a.pdr_bytes() == upf_b.pdr_bytes(),
@@ -261,6 +261,72 @@ fn upf_plain_and_px_give_the_same_streams_and_rule_decisions() {
         .all(|f| f.len() <= 14 + usize::from(UpfConfig::default().n3_mtu)));
 }
 
+/// Traffic that hits the session's filters at different precedence: each of 8 UEs (IPv4 and
+/// IPv6) downloads and uploads on ports 443 (the CDN rule of its family), 5201 (the
+/// measurement service) and 8080 (only the match-all rule), all in one session per UE.
+#[test]
+fn upf_plain_and_px_pick_the_same_pdrs_by_precedence() {
+    let _one = LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let eal = testing::eal();
+    let ports = [443u16, 5201, 8080];
+    let fl: Vec<traffic::Flow> = ports.iter().flat_map(|&p| flows(8, p)).collect();
+    let input = traffic::upf_traffic(&fl, 4, 45, 1500, UpfConfig::default().n3_addr);
+    let (_, upf_a) = upf_plain::run(
+        eal,
+        &testing::unique("upfprec"),
+        input.clone(),
+        upf(1000, 8, 100_000_000_000),
+        false,
+    )
+    .unwrap();
+    let (_, upf_b) = upf_px::run(
+        eal,
+        &testing::unique("upfprecpx"),
+        input,
+        upf(1000, 8, 100_000_000_000),
+        false,
+    )
+    .unwrap();
+    assert!(
+        upf_b.stats().downlink < upf_a.stats().downlink,
+        "the PX version merged"
+    );
+    assert_eq!(upf_a.stats().no_pdr + upf_b.stats().no_pdr, 0);
+    assert!(
+        upf_a.pdr_bytes() == upf_b.pdr_bytes(),
+        "the versions' PDRs matched different bytes"
+    );
+    // Which PDR each UE's traffic should hit: per direction, the CDN rule of its family (443),
+    // the measurement service (5201), the match-all rule (8080); nothing else.
+    let per = STANDARD_RULES.len();
+    let bytes = upf_a.pdr_bytes();
+    for h in 0..8usize {
+        let first = (1000 + h) * per;
+        let v6 = h % 2 == 1;
+        let cdn = if v6 { 300 } else { 200 };
+        let mut hit: Vec<(bool, u32)> = (first..first + per)
+            .filter(|&i| bytes[i] > 0)
+            .map(|i| {
+                let uplink = i - first >= per / 2;
+                (uplink, upf_a.precedence(i as u32).unwrap())
+            })
+            .collect();
+        hit.sort_unstable();
+        let want = [
+            (false, cdn),
+            (false, 500),
+            (false, u32::MAX),
+            (true, cdn),
+            (true, 500),
+            (true, u32::MAX),
+        ];
+        assert_eq!(
+            hit, want,
+            "UE {h} (IPv6 {v6}): PDRs hit (uplink, precedence)"
+        );
+    }
+}
+
 #[test]
 fn upf_qer_limits_hold_in_both_versions() {
     let _one = LAB.lock().unwrap_or_else(|e| e.into_inner());
@@ -279,13 +345,14 @@ fn upf_qer_limits_hold_in_both_versions() {
             upf_plain::run(eal, &name, input.clone(), upf(100, 8, mbr), false).unwrap()
         };
         assert!(u.stats().qer_drops > 0, "px {px}: the QERs dropped");
-        // Each host's session: its PDRs are the last 8 sessions' (4 each, in order).
+        // Each host's session: its PDRs are the last 8 sessions' (16 each, in order).
         let bytes = u.pdr_bytes();
+        let per = STANDARD_RULES.len();
         let depth = (mbr as f64 / 8e9 * 1e6).max(65_536.0);
         let limit = depth + mbr as f64 / 8e9 * duration_ns as f64;
         for h in 0..8 {
-            let first = (100 + h) * 4;
-            let passed: u64 = bytes[first..first + 4].iter().sum();
+            let first = (100 + h) * per;
+            let passed: u64 = bytes[first..first + per].iter().sum();
             assert!(passed > 0, "px {px} host {h}: something passed");
             assert!(
                 passed as f64 <= limit,

@@ -73,7 +73,7 @@ proptest! {
             if Upf::is_uplink(&h) {
                 if upf.uplink(&mut p, &h, now) == Verdict::Forward { fwd += 1 } else { dropped += 1 }
             } else if let Some(rule) = upf.downlink(&h, now) {
-                match upf.encap(p, h.l2_len, rule.far, &pool) {
+                match upf.encap(p, h.l2_len, rule, &pool) {
                     Some(out) => {
                         fwd += 1;
                         // An encapsulated frame is a well-formed GTP-U packet.
