@@ -37,6 +37,9 @@ const APT_PACKAGES: &[&str] = &[
     "python3-scapy",
     "bpftool",
     "iproute2",
+    // The scale-out lab's routing control plane: zebra, bgpd and bfdd (FRR 8.4), which the lab
+    // starts in each router namespace with its own configuration and sockets.
+    "frr",
     // What an operator sees (the gateway lab): the Prometheus scrape (curl), DPDK's telemetry
     // client (dpdk-telemetry.py, in the dpdk package above), and the font the figure's text is
     // measured with (plotters).
@@ -253,7 +256,24 @@ fn ensure_apt(packages: &[&str]) -> Result<usize> {
             ])
             .args(&missing),
     )?;
+    if missing.contains(&"frr") {
+        stop_frr_service()?;
+    }
     Ok(2)
+}
+
+/// Debian's `frr` package enables and starts its service, a routing daemon in the machine's
+/// own namespace. The labs run their own daemons in their namespaces and need none of it, so
+/// the service is stopped and disabled.
+fn stop_frr_service() -> Result<()> {
+    if std::path::Path::new("/run/systemd/system").exists() {
+        println!("deps: systemctl disable --now frr (the labs run their own FRR daemons)");
+        run_status(Command::new("systemctl").args(["disable", "--now", "frr.service"]))?;
+    } else if std::path::Path::new("/etc/init.d/frr").exists() {
+        println!("deps: /etc/init.d/frr stop (the labs run their own FRR daemons)");
+        run_status(Command::new("/etc/init.d/frr").arg("stop"))?;
+    }
+    Ok(())
 }
 
 /// Adds the missing ones among `components` to the active rustup toolchain.

@@ -11,10 +11,11 @@
 //! the border (a tiny MSS, a spoofed SYN, ICMP too-big errors, a caravan formed outside, stalled
 //! metrics clients) — via `pxgw-stress run` (`labs/stress`).
 //!
-//! `scale-out`: two pxgw instances between two Linux routers that spread flows over them with
-//! ECMP (5-tuple hash), symmetric and deliberately asymmetric paths in IPv4 and IPv6, and a
-//! failover with one instance killed mid-transfer — via `pxgw-scaleout run` (`labs/scaleout`,
-//! docs/scale-out.md).
+//! `scale-out`: pxgw instances between two Linux routers that spread flows over them with ECMP
+//! (5-tuple hash): symmetric and deliberately asymmetric paths in IPv4 and IPv6, then FRR's BGP
+//! and BFD across every instance steering the routes through 30 s at full load (no BFD flap), a
+//! crash (SIGKILL), a planned drain and an instance added under load — via `pxgw-scaleout run`
+//! (`labs/scaleout`, docs/scale-out.md).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -32,7 +33,8 @@ pub enum LabKind {
     Pmtud,
     /// Hostile input against pxgw: crafted sequences, floods, a restart, mempool exhaustion.
     Stress,
-    /// Two pxgw instances behind ECMP routers: symmetric and asymmetric paths, a failover.
+    /// pxgw instances behind ECMP routers: symmetric and asymmetric paths, then FRR's BGP and
+    /// BFD through steady load, a crash, a drain and an added instance.
     ScaleOut,
 }
 

@@ -124,8 +124,10 @@ const INTEGRATION_SUITES: &[Suite] = &[
     // two pxgw instances between Linux routers with ECMP, 16 connections each way per run,
     // symmetric and asymmetric paths in IPv4 and IPv6 (every byte sha256-checked, both
     // instances carrying, the inside host's MSS raised, one-way learning only where the paths
-    // are asymmetric), the control without one-way learning, and a failover: one instance
-    // killed mid-transfer, the routers withdraw it, every connection must complete intact.
+    // are asymmetric), the control without one-way learning; then FRR (bgpd, bfdd, zebra in
+    // each router) steers the routes: 5 s at full load without a BFD flap, a crash (SIGKILL,
+    // BFD withdraws the instance, every byte arrives), a drain (BGP sessions shut, SIGINT: no
+    // retransmission timeout, no mbuf leaked) and a third instance added under load.
     Suite {
         name: "scaleout-build",
         program: "cargo",

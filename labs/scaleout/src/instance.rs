@@ -44,22 +44,27 @@ pub struct InstanceReport {
     pub drops: u64,
 }
 
-/// The configuration of instance `index` (pinned to core `index`, so the two instances do not
-/// share a core).
+/// The instances' longest merge delay window (`[merge] max_window_us`), µs.
+pub const MAX_WINDOW_US: u64 = 300;
+
+/// The configuration of instance `index`, pinned to core `index` modulo the machine's cores (A
+/// and B never share one; C, added under load, shares A's on a 2-core machine).
 fn config(lab: &EcmpLab, index: usize, one_way: bool) -> String {
     let slot = &lab.slots[index];
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     format!(
         "# Written by the scale-out lab (labs/scaleout).\n\
          [ports.external]\ndevice = \"net_tap0,iface={tap}\"\nmtu = {EMTU}\n\
          [ports.internal]\ndevice = \"net_af_packet1,iface={inside},framesz=10240,blocksz=40960,framecnt=2048,qpairs=1\"\nmtu = {IMTU}\n\
-         [workers]\ncount = 1\ncores = [{index}]\n\
+         [workers]\ncount = 1\ncores = [{core}]\n\
          # Lab flows carry far less than a NIC: the delay threshold is lowered (as in the gateway lab).\n\
-         [merge]\nrate_threshold_gbps = 0.01\nmax_window_us = 300\nyield_bypass = 0.97\n\
+         [merge]\nrate_threshold_gbps = 0.01\nmax_window_us = {MAX_WINDOW_US}\nyield_bypass = 0.97\n\
          [connections]\none_way = {one_way}\n\
          [stats]\ninterval_s = 1.0\n\
          [eal]\nargs = [\"--file-prefix=pxso{pid}{name}\"]\n",
         tap = slot.tap(),
         inside = slot.inside_iface(),
+        core = index % cores,
         pid = std::process::id(),
         name = INSTANCES[index],
     )

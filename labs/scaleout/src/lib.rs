@@ -7,7 +7,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod events;
 pub mod flows;
+pub mod frr;
 pub mod instance;
 pub mod run;
 pub mod topology;

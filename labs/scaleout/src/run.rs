@@ -2,32 +2,40 @@
 //! in IPv4 and IPv6, then a failover; the report and what it asserts.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use gateway_lab::Family;
 use serde::Serialize;
 
+use crate::events::{run_frr, FrrReport};
 use crate::flows::{Capture, Flow, FlowResult, FlowSpec};
-use crate::instance::{Instance, InstanceReport};
-use crate::topology::{EcmpLab, Paths, EMTU, INSTANCES};
+use crate::frr::BfdTimers;
+use crate::instance::{Instance, InstanceReport, MAX_WINDOW_US};
+use crate::topology::{EcmpLab, Paths, EMTU, PAIR};
 
 /// How big the lab's runs are.
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
-    /// Connections each way (outside → inside and inside → outside) per run.
+    /// Connections each way (outside → inside and inside → outside) per run, per family in the
+    /// FRR runs.
     pub flows_each_way: u16,
-    /// Bytes per connection in the runs.
+    /// Bytes per connection in the runs and in the steady phase.
     pub bytes: u64,
-    /// Bytes per connection in the failover run.
-    pub failover_bytes: u64,
-    /// Each failover connection's sending rate, bytes per second (so that every connection is
-    /// mid-transfer when the instance stops).
-    pub failover_pace: u64,
-    /// When the instance is stopped, after the failover transfers started.
-    pub kill_after: Duration,
-    /// How long the routers take to withdraw the stopped instance (a BFD detection time).
-    pub detect: Duration,
+    /// How long the steady phase keeps every instance at full load.
+    pub steady: Duration,
+    /// Bytes per connection in the crash, drain and add runs.
+    pub event_bytes: u64,
+    /// Each event connection's sending rate, bytes per second (so that every connection is
+    /// mid-transfer when the event happens).
+    pub event_pace: u64,
+    /// When the event happens, after the transfers started.
+    pub event_after: Duration,
+    /// BFD's timers on every session.
+    pub bfd: BfdTimers,
+    /// The instances' longest merge delay window (`[merge] max_window_us`): the drain waits
+    /// this long after the routes moved before stopping the instance.
+    pub delay_window: Duration,
 }
 
 impl Plan {
@@ -36,10 +44,12 @@ impl Plan {
         Self {
             flows_each_way: 16,
             bytes: 8 << 20,
-            failover_bytes: 6 << 20,
-            failover_pace: 1 << 20,
-            kill_after: Duration::from_secs(2),
-            detect: Duration::from_millis(300),
+            steady: Duration::from_secs(30),
+            event_bytes: 6 << 20,
+            event_pace: 1 << 20,
+            event_after: Duration::from_secs(2),
+            bfd: BfdTimers::LAB,
+            delay_window: Duration::from_micros(MAX_WINDOW_US),
         }
     }
 
@@ -48,10 +58,12 @@ impl Plan {
         Self {
             flows_each_way: 16,
             bytes: 1 << 20,
-            failover_bytes: 3 << 20,
-            failover_pace: 1 << 20,
-            kill_after: Duration::from_millis(1500),
-            detect: Duration::from_millis(300),
+            steady: Duration::from_secs(5),
+            event_bytes: 3 << 20,
+            event_pace: 1 << 20,
+            event_after: Duration::from_millis(1500),
+            bfd: BfdTimers::LAB,
+            delay_window: Duration::from_micros(MAX_WINDOW_US),
         }
     }
 }
@@ -114,45 +126,13 @@ pub struct RunReport {
     pub errors: Vec<String>,
 }
 
-/// The failover's outcome.
-#[derive(Clone, Debug, Serialize)]
-pub struct FailoverReport {
-    /// Every surviving connection's bytes intact (and every connection survived).
-    pub bytes_ok: bool,
-    /// Connections open when the instance was stopped (both families, both ways).
-    pub connections_total: usize,
-    /// Those that completed with every byte.
-    pub connections_survived: usize,
-    /// The longest stall of a connection around the failover (the longest gap between reads
-    /// after the instance was stopped), ms.
-    pub stall_ms: u64,
-    /// The median of the connections' stalls, ms.
-    pub stall_ms_median: u64,
-    /// Connections that stalled for at least the detection time (only a connection that
-    /// crossed the stopped instance, in either direction, waits that long).
-    pub connections_stalled: usize,
-    /// The longest gap between reads of any connection before the stop, ms: the baseline
-    /// (pacing, two busy-polling instances sharing the machine's cores with the hosts).
-    pub gap_before_ms: u64,
-    /// The instance stopped (SIGKILL).
-    pub stopped: &'static str,
-    /// When the routers withdrew it, ms after it stopped.
-    pub withdrawn_after_ms: u64,
-    /// Instances that carried traffic before the stop (their inside wires' byte counters).
-    pub instances_carrying_before: usize,
-    /// What the surviving instance reported.
-    pub survivor: Option<InstanceReport>,
-    /// Errors of connections that failed.
-    pub errors: Vec<String>,
-}
-
 /// The whole report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     /// The runs.
     pub runs: Vec<RunReport>,
-    /// The failover.
-    pub failover: Option<FailoverReport>,
+    /// The runs on FRR: steady load, crash, drain, add.
+    pub frr: Option<FrrReport>,
 }
 
 /// Packets an instance must have seen from each side for it to count as carrying a run's
@@ -178,7 +158,7 @@ fn specs(
 }
 
 fn start_instances(lab: &EcmpLab, pxgw: &Path, one_way: bool) -> Result<Vec<Instance>> {
-    (0..INSTANCES.len())
+    (0..PAIR)
         .map(|i| Instance::start(lab, pxgw, i, one_way, 600))
         .collect()
 }
@@ -233,76 +213,10 @@ pub fn run_one(lab: &EcmpLab, pxgw: &Path, plan: &Plan, case: &Case) -> Result<R
     })
 }
 
-/// The failover: plain ECMP, transfers in both families both ways, instance A killed
-/// mid-transfer, both routers withdraw it after `plan.detect`.
-pub fn failover(lab: &EcmpLab, pxgw: &Path, plan: &Plan) -> Result<FailoverReport> {
-    lab.install_routes(&[0, 1])?;
-    lab.set_paths(Paths::Ecmp)?;
-    let mut instances = start_instances(lab, pxgw, true)?;
-    let before: Vec<u64> = lab
-        .slots
-        .iter()
-        .map(|s| s.inside_bytes())
-        .collect::<Result<_>>()?;
-    let mut flows = Vec::new();
-    for (family, base) in [(Family::V4, 30000), (Family::V6, 31000)] {
-        for s in specs(
-            plan,
-            family,
-            base,
-            plan.failover_bytes,
-            Some(plan.failover_pace),
-        ) {
-            flows.push(Flow::start(lab, s)?);
-        }
-    }
-    std::thread::sleep(plan.kill_after);
-    let carried: Vec<u64> = lab
-        .slots
-        .iter()
-        .zip(&before)
-        .map(|(s, b)| Ok(s.inside_bytes()? - b))
-        .collect::<Result<_>>()?;
-    let stopped_at = Instant::now();
-    let mut victim = instances.remove(0);
-    victim.kill();
-    std::thread::sleep(plan.detect);
-    lab.withdraw(victim.index)?;
-    let withdrawn_after = stopped_at.elapsed();
-    let results: Vec<FlowResult> = flows.into_iter().map(Flow::finish).collect();
-    let survivor = instances.pop().map(Instance::stop).transpose()?;
-    lab.install_routes(&[0, 1])?;
-    let mut stalls: Vec<u64> = results
-        .iter()
-        .map(|r| r.stall_after(stopped_at).as_millis() as u64)
-        .collect();
-    stalls.sort_unstable();
-    let survived = results.iter().filter(|r| r.sha_ok).count();
-    Ok(FailoverReport {
-        bytes_ok: survived == results.len(),
-        connections_total: results.len(),
-        connections_survived: survived,
-        stall_ms: stalls.last().copied().unwrap_or(0),
-        stall_ms_median: stalls.get(stalls.len() / 2).copied().unwrap_or(0),
-        connections_stalled: stalls
-            .iter()
-            .filter(|&&s| u128::from(s) >= plan.detect.as_millis())
-            .count(),
-        gap_before_ms: results
-            .iter()
-            .map(|r| r.gap_before(stopped_at).as_millis() as u64)
-            .max()
-            .unwrap_or(0),
-        stopped: victim.name(),
-        withdrawn_after_ms: withdrawn_after.as_millis() as u64,
-        instances_carrying_before: carried.iter().filter(|&&b| b > 1 << 20).count(),
-        survivor,
-        errors: results.iter().filter_map(|r| r.error.clone()).collect(),
-    })
-}
-
-/// Every run and the failover (those whose name, such as `asymmetric-IPv6-true-1500` or
-/// `failover`, starts with `only`), printing each as it ends.
+/// Every run, then the runs on FRR (those whose name, such as `asymmetric-IPv6-true-1500`,
+/// `steady`, `crash`, `drain` or `add`, starts with `only`), printing each as it ends. The
+/// runs with forced paths come first, on the lab's own routes (they emulate what symmetric or
+/// deliberately asymmetric router hashing does); FRR's routes alone steer everything after.
 pub fn run_all(pxgw: &Path, plan: &Plan, only: &str) -> Result<Report> {
     let lab = EcmpLab::new()?;
     let mut runs = Vec::new();
@@ -345,21 +259,18 @@ pub fn run_all(pxgw: &Path, plan: &Plan, only: &str) -> Result<Report> {
         println!("{}", run_line(&r));
         runs.push(r);
     }
-    if !"failover".starts_with(only) {
-        return Ok(Report {
-            runs,
-            failover: None,
-        });
+    let frr_runs = ["steady", "crash", "drain", "add"];
+    if !frr_runs.iter().any(|r| crate::events::selected(r, only)) {
+        return Ok(Report { runs, frr: None });
     }
     println!(
-        "scale-out: failover: ECMP, IPv4 and IPv6, {} connections each way per family; instance A killed after {:?}, withdrawn {:?} later",
-        plan.flows_each_way, plan.kill_after, plan.detect
+        "scale-out: on FRR: BGP and BFD ({} ms x {}) across every instance; steady load {:?}, then crash, drain and add, {} connections each way per family",
+        plan.bfd.interval_ms, plan.bfd.multiplier, plan.steady, plan.flows_each_way
     );
-    let f = failover(&lab, pxgw, plan)?;
-    println!("{}", failover_line(&f));
+    let frr = run_frr(&lab, pxgw, plan, only)?;
     Ok(Report {
         runs,
-        failover: Some(f),
+        frr: Some(frr),
     })
 }
 
@@ -390,20 +301,6 @@ fn run_line(r: &RunReport) -> String {
     )
 }
 
-fn failover_line(f: &FailoverReport) -> String {
-    format!(
-        "  failover: {}/{} connections survived, bytes {}, stall max {} ms, median {} ms, {} stalled >= the detection time (largest gap before the stop {} ms); instances carrying before the stop {}",
-        f.connections_survived,
-        f.connections_total,
-        if f.bytes_ok { "OK" } else { "BAD" },
-        f.stall_ms,
-        f.stall_ms_median,
-        f.connections_stalled,
-        f.gap_before_ms,
-        f.instances_carrying_before
-    )
-}
-
 impl Report {
     /// The table printed at the end.
     pub fn table(&self) -> String {
@@ -426,9 +323,11 @@ impl Report {
                 r.router_too_big
             ));
         }
-        if let Some(f) = &self.failover {
-            s.push_str(&failover_line(f));
-            s.push('\n');
+        if let Some(f) = &self.frr {
+            for e in &f.events {
+                s.push_str(&crate::events::event_line(e));
+                s.push('\n');
+            }
         }
         s
     }
@@ -464,7 +363,7 @@ impl Report {
             if !r.bytes_ok {
                 bad.push(format!("{name}: bytes not intact: {:?}", r.errors));
             }
-            if r.instances_carrying != INSTANCES.len() {
+            if r.instances_carrying != PAIR {
                 bad.push(format!(
                     "{name}: {} instances carried traffic",
                     r.instances_carrying
@@ -538,27 +437,8 @@ impl Report {
                 }
             }
         }
-        if let Some(f) = &self.failover {
-            if !f.bytes_ok || f.connections_survived != f.connections_total {
-                bad.push(format!(
-                    "failover: {}/{} connections survived: {:?}",
-                    f.connections_survived, f.connections_total, f.errors
-                ));
-            }
-            if f.instances_carrying_before != INSTANCES.len() {
-                bad.push(format!(
-                    "failover: {} instances carried traffic before the stop",
-                    f.instances_carrying_before
-                ));
-            }
-            match &f.survivor {
-                Some(s) if s.exit_code == 0 && s.leaked_mbufs == 0 => {}
-                Some(s) => bad.push(format!(
-                    "failover: the survivor exited {} with {} mbufs leaked",
-                    s.exit_code, s.leaked_mbufs
-                )),
-                None => bad.push("failover: no survivor report".into()),
-            }
+        if let Some(f) = &self.frr {
+            bad.extend(f.failures());
         }
         bad
     }
@@ -615,20 +495,7 @@ mod tests {
                 run(Paths::Symmetric, Family::V4, true, SMALL_OUTSIDE_MTU),
                 run(Paths::Asymmetric, Family::V4, true, SMALL_OUTSIDE_MTU),
             ],
-            failover: Some(FailoverReport {
-                bytes_ok: true,
-                connections_total: 64,
-                connections_survived: 64,
-                stall_ms: 700,
-                stall_ms_median: 450,
-                connections_stalled: 40,
-                gap_before_ms: 80,
-                stopped: "A",
-                withdrawn_after_ms: 310,
-                instances_carrying_before: 2,
-                survivor: Some(instance("B")),
-                errors: Vec::new(),
-            }),
+            frr: None,
         }
     }
 
@@ -639,7 +506,7 @@ mod tests {
     #[test]
     fn every_check_fails_on_what_it_guards() {
         assert_eq!(good().failures(), Vec::<String>::new());
-        let broken: [Breakage; 11] = [
+        let broken: [Breakage; 10] = [
             ("bytes not intact", |r| r.runs[0].bytes_ok = false),
             ("1 instances carried", |r| r.runs[1].instances_carrying = 1),
             ("MSS is 1460", |r| r.runs[0].inside_mss_min = 1460),
@@ -654,12 +521,6 @@ mod tests {
             ("no too-big", |r| r.runs[4].router_too_big = 0),
             ("split above the outside's MSS", |r| {
                 r.runs[3].router_too_big = 3
-            }),
-            ("63/64", |r| {
-                if let Some(f) = r.failover.as_mut() {
-                    f.connections_survived = 63;
-                    f.bytes_ok = false;
-                }
             }),
         ];
         for (what, breaks) in broken {

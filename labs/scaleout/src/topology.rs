@@ -32,8 +32,10 @@ use gateway_lab::Family;
 use netlab::{Netns, NextHop, TapWire, Veth};
 use serde::Serialize;
 
-/// The instances, by name.
-pub const INSTANCES: [&str; 2] = ["A", "B"];
+/// The instances, by name: A and B carry the runs, C is the one added under load.
+pub const INSTANCES: [&str; 3] = ["A", "B", "C"];
+/// The instances in service from the start (A and B).
+pub const PAIR: usize = 2;
 /// The external MTU: the outside host, the outside router, pxgw's outside ports.
 pub const EMTU: u16 = 1500;
 /// The internal MTU: pxgw's inside ports, the inside router, the inside host.
@@ -119,7 +121,7 @@ fn prefix(addr: IpAddr) -> &'static str {
 }
 
 /// The subnet an address of this lab is in, as a route prefix.
-fn subnet(addr: IpAddr) -> String {
+pub fn subnet(addr: IpAddr) -> String {
     match addr {
         IpAddr::V4(a) => {
             let o = a.octets();
@@ -163,6 +165,19 @@ impl Slot {
         };
         Ok(read("rx_bytes")? + read("tx_bytes")?)
     }
+}
+
+/// A TCP connection between the outside and the inside host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Connection {
+    /// The outside host's address.
+    pub ext: String,
+    /// Its port.
+    pub ext_port: u16,
+    /// The inside host's address.
+    pub int: String,
+    /// Its port.
+    pub int_port: u16,
 }
 
 /// The whole lab; everything it created goes away on drop.
@@ -320,7 +335,7 @@ impl EcmpLab {
             dir,
         };
         lab.install_routes(&[0, 1])?;
-        for i in 0..INSTANCES.len() {
+        for i in 0..PAIR {
             for f in Family::BOTH {
                 lab.route(i, f, Some(TABLE_BASE + i as u32))?;
             }
@@ -367,11 +382,105 @@ impl EcmpLab {
         Ok(())
     }
 
-    /// Withdraws instance `i` from both routers' ECMP routes, as a routing daemon does when
-    /// BFD or BGP declares that next hop down (`ip route replace` without it).
-    pub fn withdraw(&self, i: usize) -> Result<()> {
-        let up: Vec<usize> = (0..INSTANCES.len()).filter(|&j| j != i).collect();
-        self.install_routes(&up)
+    /// Removes the lab's own routes across the gateways (main table and the path tables), so
+    /// that only FRR's steer traffic from then on.
+    pub fn remove_static_routes(&self) -> Result<()> {
+        self.set_paths(Paths::Ecmp)?;
+        for f in Family::BOTH {
+            let fam = if f == Family::V4 { "-4" } else { "-6" };
+            for (ns, inside) in [(&self.ro, false), (&self.ri, true)] {
+                let far = if inside { ext_addr(f) } else { int_addr(f) };
+                ns.ip(&[fam, "route", "del", &subnet(far)])?;
+                for i in 0..PAIR {
+                    ns.ip(&[
+                        fam,
+                        "route",
+                        "flush",
+                        "table",
+                        &(TABLE_BASE + i as u32).to_string(),
+                    ])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The router-side interface of instance `i`: on the inside router (`inside`) or the
+    /// outside router.
+    pub fn router_iface(&self, i: usize, inside: bool) -> &str {
+        if inside {
+            self.slots[i].inside.b()
+        } else {
+            self.slots[i].outside.b()
+        }
+    }
+
+    /// The instance whose router-side interface `dev` is, on the inside router or the outside
+    /// router.
+    pub fn slot_of(&self, dev: &str, inside: bool) -> Option<usize> {
+        (0..self.slots.len()).find(|&i| self.router_iface(i, inside) == dev)
+    }
+
+    /// The lab's established connections, seen from the outside host (`ss`): its address and
+    /// port, the inside host's address and port.
+    pub fn connections(&self) -> Result<Vec<Connection>> {
+        let text = self.ext.exec("ss", &["-Htn", "state", "established"])?;
+        let split = |s: &str| -> Option<(String, u16)> {
+            let (a, p) = s.rsplit_once(':')?;
+            Some((a.trim_matches(['[', ']']).to_owned(), p.parse().ok()?))
+        };
+        Ok(text
+            .lines()
+            .filter_map(|line| {
+                // Recv-Q, Send-Q, local address:port, peer address:port.
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                let (ext, ext_port) = split(cols.get(2)?)?;
+                let (int, int_port) = split(cols.get(3)?)?;
+                Some(Connection {
+                    ext,
+                    ext_port,
+                    int,
+                    int_port,
+                })
+            })
+            .collect())
+    }
+
+    /// The instances each router's ECMP hash sends `conn` through now (`ip route get` with its
+    /// 5-tuple, arriving from the host side): (inbound, outbound).
+    pub fn path_of(&self, conn: &Connection) -> (Option<usize>, Option<usize>) {
+        let get = |ns: &Netns, iif: &str, from: &str, to: &str, sport: u16, dport: u16, inside| {
+            let (sport, dport) = (sport.to_string(), dport.to_string());
+            let out = ns
+                .ip(&[
+                    "-j", "route", "get", to, "from", from, "iif", iif, "ipproto", "tcp", "sport",
+                    &sport, "dport", &dport,
+                ])
+                .ok()?;
+            let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+            self.slot_of(v[0]["dev"].as_str()?, inside)
+        };
+        let c = conn;
+        (
+            get(
+                &self.ro,
+                &self.ro_host_iface,
+                &c.ext,
+                &c.int,
+                c.ext_port,
+                c.int_port,
+                false,
+            ),
+            get(
+                &self.ri,
+                &self.ri_host_iface,
+                &c.int,
+                &c.ext,
+                c.int_port,
+                c.ext_port,
+                true,
+            ),
+        )
     }
 
     /// Sets how the routers choose each direction's instance (module docs).
@@ -381,7 +490,7 @@ impl EcmpLab {
             (&self.ri, &self.ri_host_iface, true),
         ] {
             let _ = ns.exec("nft", &["delete", "table", "inet", MARK_TABLE]);
-            for i in 0..INSTANCES.len() {
+            for i in 0..PAIR {
                 netlab::clear_mark_rules(ns, i as u32 + 1)?;
             }
             if paths == Paths::Ecmp {
@@ -389,7 +498,7 @@ impl EcmpLab {
             }
             // A connection's mark: 1 + the instance its packets first came from.
             let mut rules = String::new();
-            for (i, slot) in self.slots.iter().enumerate() {
+            for (i, slot) in self.slots.iter().take(PAIR).enumerate() {
                 let iface = if inside {
                     slot.inside.b()
                 } else {
@@ -407,10 +516,10 @@ impl EcmpLab {
             let file = self.dir.join(format!("paths-{}.nft", ns.name()));
             fs::write(&file, script)?;
             ns.exec("nft", &["-f", &file.display().to_string()])?;
-            for i in 0..INSTANCES.len() {
+            for i in 0..PAIR {
                 let via = match paths {
                     Paths::Symmetric => i,
-                    _ => (i + 1) % INSTANCES.len(),
+                    _ => (i + 1) % PAIR,
                 };
                 netlab::mark_rule(ns, i as u32 + 1, TABLE_BASE + via as u32)?;
             }

@@ -1,6 +1,7 @@
 //! `pxgw-scaleout run [--json FILE]` (what `cargo xtask lab scale-out` runs) and
-//! `pxgw-scaleout test` (the short version in `cargo xtask test`): two pxgw instances behind
-//! ECMP routers, symmetric and asymmetric paths, a failover; a table, and a JSON report.
+//! `pxgw-scaleout test` (the short version in `cargo xtask test`): pxgw instances behind ECMP
+//! routers, symmetric and asymmetric paths, then FRR's BGP and BFD across the instances through
+//! steady load, a crash, a drain and an added instance; a table, and a JSON report.
 
 #![forbid(unsafe_code)]
 
@@ -27,7 +28,8 @@ enum What {
         /// Also write the report as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `failover`) starts with this.
+        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `steady`, `crash`,
+        /// `drain`, `add`) starts with this; `frr` for the runs on FRR alone.
         #[arg(long, default_value = "")]
         only: String,
     },
@@ -36,7 +38,8 @@ enum What {
         /// Also write the report as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `failover`) starts with this.
+        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `steady`, `crash`,
+        /// `drain`, `add`) starts with this; `frr` for the runs on FRR alone.
         #[arg(long, default_value = "")]
         only: String,
     },
@@ -58,7 +61,7 @@ fn run(what: What) -> Result<bool> {
         What::Run { json, only } => (Plan::full(), json, only),
         What::Test { json, only } => (Plan::short(), json, only),
     };
-    for tool in ["nft", "ping", "ethtool"] {
+    for tool in ["nft", "ping", "ethtool", "vtysh"] {
         if !gateway_lab::have(tool) {
             anyhow::bail!("{tool} is missing: run `cargo xtask deps`");
         }
