@@ -561,7 +561,9 @@ pub struct Caravan {
     pub enabled: bool,
     /// The DSCP codepoint that marks a caravan.
     pub dscp: u8,
-    /// UDP ports (source or destination) never packed: DNS, NTP, F-PMTUD probes, ...
+    /// UDP ports (source or destination) never packed: DNS, NTP, F-PMTUD probes, BFD (single
+    /// hop 3784, echo 3785, multihop 4784: a routing session's liveness must not wait for a
+    /// caravan's timeout, `docs/scale-out.md`), ...
     pub exclude_ports: Vec<u16>,
     /// A caravan leaves at the latest this long after its first datagram (µs).
     pub timeout_us: u64,
@@ -599,7 +601,7 @@ impl Default for Caravan {
         Self {
             enabled: true,
             dscp: pxio::caravan::DEFAULT_DSCP,
-            exclude_ports: vec![53, 123, 4689],
+            exclude_ports: vec![53, 123, 3784, 3785, 4689, 4784],
             timeout_us: 50,
             max_datagrams: pxio::caravan::DEFAULT_MAX_DATAGRAMS,
             families: vec![CaravanFamily::Ipv4, CaravanFamily::Ipv6],
