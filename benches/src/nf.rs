@@ -26,10 +26,12 @@
 //! Gbps-equivalent: the trace's bytes on the wire (1514 B frames) × 8 over the timed CPU time,
 //! the same numerator for every variant.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 use std::sync::Arc;
 
-use dpdk::{Burst, Eal, Mbuf, Mempool};
+use dpdk::{tx_flags, Burst, Eal, Mbuf, Mempool};
 use px_nfs::lb::{Lb, LbConfig};
 use px_nfs::nat::{Nat, NatConfig};
 use px_nfs::upf::{SessionSpec, Upf, UpfConfig};
@@ -41,6 +43,10 @@ use pxio::{ManualClock, PxioBuilder, RxPacket};
 use serde::Serialize;
 
 use crate::engine::CycleTimer;
+use crate::gateway::frames::{Kind as WorkloadKind, Workload, WorkloadSpec, RX_MAX};
+use crate::gateway::nic::{Pools as GatewayPools, Profile};
+use crate::gateway::sides::{run_side, PxgwSide, Side};
+use crate::gateway::tally::Tally;
 use crate::trace::layout::{
     FRAME_LEN, IPV4_LEN, IP_DST, IP_SRC, TCP_DST_PORT, TCP_LEN, TCP_SRC_PORT,
 };
@@ -58,8 +64,11 @@ pub struct NfBenchConfig {
     pub min_packets: u64,
     /// Runs per variant; the fastest counts.
     pub reps: u32,
-    /// UPF sessions besides the trace's UEs (each: 4 PDRs, 2 FARs, 1 QER).
+    /// UPF sessions besides the trace's UEs (each: 16 PDRs, 2 FARs, 2 QERs).
     pub upf_sessions: u32,
+    /// The NIC profile pxgw's ports run with for the "behind pxgw" column: LRO on the outside
+    /// port or not (RSS, checksum verdicts, TX checksums and TSO either way).
+    pub pxgw_lro: bool,
     /// The TSC frequency.
     pub tsc_hz: u64,
     /// The pxio versions' [`PxioBuilder::align_imtu`] (the trace's IP + TCP headers are
@@ -68,14 +77,16 @@ pub struct NfBenchConfig {
 }
 
 impl NfBenchConfig {
-    /// The merge bench's 800-flow scenario, 3 runs, 512 k UPF sessions.
+    /// The merge bench's 800-flow scenario, 3 runs, 256 Ki UPF sessions (4 M PDRs, 512 k FARs
+    /// and QERs, the PacketExpress paper's UPF setup).
     pub fn new(eal: &Eal) -> Self {
         Self {
             flows: 800,
             gbps_per_flow: 0.25,
             min_packets: 300_000,
             reps: 3,
-            upf_sessions: 512 * 1024,
+            upf_sessions: 256 * 1024,
+            pxgw_lro: false,
             tsc_hz: eal.tsc_hz(),
             align_imtu: Some((IPV4_LEN + TCP_LEN) as u16),
         }
@@ -93,6 +104,8 @@ pub struct NfRow {
     pub px_calls: u64,
     /// NF invocations: 9000 B MTU.
     pub mtu9000_calls: u64,
+    /// NF invocations: the plain NF behind pxgw (one per frame pxgw sent inside).
+    pub behind_pxgw_calls: u64,
     /// Frames into every variant (the trace's).
     pub frames_in: u64,
     /// Frames the `px` variant sent (split pieces; plain sends one per frame in).
@@ -105,6 +118,14 @@ pub struct NfRow {
     pub px_tso_gbps: Option<f64>,
     /// Gbps-equivalent per core, 9000 B MTU.
     pub mtu9000_gbps: f64,
+    /// Gbps-equivalent per core, the plain NF on what pxgw sent inside.
+    pub behind_pxgw_gbps: f64,
+    /// The 9000 B MTU case over plain.
+    pub mtu9000_speedup: f64,
+    /// Behind pxgw over plain.
+    pub behind_pxgw_speedup: f64,
+    /// Behind pxgw over the 9000 B MTU case.
+    pub behind_pxgw_of_mtu9000: f64,
     /// The better pxio variant over plain.
     pub speedup: f64,
     /// The better pxio variant over the 9000 B MTU case.
@@ -112,6 +133,56 @@ pub struct NfRow {
     /// Where the `px` variant's time goes, ns per input frame: merging (rx), the NF's own
     /// calls, pxio's transmit side (split, queue).
     pub px_ns_rx_nf_tx: [f64; 3],
+    /// The same for `px_tso` (None for the UPF).
+    pub px_tso_ns_rx_nf_tx: Option<[f64; 3]>,
+}
+
+/// What pxgw made of the trace for the "behind pxgw" column.
+#[derive(Clone, Debug, Serialize)]
+pub struct PxgwFeed {
+    /// pxgw's configuration file.
+    pub config: String,
+    /// The port profile: `nic` or `nic+lro`.
+    pub profile: String,
+    /// Frames pxgw sent inside (the NF's inputs; a TSO request counted as its pieces).
+    pub frames: u64,
+    /// Their mean IP length, bytes.
+    pub mean_ip_len: f64,
+    /// pxgw's conversion yield (the gateway bench's definition).
+    #[serde(rename = "yield")]
+    pub conversion_yield: f64,
+    /// pxgw's packets per iMTU of payload.
+    pub packets_per_imtu: f64,
+}
+
+/// The UPF's rule tables.
+#[derive(Clone, Debug, Serialize)]
+pub struct UpfTables {
+    /// Sessions installed.
+    pub sessions: u64,
+    /// PDRs, FARs, QERs.
+    pub pdrs: u64,
+    /// FARs.
+    pub fars: u64,
+    /// QERs.
+    pub qers: u64,
+    /// Memory the tables hold, MiB.
+    pub mib: f64,
+    /// Seconds to install them.
+    pub build_s: f64,
+}
+
+/// The bench's report.
+#[derive(Clone, Debug, Serialize)]
+pub struct NfReport {
+    /// One row per NF: UPF, NAT, LB.
+    pub nfs: Vec<NfRow>,
+    /// pxgw's side of the "behind pxgw" column.
+    pub pxgw: PxgwFeed,
+    /// The UPF's rules.
+    pub upf: UpfTables,
+    /// Trace frames (1514 B).
+    pub frames: u64,
 }
 
 /// Which NF.
@@ -200,9 +271,7 @@ fn ue_session(i: u32) -> SessionSpec {
     }
 }
 
-/// Fills `rx` with the frames of `slots`, marked checksum-good by the NIC and carrying its RSS
-/// hash; for the UPF the frame
-/// is turned around (addresses and ports swapped, which leaves every checksum valid) so that
+/// Fills `rx` with the frames of `slots`, marked checksum-good and carrying its RSS hash; for the UPF the frame is turned around (addresses and ports swapped, which leaves every checksum valid) so that
 /// the trace's sources are the UEs of downlink traffic.
 fn fill(
     trace: &Trace,
@@ -212,13 +281,14 @@ fn fill(
     kind: Kind,
 ) -> Result<(), BenchError> {
     pool.alloc_bulk(rx, slots.len())?;
+    let mut frame = [0u8; FRAME_LEN];
     for (m, slot) in rx.as_mut_slice().iter_mut().zip(slots) {
-        let room = m.append(FRAME_LEN)?;
-        trace.write_frame(slot, room);
+        trace.write_frame(slot, &mut frame);
         if kind == Kind::Upf {
-            swap(room, IP_SRC, IP_DST, 4);
-            swap(room, TCP_SRC_PORT, TCP_DST_PORT, 2);
+            swap(&mut frame, IP_SRC, IP_DST, 4);
+            swap(&mut frame, TCP_SRC_PORT, TCP_DST_PORT, 2);
         }
+        m.append(FRAME_LEN)?.copy_from_slice(&frame);
         m.mark_rx_checksums_good();
         // The RSS hash a NIC writes (per flow; for the UPF, of the flow before the turn
         // around, which is as good a per-flow value as any).
@@ -319,6 +389,8 @@ struct Run {
     nf_ns: f64,
     /// Frames sent (pxio's TX queue; 0 where not counted).
     frames_out: u64,
+    /// Packets the plain NF forwarded (0 where not counted).
+    forwarded: u64,
 }
 
 struct Pools {
@@ -338,7 +410,7 @@ fn run_plain(
     let mut timer = CycleTimer::new(tsc_hz);
     let mut rx = Burst::<64>::new();
     let mut out = Vec::with_capacity(128);
-    let mut calls = 0u64;
+    let (mut calls, mut forwarded) = (0u64, 0u64);
     for burst in trace.bursts() {
         fill(trace, burst.slots.clone(), &pools.rx, &mut rx, kind)?;
         let now = burst.time_ns;
@@ -350,6 +422,7 @@ fn run_plain(
                 }
             }
         });
+        forwarded += out.len() as u64;
         out.clear();
     }
     Ok(Run {
@@ -358,11 +431,289 @@ fn run_plain(
         rx_ns: 0.0,
         nf_ns: 0.0,
         frames_out: 0,
+        forwarded,
     })
 }
 
-/// The pxio version; with `feed9000`, instead, the merged packets are copied into contiguous
-/// buffers untimed and the plain NF runs on them (the 9000 B MTU case).
+/// Frames as they reach an NF, with the time each was released; bytes, written into mbufs
+/// burst by burst when replayed.
+#[derive(Default)]
+struct Replay {
+    bytes: Vec<u8>,
+    /// Each frame's end in `bytes`.
+    ends: Vec<usize>,
+    /// Each frame's release time (set by [`Replay::released`]).
+    times: Vec<u64>,
+}
+
+impl Replay {
+    fn push(&mut self, frame: &[u8]) {
+        self.bytes.extend_from_slice(frame);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// The frames pushed since the last call were released at `now`.
+    fn released(&mut self, now: u64) {
+        self.times.resize(self.ends.len(), now);
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn frame(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    /// Mean IP length of the frames.
+    fn mean_ip_len(&self) -> f64 {
+        (self.bytes.len() - self.len() * ETH_HEADER) as f64 / self.len().max(1) as f64
+    }
+}
+
+/// Ethernet header bytes of every frame here.
+const ETH_HEADER: usize = 14;
+
+/// Packets per RX burst when replaying: a poll-mode driver's burst, full, as it is for an NF
+/// at capacity whatever the packets' size (the trace's bursts hold as many 1514 B frames).
+const REPLAY_BURST: usize = 32;
+
+/// The plain NF on `replay`'s frames in full RX bursts: each burst written into mbufs (for the
+/// UPF turned around, as [`fill`] does), then timed.
+fn run_replay(
+    replay: &Replay,
+    kind: Kind,
+    nfs: &mut Nfs,
+    pools: &Pools,
+    tsc_hz: u64,
+) -> Result<Run, BenchError> {
+    nfs.fresh_state();
+    let mut timer = CycleTimer::new(tsc_hz);
+    let mut rx: Vec<Mbuf> = Vec::with_capacity(REPLAY_BURST);
+    let mut out = Vec::with_capacity(2 * REPLAY_BURST);
+    let (mut calls, mut forwarded) = (0u64, 0u64);
+    for start in (0..replay.len()).step_by(REPLAY_BURST) {
+        let stop = (start + REPLAY_BURST).min(replay.len());
+        for i in start..stop {
+            let f = replay.frame(i);
+            let mut m = pools.big.alloc()?;
+            let room = m.append(f.len())?;
+            room.copy_from_slice(f);
+            if kind == Kind::Upf {
+                swap(room, IP_SRC, IP_DST, 4);
+                swap(room, TCP_SRC_PORT, TCP_DST_PORT, 2);
+            }
+            m.mark_rx_checksums_good();
+            rx.push(m);
+        }
+        let now = replay.times[stop - 1];
+        timer.time(|| {
+            for m in rx.drain(..) {
+                calls += 1;
+                if let Class::Tcp(h) | Class::Udp(h) = classify(m.data(), m.len()) {
+                    nfs.step(kind, m, &h, now, &pools.headers, &mut out);
+                }
+            }
+        });
+        forwarded += out.len() as u64;
+        out.clear();
+    }
+    Ok(Run {
+        ns: timer.ns(),
+        calls,
+        rx_ns: 0.0,
+        nf_ns: 0.0,
+        frames_out: 0,
+        forwarded,
+    })
+}
+
+/// pxgw's configuration for the "behind pxgw" column, as an operator writes it for a b-network
+/// of 9000 B MTU behind a 1500 B Internet: pxgw's defaults (merging, caravans, MSS rewrite,
+/// eMTU 1500, its delay budget), the inside port's MTU raised. The devices are not opened.
+pub const PXGW_CONFIG: &str = "[ports.external]\ndevice = \"net_null0\"\n\
+[ports.internal]\ndevice = \"net_null1\"\nmtu = 9000\n";
+
+/// pxgw's pipeline as the gateway bench runs it, keeping what it sends inside.
+struct Capture {
+    inner: PxgwSide,
+    sink: Rc<RefCell<Replay>>,
+    flat: Vec<u8>,
+}
+
+impl Capture {
+    /// Keeps the TCP data frames among `out` (what pxgw sent inside) as they leave the inside
+    /// port, as one burst at `now`.
+    fn keep(&mut self, out: &[Mbuf], now: u64) {
+        let mut r = self.sink.borrow_mut();
+        for m in out {
+            self.flat.clear();
+            for seg in m.segments() {
+                self.flat.extend_from_slice(seg);
+            }
+            wire_frames(m, &self.flat, &mut r);
+        }
+        r.released(now);
+    }
+}
+
+/// What the inside port puts on the wire for `m` (bytes `flat`), when it is TCP data: a TSO
+/// request cut at its segment size (FIN and PSH on the last piece only), checksums filled
+/// where the packet asks the NIC to.
+fn wire_frames(m: &Mbuf, flat: &[u8], r: &mut Replay) {
+    let Class::Tcp(h) = classify(flat, flat.len()) else {
+        return;
+    };
+    if h.payload_len == 0 || h.v6 {
+        return;
+    }
+    let Ok(tcp) = TcpPacket::new_checked(&flat[h.l4_offset()..h.hdr_len()]) else {
+        return;
+    };
+    let seq = tcp.seq_number();
+    let payload = &flat[h.hdr_len()..h.frame_len()];
+    let asks = m.ol_flags() & (tx_flags::IP_CKSUM | tx_flags::TCP_CKSUM | tx_flags::TCP_SEG) != 0;
+    match m.tso_request().map(usize::from) {
+        Some(mss) if mss > 0 && payload.len() > mss => {
+            let n = payload.len().div_ceil(mss);
+            for (k, piece) in payload.chunks(mss).enumerate() {
+                let mut f = emit(flat, &h, seq.wrapping_add((k * mss) as u32), piece);
+                if k + 1 < n {
+                    let at = h.l4_offset() + 13;
+                    f[at] &= !(TCP_FIN | TCP_PSH);
+                    refill_tcp_checksum(&mut f, &h);
+                }
+                r.push(&f);
+            }
+        }
+        _ if asks => r.push(&emit(flat, &h, seq, payload)),
+        _ => r.push(&flat[..h.frame_len()]),
+    }
+}
+
+const TCP_FIN: u8 = 0x01;
+const TCP_PSH: u8 = 0x08;
+
+/// Sums the TCP checksum of IPv4 frame `f` (layout `h`) again.
+fn refill_tcp_checksum(f: &mut [u8], h: &Headers) {
+    let (l3, l4) = (h.l3_offset(), h.l4_offset());
+    let ip_len = (f.len() - l3) as u16;
+    let pseudo = pseudo_header_v4(
+        f[l3 + 12..l3 + 16].try_into().unwrap_or_default(),
+        f[l3 + 16..l3 + 20].try_into().unwrap_or_default(),
+        h.proto,
+        ip_len - h.l3_len,
+    );
+    if let Ok(mut tcp) = TcpPacket::new_checked(&mut f[l4..]) {
+        tcp.fill_checksum(pseudo);
+    }
+}
+
+impl Side for Capture {
+    fn timed_inbound(&mut self, rx: &mut Burst<RX_MAX>, now: u64, out: &mut Vec<Mbuf>) {
+        let n = out.len();
+        self.inner.timed_inbound(rx, now, out);
+        self.keep(&out[n..], now);
+    }
+
+    fn timed_outbound(&mut self, rx: &mut Burst<RX_MAX>, now: u64, out: &mut Vec<Mbuf>) {
+        let n = out.len();
+        self.inner.timed_outbound(rx, now, out);
+        self.keep(&out[n..], now);
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        self.inner.next_deadline()
+    }
+
+    fn timed_poll(&mut self, now: u64, out: &mut Vec<Mbuf>) {
+        let n = out.len();
+        self.inner.timed_poll(now, out);
+        self.keep(&out[n..], now);
+    }
+
+    fn timed_finish(&mut self, now: u64, out: &mut Vec<Mbuf>) {
+        let n = out.len();
+        self.inner.timed_finish(now, out);
+        self.keep(&out[n..], now);
+    }
+
+    fn drops(&self) -> BTreeMap<String, u64> {
+        self.inner.drops()
+    }
+}
+
+/// Runs the trace through pxgw's pipeline (the gateway bench's harness: real mbufs, the NIC
+/// profile's offloads, its outputs checked by the gateway bench's tally) and keeps what it
+/// sends inside.
+fn behind_pxgw(
+    eal: &Eal,
+    trace: &Trace,
+    cfg: &NfBenchConfig,
+) -> Result<(Replay, PxgwFeed), BenchError> {
+    let pxgw_cfg = pxgw::config::Config::parse(PXGW_CONFIG)
+        .map_err(|e| BenchError::Config(format!("pxgw's configuration: {e}")))?;
+    let w = Workload::generate(WorkloadSpec {
+        kind: WorkloadKind::InboundTcp,
+        flows: cfg.flows,
+        gbps_per_flow: cfg.gbps_per_flow,
+        v6: false,
+        packets: cfg.min_packets,
+        seed: trace.config().seed,
+        imtu: 9000,
+    })?;
+    if w.trace.as_ref().map(Trace::len) != Some(trace.len()) {
+        return Err(BenchError::Config(
+            "the gateway workload's trace is not the NF bench's".into(),
+        ));
+    }
+    let profile = Profile::Nic {
+        lro: cfg.pxgw_lro.then(Default::default),
+    };
+    let pools = GatewayPools::new(eal, (9000 + 14 + 128) as u16)?;
+    let sink = Rc::new(RefCell::new(Replay::default()));
+    let tally = Tally::new(&w, "pxgw", true, true);
+    let run = run_side(
+        || -> Result<Box<dyn Side>, BenchError> {
+            Ok(Box::new(Capture {
+                inner: PxgwSide::new(&pxgw_cfg, &pools, profile)?,
+                sink: sink.clone(),
+                flat: Vec::with_capacity(65_536),
+            }))
+        },
+        &w,
+        profile,
+        &pools,
+        tally,
+        cfg.tsc_hz,
+    )?;
+    if !run.outcome.faults.is_empty() {
+        return Err(BenchError::Config(format!(
+            "pxgw's outputs failed the tally: {:?}",
+            run.outcome.faults
+        )));
+    }
+    let tcp = run
+        .outcome
+        .tcp
+        .ok_or_else(|| BenchError::Config("pxgw: no trace outcome".into()))?;
+    let replay = Rc::try_unwrap(sink)
+        .map_err(|_| BenchError::Config("the capture is still shared".into()))?
+        .into_inner();
+    let feed = PxgwFeed {
+        config: PXGW_CONFIG.to_owned(),
+        profile: if cfg.pxgw_lro { "nic+lro" } else { "nic" }.to_owned(),
+        frames: replay.len() as u64,
+        mean_ip_len: replay.mean_ip_len(),
+        conversion_yield: tcp.conversion_yield,
+        packets_per_imtu: tcp.packets_per_imtu,
+    };
+    Ok((replay, feed))
+}
+
+/// The pxio version; with `feed9000`, instead, nothing is timed: the merged packets are
+/// repacked into full 9000 B frames (the 9000 B MTU case), returned for [`run_replay`].
 #[allow(clippy::too_many_arguments)]
 fn run_px(
     trace: &Trace,
@@ -373,7 +724,7 @@ fn run_px(
     tso: bool,
     feed9000: bool,
     align_imtu: Option<u16>,
-) -> Result<Run, BenchError> {
+) -> Result<(Run, Replay), BenchError> {
     nfs.fresh_state();
     let clock = ManualClock::new(0);
     let mut builder = PxioBuilder::new()
@@ -405,6 +756,7 @@ fn run_px(
         fwd: Vec::new(),
         calls: 0,
         repack: feed9000.then(Repack::default),
+        replay: Replay::default(),
     };
     let mut rx = Burst::<64>::new();
     let mut bursts = trace.bursts().peekable();
@@ -435,13 +787,15 @@ fn run_px(
             px.tx_stats()
         )));
     }
-    Ok(Run {
+    let r = Run {
         ns: run.timer.ns(),
         calls: run.calls,
         rx_ns: run.rx_timer.ns(),
         nf_ns: run.nf_timer.ns(),
         frames_out: px.tx_stats().packets_out,
-    })
+        forwarded: 0,
+    };
+    Ok((r, run.replay))
 }
 
 /// One pxio run's state: the engine, the NF, the timers and the vectors packets pass through.
@@ -462,8 +816,9 @@ struct PxRun<'a, 'c> {
     /// Packets the NF was called on.
     calls: u64,
     /// With `feed9000`: the merged packets are repacked into contiguous 9000 B frames,
-    /// untimed, and the plain NF runs on those.
+    /// untimed, into `replay`.
     repack: Option<Repack>,
+    replay: Replay,
 }
 
 impl PxRun<'_, '_> {
@@ -482,8 +837,9 @@ impl PxRun<'_, '_> {
         }
     }
 
-    /// The NF on what pxio released, and pxio's TX; or, with `feed9000`, the plain NF on
-    /// contiguous copies (`last`: the run's end, when the repacker gives up what it holds).
+    /// The NF on what pxio released, and pxio's TX; or, with `feed9000`, full 9000 B frames
+    /// into the replay, one burst (`last`: the run's end, when the repacker gives up what it
+    /// holds).
     fn process(&mut self, now: u64, last: bool) -> Result<(), BenchError> {
         let Self {
             px,
@@ -498,11 +854,11 @@ impl PxRun<'_, '_> {
             fwd,
             calls,
             repack,
+            replay,
             ..
         } = self;
         let kind = *kind;
         if let Some(repack) = repack {
-            // Untimed: full 9000 B packets, as a 9000 B link would deliver them.
             let mut frames = Vec::new();
             for RxPacket { pkt, .. } in merged.drain(..) {
                 repack.push(&pkt.to_vec(), &mut frames);
@@ -510,21 +866,10 @@ impl PxRun<'_, '_> {
             if last {
                 repack.flush(&mut frames);
             }
-            let mut big = Vec::with_capacity(frames.len());
-            for f in frames {
-                let mut m = pools.big.alloc()?;
-                m.extend_from_slice(&f)?;
-                big.push(m);
+            for f in &frames {
+                replay.push(f);
             }
-            timer.time(|| {
-                for m in big.drain(..) {
-                    *calls += 1;
-                    if let Class::Tcp(h) | Class::Udp(h) = classify(m.data(), m.len()) {
-                        nfs.step(kind, m, &h, now, &pools.headers, sink);
-                    }
-                }
-            });
-            sink.clear();
+            replay.released(now);
             return Ok(());
         }
         timer.time(|| {
@@ -560,7 +905,7 @@ impl PxRun<'_, '_> {
 }
 
 /// Runs every NF in every variant; rows in the order UPF, NAT, LB.
-pub fn run_nf(eal: &Eal, cfg: &NfBenchConfig) -> Result<Vec<NfRow>, BenchError> {
+pub fn run_nf(eal: &Eal, cfg: &NfBenchConfig) -> Result<NfReport, BenchError> {
     let mut tc = TraceConfig::new(cfg.flows, cfg.gbps_per_flow);
     tc.min_packets = cfg.min_packets;
     let trace = Trace::generate(tc)?;
@@ -572,22 +917,41 @@ pub fn run_nf(eal: &Eal, cfg: &NfBenchConfig) -> Result<Vec<NfRow>, BenchError> 
         big: Mempool::new(eal, &format!("{tag}bg"), 4095, 256, 9216 + 128)?,
     };
     let ues: Vec<SessionSpec> = (0..cfg.flows).map(ue_session).collect();
+    let built = std::time::Instant::now();
     let upf = Upf::synthetic(UpfConfig::default(), cfg.upf_sessions, 1_000_000_000, &ues)
         .map_err(|e| BenchError::Config(e.to_string()))?;
-    println!(
-        "trace: {} flows x {} Gb/s, {} frames of {} B; UPF rules (PDRs, FARs, QERs) = {:?}",
-        cfg.flows,
-        cfg.gbps_per_flow,
-        trace.len(),
-        FRAME_LEN,
-        upf.rule_counts()
-    );
+    let (pdrs, fars, qers) = upf.rule_counts();
+    let tables = UpfTables {
+        sessions: u64::from(cfg.upf_sessions) + ues.len() as u64,
+        pdrs: pdrs as u64,
+        fars: fars as u64,
+        qers: qers as u64,
+        mib: upf.table_bytes() as f64 / (1 << 20) as f64,
+        build_s: built.elapsed().as_secs_f64(),
+    };
     let mut nfs = Nfs {
         upf,
         nat: Nat::new(NatConfig::default()),
         lb: Lb::new(LbConfig::with_backends(VIP, [0; 16], VIP_PORT, 16)),
     };
+    // The NFs' inputs other than the trace, untimed: full 9000 B frames, and what pxgw sends.
+    let (_, mtu9000) = run_px(
+        &trace,
+        Kind::Nat,
+        &mut nfs,
+        &pools,
+        cfg.tsc_hz,
+        false,
+        true,
+        None,
+    )?;
+    let (pxgw_frames, feed) = behind_pxgw(eal, &trace, cfg)?;
     let gbps = |r: &Run| wire_bytes * 8.0 / r.ns;
+    let breakdown = |r: &Run| {
+        let n = trace.len() as f64;
+        let (rx, nf) = (r.rx_ns / n, r.nf_ns / n);
+        [rx, nf, (r.ns / n - rx - nf).max(0.0)]
+    };
     let mut rows = Vec::new();
     for kind in [Kind::Upf, Kind::Nat, Kind::Lb] {
         let best = |f: &mut dyn FnMut() -> Result<Run, BenchError>| -> Result<Run, BenchError> {
@@ -601,100 +965,140 @@ pub fn run_nf(eal: &Eal, cfg: &NfBenchConfig) -> Result<Vec<NfRow>, BenchError> 
             best.ok_or_else(|| BenchError::Config("no run".into()))
         };
         let plain = best(&mut || run_plain(&trace, kind, &mut nfs, &pools, cfg.tsc_hz))?;
-        let px = best(&mut || {
+        let mut px_run = |tso| {
             run_px(
                 &trace,
                 kind,
                 &mut nfs,
                 &pools,
                 cfg.tsc_hz,
-                false,
+                tso,
                 false,
                 cfg.align_imtu,
             )
-        })?;
+            .map(|r| r.0)
+        };
+        let px = best(&mut || px_run(false))?;
         let tso = if kind == Kind::Upf {
             None
         } else {
-            Some(best(&mut || {
-                run_px(
-                    &trace,
-                    kind,
-                    &mut nfs,
-                    &pools,
-                    cfg.tsc_hz,
-                    true,
-                    false,
-                    cfg.align_imtu,
-                )
-            })?)
+            Some(best(&mut || px_run(true))?)
         };
-        let big = best(&mut || {
-            run_px(
-                &trace, kind, &mut nfs, &pools, cfg.tsc_hz, false, true, None,
-            )
-        })?;
+        let big = best(&mut || run_replay(&mtu9000, kind, &mut nfs, &pools, cfg.tsc_hz))?;
+        let gw = best(&mut || run_replay(&pxgw_frames, kind, &mut nfs, &pools, cfg.tsc_hz))?;
+        for (what, r) in [("plain", &plain), ("9000", &big), ("behind pxgw", &gw)] {
+            if r.forwarded != r.calls {
+                return Err(BenchError::Config(format!(
+                    "{} {what}: forwarded {} of {} packets",
+                    kind.name(),
+                    r.forwarded,
+                    r.calls
+                )));
+            }
+        }
         let px_best = gbps(&px).max(tso.as_ref().map_or(0.0, gbps));
         rows.push(NfRow {
             nf: kind.name().into(),
             plain_calls: plain.calls,
             px_calls: px.calls,
             mtu9000_calls: big.calls,
+            behind_pxgw_calls: gw.calls,
             frames_in: trace.len() as u64,
             px_frames_out: px.frames_out,
             plain_gbps: gbps(&plain),
             px_gbps: gbps(&px),
             px_tso_gbps: tso.as_ref().map(gbps),
             mtu9000_gbps: gbps(&big),
+            behind_pxgw_gbps: gbps(&gw),
+            mtu9000_speedup: gbps(&big) / gbps(&plain),
+            behind_pxgw_speedup: gbps(&gw) / gbps(&plain),
+            behind_pxgw_of_mtu9000: gbps(&gw) / gbps(&big),
             speedup: px_best / gbps(&plain),
             px_of_mtu9000: px_best / gbps(&big),
-            px_ns_rx_nf_tx: {
-                let n = trace.len() as f64;
-                let (rx, nf) = (px.rx_ns / n, px.nf_ns / n);
-                [rx, nf, (px.ns / n - rx - nf).max(0.0)]
-            },
+            px_ns_rx_nf_tx: breakdown(&px),
+            px_tso_ns_rx_nf_tx: tso.as_ref().map(breakdown),
         });
     }
-    Ok(rows)
+    Ok(NfReport {
+        nfs: rows,
+        pxgw: feed,
+        upf: tables,
+        frames: trace.len() as u64,
+    })
 }
 
-/// Prints the table, and where the `px` variant's time goes.
-pub fn print_nf_table(rows: &[NfRow]) {
+/// Prints the set-up, the table, and where the PX versions' time goes.
+pub fn print_nf_report(report: &NfReport, cfg: &NfBenchConfig) {
+    let u = &report.upf;
     println!(
-        "{:<5} {:>11} {:>9} {:>11} {:>11} {:>9} {:>10} {:>12} {:>8} {:>10}",
-        "nf",
-        "plain calls",
-        "px calls",
-        "plain Gb/s",
-        "px Gb/s",
-        "px+TSO",
-        "9000 Gb/s",
-        "9000 calls",
-        "speedup",
-        "px/9000"
+        "trace: {} flows x {} Gb/s, {} frames of {FRAME_LEN} B (Gb/s-equivalent: these bytes x 8 / \
+         the NF's CPU time, one core)",
+        cfg.flows, cfg.gbps_per_flow, report.frames
     );
-    for r in rows {
-        println!(
-            "{:<5} {:>11} {:>9} {:>11.1} {:>11.1} {:>9} {:>10.1} {:>12} {:>7.2}x {:>9.0}%",
-            r.nf,
-            r.plain_calls,
-            r.px_calls,
-            r.plain_gbps,
-            r.px_gbps,
-            r.px_tso_gbps.map_or("-".into(), |g| format!("{g:.1}")),
-            r.mtu9000_gbps,
-            r.mtu9000_calls,
-            r.speedup,
-            100.0 * r.px_of_mtu9000
-        );
+    println!(
+        "UPF rules: {} sessions, {} PDRs, {} FARs, {} QERs; {:.0} MiB, installed in {:.1} s",
+        u.sessions, u.pdrs, u.fars, u.qers, u.mib, u.build_s
+    );
+    let g = &report.pxgw;
+    println!(
+        "behind pxgw: pxgw's pipeline (ports: {}; RSS, checksum verdicts, TX checksums, TSO) with \
+         this configuration:",
+        g.profile
+    );
+    for line in g.config.lines() {
+        println!("    {line}");
     }
     println!(
-        "px, ns per input frame: merge (rx_meta, polls) / NF calls / transmit (split, queue); frames out per frame in"
+        "  sent inside {} frames of {:.0} B IP on average; yield {:.1} %, {:.2} packets per iMTU",
+        g.frames,
+        g.mean_ip_len,
+        100.0 * g.conversion_yield,
+        g.packets_per_imtu
     );
-    for r in rows {
-        let [rx, nf, tx] = r.px_ns_rx_nf_tx;
+    println!();
+    println!(
+        "{:<4} | {:>8} {:>6} | {:>8} {:>6} {:>6} | {:>8} {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} {:>6}",
+        "nf",
+        "plain", "Gb/s",
+        "9000 B", "Gb/s", "x",
+        "pxgw", "Gb/s", "x", "/9000",
+        "px", "Gb/s", "+TSO", "x"
+    );
+    println!(
+        "{:<4} | {:>8} {:>6} | {:>8} {:>6} {:>6} | {:>8} {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} {:>6}",
+        "", "calls", "", "calls", "", "plain", "calls", "", "plain", "", "calls", "", "Gb/s", "plain"
+    );
+    for r in &report.nfs {
         println!(
-            "{:<5} {rx:>8.1} / {nf:>6.1} / {tx:>6.1}   {:.3}",
+            "{:<4} | {:>8} {:>6.1} | {:>8} {:>6.1} {:>5.2}x | {:>8} {:>6.1} {:>5.2}x {:>5.0}% | {:>6} {:>6.1} {:>6} {:>5.2}x",
+            r.nf,
+            r.plain_calls,
+            r.plain_gbps,
+            r.mtu9000_calls,
+            r.mtu9000_gbps,
+            r.mtu9000_speedup,
+            r.behind_pxgw_calls,
+            r.behind_pxgw_gbps,
+            r.behind_pxgw_speedup,
+            100.0 * r.behind_pxgw_of_mtu9000,
+            r.px_calls,
+            r.px_gbps,
+            r.px_tso_gbps.map_or("-".into(), |g| format!("{g:.1}")),
+            r.speedup,
+        );
+    }
+    println!();
+    println!(
+        "PX-ported, ns per input frame: merge (rx_meta, polls; NIC LRO's work) / NF / transmit \
+         (split or TSO preparation, queue; NIC TSO's work), frames out per frame in"
+    );
+    for r in &report.nfs {
+        let [rx, nf, tx] = r.px_ns_rx_nf_tx;
+        let tso = r.px_tso_ns_rx_nf_tx.map_or(String::new(), |[rx, nf, tx]| {
+            format!("   with TSO: {rx:>5.1} / {nf:>5.1} / {tx:>5.1}")
+        });
+        println!(
+            "{:<4} software split: {rx:>5.1} / {nf:>5.1} / {tx:>5.1}   {:.3}{tso}",
             r.nf,
             r.px_frames_out as f64 / r.frames_in.max(1) as f64
         );

@@ -1,7 +1,10 @@
 //! The NF bench runs end to end on a small trace: every NF in every variant, pxio drops
 //! nothing on TX (the bench refuses a run where it does), the PX versions run fewer NF
 //! invocations than there were frames, the 9000 B MTU case gets the bytes in full 9000 B
-//! packets, and the figures are finite.
+//! packets, the "behind pxgw" column gets what pxgw's pipeline sent inside (its outputs pass
+//! the gateway bench's tally, and every NF forwards every one of those frames: the bench
+//! refuses a run where one does not), the UPF holds 16 PDRs per session, and the figures are
+//! finite. No timing is asserted.
 
 use dpdk::testing;
 use pxbench::nf::{run_nf, NfBenchConfig};
@@ -15,10 +18,29 @@ fn the_nf_bench_runs_every_nf_and_variant() {
     cfg.min_packets = 20_000;
     cfg.reps = 1;
     cfg.upf_sessions = 1000;
-    let rows = run_nf(eal, &cfg).unwrap();
+    let report = run_nf(eal, &cfg).unwrap();
+    let rows = &report.nfs;
+    let u = &report.upf;
+    assert_eq!(u.sessions, 1000 + 64);
+    assert_eq!(
+        (u.pdrs, u.fars, u.qers),
+        (16 * u.sessions, 2 * u.sessions, 2 * u.sessions)
+    );
+    let g = &report.pxgw;
+    assert!(g.config.contains("mtu = 9000"), "{}", g.config);
+    assert!(
+        g.conversion_yield > 0.5 && g.conversion_yield <= 1.0,
+        "pxgw's yield {}",
+        g.conversion_yield
+    );
+    assert!(
+        g.mean_ip_len > 4000.0 && g.mean_ip_len <= 9000.0,
+        "pxgw sent {} B packets on average",
+        g.mean_ip_len
+    );
     let names: Vec<&str> = rows.iter().map(|r| r.nf.as_str()).collect();
     assert_eq!(names, ["upf", "nat", "lb"]);
-    for r in &rows {
+    for r in rows {
         assert!(
             r.plain_calls >= 15_000,
             "{}: {} frames",
@@ -39,7 +61,23 @@ fn the_nf_bench_runs_every_nf_and_variant() {
             r.nf,
             r.mtu9000_calls
         );
-        for g in [r.plain_gbps, r.px_gbps, r.mtu9000_gbps, r.speedup] {
+        // Behind pxgw: every frame pxgw sent inside, each a call (fewer than the trace's).
+        assert_eq!(r.behind_pxgw_calls, g.frames, "{}", r.nf);
+        assert!(
+            r.behind_pxgw_calls * 2 < r.plain_calls,
+            "{}: {} calls behind pxgw",
+            r.nf,
+            r.behind_pxgw_calls
+        );
+        for g in [
+            r.plain_gbps,
+            r.px_gbps,
+            r.mtu9000_gbps,
+            r.speedup,
+            r.behind_pxgw_gbps,
+            r.behind_pxgw_speedup,
+            r.behind_pxgw_of_mtu9000,
+        ] {
             assert!(g.is_finite() && g > 0.0, "{}: {g}", r.nf);
         }
         assert_eq!(r.px_tso_gbps.is_some(), r.nf != "upf");

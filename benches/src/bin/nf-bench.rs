@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Parser;
 use dpdk::EalBuilder;
-use pxbench::nf::{print_nf_table, run_nf, NfBenchConfig};
+use pxbench::nf::{print_nf_report, run_nf, NfBenchConfig};
 
 /// Command line of the NF benchmark.
 #[derive(Debug, Parser)]
@@ -24,9 +24,12 @@ struct Args {
     /// Runs per variant; the fastest counts.
     #[arg(long, default_value_t = 3)]
     reps: u32,
-    /// UPF sessions besides the trace's UEs (4 PDRs, 2 FARs, 1 QER each).
-    #[arg(long, default_value_t = 512 * 1024)]
+    /// UPF sessions besides the trace's UEs (16 PDRs, 2 FARs, 2 QERs each).
+    #[arg(long, default_value_t = 256 * 1024)]
     upf_sessions: u32,
+    /// pxgw's outside port coalesces with LRO (the "behind pxgw" column).
+    #[arg(long)]
+    pxgw_lro: bool,
     /// IP + TCP header bytes the pxio versions align their iMTU to (PxioBuilder::align_imtu;
     /// the trace's are 52); 0: the unaligned 9000 B iMTU.
     #[arg(long, default_value_t = 52)]
@@ -44,11 +47,11 @@ fn main() -> Result<()> {
     cfg.reps = args.reps;
     cfg.upf_sessions = args.upf_sessions;
     cfg.align_imtu = (args.align_imtu > 0).then_some(args.align_imtu);
-    let rows = run_nf(&eal, &cfg)?;
-    print_nf_table(&rows);
+    cfg.pxgw_lro = args.pxgw_lro;
+    let report = run_nf(&eal, &cfg)?;
+    print_nf_report(&report, &cfg);
     if let Some(path) = args.json {
-        let json = serde_json::json!({ "nfs": rows });
-        std::fs::write(&path, serde_json::to_string_pretty(&json)?)
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
