@@ -291,22 +291,23 @@ pub const STANDARD_RULES: [PdrSpec; 16] = {
 /// conversational voice.
 pub const PRIORITY_QFI: u8 = 1;
 
-/// A PDR as the data path reads it: 40 bytes, a session's PDRs side by side in precedence
-/// order, so that matching one walks a few adjacent cache lines.
+/// A PDR as the data path reads it: 32 bytes, a session's PDRs side by side in precedence
+/// order, so that matching one walks a few adjacent cache lines. Its FAR is its direction's
+/// (a session has one per direction) and its QER one of its session's two; its precedence,
+/// which only orders the PDRs when they are installed, is kept apart.
 #[derive(Clone, Copy, Debug)]
 struct Pdr {
     /// The remote prefix, as a big-endian 128-bit number split in two.
     net: [u64; 2],
+    remote_ports: PortRange,
+    ue_ports: PortRange,
     plen: u8,
     /// 0: any family (a zero-length prefix), else 4 or 6.
     family: u8,
     /// 0: any protocol.
     proto: u8,
-    remote_ports: PortRange,
-    ue_ports: PortRange,
-    precedence: u32,
-    far: u32,
-    qer: u32,
+    /// The session's QER: 0 or 1.
+    qer: u8,
 }
 
 /// The 128-bit number of a [`FlowKey`](pxio::wire::FlowKey)-style 16-byte address.
@@ -315,7 +316,7 @@ fn addr_bits(a: &[u8; 16]) -> u128 {
 }
 
 impl Pdr {
-    fn new(spec: &PdrSpec, far: u32, qer: u32) -> Self {
+    fn new(spec: &PdrSpec) -> Self {
         let f = &spec.filter;
         let len = f.remote.len.min(if f.remote.v6 { 128 } else { 32 });
         let net = addr_bits(&f.remote.addr) & mask(len);
@@ -330,9 +331,7 @@ impl Pdr {
             proto: f.proto.unwrap_or(0),
             remote_ports: f.remote_ports,
             ue_ports: f.ue_ports,
-            precedence: spec.precedence,
-            far,
-            qer,
+            qer: spec.qer,
         }
     }
 
@@ -359,24 +358,22 @@ fn mask(len: u8) -> u128 {
     }
 }
 
-/// A session: where its PDRs are (downlink first, then uplink, each in precedence order) and
-/// its UE addresses (an uplink PDR's PDI names the UE address the inner source must carry).
+/// A session: where its PDRs are (downlink first, then uplink, each in precedence order), its
+/// UE addresses (an uplink PDR's PDI names the UE address the inner source must carry), its
+/// downlink FAR's tunnel and its two QERs: two cache lines, all a packet reads of its session
+/// besides the PDRs it walks.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 struct Session {
     first_pdr: u32,
     dl: u16,
     ul: u16,
+    /// The downlink FAR: encapsulate with this TEID toward this gNB (the uplink one: to N6).
+    dl_teid: u32,
+    gnb: [u8; 4],
     ue_v4: [u8; 4],
     ue_v6: [u8; 16],
-}
-
-/// Forwarding action rule.
-#[derive(Clone, Copy, Debug)]
-enum Far {
-    /// Encapsulate toward a gNB.
-    Encap { teid: u32, gnb: [u8; 4] },
-    /// Decapsulated packets go to the data network.
-    ToN6,
+    qers: [Qer; 2],
 }
 
 /// QoS enforcement rule: the QoS flow's QFI and a token bucket for its maximum bit rate.
@@ -482,8 +479,8 @@ pub struct Upf {
     by_teid: HashMap<u32, u32>,
     sessions: Vec<Session>,
     pdrs: Vec<Pdr>,
-    fars: Vec<Far>,
-    qers: Vec<Qer>,
+    /// Each PDR's precedence (read when installing and reporting, not per packet).
+    precedence: Vec<u32>,
     /// Bytes (L4 payload) each PDR matched.
     pdr_bytes: Vec<u64>,
     stats: UpfStats,
@@ -499,8 +496,7 @@ impl Upf {
             by_teid: HashMap::new(),
             sessions: Vec::new(),
             pdrs: Vec::new(),
-            fars: Vec::new(),
-            qers: Vec::new(),
+            precedence: Vec::new(),
             pdr_bytes: Vec::new(),
             stats: UpfStats::default(),
         };
@@ -514,9 +510,8 @@ impl Upf {
         let cap = |_| UpfError::Capacity(sessions);
         u.sessions.try_reserve_exact(sessions).map_err(cap)?;
         u.pdrs.try_reserve_exact(n).map_err(cap)?;
+        u.precedence.try_reserve_exact(n).map_err(cap)?;
         u.pdr_bytes.try_reserve_exact(n).map_err(cap)?;
-        u.fars.try_reserve_exact(sessions * 2).map_err(cap)?;
-        u.qers.try_reserve_exact(sessions * 2).map_err(cap)?;
         Ok(u)
     }
 
@@ -579,29 +574,26 @@ impl Upf {
         }
         let session = self.sessions.len() as u32;
         let first = self.pdrs.len() as u32;
-        let qer = self.qers.len() as u32;
-        self.qers.push(Qer::new(s.mbr_bps, s.qfi));
-        self.qers.push(Qer::new(s.mbr_bps, PRIORITY_QFI));
-        let far = self.fars.len() as u32;
-        self.fars.push(Far::Encap {
-            teid: s.dl_teid,
-            gnb: s.gnb,
-        });
-        self.fars.push(Far::ToN6);
         let mut sorted: Vec<&PdrSpec> = rules.iter().collect();
         // Downlink first, then by precedence; the sort is stable.
         sorted.sort_by_key(|r| (r.uplink, r.precedence));
         for r in sorted {
-            let f = far + u32::from(r.uplink);
-            self.pdrs.push(Pdr::new(r, f, qer + u32::from(r.qer)));
+            self.pdrs.push(Pdr::new(r));
+            self.precedence.push(r.precedence);
         }
         self.pdr_bytes.resize(self.pdrs.len(), 0);
         self.sessions.push(Session {
             first_pdr: first,
             dl: dl16,
             ul: ul16,
+            dl_teid: s.dl_teid,
+            gnb: s.gnb,
             ue_v4: s.ue_v4,
             ue_v6: s.ue_v6,
+            qers: [
+                Qer::new(s.mbr_bps, s.qfi),
+                Qer::new(s.mbr_bps, PRIORITY_QFI),
+            ],
         });
         self.by_v4.insert(v4, session);
         self.by_v6.insert(v6, session);
@@ -609,14 +601,15 @@ impl Upf {
         Ok(first)
     }
 
-    /// (PDRs, FARs, QERs) installed.
+    /// (PDRs, FARs, QERs) installed: two FARs and two QERs a session.
     pub fn rule_counts(&self) -> (usize, usize, usize) {
-        (self.pdrs.len(), self.fars.len(), self.qers.len())
+        let n = self.sessions.len();
+        (self.pdrs.len(), 2 * n, 2 * n)
     }
 
     /// The precedence of PDR `pdr`.
     pub fn precedence(&self, pdr: u32) -> Option<u32> {
-        self.pdrs.get(pdr as usize).map(|p| p.precedence)
+        self.precedence.get(pdr as usize).copied()
     }
 
     /// Bytes of memory the rule tables hold (capacity, hash tables' buckets included).
@@ -628,9 +621,8 @@ impl Upf {
             + map(self.by_teid.capacity(), size_of::<(u32, u32)>())
             + self.sessions.capacity() * size_of::<Session>()
             + self.pdrs.capacity() * size_of::<Pdr>()
+            + self.precedence.capacity() * size_of::<u32>()
             + self.pdr_bytes.capacity() * size_of::<u64>()
-            + self.fars.capacity() * size_of::<Far>()
-            + self.qers.capacity() * size_of::<Qer>()
     }
 
     /// The settings.
@@ -666,10 +658,11 @@ impl Upf {
                 k.dst[0], k.dst[1], k.dst[2], k.dst[3],
             ]))
         };
-        let Some(s) = session.map(|&i| self.sessions[i as usize]) else {
+        let Some(&si) = session else {
             self.stats.no_pdr += 1;
             return None;
         };
+        let s = &mut self.sessions[si as usize];
         let first = s.first_pdr as usize;
         let pdrs = &self.pdrs[first..first + usize::from(s.dl)];
         let Some(i) = Self::first_match(pdrs, k.v6, hdr.proto, &k.src, k.sport, k.dport) else {
@@ -678,7 +671,7 @@ impl Upf {
         };
         let p = pdrs[i];
         let pdr = (first + i) as u32;
-        let qer = &mut self.qers[p.qer as usize];
+        let qer = &mut s.qers[usize::from(p.qer & 1)];
         if !qer.admit(u64::from(hdr.payload_len), now_ns) {
             self.stats.qer_drops += 1;
             return None;
@@ -688,7 +681,7 @@ impl Upf {
         self.stats.downlink += 1;
         Some(DlDecision {
             pdr,
-            far: p.far,
+            far: 2 * si,
             qfi,
         })
     }
@@ -703,9 +696,14 @@ impl Upf {
         rule: DlDecision,
         pool: &B::Pool,
     ) -> Option<B> {
-        let Far::Encap { teid, gnb } = self.fars[rule.far as usize] else {
+        // A session's FARs: 2 i encapsulates toward its gNB, 2 i + 1 sends to N6.
+        let Some(s) = self.sessions.get(rule.far as usize / 2) else {
             return Some(pkt);
         };
+        if rule.far % 2 == 1 {
+            return Some(pkt);
+        }
+        let (teid, gnb) = (s.dl_teid, s.gnb);
         let qfi = rule.qfi;
         if pkt.tx_checksums_by_nic() != (false, false) {
             self.stats.offload_unsupported += 1;
@@ -778,7 +776,7 @@ impl Upf {
         let session = self
             .by_teid
             .get(&gtp.teid)
-            .map(|&i| self.sessions[i as usize]);
+            .map(|&i| &mut self.sessions[i as usize]);
         let Some(s) = session.filter(|s| {
             if v6 {
                 inner.src == s.ue_v6
@@ -800,7 +798,7 @@ impl Upf {
         let p = pdrs[i];
         let pdr = first + i;
         let inner_len = (udp_payload - gtp_len) as u64;
-        if !self.qers[p.qer as usize].admit(inner_len, now_ns) {
+        if !s.qers[usize::from(p.qer & 1)].admit(inner_len, now_ns) {
             self.stats.qer_drops += 1;
             return Verdict::Drop;
         }
