@@ -135,13 +135,44 @@ impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
         }
     }
 
+    /// Replaces the entry in `slot` (from [`find`](Self::find)) with what `f` makes of its key
+    /// and value, in the same place in the order; `f` returning no value removes the entry.
+    /// `f`'s answer comes back, or `None` for an unused slot. For a value that changes kind
+    /// by taking ownership of what it holds, without losing its age.
+    pub fn update_at<R>(
+        &mut self,
+        slot: u32,
+        f: impl FnOnce(&K, V) -> (Option<V>, R),
+    ) -> Option<R> {
+        // While `f` runs the slot is empty but still indexed and linked: nothing else runs.
+        let (key, value) = self.slots.get_mut(slot as usize)?.entry.take()?;
+        let (value, answer) = f(&key, value);
+        match value {
+            Some(value) => self.slots[slot as usize].entry = Some((key, value)),
+            None => {
+                let hash = self.hasher.hash_one(key);
+                if let Ok(found) = self.index.find_entry(hash, |&i| i == slot) {
+                    found.remove();
+                }
+                self.unlink(slot);
+                self.free.push(slot);
+            }
+        }
+        Some(answer)
+    }
+
     /// Puts `value` under `key` as the most recently used entry. Returns the entry it replaced:
     /// `key`'s own old one, or, when the map was full, the least recently used one, evicted.
     pub fn push(&mut self, key: K, value: V) -> Option<(K, V)> {
+        self.push_at(key, value).1
+    }
+
+    /// [`push`](Self::push), which also says in which slot the entry now is.
+    pub fn push_at(&mut self, key: K, value: V) -> (u32, Option<(K, V)>) {
         if let Some(slot) = self.find(&key) {
             self.move_to_front(slot);
             let old = self.slots[slot as usize].entry.replace((key, value));
-            return old;
+            return (slot, old);
         }
         let evicted = if self.free.is_empty() {
             self.pop_lru()
@@ -160,7 +191,7 @@ impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
                 .expect("indexed slots are used");
             hasher.hash_one(k)
         });
-        evicted
+        (slot, evicted)
     }
 
     /// Removes `key`'s entry and returns its value.
@@ -249,6 +280,8 @@ mod tests {
         Pop(u16),
         PopLru,
         SlotThenAt(u16),
+        /// Replace the value in place (`Some`) or remove it (`None`).
+        UpdateAt(u16, Option<u32>),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -261,7 +294,8 @@ mod tests {
             key.clone().prop_map(Op::Promote),
             key.clone().prop_map(Op::Pop),
             Just(Op::PopLru),
-            key.prop_map(Op::SlotThenAt),
+            key.clone().prop_map(Op::SlotThenAt),
+            (key, proptest::option::of(any::<u32>())).prop_map(|(k, v)| Op::UpdateAt(k, v)),
         ]
     }
 
@@ -276,7 +310,11 @@ mod tests {
             let mut kept: Vec<(u32, u16)> = Vec::new();
             for op in ops {
                 match op {
-                    Op::Push(k, v) => prop_assert_eq!(slab.push(k, v), model.push(k, v)),
+                    Op::Push(k, v) => {
+                        let (at, evicted) = slab.push_at(k, v);
+                        prop_assert_eq!(evicted, model.push(k, v));
+                        prop_assert_eq!(slab.find(&k), Some(at));
+                    }
                     Op::Get(k) => prop_assert_eq!(slab.get_mut(&k).copied(), model.get_mut(&k).copied()),
                     Op::Peek(k) => {
                         let got = slab.find(&k).and_then(|s| slab.at_mut(s, &k).copied());
@@ -290,6 +328,14 @@ mod tests {
                     }
                     Op::Pop(k) => prop_assert_eq!(slab.pop(&k), model.pop(&k)),
                     Op::PopLru => prop_assert_eq!(slab.pop_lru(), model.pop_lru()),
+                    Op::UpdateAt(k, v) => {
+                        let got = slab.find(&k).and_then(|s| slab.update_at(s, |key, old| (v, (*key, old))));
+                        let want = match v {
+                            Some(v) => model.peek_mut(&k).map(|old| (k, std::mem::replace(old, v))),
+                            None => model.pop(&k).map(|old| (k, old)),
+                        };
+                        prop_assert_eq!(got, want);
+                    }
                     Op::SlotThenAt(k) => {
                         if let Some(s) = slab.find(&k) {
                             kept.push((s, k));

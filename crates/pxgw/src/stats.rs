@@ -186,6 +186,9 @@ group! {
         /// Inbound datagrams that nothing joined before their caravan would have left: sent
         /// inside as they came, since a caravan of one only adds 16 bytes (`docs/caravan.md`).
         unwrapped_single: counter => "pxgw_caravan_unwrapped_single";
+        /// Caravans (or lone datagrams) sent inside before their time because every place for
+        /// an open caravan was taken: the oldest leaves to make room for a new flow's.
+        closed_early: counter => "pxgw_caravan_closed_early";
         /// Inbound packets that wore the caravan mark and had it cleared: the mark is the
         /// gateway's to give, so an outsider's pre-formed caravan reaches the inside as one
         /// ordinary datagram.

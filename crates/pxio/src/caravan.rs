@@ -23,7 +23,7 @@
 
 use crate::buf::PacketBuf;
 use crate::checksum::{self, Sum};
-use crate::wire::{self, Headers, Parsed};
+use crate::wire::{self, Class, Headers, Parsed};
 use caravan_common::format::{Refused, Walk};
 
 /// The wire format's constants and rules, in their one copy (`caravan_common::format`).
@@ -109,6 +109,16 @@ pub enum CaravanError {
     Malformed(Malformed),
 }
 
+/// Why [`CaravanBuilder::push_same_flow`] gave a datagram back.
+#[derive(Debug)]
+pub enum SameFlowRefused<B> {
+    /// The datagram is of the caravan's flow, and the caravan has no room for it; its parse
+    /// comes with it.
+    Full(B, Parsed),
+    /// The datagram's headers do not repeat the caravan's first's: the general path decides.
+    Other(B),
+}
+
 /// An open caravan: datagrams are appended zero-copy until [`finish`](Self::finish).
 #[derive(Debug)]
 pub struct CaravanBuilder<B> {
@@ -117,6 +127,10 @@ pub struct CaravanBuilder<B> {
     /// The first datagram's [`ip_signature`], which every other must have (the outer header
     /// keeps the first's until `finish`).
     sig: Option<(u8, u8, bool)>,
+    /// The header bytes every other datagram repeats ([`push_same_flow`](Self::push_same_flow)).
+    mask: Option<HeaderMask>,
+    /// The sum of the flow's pseudo-header without its length (addresses and protocol).
+    pseudo: Sum,
     /// One's-complement sum of the inner datagrams, aligned to the outer payload.
     inner_sum: Sum,
     inner_len: usize,
@@ -152,14 +166,18 @@ fn dscp_of(frame: &[u8], hdr: &Headers) -> u8 {
 }
 
 /// Sum of a datagram's UDP header and payload, from its checksum when it has one (no payload
-/// read), else by reading it.
-fn datagram_sum<B: PacketBuf>(pkt: &B, hdr: &Headers) -> Sum {
+/// read), else by reading it. `layout` gives its header lengths, `ip_len` its IP length, and
+/// `pseudo` the sum of its pseudo-header without the length (its flow's: addresses and
+/// protocol).
+fn datagram_sum<B: PacketBuf>(pkt: &B, layout: &Headers, ip_len: u16, pseudo: Sum) -> Sum {
     let frame = pkt.head();
-    let l4 = hdr.l4_offset();
+    let l4 = layout.l4_offset();
     let udp = wire::UdpPacket::new_unchecked(&frame[l4..l4 + UDP_HDR]);
-    let udp_len = u32::from(hdr.ip_len - hdr.l3_len);
+    let udp_len = u32::from(ip_len - layout.l3_len);
     if udp.checksum() != 0 {
-        let pseudo = crate::split::pseudo_header(frame, hdr, udp_len);
+        // The length is one 16-bit word of the pseudo-header in either family (IPv6's 32-bit
+        // field has a zero high word below 64 KiB).
+        let pseudo = pseudo.add(Sum(udp_len));
         // The sender's sum had the checksum field as 0; inside the caravan the field holds the
         // checksum itself, which the outer checksum covers too.
         return checksum::covered_sum(udp.checksum())
@@ -243,6 +261,151 @@ fn joining(
         return Err(CaravanError::Dscp(dscp));
     }
     Ok(hdr)
+}
+
+/// Most header bytes, from the link header to the UDP ports, that a [`HeaderMask`] covers:
+/// two VLAN tags, IPv6 and the ports fit.
+const MASKED_MAX: usize = 64;
+
+/// Which bytes of a caravan's first datagram, from its link header to its ports, every other
+/// datagram of the caravan must repeat: all of them but the IP lengths, and IPv4's
+/// identification and header checksum. Compared eight bytes at a time.
+#[derive(Clone, Copy, Debug)]
+struct HeaderMask {
+    /// Bytes covered (at least eight).
+    len: usize,
+    /// 0xff where the bytes must be equal, 0 where they may differ.
+    bytes: [u8; MASKED_MAX],
+}
+
+impl HeaderMask {
+    /// The mask for datagrams like one with headers `h` (UDP; IPv4 without options).
+    fn of(h: &Headers) -> Option<HeaderMask> {
+        let (l2, l4) = (usize::from(h.l2_len), h.l4_offset());
+        let len = l4 + 4;
+        if len > MASKED_MAX || (!h.v6 && h.l3_len != 20) {
+            return None;
+        }
+        let mut bytes = [0u8; MASKED_MAX];
+        bytes[..len].fill(0xff);
+        if h.v6 {
+            bytes[l2 + 4..l2 + 6].fill(0); // payload length
+        } else {
+            bytes[l2 + 2..l2 + 6].fill(0); // total length, identification
+            bytes[l2 + 10..l2 + 12].fill(0); // header checksum
+        }
+        Some(HeaderMask { len, bytes })
+    }
+
+    /// Whether `new` repeats `old` wherever the mask says it must.
+    #[inline]
+    fn repeats(&self, new: &[u8], old: &[u8]) -> bool {
+        let n = self.len;
+        let (Some(new), Some(old)) = (new.get(..n), old.get(..n)) else {
+            return false;
+        };
+        let word = |b: &[u8], at: usize| {
+            u64::from_ne_bytes(b[at..at + 8].try_into().expect("eight bytes"))
+        };
+        let differ = |at: usize| (word(new, at) ^ word(old, at)) & word(&self.bytes, at);
+        let mut diff = 0;
+        let mut at = 0;
+        while at + 8 <= n {
+            diff |= differ(at);
+            at += 8;
+        }
+        if at < n {
+            // The last bytes, in a word that overlaps the one before (`n` is at least 8).
+            diff |= differ(n - 8);
+        }
+        diff == 0
+    }
+}
+
+/// The IP length of the datagram whose first segment is `head` and whose length is
+/// `frame_len`, when its headers repeat, byte for byte, those of the datagram `first` (its bytes from the link
+/// header on; `first_hdr` its headers, UDP without IP options) wherever a caravan keeps one
+/// header for all (`mask`, of `first_hdr`): the link header, the IP header but for its length,
+/// identification and checksum (IPv4) or payload length (IPv6), and the ports; and when its
+/// lengths agree with each other and the frame as a parse requires. Its headers are then
+/// `first_hdr` with that length ([`with_ip_len`]), as [`Parsed::of`] finds them.
+#[inline]
+fn repeated_headers(
+    first: &[u8],
+    first_hdr: &Headers,
+    mask: &HeaderMask,
+    head: &[u8],
+    frame_len: usize,
+) -> Option<u16> {
+    let (l2, l3) = (usize::from(first_hdr.l2_len), usize::from(first_hdr.l3_len));
+    let l4 = l2 + l3;
+    let new = head.get(..l4 + UDP_HDR)?;
+    if !mask.repeats(new, first) {
+        return None;
+    }
+    let be16 = |at: usize| usize::from(u16::from_be_bytes([new[at], new[at + 1]]));
+    let ip_len = if first_hdr.v6 {
+        l3 + be16(l2 + 4)
+    } else {
+        be16(l2 + 2)
+    };
+    // A UDP length that fills the IP payload exactly, in a frame that holds the IP packet
+    // (what a parse requires).
+    if ip_len < l3 + UDP_HDR
+        || ip_len > usize::from(u16::MAX)
+        || be16(l4 + 4) != ip_len - l3
+        || l2 + ip_len > frame_len
+    {
+        return None;
+    }
+    // Bounded by u16::MAX just above: lossless.
+    Some(ip_len as u16)
+}
+
+/// `first_hdr` with the IP length `ip_len` (at least its IP and UDP headers): the headers of
+/// a datagram of the same flow and layout.
+fn with_ip_len(first_hdr: &Headers, ip_len: u16) -> Headers {
+    Headers {
+        ip_len,
+        payload_len: ip_len - first_hdr.l3_len - UDP_HDR as u16,
+        ..*first_hdr
+    }
+}
+
+/// Whether `second` joins `first` in a caravan, told from their header bytes alone: `second`'s
+/// repeat `first`'s wherever a caravan keeps one header ([`CaravanBuilder::push_same_flow`]),
+/// `first` could open a caravan, and the two fit one. When so, [`can_pair_parsed`] says yes
+/// too, and `second`'s parse (the one [`Parsed::of`] makes) comes back; `None` says only that
+/// this shortcut cannot tell, and the caller asks `can_pair_parsed`.
+pub fn pairs_by_headers<B: PacketBuf>(
+    first: &B,
+    first_parsed: &Parsed,
+    second: &B,
+    cfg: &CaravanConfig,
+) -> Option<Parsed> {
+    let a = opening(
+        first.head(),
+        udp_headers(first.head(), first.len(), first_parsed),
+        cfg,
+    )
+    .ok()?;
+    let mask = HeaderMask::of(&a)?;
+    let b = with_ip_len(
+        &a,
+        repeated_headers(first.head(), &a, &mask, second.head(), second.len())?,
+    );
+    let ip_len = usize::from(a.ip_len) + OVERHEAD + usize::from(b.ip_len) - usize::from(a.l3_len);
+    if cfg.max_datagrams < 2
+        || ip_len > usize::from(cfg.imtu)
+        || 1 + first.num_segs() + second.num_segs() > B::MAX_SEGS
+    {
+        return None;
+    }
+    Some(Parsed::of_headers(
+        Class::Udp(b),
+        second.head(),
+        second.len(),
+    ))
 }
 
 /// Whether `first` could open a caravan ([`CaravanBuilder::start`] would take it, pool
@@ -342,13 +505,16 @@ impl<B: PacketBuf> CaravanBuilder<B> {
             pkt: outer,
             hdr,
             sig,
+            mask: HeaderMask::of(&hdr),
+            pseudo: crate::split::pseudo_header(first.head(), &hdr, 0),
             inner_sum: Sum::default(),
             inner_len: 0,
             count: 0,
             cfg,
         };
-        // The headers just checked are the first datagram's own: no parse again.
-        if let Err((e, first)) = builder.push_headers(first, first_hdr) {
+        // The headers just checked are the first datagram's own, and it is its own flow: no
+        // parse and no comparison again.
+        if let Err((e, first)) = builder.append(first, hdr.ip_len) {
             return Err((e, first));
         }
         Ok(builder)
@@ -388,11 +554,7 @@ impl<B: PacketBuf> CaravanBuilder<B> {
 
     /// [`push`](Self::push) of a datagram whose UDP headers (`None`: not UDP) are known to be
     /// its own.
-    fn push_headers(
-        &mut self,
-        mut dgram: B,
-        hdr: Option<Headers>,
-    ) -> Result<(), (CaravanError, B)> {
+    fn push_headers(&mut self, dgram: B, hdr: Option<Headers>) -> Result<(), (CaravanError, B)> {
         let joined = joining(
             self.pkt.head(),
             &self.hdr,
@@ -401,17 +563,58 @@ impl<B: PacketBuf> CaravanBuilder<B> {
             hdr,
             &self.cfg,
         );
-        let hdr = match joined {
-            Ok(h) => h,
-            Err(e) => return Err((e, dgram)),
+        match joined {
+            // Joined: the same flow and header layout as the first.
+            Ok(hdr) => self.append(dgram, hdr.ip_len),
+            Err(e) => Err((e, dgram)),
+        }
+    }
+
+    /// Appends a datagram whose headers repeat the caravan's first's, byte for byte, wherever
+    /// the caravan keeps one header for all: the link header, the IP header but for its length,
+    /// identification and checksum (IPv4) or payload length (IPv6), and the ports. Nothing but
+    /// those bytes and the lengths is read: no parse, no flow key. This is the cost of a flow's
+    /// run of datagrams once its caravan is open.
+    ///
+    /// What this takes, [`push_parsed`](Self::push_parsed) would take too, with the same
+    /// result: the same flow, link header and IP signature, the DSCP the first had (0 or the
+    /// mark), and the lengths a parse accepts. A datagram of the caravan's flow that does not
+    /// fit comes back as [`SameFlowRefused::Full`], with its parse (the one [`Parsed::of`] makes),
+    /// for the caller to start the flow's next caravan with; anything else comes back
+    /// untouched, as [`SameFlowRefused::Other`], for `push_parsed`, which decides as always.
+    pub fn push_same_flow(&mut self, dgram: B) -> Result<(), SameFlowRefused<B>> {
+        let Some(ip_len) = self.same_flow_ip_len(dgram.head(), dgram.len()) else {
+            return Err(SameFlowRefused::Other(dgram));
         };
-        if !self.fits(usize::from(hdr.ip_len))
-            || self.pkt.num_segs() + dgram.num_segs() > B::MAX_SEGS
-        {
+        self.append(dgram, ip_len).map_err(|(e, dgram)| match e {
+            CaravanError::Full => {
+                let hdr = with_ip_len(&self.hdr, ip_len);
+                let parsed = Parsed::of_headers(Class::Udp(hdr), dgram.head(), dgram.len());
+                SameFlowRefused::Full(dgram, parsed)
+            }
+            _ => SameFlowRefused::Other(dgram),
+        })
+    }
+
+    /// The IP length of the datagram whose first segment is `head` and whose length is
+    /// `frame_len`, when its headers repeat the caravan's first's ([`push_same_flow`]).
+    ///
+    /// [`push_same_flow`]: Self::push_same_flow
+    #[inline]
+    fn same_flow_ip_len(&self, head: &[u8], frame_len: usize) -> Option<u16> {
+        let mask = self.mask.as_ref()?;
+        repeated_headers(self.pkt.head(), &self.hdr, mask, head, frame_len)
+    }
+
+    /// Appends `dgram`, a datagram of this caravan's flow with the first's header layout and
+    /// an IP length of `ip_len`, when it fits.
+    fn append(&mut self, mut dgram: B, ip_len: u16) -> Result<(), (CaravanError, B)> {
+        if !self.fits(usize::from(ip_len)) || self.pkt.num_segs() + dgram.num_segs() > B::MAX_SEGS {
             return Err((CaravanError::Full, dgram));
         }
-        let sum = datagram_sum(&dgram, &hdr);
-        let udp_len = usize::from(hdr.ip_len - hdr.l3_len);
+        let hdr = &self.hdr;
+        let sum = datagram_sum(&dgram, hdr, ip_len, self.pseudo);
+        let udp_len = usize::from(ip_len - hdr.l3_len);
         // Keep only the UDP header and payload (and drop Ethernet padding).
         let l4 = hdr.l4_offset();
         if !dgram.truncate(l4 + udp_len) || !dgram.adj(l4) {

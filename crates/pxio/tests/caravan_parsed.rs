@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use pxio::caravan::{self, CaravanBuilder, CaravanConfig};
+use pxio::caravan::{self, CaravanBuilder, CaravanConfig, SameFlowRefused};
 use pxio::wire::{
     self, tcp_flags, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, Parsed, TcpRepr, UdpRepr,
 };
@@ -44,6 +44,13 @@ enum Kind {
     Tagged,
     /// IPv4 UDP of flow 0 with IP options (never packed).
     Ipv4Options,
+    /// UDP of flow `0..4` whose frame carries six bytes of Ethernet padding behind its IP
+    /// packet.
+    Padded(u8),
+    /// UDP of flow `0..4` whose UDP length is one more than its IP payload (malformed).
+    BadUdpLength(u8),
+    /// UDP of flow `0..4` whose IP length claims more bytes than its frame has (malformed).
+    Truncated(u8),
     /// TCP, IPv4 or IPv6.
     Tcp(bool),
 }
@@ -53,7 +60,13 @@ impl Kind {
     /// any parse).
     fn flow(self) -> u8 {
         match self {
-            Kind::Udp(f) | Kind::Marked(f) | Kind::OtherDscp(f) | Kind::LowTtl(f) => f % 4,
+            Kind::Udp(f)
+            | Kind::Marked(f)
+            | Kind::OtherDscp(f)
+            | Kind::LowTtl(f)
+            | Kind::Padded(f)
+            | Kind::BadUdpLength(f)
+            | Kind::Truncated(f) => f % 4,
             Kind::Tagged | Kind::Ipv4Options => 0,
             Kind::Tcp(v6) => 4 + u8::from(v6),
         }
@@ -68,6 +81,9 @@ fn kind() -> impl Strategy<Value = Kind> {
         1 => (0u8..4).prop_map(Kind::LowTtl),
         1 => Just(Kind::Tagged),
         1 => Just(Kind::Ipv4Options),
+        1 => (0u8..4).prop_map(Kind::Padded),
+        1 => (0u8..4).prop_map(Kind::BadUdpLength),
+        1 => (0u8..4).prop_map(Kind::Truncated),
         2 => any::<bool>().prop_map(Kind::Tcp),
     ]
 }
@@ -79,7 +95,9 @@ fn frame(kind: Kind, payload_len: usize, seed: u8) -> Vec<u8> {
         .map(|i| seed.wrapping_add(i as u8))
         .collect();
     let (flow, dscp, ttl) = match kind {
-        Kind::Udp(f) => (f % 4, 0, 64),
+        Kind::Udp(f) | Kind::Padded(f) | Kind::BadUdpLength(f) | Kind::Truncated(f) => {
+            (f % 4, 0, 64)
+        }
         Kind::Marked(f) => (f % 4, MARK, 64),
         Kind::OtherDscp(f) => (f % 4, 10, 64),
         Kind::LowTtl(f) => (f % 4, 0, 9),
@@ -108,6 +126,19 @@ fn frame(kind: Kind, payload_len: usize, seed: u8) -> Vec<u8> {
         ..ETH
     };
     let mut f = wire::udp_frame(eth, ip(v6, dscp, ttl), udp, &payload).unwrap();
+    let l4 = 14 + if v6 { 40 } else { 20 };
+    match kind {
+        Kind::Padded(_) => f.extend_from_slice(&[0xee; 6]),
+        Kind::BadUdpLength(_) => {
+            let len = u16::from_be_bytes([f[l4 + 4], f[l4 + 5]]) + 1;
+            f[l4 + 4..l4 + 6].copy_from_slice(&len.to_be_bytes());
+        }
+        // The last payload byte (or the UDP checksum's second) cut off the frame.
+        Kind::Truncated(_) => {
+            f.pop();
+        }
+        _ => {}
+    }
     if matches!(kind, Kind::Ipv4Options) {
         // Four bytes of options (NOP, NOP, NOP, end of list): IHL 6, total length + 4.
         const L3: usize = 14;
@@ -148,6 +179,11 @@ enum Mode {
     /// The `_parsed` entry points, with a parse of another packet, of another shape: they must
     /// notice, classify the packet themselves, and give the same results.
     OtherParse,
+    /// [`CaravanBuilder::push_same_flow`] first on every packet for a flow's open caravan (it
+    /// reads header bytes only), then the `_parsed` entry points with the packet's own parse
+    /// for what it gives back: a datagram it refuses as full brings its parse, which must be
+    /// the packet's own.
+    SameFlow,
 }
 
 /// A packet of the mix, as the packer receives it.
@@ -168,14 +204,14 @@ impl Input {
 }
 
 /// A parse of another packet than `pkt`, of another shape, chosen by `pick` among the ways one
-/// can go wrong: the same flow's packet with one more payload byte (trusted, its lengths would
+/// can go wrong: the same flow's packet with two more payload bytes (trusted, its lengths would
 /// cut the datagram wrong), a packet of the other family, a TCP segment, or `pkt`'s own bytes
 /// in one segment when `pkt` is chained (same length, another first segment).
 fn other_parse(pkt: &HeapBuf, kind: Kind, pick: usize) -> Parsed {
     let bytes = pkt.to_vec();
     let payload = bytes.len().saturating_sub(42);
     let decoy = match pick % 4 {
-        0 => frame(kind, payload + 1, 7),
+        0 => frame(kind, payload + 2, 7),
         1 => frame(Kind::Udp(kind.flow() + 1), payload + 3, 9),
         2 => frame(Kind::Tcp(bytes.len().is_multiple_of(2)), payload + 5, 11),
         _ if pkt.num_segs() > 1 => bytes.clone(),
@@ -230,6 +266,17 @@ fn run(inputs: &[Input], cfg: CaravanConfig, mode: Mode) -> Trace {
             Some(Held::Caravan(mut b)) => {
                 let r = match mode {
                     Mode::Classify => b.push(pkt),
+                    Mode::SameFlow => match b.push_same_flow(pkt) {
+                        Ok(()) => Ok(()),
+                        Err(SameFlowRefused::Full(pkt, full_parse)) => {
+                            assert_eq!(
+                                full_parse, parsed,
+                                "{i}: the parse a full caravan gives back"
+                            );
+                            Err((caravan::CaravanError::Full, pkt))
+                        }
+                        Err(SameFlowRefused::Other(pkt)) => b.push_parsed(pkt, &parsed),
+                    },
                     _ => b.push_parsed(pkt, &parsed),
                 };
                 t.events.push(format!(
@@ -250,6 +297,16 @@ fn run(inputs: &[Input], cfg: CaravanConfig, mode: Mode) -> Trace {
                 }
             }
             Some(Held::Lone(first, first_parsed)) => {
+                if mode == Mode::SameFlow {
+                    // Told from the header bytes alone: only ever a yes that the full check
+                    // gives too, with the packet's own parse.
+                    if let Some(p) = caravan::pairs_by_headers(&first, &first_parsed, &pkt, &cfg) {
+                        assert_eq!(p, parsed, "{i}: the parse pairs_by_headers gives");
+                        let full =
+                            caravan::can_pair_parsed(&first, &first_parsed, &pkt, &parsed, &cfg);
+                        assert_eq!(full, Ok(()), "{i}: pairs_by_headers said yes");
+                    }
+                }
                 let r = match mode {
                     Mode::Classify => caravan::can_pair(&first, &pkt, &cfg),
                     _ => caravan::can_pair_parsed(&first, &first_parsed, &pkt, &parsed, &cfg),
@@ -263,6 +320,11 @@ fn run(inputs: &[Input], cfg: CaravanConfig, mode: Mode) -> Trace {
                     let mut b = started.map_err(|(e, _)| e).expect("can_pair said yes");
                     let r = match mode {
                         Mode::Classify => b.push(pkt),
+                        Mode::SameFlow => b.push_same_flow(pkt).or_else(|refused| match refused {
+                            SameFlowRefused::Other(pkt) | SameFlowRefused::Full(pkt, _) => {
+                                b.push_parsed(pkt, &parsed)
+                            }
+                        }),
                         _ => b.push_parsed(pkt, &parsed),
                     };
                     assert!(r.is_ok(), "can_pair said yes");
@@ -348,6 +410,8 @@ fn same_in_every_mode(mix: &[(Kind, usize, bool, u8)], imtu: u16) -> Trace {
     assert_eq!(own, classify, "own parse vs classify again");
     let other = run(&inputs, cfg, Mode::OtherParse);
     assert_eq!(other, classify, "another packet's parse vs classify again");
+    let same_flow = run(&inputs, cfg, Mode::SameFlow);
+    assert_eq!(same_flow, classify, "header bytes first vs classify again");
     classify
 }
 
@@ -405,5 +469,42 @@ proptest! {
         imtu in prop_oneof![Just(1500u16), Just(4000u16), Just(9000u16)],
     ) {
         same_in_every_mode(&mix, imtu);
+    }
+}
+
+/// The header-bytes shortcut says yes where it should, in both families, and leaves every
+/// difference a caravan cannot carry, and every malformed datagram, to the full check.
+#[test]
+fn pairs_by_headers_takes_a_flows_next_datagram_and_nothing_else() {
+    let pool = HeapPool::new(64);
+    let cfg = CaravanConfig::default();
+    for flow in [0u8, 1] {
+        let first = pool.packet(&frame(Kind::Udp(flow), 300, 1));
+        let first_parsed = Parsed::of(first.head(), first.len());
+        let next = |kind, len| pool.packet(&frame(kind, len, 2));
+        let second = next(Kind::Udp(flow), 1200);
+        assert_eq!(
+            caravan::pairs_by_headers(&first, &first_parsed, &second, &cfg),
+            Some(Parsed::of(second.head(), second.len())),
+            "flow {flow}"
+        );
+        for kind in [
+            Kind::Udp(flow + 2), // another flow of the same family
+            Kind::LowTtl(flow),
+            Kind::Marked(flow),
+            Kind::OtherDscp(flow),
+            Kind::BadUdpLength(flow),
+            Kind::Truncated(flow),
+        ] {
+            let other = next(kind, 1200);
+            assert_eq!(
+                caravan::pairs_by_headers(&first, &first_parsed, &other, &cfg),
+                None,
+                "{kind:?}"
+            );
+        }
+        // Too large for one caravan together.
+        let big = next(Kind::Udp(flow), 8900);
+        assert_eq!(caravan::pairs_by_headers(&first, &first_parsed, &big, &cfg), None);
     }
 }

@@ -18,6 +18,7 @@ impl<B: PacketBuf> Pipeline<B> {
         let Some(ccfg) = self.cfg.caravan else {
             return out.push(pkt);
         };
+        let slot = hint_slot(pkt.head());
         let set = &self.cfg.exclude;
         let has = |p: u16| set[usize::from(p) / 64] & 1 << (p % 64) != 0;
         let excluded = has(h.key.sport) || has(h.key.dport);
@@ -35,95 +36,191 @@ impl<B: PacketBuf> Pipeline<B> {
             self.close_caravan(&h.key, out);
             return out.push(pkt);
         }
-        let pkt = match self.caravans.get_mut(&KeyWords(h.key)) {
-            Some((Open::Caravan(builder), _)) => match builder.push_parsed(pkt, parsed) {
+        let found = self.caravans.find(&KeyWords(h.key));
+        let pkt = match found.and_then(|s| Some((s, self.caravans.slot_mut(s)?.1))) {
+            Some((s, (Open::Caravan(builder), _))) => match builder.push_parsed(pkt, parsed) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 1;
-                    return;
+                    return self.make_hot(h, s, slot);
                 }
                 // A datagram that does not fit, or differs where a caravan keeps one IP header
                 // (TTL, ECN, DF), starts the flow's next caravan; one that cannot travel in any
                 // passes. Either way after the held caravan, so the flow keeps its order.
                 Err((CaravanError::Full | CaravanError::Mismatch, pkt)) => {
-                    self.close_caravan(&h.key, out);
+                    self.close_slot(s, out);
                     pkt
                 }
                 Err((_, pkt)) => {
-                    self.close_caravan(&h.key, out);
+                    self.close_slot(s, out);
                     return out.push(pkt);
                 }
             },
-            Some((Open::Lone(first, first_parsed), _)) => {
+            Some((s, (Open::Lone(first, first_parsed), _))) => {
                 match caravan::can_pair_parsed(first, first_parsed, &pkt, parsed, &ccfg) {
-                    Ok(()) => return self.pair(pkt, h, parsed, &ccfg, out),
+                    Ok(()) => return self.pair(s, pkt, h, parsed, &ccfg, slot, out),
                     // Nothing joins the held datagram: it leaves as it came, first.
                     Err(_) => {
-                        self.close_caravan(&h.key, out);
+                        self.close_slot(s, out);
                         pkt
                     }
                 }
             }
             None => pkt,
         };
-        if self.caravans.len() >= MAX_OPEN_CARAVANS {
-            return out.push(pkt);
+        self.hold(KeyWords(h.key), pkt, parsed, now, out);
+    }
+
+    /// Packs an inbound frame into its flow's open caravan when the frame's headers repeat that
+    /// caravan's byte for byte ([`CaravanBuilder::push_same_flow`]): no parse, no hash, the
+    /// caravan found through a hint kept by a fold of the frame's address and port bytes
+    /// ([`hint_slot`]). Anything else comes back for the general path, which decides as it
+    /// would have.
+    ///
+    /// Equivalent to the general path for what it takes: the datagram has the caravan's flow
+    /// (whatever flow the hint was left for), so the same excluded ports (none: the caravan
+    /// opened), the same family, tags and TTL (it opened, so packable), and the first's DSCP,
+    /// which the general path cleared of the mark before packing (the mark itself never
+    /// matches). The F-PMTUD port's caravans are never joined here, so a report for the
+    /// gateway's own probe always reaches the path-MTU state.
+    ///
+    /// A datagram of the caravan's flow that does not fit closes it and is held for the
+    /// flow's next, as the general path would do.
+    pub(super) fn join_hot_caravan(&mut self, pkt: B, now: u64, out: &mut Vec<B>) -> Result<(), B> {
+        let Some((at, proto_at)) = self.hot_caravans[hint_slot(pkt.head())] else {
+            return Err(pkt);
+        };
+        // A frame of another protocol (most of them, in mixed traffic) is told by one byte,
+        // before the caravan is read.
+        if pkt.head().get(proto_at as usize) != Some(&wire::ip_proto::UDP) {
+            return Err(pkt);
         }
-        // Held as it came until a second datagram joins it; one that could never open a caravan
-        // passes at once.
-        match caravan::packable_parsed(&pkt, parsed, &ccfg) {
+        let (port, ccfg) = (self.pmtu.port(), self.cfg.caravan);
+        let Some((KeyWords(key), (open, _))) = self.caravans.slot_mut(at) else {
+            return Err(pkt);
+        };
+        if key.sport == port || key.dport == port {
+            return Err(pkt);
+        }
+        let builder = match open {
+            Open::Caravan(builder) => builder,
+            // The flow's lone datagram, which this one may join.
+            Open::Lone(first, first_parsed) => {
+                let Some(ccfg) = ccfg else {
+                    return Err(pkt);
+                };
+                let Some(parsed) = caravan::pairs_by_headers(first, first_parsed, &pkt, &ccfg)
+                else {
+                    return Err(pkt);
+                };
+                let h = *parsed.udp().expect("a datagram's parse");
+                let slot = hint_slot(pkt.head());
+                self.pair(at, pkt, &h, &parsed, &ccfg, slot, out);
+                return Ok(());
+            }
+        };
+        let (pkt, parsed) = match builder.push_same_flow(pkt) {
             Ok(()) => {
-                self.caravans
-                    .insert(KeyWords(h.key), (Open::Lone(pkt, *parsed), now));
+                self.report.caravan.datagrams_packed += 1;
+                return Ok(());
+            }
+            Err(SameFlowRefused::Other(pkt)) => return Err(pkt),
+            Err(SameFlowRefused::Full(pkt, parsed)) => (pkt, parsed),
+        };
+        let key = KeyWords(*key);
+        self.close_slot(at, out);
+        self.hold(key, pkt, &parsed, now, out);
+        Ok(())
+    }
+
+    /// Holds `pkt`, the flow of `key`'s only datagram now, until a second joins it; one that
+    /// could never open a caravan passes at once. With every place taken, the flow that opened
+    /// its caravan first makes room: its caravan leaves now, early but whole.
+    fn hold(&mut self, key: KeyWords, pkt: B, parsed: &Parsed, now: u64, out: &mut Vec<B>) {
+        let Some(ccfg) = &self.cfg.caravan else {
+            return out.push(pkt);
+        };
+        match caravan::packable_parsed(&pkt, parsed, ccfg) {
+            Ok(()) => {
+                let slot = hint_slot(pkt.head());
+                let proto_at = proto_offset(parsed);
+                let (at, evicted) = self.caravans.push_at(key, (Open::Lone(pkt, *parsed), now));
+                if let Some((_, (open, _))) = evicted {
+                    self.report.caravan.closed_early += 1;
+                    self.emit(open, out);
+                }
+                self.hot_caravans[slot] = Some((at, proto_at));
             }
             Err(_) => out.push(pkt),
         }
     }
 
-    /// A second datagram for the flow's held one, which [`caravan::can_pair_parsed`] said it
-    /// joins: the two open a caravan, which keeps the held one's start time. Both bring their
-    /// parses along.
+    /// Hints the caravan in `at`, of the flow of `h`, as the one the next frame of hint slot
+    /// `slot` ([`hint_slot`]) is tried on first.
+    fn make_hot(&mut self, h: &Headers, at: u32, slot: usize) {
+        self.hot_caravans[slot] = Some((at, proto_at(h)));
+    }
+
+    /// A second datagram for the held one in `at` (the flow of `h`), which
+    /// [`caravan::can_pair_parsed`] said it joins: the two open a caravan in the held one's
+    /// place, which keeps its start time (and so its place in the closing order). Both bring
+    /// their parses along.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn pair(
         &mut self,
+        at: u32,
         second: B,
         h: &Headers,
         parsed: &Parsed,
         ccfg: &CaravanConfig,
+        slot: usize,
         out: &mut Vec<B>,
     ) {
-        let (first, first_parsed, since) = match self.caravans.remove(&KeyWords(h.key)) {
-            Some((Open::Lone(first, first_parsed), since)) => (first, first_parsed, since),
-            // Callers pair only with a lone datagram. Should an open caravan be found instead,
-            // it leaves whole, first, rather than being dropped, and the datagram follows it.
-            Some(open) => {
-                self.caravans.insert(KeyWords(h.key), open);
-                self.close_caravan(&h.key, out);
-                return out.push(second);
-            }
-            None => return out.push(second),
-        };
-        match CaravanBuilder::start_parsed(first, &first_parsed, *ccfg, &self.pool) {
-            Ok(mut b) => match b.push_parsed(second, parsed) {
-                Ok(()) => {
-                    self.report.caravan.datagrams_packed += 2;
-                    self.caravans
-                        .insert(KeyWords(h.key), (Open::Caravan(b), since));
-                }
-                // can_pair checked everything push does; should it still refuse, the caravan of
-                // one leaves (a valid caravan) and the second passes behind it.
-                Err((_, second)) => {
-                    self.report.caravan.datagrams_packed += 1;
-                    self.report.caravan.caravans_built += 1;
-                    out.push(b.finish());
+        let (pool, report) = (&self.pool, &mut self.report.caravan);
+        let opened = self.caravans.update_at(at, |_, (open, since)| {
+            let (first, first_parsed) = match open {
+                Open::Lone(first, first_parsed) => (first, first_parsed),
+                // Callers pair only with a lone datagram. Should an open caravan be found
+                // instead, it leaves whole, first, rather than being dropped, and the datagram
+                // follows it.
+                open @ Open::Caravan(_) => {
+                    emit(report, open, out);
                     out.push(second);
+                    return (None, false);
                 }
-            },
-            // No buffer for the caravan's header: both leave as they came, in order (nothing
-            // is lost for want of a header buffer).
-            Err((_, first)) => {
-                self.report.caravan.unwrapped_single += 2;
-                out.push(first);
-                out.push(second);
+            };
+            match CaravanBuilder::start_parsed(first, &first_parsed, *ccfg, pool) {
+                // The second's header bytes first; what they cannot tell, its parse.
+                Ok(mut b) => match b.push_same_flow(second).or_else(|refused| match refused {
+                    SameFlowRefused::Other(second) | SameFlowRefused::Full(second, _) => {
+                        b.push_parsed(second, parsed)
+                    }
+                }) {
+                    Ok(()) => {
+                        report.datagrams_packed += 2;
+                        (Some((Open::Caravan(b), since)), true)
+                    }
+                    // can_pair checked everything push does; should it still refuse, the
+                    // caravan of one leaves (a valid caravan) and the second passes behind it.
+                    Err((_, second)) => {
+                        report.datagrams_packed += 1;
+                        report.caravans_built += 1;
+                        out.push(b.finish());
+                        out.push(second);
+                        (None, false)
+                    }
+                },
+                // No buffer for the caravan's header: both leave as they came, in order
+                // (nothing is lost for want of a header buffer).
+                Err((_, first)) => {
+                    report.unwrapped_single += 2;
+                    out.push(first);
+                    out.push(second);
+                    (None, false)
+                }
             }
+        });
+        if opened == Some(true) {
+            self.make_hot(h, at, slot);
         }
     }
 
@@ -154,40 +251,67 @@ impl<B: PacketBuf> Pipeline<B> {
         (ttl <= self.cfg.pass_ttl).then_some(Unpackable::LowTtl)
     }
 
-    pub(super) fn close_caravan(&mut self, key: &FlowKey, out: &mut Vec<B>) {
-        match self.caravans.remove(&KeyWords(*key)) {
-            Some((Open::Caravan(b), _)) => {
-                self.report.caravan.caravans_built += 1;
-                out.push(b.finish());
-            }
-            // Nothing joined it: it goes as it came.
-            Some((Open::Lone(pkt, _), _)) => {
-                self.report.caravan.unwrapped_single += 1;
+    /// A frame the merge engine and the caravans cannot take, from outside (a fragment, a
+    /// malformed datagram or segment). One that names a UDP flow leaves after what the flow
+    /// holds, at once, so the flow keeps its order (the merge engine, which keeps TCP's,
+    /// holds nothing of a UDP flow); anything else goes through the merge engine.
+    pub(super) fn inbound_unmergeable_udp(
+        &mut self,
+        pkt: B,
+        parsed: Parsed,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        match wire::flow_of(pkt.head(), pkt.len()) {
+            Some(key) if key.proto == wire::ip_proto::UDP => {
+                self.close_caravan(&key, out);
                 out.push(pkt);
             }
-            None => {}
+            _ => self.inbound_unmergeable(pkt, parsed, now, out),
         }
     }
 
-    /// Closes the caravans opened at or before `opened_by` (all of them with `None`), oldest
-    /// first.
-    pub(super) fn close_caravans_opened_by(&mut self, opened_by: Option<u64>, out: &mut Vec<B>) {
-        self.expired.clear();
-        self.expired.extend(
-            self.caravans
-                .iter()
-                .filter(|(_, (_, t))| opened_by.is_none_or(|by| *t <= by))
-                .map(|(k, (_, t))| (*t, k.0)),
-        );
-        // Oldest first (ties by flow key), so they leave in the order they were opened and a
-        // replay of the same capture gives the same output, not the order of a randomly
-        // seeded hash map.
-        self.expired
-            .sort_unstable_by_key(|&(t, k)| (t, k.v6, k.src, k.dst, k.sport, k.dport, k.proto));
-        for i in 0..self.expired.len() {
-            let key = self.expired[i].1;
-            self.close_caravan(&key, out);
+    /// Sends on what the flow of `key` holds, if anything: its caravan, or its lone datagram as
+    /// it came.
+    pub(super) fn close_caravan(&mut self, key: &FlowKey, out: &mut Vec<B>) {
+        if let Some(open) = self.caravans.pop(&KeyWords(*key)) {
+            self.emit(open.0, out);
         }
+    }
+
+    /// [`close_caravan`](Self::close_caravan) for the flow whose place is `at`.
+    fn close_slot(&mut self, at: u32, out: &mut Vec<B>) {
+        let report = &mut self.report.caravan;
+        self.caravans.update_at(at, |_, (open, _)| {
+            emit(report, open, out);
+            (None, ())
+        });
+    }
+
+    /// Sends on what a flow held.
+    fn emit(&mut self, open: Open<B>, out: &mut Vec<B>) {
+        emit(&mut self.report.caravan, open, out);
+    }
+
+    /// Closes the caravans opened at or before `opened_by` (all of them with `None`), oldest
+    /// first: the table keeps them in the order they opened (a caravan keeps the start of the
+    /// datagram it grew from), so they leave in that order, and a replay of the same capture
+    /// gives the same output.
+    pub(super) fn close_caravans_opened_by(&mut self, opened_by: Option<u64>, out: &mut Vec<B>) {
+        while let Some((_, (_, since))) = self.caravans.peek_lru() {
+            if opened_by.is_some_and(|by| *since > by) {
+                break;
+            }
+            let Some((_, (open, _))) = self.caravans.pop_lru() else {
+                break;
+            };
+            self.emit(open, out);
+        }
+    }
+
+    /// When the oldest open caravan opened, if any is open.
+    pub(super) fn oldest_caravan(&self) -> Option<u64> {
+        self.caravans.peek_lru().map(|(_, (_, since))| *since)
     }
 
     /// An outbound datagram that wears the caravan mark (`parsed`, the pipeline's parse of it):
@@ -284,6 +408,68 @@ impl<B: PacketBuf> Pipeline<B> {
     pub(super) fn mark_uncleared(&mut self) -> bool {
         self.report.drops.mark_uncleared += 1;
         false
+    }
+}
+
+/// Entries of the hints to open caravans (`Pipeline::hot_caravans`): a power of two, a few
+/// times the flows one RX burst interleaves.
+pub(super) const HOT_CARAVANS: usize = 256;
+
+/// Where a frame's caravan hint is kept: a fold of the bytes that hold an untagged frame's
+/// addresses and ports (IPv4 or IPv6, by the EtherType), or slot 0 for anything else. Only a
+/// hint: flows that share a slot take turns in it, and the caravan found is always checked
+/// byte for byte. The NIC's RSS hash is not used: under the gateway's symmetric key it is one
+/// value for many flows.
+pub(super) fn hint_slot(head: &[u8]) -> usize {
+    let word = |at: usize| {
+        head.get(at..at + 8)
+            .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+    };
+    let ports = |at: usize| {
+        head.get(at..at + 4).map_or(0, |b| {
+            u64::from(u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+        })
+    };
+    let folded = match head.get(12..14) {
+        // Addresses at 26..34, ports at 34..38 (not the length and checksum behind them).
+        Some([0x08, 0x00]) => word(26) ^ ports(34).rotate_left(29),
+        // Addresses at 22..54, ports at 54..58.
+        Some([0x86, 0xdd]) => {
+            word(22)
+                ^ word(30).rotate_left(13)
+                ^ word(38).rotate_left(29)
+                ^ word(46).rotate_left(41)
+                ^ ports(54).rotate_left(53)
+        }
+        _ => return 0,
+    };
+    (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (HOT_CARAVANS - 1)
+}
+
+/// Where the IP header of a frame with headers `h` names its next protocol.
+fn proto_at(h: &Headers) -> u32 {
+    // Within a frame's first segment: lossless.
+    (h.l3_offset() + if h.v6 { 6 } else { 9 }) as u32
+}
+
+/// [`proto_at`] of a datagram's parse; 0 for anything else (a hint only: the byte there is
+/// still checked, and the caravan after it).
+fn proto_offset(parsed: &Parsed) -> u32 {
+    parsed.udp().map_or(0, proto_at)
+}
+
+/// Sends on what a flow held, counted: its caravan, closed, or its lone datagram as it came.
+fn emit<B: PacketBuf>(report: &mut CaravanSummary, open: Open<B>, out: &mut Vec<B>) {
+    match open {
+        Open::Caravan(b) => {
+            report.caravans_built += 1;
+            out.push(b.finish());
+        }
+        // Nothing joined it: it goes as it came.
+        Open::Lone(pkt, _) => {
+            report.unwrapped_single += 1;
+            out.push(pkt);
+        }
     }
 }
 

@@ -27,9 +27,7 @@
 //!   connections whose split segments the inside host keeps retransmitting fall back to
 //!   `pmtu.blackhole_mtu` (docs/fpmtud.md).
 
-use std::collections::HashMap;
-
-use pxio::caravan::{self, CaravanBuilder, CaravanConfig, CaravanError};
+use pxio::caravan::{self, CaravanBuilder, CaravanConfig, CaravanError, SameFlowRefused};
 use pxio::merge::{Merger, BURST_CHUNK};
 use pxio::split::SplitOffloads;
 use pxio::wire::{self, Class, FlowKey, Headers, Parsed};
@@ -41,9 +39,10 @@ use crate::config::{CaravanFamily, Config, Icmp as IcmpConfig, PmtuPolicy};
 use crate::conn::{self, ConnTable, KeyWords};
 use crate::fragmenter::fragment_ipv4;
 use crate::icmp::{self as icmp_err, RateLimiter};
+use crate::lru_slab::LruSlab;
 use crate::mss;
 use crate::pmtud::PathMtu;
-use crate::stats::Report;
+use crate::stats::{CaravanSummary, Report};
 
 mod caravans;
 mod inbound_tcp;
@@ -51,7 +50,7 @@ mod outbound_tcp;
 mod paths;
 mod router;
 
-use caravans::{dscp, Open, MAX_OPEN_CARAVANS};
+use caravans::{dscp, Open, HOT_CARAVANS, MAX_OPEN_CARAVANS};
 use router::ip_layout;
 
 /// An untagged Ethernet header.
@@ -101,9 +100,9 @@ pub struct Pipeline<B: PacketBuf> {
     merger: Merger<B>,
     conns: ConnTable,
     /// Per UDP flow: what it holds for the inside, and since when.
-    caravans: HashMap<KeyWords, (Open<B>, u64), foldhash::fast::RandomState>,
-    /// The caravans a poll closes, with when each opened.
-    expired: Vec<(u64, FlowKey)>,
+    /// In the order they opened (nothing promotes an entry), so the oldest is the first due,
+    /// and the first to leave early when every place is taken.
+    caravans: LruSlab<KeyWords, (Open<B>, u64), foldhash::fast::RandomState>,
     pool: B::Pool,
     report: Report,
     pmtu: PathMtu,
@@ -134,6 +133,11 @@ pub struct Pipeline<B: PacketBuf> {
     /// flow entries: the recency period and the connection table's generation
     /// (`inbound_tcp`'s `fast_joined`).
     fast_seen: Vec<(u32, u32)>,
+    /// Hints to open caravans, by a fold of a frame's address and port bytes
+    /// (`caravans::hint_slot`): the place in `caravans` of the caravan that last took a
+    /// datagram of that hint slot, which the next frame of the slot is tried on by its header
+    /// bytes alone (`join_hot_caravan`), once the byte at the offset kept beside it says UDP.
+    hot_caravans: Box<[Option<(u32, u32)>; HOT_CARAVANS]>,
 }
 
 /// What the pipeline needs of the configuration, resolved once.
@@ -235,11 +239,10 @@ impl<B: PacketBuf> Pipeline<B> {
                     t
                 }
             },
-            caravans: HashMap::with_capacity_and_hasher(
+            caravans: LruSlab::with_hasher(
                 MAX_OPEN_CARAVANS,
                 foldhash::fast::RandomState::default(),
             ),
-            expired: Vec::with_capacity(MAX_OPEN_CARAVANS),
             pool,
             report: Report::default(),
             pmtu: PathMtu::from_config(cfg)?,
@@ -250,6 +253,7 @@ impl<B: PacketBuf> Pipeline<B> {
             gathered: Vec::with_capacity(GATHER_CAPACITY),
             chunk: Vec::with_capacity(BURST_CHUNK),
             streaming: None,
+            hot_caravans: Box::new([None; HOT_CARAVANS]),
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
             recent: Box::new([(NO_FLOW, None, NEVER, 0); inbound_tcp::RECENT_SLOTS]),
@@ -331,10 +335,8 @@ impl<B: PacketBuf> Pipeline<B> {
     /// When the next merge, caravan or probe deadline falls due, if any.
     pub fn next_deadline(&self) -> Option<u64> {
         let caravan = self
-            .caravans
-            .values()
-            .map(|(_, t)| t + self.cfg.caravan_timeout_ns)
-            .min();
+            .oldest_caravan()
+            .map(|t| t + self.cfg.caravan_timeout_ns);
         [
             self.merger.next_deadline(),
             caravan,
@@ -448,16 +450,20 @@ impl<B: PacketBuf> Pipeline<B> {
                 packets += 1;
                 bytes += pkt.len() as u64;
                 self.report.sizes.inbound_received.record(pkt.len());
-                if stream {
-                    if pkt.len() <= fits {
-                        match self.merger.offer_fast(i, pkt, now, out) {
-                            Ok(flow) => {
-                                self.fast_joined(flow, now, out);
-                                continue;
-                            }
-                            Err(back) => pkt = back,
+                if stream && pkt.len() <= fits {
+                    match self.merger.offer_fast(i, pkt, now, out) {
+                        Ok(flow) => {
+                            self.fast_joined(flow, now, out);
+                            continue;
                         }
+                        Err(back) => pkt = back,
                     }
+                }
+                match self.join_hot_caravan(pkt, now, out) {
+                    Ok(()) => continue,
+                    Err(back) => pkt = back,
+                }
+                if stream {
                     self.streaming = Some(i);
                 }
                 self.inbound_one(pkt, now, out);
@@ -564,7 +570,7 @@ impl<B: PacketBuf> Pipeline<B> {
                     self.pmtu
                         .on_inbound_parsed(pkt.head(), &parsed, now, &mut self.replies);
                 }
-                self.inbound_unmergeable(pkt, parsed, now, out)
+                self.inbound_unmergeable_udp(pkt, parsed, now, out)
             }
             Class::OtherIp => {
                 if self.inbound_icmp(&pkt, now) {
@@ -573,7 +579,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 self.inbound_unmergeable(pkt, parsed, now, out)
             }
             Class::Malformed(wire::Malformed::BadTotalLength) => self.bad_ip_length(true),
-            Class::Malformed(_) => self.inbound_unmergeable(pkt, parsed, now, out),
+            Class::Malformed(_) => self.inbound_unmergeable_udp(pkt, parsed, now, out),
             Class::NonIp => out.push(pkt),
         }
     }

@@ -262,6 +262,18 @@ impl Parsed {
         }
     }
 
+    /// The parse of the frame whose first segment is `head` and whose length is `frame_len`,
+    /// when the caller has already established, from the frame's own bytes, the class
+    /// [`Parsed::of`] would find. Crate-private: a wrong class here would be trusted by every
+    /// stage after.
+    pub(crate) fn of_headers(class: Class, head: &[u8], frame_len: usize) -> Parsed {
+        Parsed {
+            class,
+            frame_len: u32::try_from(frame_len).unwrap_or(u32::MAX),
+            head_len: u32::try_from(head.len()).unwrap_or(u32::MAX),
+        }
+    }
+
     /// Parses the frame into `self` in place: the same result as [`Parsed::of`], written
     /// where it is kept (see `plain_ipv4_tcp_into`).
     #[inline]
