@@ -888,13 +888,15 @@ impl ConnTable {
     /// [`expire`](Self::expire) follow, is that of the last sighting to within that period.
     #[inline]
     fn touch_slot(&mut self, at: Option<u32>, key: &FlowKey, now: u64) -> Option<(u32, &mut Conn)> {
-        self.promote_pending();
-        let k = KeyWords(*key);
+        if self.promote.is_some() {
+            self.promote_pending();
+        }
         // The slot remembered, when it still holds the connection (one key compare); else
         // the lookup.
-        let slot = match at {
-            Some(at) if self.map.holds(at, &k) => at,
-            _ => self.map.find(&k)?,
+        let held = at.filter(|&at| self.map.key_at(at).is_some_and(|k| k.0 == *key));
+        let slot = match held {
+            Some(at) => at,
+            None => self.map.find(&KeyWords(*key))?,
         };
         let (_, c) = self.map.slot_mut(slot)?;
         if c.last_seen / PROMOTE_EVERY_NS != now / PROMOTE_EVERY_NS {

@@ -103,6 +103,17 @@ impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
             .is_some_and(|(k, _)| k == key)
     }
 
+    /// The key of the entry in `slot`, if the slot is used: for a caller that compares it with
+    /// a key of its own kind, without making a `K`.
+    #[inline]
+    pub fn key_at(&self, slot: u32) -> Option<&K> {
+        self.slots
+            .get(slot as usize)?
+            .entry
+            .as_ref()
+            .map(|(k, _)| k)
+    }
+
     /// `key`'s entry in slot `slot` (from [`find`](Self::find)), if the slot still holds it;
     /// the order is left as it is.
     #[inline]

@@ -177,8 +177,8 @@ impl<B: PacketBuf> Pipeline<B> {
 
     /// What the recent-connection slot `slot` remembers of `key`'s connection, if it is that
     /// connection's ([`Recent`]).
-    pub(super) fn recall(&self, slot: usize, key: &FlowKey) -> Option<Recent> {
-        let r = self.recent[slot];
+    pub(super) fn recall(&self, slot: usize, key: &FlowKey) -> Option<&Recent> {
+        let r = &self.recent[slot];
         (r.0 == *key).then_some(r)
     }
 
