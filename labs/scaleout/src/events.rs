@@ -33,6 +33,11 @@ const CONVERGE: Duration = Duration::from_secs(60);
 /// How long the routers take at most, in the lab, to bring a new instance's sessions up and
 /// route over it (seen: 4.4-4.5 s).
 const ADD_CONVERGE: Duration = Duration::from_secs(10);
+/// The steady phase's first listening port. Every listening port of the lab is below the
+/// ephemeral range (32768 and up), where a running connection's own port could take it.
+const STEADY_PORTS: u16 = 10000;
+/// Blocks of 64 listening ports the steady phase's batches cycle through.
+const STEADY_PORT_BLOCKS: u16 = 80;
 /// How long the routers may take to move their routes after an event.
 const MOVE: Duration = Duration::from_secs(10);
 
@@ -47,6 +52,8 @@ pub struct Exit {
     pub leaked_mbufs: Option<u64>,
     /// Every drop counter, summed (none reported by a killed instance).
     pub drops: Option<u64>,
+    /// Inbound UDP datagrams it held for a caravan; the only UDP here is BFD, never held.
+    pub caravan_held: Option<u64>,
 }
 
 impl From<&InstanceReport> for Exit {
@@ -56,6 +63,7 @@ impl From<&InstanceReport> for Exit {
             exit_code: r.exit_code,
             leaked_mbufs: Some(r.leaked_mbufs),
             drops: Some(r.drops),
+            caravan_held: Some(r.caravan_held),
         }
     }
 }
@@ -71,6 +79,8 @@ pub struct SteadyReport {
     pub bytes_ok: bool,
     /// Instances whose inside wires carried more than 1 MB in the phase.
     pub instances_carrying: usize,
+    /// What each instance's inside wire carried, both directions, Mb/s (A, B).
+    pub instance_mbps: Vec<f64>,
     /// BFD session-down events on both routers during the phase.
     pub bfd_flaps: u64,
     /// The MSS the inside router's BGP sockets send with (`ss -ti`): pxgw raised the MSS of
@@ -360,11 +370,12 @@ pub fn run_frr(lab: &EcmpLab, pxgw: &Path, plan: &Plan, only: &str) -> Result<Fr
     if selected("steady", only) {
         let s = steady(lab, &cp, plan)?;
         println!(
-            "  steady: {:.0} s at full load, {} connections, bytes {}, instances carrying {}, BFD flaps {}, inside router's BGP MSS {:?}",
+            "  steady: {:.0} s at full load, {} connections, bytes {}, instances carrying {} ({:?} Mb/s), BFD flaps {}, inside router's BGP MSS {:?}",
             s.seconds,
             s.connections,
             if s.bytes_ok { "OK" } else { "BAD" },
             s.instances_carrying,
+            s.instance_mbps,
             s.bfd_flaps,
             s.bgp_mss_inside
         );
@@ -398,16 +409,22 @@ fn steady(lab: &EcmpLab, cp: &ControlPlane, plan: &Plan) -> Result<SteadyReport>
         .collect::<Result<_>>()?;
     let start = Instant::now();
     let mut results = Vec::new();
+    let mut batch: u16 = 0;
     while start.elapsed() < plan.steady {
         let mut flows = Vec::new();
+        // Each batch listens on ports of its own (a closing connection of the last batch may
+        // still hold its port), 64 apart, cycling through 80 blocks.
+        let first = batch * 2;
+        let block = |k: u16| STEADY_PORTS + ((first + k) % STEADY_PORT_BLOCKS) * 64;
+        batch = (batch + 1) % STEADY_PORT_BLOCKS;
         for (k, family) in Family::BOTH.into_iter().enumerate() {
-            for i in 0..plan.flows_each_way {
+            for i in 0..plan.steady_flows * 2 {
                 flows.push(Flow::start(
                     lab,
                     FlowSpec {
                         family,
                         inbound: i % 2 == 0,
-                        port: 40000 + 1000 * k as u16 + i,
+                        port: block(k as u16) + i,
                         bytes: plan.bytes,
                         pace: None,
                     },
@@ -427,6 +444,10 @@ fn steady(lab: &EcmpLab, cp: &ControlPlane, plan: &Plan) -> Result<SteadyReport>
         connections: results.len(),
         bytes_ok: results.iter().all(|r| r.sha_ok),
         instances_carrying: carried.iter().filter(|&&b| b > 1 << 20).count(),
+        instance_mbps: carried
+            .iter()
+            .map(|&b| (b as f64 * 8e-6 / seconds * 10.0).round() / 10.0)
+            .collect(),
         bfd_flaps: flaps(&downs, &cp.bfd_downs()?, None),
         bgp_mss_inside: bgp_mss(lab)?,
         errors: results.iter().filter_map(|r| r.error.clone()).collect(),
@@ -458,7 +479,7 @@ fn crash(
         "scale-out: crash: 64 paced connections, instance A killed (SIGKILL) after {:?}; BFD {} ms x {}",
         plan.event_after, plan.bfd.interval_ms, plan.bfd.multiplier
     );
-    let flows = event_flows(lab, plan, 30000)?;
+    let flows = event_flows(lab, plan, 24000)?;
     std::thread::sleep(plan.event_after);
     let (downs, timeouts) = (cp.bfd_downs()?, tcp_timeouts(lab)?);
     let stamp = chrono_like::Stamp::now().context("date")?;
@@ -478,6 +499,7 @@ fn crash(
         exit_code: -9,
         leaked_mbufs: None,
         drops: None,
+        caravan_held: None,
     });
     restore(lab, cp, pxgw, instances, 0)?;
     Ok(e)
@@ -494,7 +516,7 @@ fn drain(
         "scale-out: drain: 64 paced connections; after {:?} instance A's BGP sessions shut on both routers, routes moved, one delay window, SIGINT",
         plan.event_after
     );
-    let flows = event_flows(lab, plan, 32000)?;
+    let flows = event_flows(lab, plan, 26000)?;
     std::thread::sleep(plan.event_after);
     let (downs, timeouts) = (cp.bfd_downs()?, tcp_timeouts(lab)?);
     let at = Instant::now();
@@ -530,7 +552,7 @@ fn add(
         event_bytes: plan.event_pace * (plan.event_after + ADD_CONVERGE).as_secs(),
         ..*plan
     };
-    let flows = event_flows(lab, &add_plan, 34000)?;
+    let flows = event_flows(lab, &add_plan, 28000)?;
     std::thread::sleep(plan.event_after);
     let conns = lab.connections()?;
     let paths_before: Vec<_> = conns.iter().map(|c| lab.path_of(c)).collect();
@@ -645,6 +667,12 @@ impl FrrReport {
                         x.name, x.exit_code, x.leaked_mbufs
                     ));
                 }
+                if let Some(n @ 1..) = x.caravan_held {
+                    bad.push(format!(
+                        "{name}: pxgw {} held {n} BFD datagrams for a caravan",
+                        x.name
+                    ));
+                }
             }
             match name {
                 // The drain is planned: no connection may wait for a retransmission timeout.
@@ -690,6 +718,7 @@ mod tests {
                 exit_code: if name == "crash" { -9 } else { 0 },
                 leaked_mbufs: (name != "crash").then_some(0),
                 drops: None,
+                caravan_held: (name != "crash").then_some(0),
             }],
             errors: Vec::new(),
         }
@@ -703,6 +732,7 @@ mod tests {
                 connections: 128,
                 bytes_ok: true,
                 instances_carrying: 2,
+                instance_mbps: vec![900.0, 900.0],
                 bfd_flaps: 0,
                 bgp_mss_inside: vec![8948],
                 errors: Vec::new(),
@@ -718,7 +748,10 @@ mod tests {
     #[test]
     fn every_check_fails_on_what_it_guards() {
         assert_eq!(good().failures(), Vec::<String>::new());
-        let broken: [Breakage; 7] = [
+        let broken: [Breakage; 8] = [
+            ("drain: pxgw A held 5 BFD datagrams", |r| {
+                r.events[1].instances[0].caravan_held = Some(5)
+            }),
             ("steady: 1 BFD flaps", |r| {
                 r.steady.as_mut().into_iter().for_each(|s| s.bfd_flaps = 1)
             }),

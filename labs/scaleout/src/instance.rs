@@ -42,6 +42,9 @@ pub struct InstanceReport {
     pub leaked_mbufs: u64,
     /// Every drop counter, summed.
     pub drops: u64,
+    /// Inbound UDP datagrams held for a caravan (packed, or sent alone when nothing joined
+    /// them): in the FRR runs the only UDP is BFD, which `caravan.exclude_ports` passes at once.
+    pub caravan_held: u64,
 }
 
 /// The instances' longest merge delay window (`[merge] max_window_us`), µs.
@@ -158,6 +161,8 @@ impl Instance {
             split_packets: n(&s["split"]["packets"]),
             exit_code: status.code().unwrap_or(-1),
             leaked_mbufs: n(&s["leaked_mbufs"]),
+            caravan_held: n(&s["caravan"]["datagrams_packed"])
+                + n(&s["caravan"]["unwrapped_single"]),
             drops: s["drops"]
                 .as_object()
                 .map_or(0, |d| d.values().map(n).sum()),

@@ -24,6 +24,9 @@ pub struct Plan {
     pub bytes: u64,
     /// How long the steady phase keeps every instance at full load.
     pub steady: Duration,
+    /// Unpaced connections each way per family at a time in the steady phase: enough to fill
+    /// both instances, few enough that the lab's own threads do not starve the machine.
+    pub steady_flows: u16,
     /// Bytes per connection in the crash, drain and add runs.
     pub event_bytes: u64,
     /// Each event connection's sending rate, bytes per second (so that every connection is
@@ -45,6 +48,7 @@ impl Plan {
             flows_each_way: 16,
             bytes: 8 << 20,
             steady: Duration::from_secs(30),
+            steady_flows: 4,
             event_bytes: 6 << 20,
             event_pace: 1 << 20,
             event_after: Duration::from_secs(2),
@@ -59,6 +63,7 @@ impl Plan {
             flows_each_way: 16,
             bytes: 1 << 20,
             steady: Duration::from_secs(5),
+            steady_flows: 4,
             event_bytes: 3 << 20,
             event_pace: 1 << 20,
             event_after: Duration::from_millis(1500),
@@ -460,6 +465,7 @@ mod tests {
             exit_code: 0,
             leaked_mbufs: 0,
             drops: 0,
+            caravan_held: 0,
         }
     }
 
