@@ -645,20 +645,75 @@ impl Upf {
             .position(|p| p.matches(v6, proto, remote, rport, uport))
     }
 
+    /// The session of a downlink packet (by its destination, the UE address).
+    #[inline]
+    fn dl_session(&self, hdr: &Headers) -> Option<u32> {
+        let k = &hdr.key;
+        if k.v6 {
+            self.by_v6.get(&u128::from_be_bytes(k.dst)).copied()
+        } else {
+            self.by_v4
+                .get(&u32::from_be_bytes([
+                    k.dst[0], k.dst[1], k.dst[2], k.dst[3],
+                ]))
+                .copied()
+        }
+    }
+
+    /// [`Upf::downlink`] for a burst: `out[i]` is the decision for `hdrs[i]`, taken in order
+    /// (a QER charges the packets as they come). The sessions are looked up first, all of them,
+    /// and their records and first PDRs prefetched, so that the burst's table misses overlap
+    /// instead of each stalling its packet (as UPF-EPC does with DPDK's bulk hash lookup).
+    pub fn downlink_burst(
+        &mut self,
+        hdrs: &[Headers],
+        now_ns: u64,
+        out: &mut Vec<Option<DlDecision>>,
+    ) {
+        const MAX: usize = 64;
+        out.clear();
+        for chunk in hdrs.chunks(MAX) {
+            let mut sessions = [None; MAX];
+            for (s, h) in sessions.iter_mut().zip(chunk) {
+                *s = self.dl_session(h);
+                if let Some(i) = *s {
+                    dpdk::prefetch(&self.sessions[i as usize]);
+                }
+            }
+            for s in sessions[..chunk.len()].iter().flatten() {
+                let first = self.sessions[*s as usize].first_pdr as usize;
+                // The PDRs a packet walks: the first four (128 B) in place.
+                if let Some(p) = self.pdrs.get(first..first + 4) {
+                    if let Ok(p) = <&[Pdr; 4]>::try_from(p) {
+                        dpdk::prefetch(p);
+                    }
+                }
+            }
+            for (s, h) in sessions.iter().zip(chunk) {
+                out.push(self.downlink_in(*s, h, now_ns));
+            }
+        }
+    }
+
     /// Downlink rules for a packet from the data network with headers `hdr`, arriving at
     /// `now_ns`: the session by the UE (destination) address, its downlink PDR of highest
     /// precedence whose SDF filter matches (remote = source), then that PDR's QER charges the
     /// packet's payload. `None`: dropped and counted.
     pub fn downlink(&mut self, hdr: &Headers, now_ns: u64) -> Option<DlDecision> {
+        let session = self.dl_session(hdr);
+        self.downlink_in(session, hdr, now_ns)
+    }
+
+    /// [`Upf::downlink`] once the session is known.
+    #[inline]
+    fn downlink_in(
+        &mut self,
+        session: Option<u32>,
+        hdr: &Headers,
+        now_ns: u64,
+    ) -> Option<DlDecision> {
         let k = &hdr.key;
-        let session = if k.v6 {
-            self.by_v6.get(&u128::from_be_bytes(k.dst))
-        } else {
-            self.by_v4.get(&u32::from_be_bytes([
-                k.dst[0], k.dst[1], k.dst[2], k.dst[3],
-            ]))
-        };
-        let Some(&si) = session else {
+        let Some(si) = session else {
             self.stats.no_pdr += 1;
             return None;
         };
