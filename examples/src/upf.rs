@@ -681,12 +681,18 @@ impl Upf {
                 }
             }
             for s in sessions[..chunk.len()].iter().flatten() {
-                let first = self.sessions[*s as usize].first_pdr as usize;
-                // The PDRs a packet walks: the first four (128 B) in place.
-                if let Some(p) = self.pdrs.get(first..first + 4) {
-                    if let Ok(p) = <&[Pdr; 4]>::try_from(p) {
-                        dpdk::prefetch(p);
+                let s = &self.sessions[*s as usize];
+                let first = s.first_pdr as usize;
+                // The PDRs a packet may walk, up to eight (256 B), and their byte counters.
+                let n = usize::from(s.dl).min(8);
+                if let Some(p) = self.pdrs.get(first..first + n) {
+                    match <&[Pdr; 8]>::try_from(p) {
+                        Ok(all) => dpdk::prefetch(all),
+                        Err(_) => p.iter().for_each(dpdk::prefetch),
                     }
+                }
+                if let Some(c) = self.pdr_bytes.get(first..first + n) {
+                    c.iter().for_each(dpdk::prefetch);
                 }
             }
             for (s, h) in sessions.iter().zip(chunk) {
