@@ -106,6 +106,8 @@ pub struct EventReport {
     pub stall_ms_max: u64,
     /// The median of the connections' stalls, ms.
     pub stall_ms_median: u64,
+    /// Each connection's stall, ms, smallest first.
+    pub stalls_ms: Vec<u64>,
     /// The longest gap of any connection before the event, ms: the baseline (pacing, the
     /// instances' busy-polling workers sharing two cores with the hosts and the routers).
     pub gap_before_ms: u64,
@@ -240,21 +242,20 @@ fn bfd_down_logged(lab: &EcmpLab, i: usize, since: chrono_like::Stamp) -> Option
     first
 }
 
-/// Millisecond wall-clock stamps as FRR logs them (`2026/11/28 01:16:50.123`, local time);
-/// the lab's own stamp comes from `date` in the same format, so both read the same clock.
+/// Millisecond wall-clock stamps as FRR logs them (`2026/11/28 01:16:50.123`), in UTC: the
+/// lab's daemons run with `TZ=UTC`, and the lab's own stamps are milliseconds since the epoch.
 mod chrono_like {
-    /// Milliseconds since midnight of a day number (days since an arbitrary epoch).
+    /// Milliseconds since 1970-01-01 00:00 UTC.
     #[derive(Clone, Copy, Debug)]
     pub struct Stamp(pub u64);
 
     impl Stamp {
-        /// Now, in the same scale as FRR's log (local time as `date` prints it).
-        pub fn now() -> Option<Self> {
-            let out = std::process::Command::new("date")
-                .arg("+%Y/%m/%d %H:%M:%S.%3N")
-                .output()
-                .ok()?;
-            parse(String::from_utf8_lossy(&out.stdout).trim())
+        /// Now, UTC (the lab starts FRR's daemons with `TZ=UTC`, so their log is in UTC too).
+        pub fn now() -> Self {
+            let since = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Stamp(since.as_millis() as u64)
         }
 
         /// `self - earlier`, ms, when not negative.
@@ -289,7 +290,7 @@ mod chrono_like {
         let era = y / 400;
         let yoe = y - era * 400;
         let doy = (153 * mo + 2) / 5 + day - 1;
-        let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        let days = (era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy).checked_sub(719_468)?;
         Some(Stamp(((days * 24 + h) * 60 + mi) * 60_000 + s * 1000 + ms))
     }
 }
@@ -330,6 +331,7 @@ fn event_report(
         connections_intact: results.iter().filter(|r| r.sha_ok).count(),
         stall_ms_max: s.last().copied().unwrap_or(0),
         stall_ms_median: median(&s),
+        stalls_ms: s.clone(),
         gap_before_ms: results
             .iter()
             .map(|r| r.gap_before(at).as_millis() as u64)
@@ -369,16 +371,7 @@ pub fn run_frr(lab: &EcmpLab, pxgw: &Path, plan: &Plan, only: &str) -> Result<Fr
     };
     if selected("steady", only) {
         let s = steady(lab, &cp, plan)?;
-        println!(
-            "  steady: {:.0} s at full load, {} connections, bytes {}, instances carrying {} ({:?} Mb/s), BFD flaps {}, inside router's BGP MSS {:?}",
-            s.seconds,
-            s.connections,
-            if s.bytes_ok { "OK" } else { "BAD" },
-            s.instances_carrying,
-            s.instance_mbps,
-            s.bfd_flaps,
-            s.bgp_mss_inside
-        );
+        println!("{}", steady_line(&s));
         report.steady = Some(s);
     }
     if selected("crash", only) {
@@ -482,7 +475,7 @@ fn crash(
     let flows = event_flows(lab, plan, 24000)?;
     std::thread::sleep(plan.event_after);
     let (downs, timeouts) = (cp.bfd_downs()?, tcp_timeouts(lab)?);
-    let stamp = chrono_like::Stamp::now().context("date")?;
+    let stamp = chrono_like::Stamp::now();
     let at = Instant::now();
     let victim = instances[0].take().context("A is not running")?;
     let mut victim = victim;
@@ -589,6 +582,20 @@ fn add(
     }
     cp.sessions(2, false)?;
     Ok(e)
+}
+
+/// The steady phase's line.
+pub fn steady_line(s: &SteadyReport) -> String {
+    format!(
+        "  steady: {:.0} s at full load, {} connections, bytes {}, instances carrying {} ({:?} Mb/s), BFD flaps {}, inside router's BGP MSS {:?}",
+        s.seconds,
+        s.connections,
+        if s.bytes_ok { "OK" } else { "BAD" },
+        s.instances_carrying,
+        s.instance_mbps,
+        s.bfd_flaps,
+        s.bgp_mss_inside
+    )
 }
 
 /// One event's line.
@@ -705,6 +712,7 @@ mod tests {
             connections_intact: 64,
             stall_ms_max: 400,
             stall_ms_median: 40,
+            stalls_ms: vec![40; 64],
             gap_before_ms: 60,
             routes_moved_ms: 350,
             bfd_detection_ms: (name == "crash").then_some(300),
@@ -781,6 +789,9 @@ mod tests {
 
     #[test]
     fn frr_log_stamps_subtract_within_a_day_and_across_midnight() {
+        // 2026-11-28 01:16:50.123 UTC, as the epoch counts it.
+        let epoch = chrono_like::parse("2026/11/28 01:16:50.123 BFD: x").unwrap();
+        assert_eq!(epoch.0, 1_795_828_610_123);
         let a = chrono_like::parse("2026/11/28 01:16:50.123 BFD: x").unwrap();
         let b = chrono_like::parse("2026/11/28 01:16:51.023 BFD: y").unwrap();
         assert_eq!(b.millis_since(a), Some(900));

@@ -179,17 +179,14 @@ impl Frr {
             // busy-polling workers, and at normal priority bfdd was starved past its 300 ms
             // detection time now and then (every session of both routers down at once). A
             // router's BFD does not compete with its forwarding that way.
-            let mut full = Vec::new();
+            // TZ=UTC: the log's timestamps are compared with the lab's own clock.
+            let mut full = vec!["TZ=UTC"];
             if daemon == "bfdd" {
-                full.extend(["-f", BFDD_PRIORITY, program.as_str()]);
+                full.extend(["chrt", "-f", BFDD_PRIORITY]);
             }
+            full.push(program.as_str());
             full.extend(args.iter().copied());
-            let (prog, rest) = if daemon == "bfdd" {
-                ("chrt", &full[..])
-            } else {
-                (program.as_str(), &full[..])
-            };
-            ns.exec(prog, rest)
+            ns.exec("env", &full)
                 .with_context(|| format!("starting {daemon} in {}", ns.name()))?;
         }
         Ok(me)

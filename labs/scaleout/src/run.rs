@@ -329,6 +329,10 @@ impl Report {
             ));
         }
         if let Some(f) = &self.frr {
+            if let Some(st) = &f.steady {
+                s.push_str(&crate::events::steady_line(st));
+                s.push('\n');
+            }
             for e in &f.events {
                 s.push_str(&crate::events::event_line(e));
                 s.push('\n');
