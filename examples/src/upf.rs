@@ -946,3 +946,97 @@ impl Inner {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::traffic;
+    use pxio::wire::{classify, Class};
+
+    /// Downlink headers of a server (`traffic::VIP_V4` or `SERVER_V6`, source port `port`)
+    /// sending to UE `i` (`SessionSpec::for_host`), IPv6 for odd `i`.
+    fn dl(i: u16, port: u16, udp: bool) -> Headers {
+        let f = traffic::reversed(&traffic::flows(
+            usize::from(i) + 1,
+            [10, 0],
+            traffic::VIP_V4,
+            traffic::SERVER_V6,
+            port,
+        ))[usize::from(i)];
+        let frame = f.segment(1, 0x10, &[0; 100]);
+        let Class::Tcp(mut h) = classify(&frame, frame.len()) else {
+            panic!("a TCP segment");
+        };
+        if udp {
+            // The same addresses and ports as UDP: what the PDRs read of a packet.
+            h.proto = ip_proto::UDP;
+            h.key.proto = ip_proto::UDP;
+        }
+        h
+    }
+
+    fn upf() -> Upf {
+        let ues: Vec<SessionSpec> = (0..4)
+            .map(|i| SessionSpec::for_host(i, 1_000_000_000_000))
+            .collect();
+        Upf::synthetic(UpfConfig::default(), 100, 1_000_000, &ues).unwrap()
+    }
+
+    #[test]
+    fn the_matching_pdr_of_highest_precedence_applies() {
+        let mut u = upf();
+        assert_eq!(u.rule_counts(), (104 * 16, 208, 208));
+        // (UE, server port, UDP): the precedence expected, and the QFI of its QER.
+        let cases = [
+            (0, 443, false, 200, PRIORITY_QFI), // IPv4 CDN
+            (1, 443, false, 300, PRIORITY_QFI), // IPv6 CDN
+            (0, 5060, true, 100, PRIORITY_QFI), // SIP before everything
+            (1, 53, true, 400, 9),              // DNS
+            (2, 5205, false, 500, PRIORITY_QFI),
+            (2, 5211, false, u32::MAX, 9), // just past the port range: match-all
+            (3, 8080, false, u32::MAX, 9),
+        ];
+        for (ue, port, udp, precedence, qfi) in cases {
+            let h = dl(ue, port, udp);
+            let d = u.downlink(&h, 0).expect("a PDR matches");
+            assert_eq!(
+                u.precedence(d.pdr),
+                Some(precedence),
+                "UE {ue} port {port} udp {udp}"
+            );
+            assert_eq!(d.qfi, qfi, "UE {ue} port {port}");
+            // The PDR is the UE's session's (the hosts' sessions follow the 100 synthetic).
+            let first = (100 + u32::from(ue)) * 16;
+            assert!(
+                (first..first + 8).contains(&d.pdr),
+                "a downlink PDR of UE {ue}"
+            );
+        }
+        // No session for an address no UE has.
+        let mut h = dl(0, 443, false);
+        h.key.dst[3] = 200;
+        assert_eq!(u.downlink(&h, 0), None);
+        assert_eq!(u.stats().no_pdr, 1);
+    }
+
+    #[test]
+    fn a_burst_decides_as_packet_by_packet() {
+        let (mut a, mut b) = (upf(), upf());
+        let hdrs: Vec<Headers> = (0..70)
+            .map(|k: u16| {
+                dl(
+                    k % 5,
+                    [443, 53, 5201, 8080, 5060][usize::from(k % 4)],
+                    k % 3 == 0,
+                )
+            })
+            .collect();
+        let mut burst = Vec::new();
+        b.downlink_burst(&hdrs, 7, &mut burst);
+        let one: Vec<Option<DlDecision>> = hdrs.iter().map(|h| a.downlink(h, 7)).collect();
+        assert_eq!(burst, one);
+        assert!(one.iter().any(Option::is_none), "UE 4 has no session");
+        assert_eq!(a.pdr_bytes(), b.pdr_bytes());
+        assert_eq!(a.stats(), b.stats());
+    }
+}
