@@ -1027,7 +1027,7 @@ mod tests {
                 dl(
                     k % 5,
                     [443, 53, 5201, 8080, 5060][usize::from(k % 4)],
-                    k % 3 == 0,
+                    k.is_multiple_of(3),
                 )
             })
             .collect();
