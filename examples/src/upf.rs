@@ -24,7 +24,6 @@
 //! rule counts of the PacketExpress paper's UPF setup (4 M PDRs, 500 k FARs, 500 k QERs).
 //! Each PDR counts the bytes it matched (what a usage report would carry).
 
-use hashbrown::HashMap;
 use pxio::wire::gtpu::{self, GtpuRepr, PduDirection};
 use pxio::wire::{ip_proto, Headers, IpRepr, Ipv4Repr};
 use pxio::PacketBuf;
@@ -474,9 +473,9 @@ pub struct DlDecision {
 pub struct Upf {
     cfg: UpfConfig,
     /// Sessions by UE IPv4 address, UE IPv6 address and uplink TEID.
-    by_v4: HashMap<u32, u32>,
-    by_v6: HashMap<u128, u32>,
-    by_teid: HashMap<u32, u32>,
+    by_v4: Index<u32>,
+    by_v6: Index<u128>,
+    by_teid: Index<u32>,
     sessions: Vec<Session>,
     pdrs: Vec<Pdr>,
     /// Each PDR's precedence (read when installing and reporting, not per packet).
@@ -491,9 +490,9 @@ impl Upf {
     pub fn with_capacity(cfg: UpfConfig, sessions: usize) -> Result<Self, UpfError> {
         let mut u = Self {
             cfg,
-            by_v4: HashMap::new(),
-            by_v6: HashMap::new(),
-            by_teid: HashMap::new(),
+            by_v4: Index::new(),
+            by_v6: Index::new(),
+            by_teid: Index::new(),
             sessions: Vec::new(),
             pdrs: Vec::new(),
             precedence: Vec::new(),
@@ -504,9 +503,9 @@ impl Upf {
         let n = sessions
             .checked_mul(STANDARD_RULES.len())
             .ok_or(UpfError::Capacity(sessions))?;
-        u.by_v4.try_reserve(sessions).map_err(err)?;
-        u.by_v6.try_reserve(sessions).map_err(err)?;
-        u.by_teid.try_reserve(sessions).map_err(err)?;
+        u.by_v4.reserve(sessions).map_err(err)?;
+        u.by_v6.reserve(sessions).map_err(err)?;
+        u.by_teid.reserve(sessions).map_err(err)?;
         let cap = |_| UpfError::Capacity(sessions);
         u.sessions.try_reserve_exact(sessions).map_err(cap)?;
         u.pdrs.try_reserve_exact(n).map_err(cap)?;
@@ -566,9 +565,9 @@ impl Upf {
         };
         let v4 = u32::from_be_bytes(s.ue_v4);
         let v6 = u128::from_be_bytes(s.ue_v6);
-        if self.by_v4.contains_key(&v4)
-            || self.by_v6.contains_key(&v6)
-            || self.by_teid.contains_key(&s.ul_teid)
+        if self.by_v4.get(v4).is_some()
+            || self.by_v6.get(v6).is_some()
+            || self.by_teid.get(s.ul_teid).is_some()
         {
             return Err(UpfError::Duplicate);
         }
@@ -595,9 +594,11 @@ impl Upf {
                 Qer::new(s.mbr_bps, PRIORITY_QFI),
             ],
         });
-        self.by_v4.insert(v4, session);
-        self.by_v6.insert(v6, session);
-        self.by_teid.insert(s.ul_teid, session);
+        self.by_v4
+            .insert(v4, session)
+            .and_then(|()| self.by_v6.insert(v6, session))
+            .and_then(|()| self.by_teid.insert(s.ul_teid, session))
+            .map_err(|_| UpfError::Capacity(self.sessions.len()))?;
         Ok(first)
     }
 
@@ -615,10 +616,9 @@ impl Upf {
     /// Bytes of memory the rule tables hold (capacity, hash tables' buckets included).
     pub fn table_bytes(&self) -> usize {
         use std::mem::size_of;
-        let map = |cap: usize, entry: usize| cap * (entry + 1);
-        map(self.by_v4.capacity(), size_of::<(u32, u32)>())
-            + map(self.by_v6.capacity(), size_of::<(u128, u32)>())
-            + map(self.by_teid.capacity(), size_of::<(u32, u32)>())
+        self.by_v4.bytes()
+            + self.by_v6.bytes()
+            + self.by_teid.bytes()
             + self.sessions.capacity() * size_of::<Session>()
             + self.pdrs.capacity() * size_of::<Pdr>()
             + self.precedence.capacity() * size_of::<u32>()
@@ -650,20 +650,30 @@ impl Upf {
     fn dl_session(&self, hdr: &Headers) -> Option<u32> {
         let k = &hdr.key;
         if k.v6 {
-            self.by_v6.get(&u128::from_be_bytes(k.dst)).copied()
+            self.by_v6.get(u128::from_be_bytes(k.dst))
         } else {
             self.by_v4
-                .get(&u32::from_be_bytes([
-                    k.dst[0], k.dst[1], k.dst[2], k.dst[3],
-                ]))
-                .copied()
+                .get(u32::from_be_bytes([k.dst[0], k.dst[1], k.dst[2], k.dst[3]]))
+        }
+    }
+
+    /// Prefetches the index slot [`Upf::dl_session`] will read first.
+    #[inline]
+    fn prefetch_dl_session(&self, hdr: &Headers) {
+        let k = &hdr.key;
+        if k.v6 {
+            self.by_v6.prefetch(u128::from_be_bytes(k.dst));
+        } else {
+            self.by_v4
+                .prefetch(u32::from_be_bytes([k.dst[0], k.dst[1], k.dst[2], k.dst[3]]));
         }
     }
 
     /// [`Upf::downlink`] for a burst: `out[i]` is the decision for `hdrs[i]`, taken in order
-    /// (a QER charges the packets as they come). The sessions are looked up first, all of them,
-    /// and their records and first PDRs prefetched, so that the burst's table misses overlap
-    /// instead of each stalling its packet (as UPF-EPC does with DPDK's bulk hash lookup).
+    /// (a QER charges the packets as they come). The index slots of the whole burst are
+    /// prefetched, then its sessions looked up and their records, PDRs and counters prefetched,
+    /// so that the burst's table misses overlap instead of each stalling its packet (as
+    /// UPF-EPC does with DPDK's bulk hash lookup).
     pub fn downlink_burst(
         &mut self,
         hdrs: &[Headers],
@@ -674,6 +684,9 @@ impl Upf {
         out.clear();
         for chunk in hdrs.chunks(MAX) {
             let mut sessions = [None; MAX];
+            for h in chunk {
+                self.prefetch_dl_session(h);
+            }
             for (s, h) in sessions.iter_mut().zip(chunk) {
                 *s = self.dl_session(h);
                 if let Some(i) = *s {
@@ -836,8 +849,8 @@ impl Upf {
         // The session by TEID; its PDRs' PDI names the UE address the inner source must be.
         let session = self
             .by_teid
-            .get(&gtp.teid)
-            .map(|&i| &mut self.sessions[i as usize]);
+            .get(gtp.teid)
+            .map(|i| &mut self.sessions[i as usize]);
         let Some(s) = session.filter(|s| {
             if v6 {
                 inner.src == s.ue_v6
@@ -895,6 +908,115 @@ impl Upf {
     /// The counters.
     pub fn stats(&self) -> &UpfStats {
         &self.stats
+    }
+}
+
+/// A session index: open addressing with linear probing over (key, session) slots, at most
+/// half full. Unlike a general hash map, the slot a key starts at is known without reading the
+/// table, so a burst's slots can be prefetched before any is read. The hash is keyed with a
+/// per-table random seed, so that keys cannot be chosen to collide.
+struct Index<K> {
+    slots: Vec<(K, u32)>,
+    len: usize,
+    seed: u64,
+}
+
+/// An empty slot's session.
+const VACANT: u32 = u32::MAX;
+
+impl<K: Copy + Eq + Default + Into<u128>> Index<K> {
+    fn new() -> Self {
+        use std::hash::BuildHasher;
+        Self {
+            slots: Vec::new(),
+            len: 0,
+            seed: std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64),
+        }
+    }
+
+    /// The slot `key` starts at (the table is not empty).
+    #[inline]
+    fn home(&self, key: K) -> usize {
+        let k: u128 = key.into();
+        let mut x = (k as u64) ^ self.seed;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^= (k >> 64) as u64;
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= x >> 31;
+        (x as usize) & (self.slots.len() - 1)
+    }
+
+    /// Room for `n` keys in all without growing.
+    fn reserve(&mut self, n: usize) -> Result<(), std::collections::TryReserveError> {
+        let want = n
+            .saturating_add(self.len)
+            .saturating_mul(2)
+            .next_power_of_two()
+            .max(16);
+        if want <= self.slots.len() {
+            return Ok(());
+        }
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(want)?;
+        slots.resize(want, (K::default(), VACANT));
+        let old = std::mem::replace(&mut self.slots, slots);
+        self.len = 0;
+        for (k, v) in old {
+            if v != VACANT {
+                self.place(k, v);
+            }
+        }
+        Ok(())
+    }
+
+    fn place(&mut self, key: K, value: u32) {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
+        while self.slots[i].1 != VACANT {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = (key, value);
+        self.len += 1;
+    }
+
+    /// Adds `key` (not present) for session `value`.
+    fn insert(&mut self, key: K, value: u32) -> Result<(), std::collections::TryReserveError> {
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.reserve(self.len.max(8))?;
+        }
+        self.place(key, value);
+        Ok(())
+    }
+
+    #[inline]
+    fn get(&self, key: K) -> Option<u32> {
+        if self.len == 0 {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
+        // At most half full: an empty slot ends every probe.
+        loop {
+            let (k, v) = self.slots[i];
+            if v == VACANT {
+                return None;
+            }
+            if k == key {
+                return Some(v);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    #[inline]
+    fn prefetch(&self, key: K) {
+        if self.len > 0 {
+            dpdk::prefetch(&self.slots[self.home(key)]);
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<(K, u32)>()
     }
 }
 
