@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use scaleout_lab::frr::BfdTimers;
 use scaleout_lab::run::{run_all, Plan};
 
 #[derive(Debug, Parser)]
@@ -32,6 +33,12 @@ enum What {
         /// `drain`, `add`) starts with this; `frr` for the runs on FRR alone.
         #[arg(long, default_value = "")]
         only: String,
+        /// BFD's transmit and receive interval on every session, ms.
+        #[arg(long, default_value_t = BfdTimers::LAB.interval_ms)]
+        bfd_interval_ms: u32,
+        /// BFD packets missed before a session goes down.
+        #[arg(long, default_value_t = BfdTimers::LAB.multiplier)]
+        bfd_multiplier: u32,
     },
     /// The short run of the integration suite (1 MB per connection).
     Test {
@@ -42,6 +49,12 @@ enum What {
         /// `drain`, `add`) starts with this; `frr` for the runs on FRR alone.
         #[arg(long, default_value = "")]
         only: String,
+        /// BFD's transmit and receive interval on every session, ms.
+        #[arg(long, default_value_t = BfdTimers::LAB.interval_ms)]
+        bfd_interval_ms: u32,
+        /// BFD packets missed before a session goes down.
+        #[arg(long, default_value_t = BfdTimers::LAB.multiplier)]
+        bfd_multiplier: u32,
     },
 }
 
@@ -57,9 +70,23 @@ fn main() {
 }
 
 fn run(what: What) -> Result<bool> {
-    let (plan, json, only) = match what {
-        What::Run { json, only } => (Plan::full(), json, only),
-        What::Test { json, only } => (Plan::short(), json, only),
+    let (mut plan, json, only, bfd) = match what {
+        What::Run {
+            json,
+            only,
+            bfd_interval_ms,
+            bfd_multiplier,
+        } => (Plan::full(), json, only, (bfd_interval_ms, bfd_multiplier)),
+        What::Test {
+            json,
+            only,
+            bfd_interval_ms,
+            bfd_multiplier,
+        } => (Plan::short(), json, only, (bfd_interval_ms, bfd_multiplier)),
+    };
+    plan.bfd = BfdTimers {
+        interval_ms: bfd.0,
+        multiplier: bfd.1,
     };
     for tool in ["nft", "ping", "ethtool", "vtysh"] {
         if !gateway_lab::have(tool) {
