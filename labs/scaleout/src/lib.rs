@@ -1,9 +1,10 @@
-//! The scale-out lab (docs/scale-out.md): two pxgw instances between two
-//! Linux routers that spread flows over them with ECMP, as an operator puts several gateways
-//! behind the routers they already run. Runs transfers with symmetric and with deliberately
-//! asymmetric paths ([`topology::Paths`]), in IPv4 and IPv6, checks every byte (sha256), the
-//! MSS the inside host uses and the yield, then kills one instance mid-transfer and has the
-//! routers withdraw it ([`run::failover`]).
+//! The scale-out lab (docs/scale-out.md): pxgw instances between two Linux routers that spread
+//! flows over them with ECMP, as an operator puts several gateways behind the routers they
+//! already run. Runs transfers with symmetric and with deliberately asymmetric paths
+//! ([`topology::Paths`]), in IPv4 and IPv6, checks every byte (sha256), the MSS the inside host
+//! uses and the yield; then FRR's BGP and BFD across every instance steer the routes
+//! ([`frr`]) through steady full load, a crash, a planned drain and an instance added under
+//! load ([`events`]).
 
 #![forbid(unsafe_code)]
 

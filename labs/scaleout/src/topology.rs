@@ -1,5 +1,6 @@
-//! The lab's network: an outside host, an outside router, two pxgw instances side by side, an
-//! inside router and an inside host, every host dual stack.
+//! The lab's network: an outside host, an outside router, pxgw instances side by side (A and B,
+//! and C for the run that adds one, on 198.19.3.0/24), an inside router and an inside host,
+//! every host dual stack.
 //!
 //! ```text
 //!                        ┌── pxgw A ──┐   198.19.1.0/24   2001:db8:19:1::/64
@@ -11,8 +12,10 @@
 //! pxgw is a bump in the wire, so each instance sits on one subnet between the routers: the
 //! outside router's end (`.1`/`::1`, MTU 1500) on pxgw's outside port (`net_tap` on a TAP
 //! bridged to a veth, as in the gateway lab), the inside router's end (`.2`/`::2`, MTU 9000) on
-//! its inside port (`net_af_packet`). Each router reaches the far side over both instances with
-//! an equal-cost multipath route hashed on the 5-tuple ([`netlab::make_router`]).
+//! its inside port (`net_af_packet`). Each router reaches the far side over the instances with
+//! an equal-cost multipath route hashed on the 5-tuple ([`netlab::make_router`]): the lab's own
+//! routes for the runs with forced paths, then FRR's ([`crate::frr`]), once
+//! [`EcmpLab::remove_static_routes`] removed the lab's.
 //!
 //! **Paths.** [`Paths::Ecmp`] leaves each router's hash to choose each direction's instance on
 //! its own, as plain ECMP does: a flow's two directions cross the same instance or not, by
