@@ -1,5 +1,5 @@
 //! The lab's runs: transfers through both instances with symmetric and with asymmetric paths,
-//! in IPv4 and IPv6, then a failover; the report and what it asserts.
+//! in IPv4 and IPv6, then the runs on FRR ([`crate::events`]); the report and what it asserts.
 
 use std::path::Path;
 use std::time::Duration;
