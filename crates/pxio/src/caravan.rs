@@ -660,7 +660,9 @@ impl<B: PacketBuf> CaravanBuilder<B> {
         }
         let l4 = l2 + l3;
         bytes[l4 + UDP_HDR..l4 + OVERHEAD].copy_from_slice(&caravan_hdr);
-        let pseudo = crate::split::pseudo_header(bytes, &hdr, u32::from(udp_len));
+        // The flow's pseudo-header with the caravan's length (one 16-bit word, as in
+        // `datagram_sum`).
+        let pseudo = self.pseudo.add(Sum(u32::from(udp_len)));
         let mut udp = wire::UdpPacket::new_unchecked(&mut bytes[l4..l4 + UDP_HDR]);
         udp.set_len(udp_len);
         udp.set_checksum(0);

@@ -41,7 +41,7 @@ impl<B: PacketBuf> Pipeline<B> {
             Some((s, (Open::Caravan(builder), _))) => match builder.push_parsed(pkt, parsed) {
                 Ok(()) => {
                     self.report.caravan.datagrams_packed += 1;
-                    return self.make_hot(h, s, slot);
+                    return self.make_hot(s, slot);
                 }
                 // A datagram that does not fit, or differs where a caravan keeps one IP header
                 // (TTL, ECN, DF), starts the flow's next caravan; one that cannot travel in any
@@ -57,7 +57,7 @@ impl<B: PacketBuf> Pipeline<B> {
             },
             Some((s, (Open::Lone(first, first_parsed), _))) => {
                 match caravan::can_pair_parsed(first, first_parsed, &pkt, parsed, &ccfg) {
-                    Ok(()) => return self.pair(s, pkt, h, parsed, &ccfg, slot, out),
+                    Ok(()) => return self.pair(s, pkt, parsed, &ccfg, slot, out),
                     // Nothing joins the held datagram: it leaves as it came, first.
                     Err(_) => {
                         self.close_slot(s, out);
@@ -86,14 +86,12 @@ impl<B: PacketBuf> Pipeline<B> {
     /// A datagram of the caravan's flow that does not fit closes it and is held for the
     /// flow's next, as the general path would do.
     pub(super) fn join_hot_caravan(&mut self, pkt: B, now: u64, out: &mut Vec<B>) -> Result<(), B> {
-        let Some((at, proto_at)) = self.hot_caravans[hint_slot(pkt.head())] else {
-            return Err(pkt);
-        };
-        // A frame of another protocol (most of them, in mixed traffic) is told by one byte,
-        // before the caravan is read.
-        if pkt.head().get(proto_at as usize) != Some(&wire::ip_proto::UDP) {
+        if self.caravans.is_empty() {
             return Err(pkt);
         }
+        let Some(at) = hint_slot(pkt.head()).and_then(|slot| self.hot_caravans[slot]) else {
+            return Err(pkt);
+        };
         let (port, ccfg) = (self.pmtu.port(), self.cfg.caravan);
         let Some((KeyWords(key), (open, _))) = self.caravans.slot_mut(at) else {
             return Err(pkt);
@@ -112,9 +110,8 @@ impl<B: PacketBuf> Pipeline<B> {
                 else {
                     return Err(pkt);
                 };
-                let h = *parsed.udp().expect("a datagram's parse");
                 let slot = hint_slot(pkt.head());
-                self.pair(at, pkt, &h, &parsed, &ccfg, slot, out);
+                self.pair(at, pkt, &parsed, &ccfg, slot, out);
                 return Ok(());
             }
         };
@@ -142,37 +139,38 @@ impl<B: PacketBuf> Pipeline<B> {
         match caravan::packable_parsed(&pkt, parsed, ccfg) {
             Ok(()) => {
                 let slot = hint_slot(pkt.head());
-                let proto_at = proto_offset(parsed);
                 let (at, evicted) = self.caravans.push_at(key, (Open::Lone(pkt, *parsed), now));
                 if let Some((_, (open, _))) = evicted {
                     self.report.caravan.closed_early += 1;
                     self.emit(open, out);
                 }
-                self.hot_caravans[slot] = Some((at, proto_at));
+                if let Some(slot) = slot {
+                    self.hot_caravans[slot] = Some(at);
+                }
             }
             Err(_) => out.push(pkt),
         }
     }
 
-    /// Hints the caravan in `at`, of the flow of `h`, as the one the next frame of hint slot
-    /// `slot` ([`hint_slot`]) is tried on first.
-    fn make_hot(&mut self, h: &Headers, at: u32, slot: usize) {
-        self.hot_caravans[slot] = Some((at, proto_at(h)));
+    /// Hints the caravan in `at` as the one the next frame of hint slot `slot` ([`hint_slot`],
+    /// if the frame has one) is tried on first.
+    fn make_hot(&mut self, at: u32, slot: Option<usize>) {
+        if let Some(slot) = slot {
+            self.hot_caravans[slot] = Some(at);
+        }
     }
 
-    /// A second datagram for the held one in `at` (the flow of `h`), which
-    /// [`caravan::can_pair_parsed`] said it joins: the two open a caravan in the held one's
+    /// A second datagram for the held one in `at`, which [`caravan::can_pair_parsed`] (or
+    /// [`caravan::pairs_by_headers`]) said it joins: the two open a caravan in the held one's
     /// place, which keeps its start time (and so its place in the closing order). Both bring
-    /// their parses along.
-    #[allow(clippy::too_many_arguments)]
+    /// their parses along; `slot` is the second's hint slot.
     pub(super) fn pair(
         &mut self,
         at: u32,
         second: B,
-        h: &Headers,
         parsed: &Parsed,
         ccfg: &CaravanConfig,
-        slot: usize,
+        slot: Option<usize>,
         out: &mut Vec<B>,
     ) {
         let (pool, report) = (&self.pool, &mut self.report.caravan);
@@ -220,7 +218,7 @@ impl<B: PacketBuf> Pipeline<B> {
             }
         });
         if opened == Some(true) {
-            self.make_hot(h, at, slot);
+            self.make_hot(at, slot);
         }
     }
 
@@ -415,12 +413,12 @@ impl<B: PacketBuf> Pipeline<B> {
 /// times the flows one RX burst interleaves.
 pub(super) const HOT_CARAVANS: usize = 256;
 
-/// Where a frame's caravan hint is kept: a fold of the bytes that hold an untagged frame's
-/// addresses and ports (IPv4 or IPv6, by the EtherType), or slot 0 for anything else. Only a
-/// hint: flows that share a slot take turns in it, and the caravan found is always checked
-/// byte for byte. The NIC's RSS hash is not used: under the gateway's symmetric key it is one
-/// value for many flows.
-pub(super) fn hint_slot(head: &[u8]) -> usize {
+/// Where a frame's caravan hint is kept, when it is an untagged IPv4 or IPv6 frame of UDP (by
+/// its EtherType and protocol byte: most frames of other kinds are told from these two reads):
+/// a fold of the bytes that hold its addresses and ports. Only a hint: flows that share a slot
+/// take turns in it, and the caravan found is always checked byte for byte. The NIC's RSS hash
+/// is not used: under the gateway's symmetric key it is one value for many flows.
+pub(super) fn hint_slot(head: &[u8]) -> Option<usize> {
     let word = |at: usize| {
         head.get(at..at + 8)
             .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
@@ -430,32 +428,22 @@ pub(super) fn hint_slot(head: &[u8]) -> usize {
             u64::from(u32::from_ne_bytes(b.try_into().expect("4 bytes")))
         })
     };
+    let udp = |at: usize| head.get(at) == Some(&wire::ip_proto::UDP);
     let folded = match head.get(12..14) {
-        // Addresses at 26..34, ports at 34..38 (not the length and checksum behind them).
-        Some([0x08, 0x00]) => word(26) ^ ports(34).rotate_left(29),
-        // Addresses at 22..54, ports at 54..58.
-        Some([0x86, 0xdd]) => {
+        // Protocol at 23; addresses at 26..34, ports at 34..38 (not the length and checksum
+        // behind them).
+        Some([0x08, 0x00]) if udp(23) => word(26) ^ ports(34).rotate_left(29),
+        // Next header at 20; addresses at 22..54, ports at 54..58.
+        Some([0x86, 0xdd]) if udp(20) => {
             word(22)
                 ^ word(30).rotate_left(13)
                 ^ word(38).rotate_left(29)
                 ^ word(46).rotate_left(41)
                 ^ ports(54).rotate_left(53)
         }
-        _ => return 0,
+        _ => return None,
     };
-    (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (HOT_CARAVANS - 1)
-}
-
-/// Where the IP header of a frame with headers `h` names its next protocol.
-fn proto_at(h: &Headers) -> u32 {
-    // Within a frame's first segment: lossless.
-    (h.l3_offset() + if h.v6 { 6 } else { 9 }) as u32
-}
-
-/// [`proto_at`] of a datagram's parse; 0 for anything else (a hint only: the byte there is
-/// still checked, and the caravan after it).
-fn proto_offset(parsed: &Parsed) -> u32 {
-    parsed.udp().map_or(0, proto_at)
+    Some((folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (HOT_CARAVANS - 1))
 }
 
 /// Sends on what a flow held, counted: its caravan, closed, or its lone datagram as it came.

@@ -133,11 +133,11 @@ pub struct Pipeline<B: PacketBuf> {
     /// flow entries: the recency period and the connection table's generation
     /// (`inbound_tcp`'s `fast_joined`).
     fast_seen: Vec<(u32, u32)>,
-    /// Hints to open caravans, by a fold of a frame's address and port bytes
-    /// (`caravans::hint_slot`): the place in `caravans` of the caravan that last took a
-    /// datagram of that hint slot, which the next frame of the slot is tried on by its header
-    /// bytes alone (`join_hot_caravan`), once the byte at the offset kept beside it says UDP.
-    hot_caravans: Box<[Option<(u32, u32)>; HOT_CARAVANS]>,
+    /// Hints to open caravans, by a fold of an untagged UDP frame's address and port bytes
+    /// (`caravans::hint_slot`): the place in `caravans` of what a flow of that hint slot holds
+    /// (its caravan, or its lone datagram), which the next frame of the slot is tried on by its
+    /// header bytes alone (`join_hot_caravan`).
+    hot_caravans: Box<[Option<u32>; HOT_CARAVANS]>,
 }
 
 /// What the pipeline needs of the configuration, resolved once.
