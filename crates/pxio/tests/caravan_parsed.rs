@@ -505,6 +505,9 @@ fn pairs_by_headers_takes_a_flows_next_datagram_and_nothing_else() {
         }
         // Too large for one caravan together.
         let big = next(Kind::Udp(flow), 8900);
-        assert_eq!(caravan::pairs_by_headers(&first, &first_parsed, &big, &cfg), None);
+        assert_eq!(
+            caravan::pairs_by_headers(&first, &first_parsed, &big, &cfg),
+            None
+        );
     }
 }
