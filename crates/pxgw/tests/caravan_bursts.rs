@@ -63,24 +63,7 @@ fn frame(flow: u8, kind: Kind, len: usize, seed: u8) -> Vec<u8> {
         Kind::Ttl63 => (0, 63),
         _ => (0, 64),
     };
-    let ip = if v6 {
-        let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
-        src[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
-        dst[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
-        (src[15], dst[15]) = (flow, 2);
-        wire::IpRepr::V6(wire::Ipv6Repr {
-            hop_limit: ttl,
-            dscp,
-            ..wire::Ipv6Repr::new(src, dst)
-        })
-    } else {
-        wire::IpRepr::V4(wire::Ipv4Repr {
-            ttl,
-            dscp,
-            dont_frag: true,
-            ..wire::Ipv4Repr::new([198, 18, 0, flow], [198, 51, 100, 2])
-        })
-    };
+    let ip = common::ip_from_outside(v6, flow, ttl, dscp);
     let sport = 10_000 + u16::from(flow);
     if let Kind::Tcp = kind {
         let tcp = wire::TcpRepr {

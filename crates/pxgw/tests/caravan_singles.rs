@@ -27,23 +27,7 @@ fn udp(v6: bool, sport: u16, ttl: u8, dscp: u8, payload: &[u8]) -> Vec<u8> {
             wire::ethernet::ethertype::IPV4
         },
     };
-    let ip = if v6 {
-        let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
-        src[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
-        dst[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
-        (src[15], dst[15]) = (1, 2);
-        wire::IpRepr::V6(wire::Ipv6Repr {
-            hop_limit: ttl,
-            dscp,
-            ..wire::Ipv6Repr::new(src, dst)
-        })
-    } else {
-        wire::IpRepr::V4(wire::Ipv4Repr {
-            ttl,
-            dscp,
-            ..wire::Ipv4Repr::new([198, 18, 0, 1], [198, 51, 100, 2])
-        })
-    };
+    let ip = common::ip_from_outside(v6, 1, ttl, dscp);
     let udp = wire::UdpRepr {
         src_port: sport,
         dst_port: 7000,

@@ -37,6 +37,30 @@ pub const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
     ethertype: 0,
 };
 
+/// The IP header of a packet from outside host `host` to the inside host: 198.18.0.`host` to
+/// 198.51.100.2, or 2001:db8::`host` to 2001:db8::2, with TTL (hop limit) `ttl` and DSCP `dscp`.
+#[allow(dead_code)] // not every test binary that includes this module builds IP headers
+pub fn ip_from_outside(v6: bool, host: u8, ttl: u8, dscp: u8) -> pxio::wire::IpRepr {
+    use pxio::wire::{IpRepr, Ipv4Repr, Ipv6Repr};
+    if v6 {
+        let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
+        src[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        dst[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        (src[15], dst[15]) = (host, 2);
+        IpRepr::V6(Ipv6Repr {
+            hop_limit: ttl,
+            dscp,
+            ..Ipv6Repr::new(src, dst)
+        })
+    } else {
+        IpRepr::V4(Ipv4Repr {
+            ttl,
+            dscp,
+            ..Ipv4Repr::new([198, 18, 0, host], [198, 51, 100, 2])
+        })
+    }
+}
+
 /// The Ethernet header of a frame arriving from inside.
 #[allow(dead_code)]
 pub const FROM_INSIDE: EthernetRepr = EthernetRepr {
