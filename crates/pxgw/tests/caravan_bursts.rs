@@ -230,6 +230,30 @@ fn runs_of_datagrams_fill_caravans_and_start_the_next() {
     assert_eq!(caravans, c.caravans_built);
 }
 
+/// A datagram above the iMTU, of a flow whose caravan is open, is handled as a router would
+/// (fragmented, or dropped and answered), exactly as when it comes alone, never packed or
+/// passed whole; in both families.
+#[test]
+fn an_oversize_datagram_of_an_open_caravan_is_routed_as_when_alone() {
+    for flow in [0u8, 1] {
+        let mut burst: Vec<Vec<u8>> = (0..3).map(|k| frame(flow, Kind::Plain, 1000, k)).collect();
+        burst.push(frame(flow, Kind::Plain, 9_100, 9));
+        burst.push(frame(flow, Kind::Plain, 1000, 10));
+        let bursts = [burst];
+        let whole = run(&mut common::pipeline_with("", ""), &bursts, true);
+        let single = run(&mut common::pipeline_with("", ""), &bursts, false);
+        assert_eq!(whole.1, single.1, "flow {flow}");
+        assert_eq!(by_flow(&whole.0), by_flow(&single.0), "flow {flow}");
+        assert!(
+            whole
+                .0
+                .iter()
+                .all(|f| f.len() <= 9_000 + 14 || is_caravan(f)),
+            "flow {flow}: nothing above the iMTU went inside"
+        );
+    }
+}
+
 fn is_caravan(frame: &[u8]) -> bool {
     pxio::caravan::is_caravan(frame, frame.len(), pxio::caravan::DEFAULT_DSCP)
 }

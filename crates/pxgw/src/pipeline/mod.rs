@@ -459,9 +459,12 @@ impl<B: PacketBuf> Pipeline<B> {
                         Err(back) => pkt = back,
                     }
                 }
-                match self.join_hot_caravan(pkt, now, out) {
-                    Ok(()) => continue,
-                    Err(back) => pkt = back,
+                // A longer frame may be above the iMTU, for the router's handling.
+                if pkt.len() <= fits {
+                    match self.join_hot_caravan(pkt, now, out) {
+                        Ok(()) => continue,
+                        Err(back) => pkt = back,
+                    }
                 }
                 if stream {
                     self.streaming = Some(i);
