@@ -334,7 +334,9 @@ impl<K: Hash + Eq + Clone> PmtuCache<K> {
     #[inline]
     pub fn lookup(&mut self, key: &K, now: Nanos) -> u16 {
         self.stats.lookups += 1;
-        if !self.filter.contains(self.hash(key)) {
+        // Most paths carry the default (it is never stored): with nothing stored, not even the
+        // key is hashed.
+        if self.table.is_empty() || !self.filter.contains(self.hash(key)) {
             self.stats.filter_negatives += 1;
             return self.cfg.default_pmtu;
         }

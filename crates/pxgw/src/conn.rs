@@ -415,6 +415,7 @@ pub struct Segment {
 
 impl Segment {
     /// Reads the TCP header of `frame` (classified as `h`); `None` when it is not readable.
+    #[inline]
     pub fn parse(frame: &[u8], h: &pxio::wire::Headers) -> Option<Self> {
         let tcp =
             pxio::wire::TcpPacket::new_checked(frame.get(h.l4_offset()..h.hdr_len())?).ok()?;
@@ -853,6 +854,30 @@ impl ConnTable {
         Some(slot)
     }
 
+    /// [`on_outside`](Self::on_outside) for an acknowledgement `ack` from outside, of the
+    /// connection `key` found in slot `at` when the table's [`generation`](Self::generation)
+    /// was `seen`: while it still is, the slot still holds that connection (nothing was added,
+    /// evicted or removed since), and neither a key compare nor a lookup is needed; otherwise
+    /// as [`on_outside`](Self::on_outside).
+    #[inline]
+    pub fn on_outside_ack(
+        &mut self,
+        at: u32,
+        seen: u32,
+        key: &FlowKey,
+        ack: u32,
+        now: u64,
+    ) -> Option<u32> {
+        let (slot, c) = if seen == self.generation {
+            debug_assert!(self.map.key_at(at).is_some_and(|k| k.0 == *key));
+            self.touch_at(at, key, now)?
+        } else {
+            self.touch_slot(Some(at), key, now)?
+        };
+        c.flight.on_outside_ack(ack);
+        Some(slot)
+    }
+
     /// A segment from inside of the connection `key` (inbound-oriented), when the connection is
     /// established: one lookup (none while slot `at` still holds it) refreshes it, records what
     /// the segment sent ([`Flight::on_inside`]), and returns its slot and the connection, for
@@ -888,9 +913,6 @@ impl ConnTable {
     /// [`expire`](Self::expire) follow, is that of the last sighting to within that period.
     #[inline]
     fn touch_slot(&mut self, at: Option<u32>, key: &FlowKey, now: u64) -> Option<(u32, &mut Conn)> {
-        if self.promote.is_some() {
-            self.promote_pending();
-        }
         // The slot remembered, when it still holds the connection (one key compare); else
         // the lookup.
         let held = at.filter(|&at| self.map.key_at(at).is_some_and(|k| k.0 == *key));
@@ -898,6 +920,16 @@ impl ConnTable {
             Some(at) => at,
             None => self.map.find(&KeyWords(*key))?,
         };
+        self.touch_at(slot, key, now)
+    }
+
+    /// Refreshes the connection `key` in `slot`, which holds it, as
+    /// [`touch_slot`](Self::touch_slot) does once it found it.
+    #[inline]
+    fn touch_at(&mut self, slot: u32, key: &FlowKey, now: u64) -> Option<(u32, &mut Conn)> {
+        if self.promote.is_some() {
+            self.promote_pending();
+        }
         let (_, c) = self.map.slot_mut(slot)?;
         if c.last_seen / PROMOTE_EVERY_NS != now / PROMOTE_EVERY_NS {
             self.promote = Some((slot, *key));

@@ -81,6 +81,53 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
+    /// An outside receiver's ACK, taken from a burst before anything else looks at it: a TCP
+    /// segment without payload, SYN, RST or FIN, in an untagged frame over IPv4 without options
+    /// and without the caravan mark, of a connection its recent slot remembers, while the merge
+    /// engine holds nothing (so it overtakes nothing). It is handled exactly as
+    /// [`inbound_tcp`](Self::inbound_tcp) handles it (the connection refreshed and its
+    /// acknowledgement applied, unless the slot already holds that acknowledgement from this
+    /// recency period; then passed on, counted as the merge engine counts it), without the
+    /// general parse, the mark check and the classification it would cost. Three frames in four
+    /// of an upload through the gateway are such ACKs. Anything else is given back untouched,
+    /// with nothing recorded, for the general path.
+    ///
+    /// Out of line: a burst of data segments (the engine holding their items) never calls it,
+    /// and its loop stays as small as it was without it.
+    #[inline(never)]
+    pub(super) fn outside_ack(&mut self, pkt: B, now: u64, out: &mut Vec<B>) -> Result<(), B> {
+        // A header the NIC did not vouch for has its checksum checked on the general path.
+        if !self.cfg.merge
+            || !self.gathered.is_empty()
+            || !self.merger.is_idle()
+            || pkt.ip_csum_verdict() != Some(true)
+        {
+            return Err(pkt);
+        }
+        // A marked frame has its mark cleared on the general path.
+        let Some(a) =
+            wire::plain_ipv4_ack(pkt.head(), pkt.len()).filter(|a| a.dscp != self.cfg.mark)
+        else {
+            return Err(pkt);
+        };
+        let key = conn::inbound_key(&a.key);
+        let slot = recent_slot(&key);
+        let Some(&(_, seen_ack, (period, generation), at)) = self.recall(slot, &key) else {
+            return Err(pkt);
+        };
+        let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
+        if seen_ack != Some(a.ack) || (period, generation) != stamp {
+            // Gone since (expired, evicted): the general path says what it is now. A failed
+            // lookup changes nothing.
+            let Some(found) = self.conns.on_outside_ack(at, generation, &key, a.ack, now) else {
+                return Err(pkt);
+            };
+            let r = &mut self.recent[slot];
+            (r.1, r.2, r.3) = (Some(a.ack), stamp, found);
+        }
+        self.merger.pass_vouched_if_idle(pkt, out)
+    }
+
     /// A coalesced TCP segment above the iMTU: cut into iMTU-sized segments (zero-copy views
     /// of its payload), which are merged, or sent on, as any segment of their connection is.
     /// Its checksum is verified first (the NIC's verdict, else in software): a damaged one is

@@ -450,6 +450,14 @@ impl<B: PacketBuf> Pipeline<B> {
                 packets += 1;
                 bytes += pkt.len() as u64;
                 self.report.sizes.inbound_received.record(pkt.len());
+                // While the merge engine holds nothing, an outside receiver's ACK overtakes
+                // nothing (`outside_ack`); a segment with data is never refused there.
+                if pkt.len() <= fits {
+                    match self.outside_ack(pkt, now, out) {
+                        Ok(()) => continue,
+                        Err(back) => pkt = back,
+                    }
+                }
                 if stream && pkt.len() <= fits {
                     match self.merger.offer_fast(i, pkt, now, out) {
                         Ok(flow) => {

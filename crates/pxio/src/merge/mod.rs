@@ -570,6 +570,13 @@ impl<B: PacketBuf> Merger<B> {
         }
     }
 
+    /// Whether the engine holds nothing: no item of any flow, so a packet it passes now
+    /// overtakes nothing (see [`pass_if_idle`](Self::pass_if_idle)).
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        self.free_items.len() == self.cfg.max_items
+    }
+
     /// Passes `pkt`, a TCP segment without payload (a pure ACK: never merged), straight to
     /// `out` when the engine holds nothing, and counts it exactly as [`rx`](Self::rx) would
     /// (its IPv4 header checksum included). With nothing held no flow has items that must go
@@ -577,7 +584,7 @@ impl<B: PacketBuf> Merger<B> {
     /// sends for an upload cost no lookup. Gives the packet back otherwise. `hdr`: its headers.
     #[inline]
     pub fn pass_if_idle(&mut self, pkt: B, hdr: &Headers, out: &mut Vec<B>) -> Result<(), B> {
-        if hdr.payload_len != 0 || self.free_items.len() != self.cfg.max_items {
+        if hdr.payload_len != 0 || !self.is_idle() {
             return Err(pkt);
         }
         self.stats.packets_in += 1;
@@ -587,6 +594,21 @@ impl<B: PacketBuf> Merger<B> {
         if !vouched && matches!(self.segment(&pkt, hdr), Err(Refusal::BadIpChecksum)) {
             self.stats.bad_ip_checksum += 1;
         }
+        self.pass(pkt, out);
+        Ok(())
+    }
+
+    /// [`pass_if_idle`](Self::pass_if_idle) for a caller that read from `pkt`'s own bytes that
+    /// it is a TCP/IPv4 segment without payload (`wire::plain_ipv4_ack`), when the NIC vouched
+    /// for its IPv4 header: then nothing is left to check, and it is passed and counted as
+    /// `rx` would. Gives it back when the engine holds anything or the header was not vouched
+    /// for. A segment with payload handed in here would only pass unmerged, counted as passed.
+    #[inline]
+    pub fn pass_vouched_if_idle(&mut self, pkt: B, out: &mut Vec<B>) -> Result<(), B> {
+        if !self.is_idle() || pkt.ip_csum_verdict() != Some(true) {
+            return Err(pkt);
+        }
+        self.stats.packets_in += 1;
         self.pass(pkt, out);
         Ok(())
     }

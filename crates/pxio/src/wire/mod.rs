@@ -448,9 +448,12 @@ fn classify_general(head: &[u8], frame_len: usize) -> Class {
 /// unfragmented IPv4 packet without options carrying TCP, every header in `head`. It makes
 /// exactly the checks the general path makes for such a frame, and returns the same
 /// [`Headers`]; anything else (including every malformed frame) is `None`, and left to the
-/// general path, which says what it is.
+/// general path, which says what it is. Where it returns headers, [`classify`] returns them
+/// as [`Class::Tcp`]: a caller that wants only such segments (an outside receiver's ACKs) can
+/// skip the general parse with it.
 #[inline]
-fn plain_ipv4_tcp(head: &[u8], frame_len: usize) -> Option<Headers> {
+pub fn plain_ipv4_tcp(head: &[u8], frame_len: usize) -> Option<Headers> {
+    let head = &head[..head.len().min(frame_len)];
     let mut class = Class::NonIp;
     match plain_ipv4_tcp_into(head, frame_len, &mut class) {
         true => match class {
@@ -514,6 +517,74 @@ fn plain_ipv4_tcp_into(head: &[u8], frame_len: usize, out: &mut Class) -> bool {
         },
     });
     true
+}
+
+/// What [`plain_ipv4_ack`] reads of a bare acknowledgement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlainAck {
+    /// The flow, as [`classify`] gives it.
+    pub key: FlowKey,
+    /// The acknowledgment number.
+    pub ack: u32,
+    /// The IPv4 header's DSCP.
+    pub dscp: u8,
+}
+
+/// A bare acknowledgement, as a receiver sends for the data it gets: a TCP segment without
+/// payload that has ACK set and none of SYN, RST and FIN, in a frame [`plain_ipv4_tcp`] takes
+/// (untagged Ethernet, unfragmented IPv4 without options, every header in `head`). It makes the
+/// same checks, so where it answers, [`classify`] says [`Class::Tcp`] with the same key and no
+/// payload; it reads only what a connection tracker needs of such a segment, from fixed
+/// offsets, in one pass. Anything else is `None`, left to [`classify`].
+#[inline]
+pub fn plain_ipv4_ack(head: &[u8], frame_len: usize) -> Option<PlainAck> {
+    const L2: usize = ethernet::field::HEADER_LEN;
+    const L3: usize = ipv4::field::HEADER_LEN;
+    const L4: usize = L2 + L3;
+    const VER_IHL_PLAIN: u8 = (ipv4::VERSION << ipv4::field::VERSION_SHIFT) | 5;
+    const NOT_BARE: u8 = tcp_flags::SYN | tcp_flags::RST | tcp_flags::FIN;
+    let head = &head[..head.len().min(frame_len)];
+    let fixed: &[u8; L4 + tcp::field::HEADER_LEN] = head.first_chunk()?;
+    let ip = &fixed[L2..L4];
+    let tcp = &fixed[L4..];
+    let flags = tcp[tcp::field::FLAGS];
+    if read_u16(fixed, ethernet::field::ETHERTYPE) != ethernet::ethertype::IPV4
+        || ip[ipv4::field::VER_IHL] != VER_IHL_PLAIN
+        || ip[ipv4::field::PROTOCOL] != ip_proto::TCP
+        || flags & tcp_flags::ACK == 0
+        || flags & NOT_BARE != 0
+    {
+        return None;
+    }
+    let ip_len = usize::from(read_u16(ip, ipv4::field::LENGTH));
+    let l4_len = TcpPacket::new_unchecked(tcp).header_len();
+    let is_fragment = Ipv4Packet::new_unchecked(ip).is_fragment();
+    // No payload: the IP packet is its two headers. The TCP header's own bounds are those
+    // `plain_ipv4_tcp` checks.
+    if l4_len < tcp::field::HEADER_LEN
+        || ip_len != L3 + l4_len
+        || L2 + ip_len > frame_len
+        || L4 + l4_len > head.len()
+        || is_fragment
+    {
+        return None;
+    }
+    let mut src = [0; 16];
+    let mut dst = [0; 16];
+    src[..IPV4_ADDR_LEN].copy_from_slice(&ip[ipv4::field::SRC_ADDR]);
+    dst[..IPV4_ADDR_LEN].copy_from_slice(&ip[ipv4::field::DST_ADDR]);
+    Some(PlainAck {
+        key: FlowKey {
+            src,
+            dst,
+            sport: read_u16(tcp, tcp::field::SRC_PORT),
+            dport: read_u16(tcp, tcp::field::DST_PORT),
+            proto: ip_proto::TCP,
+            v6: false,
+        },
+        ack: read_u32(tcp, tcp::field::ACK_NUM),
+        dscp: ip[ipv4::field::DSCP_ECN] >> 2,
+    })
 }
 
 fn classify_frame(head: &[u8], bounds: &Bounds) -> Result<Class, Malformed> {
