@@ -237,3 +237,96 @@ fn a_pure_ack_passes_an_idle_engine_as_rx_would() {
     drop(busy);
     assert_eq!(pool.in_use(), 0);
 }
+
+/// A bare ACK whose IPv4 header the NIC vouched for (`Merger::pass_bare_ack`) leaves as `rx`
+/// sends it: after what the engine holds of its own flow, before what it holds of others, with
+/// the same counters; an unvouched one is handed back for `rx`, which checks its header.
+#[test]
+fn a_bare_ack_leaves_after_its_flows_items_as_rx_sends_it() {
+    use pxio::wire::{self, tcp_flags, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
+    let eth = EthernetRepr {
+        dst: [2, 0, 0, 0, 0, 2],
+        src: [2, 0, 0, 0, 0, 1],
+        vlan_tci: None,
+        ethertype: 0,
+    };
+    let frame = |sport: u16, seq: u32, payload: &[u8]| {
+        let ip = IpRepr::V4(Ipv4Repr {
+            dont_frag: true,
+            ..Ipv4Repr::new([198, 51, 100, 7], [198, 18, 8, 2])
+        });
+        let tcp = TcpRepr {
+            src_port: sport,
+            dst_port: 80,
+            seq,
+            ack: 5000,
+            flags: tcp_flags::ACK,
+            window: 65000,
+            urgent: 0,
+            options: &[],
+        };
+        wire::tcp_frame(eth, ip, tcp, payload).unwrap()
+    };
+    let pool = HeapPool::new(64);
+    let engine = || Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(64)).unwrap();
+    let vouched = |f: &[u8]| {
+        let mut p = pool.packet(f);
+        p.set_ip_csum_verdict(Some(true));
+        p.set_l4_csum_verdict(Some(true));
+        p
+    };
+    let counts = |m: &Merger<HeapBuf>| {
+        let s = m.stats();
+        (s.packets_in, s.packets_out, s.passthrough, s.held_items)
+    };
+    // Two flows hold data; the ACK is the first flow's.
+    let held = [
+        frame(40000, 1000, &[7; 1000]),
+        frame(40000, 2000, &[8; 1000]),
+        frame(40001, 1000, &[9; 1000]),
+    ];
+    let ack = frame(40000, 3000, &[]);
+    let key = wire::flow_of(&ack, ack.len()).unwrap();
+    let (mut bare, mut reference) = (engine(), engine());
+    let (mut out, mut ref_out) = (Vec::new(), Vec::new());
+    for f in &held {
+        bare.rx(vouched(f), 0, &mut out);
+        reference.rx(vouched(f), 0, &mut ref_out);
+    }
+    assert!(bare.stats().held_items > 0, "held before the ACK");
+    assert!(bare.pass_bare_ack(vouched(&ack), &key, 0, &mut out).is_ok());
+    reference.rx(vouched(&ack), 0, &mut ref_out);
+    assert_eq!(counts(&bare), counts(&reference));
+    let bytes = |v: &[HeapBuf]| v.iter().map(|p| p.to_vec()).collect::<Vec<_>>();
+    assert_eq!(
+        bytes(&out),
+        bytes(&ref_out),
+        "the same packets, in the same order"
+    );
+    assert_eq!(
+        out.last().map(|p| p.to_vec()),
+        Some(ack.clone()),
+        "after its flow's item"
+    );
+    assert!(
+        bare.stats().held_items > 0,
+        "the other flow's item still held"
+    );
+    // Idle: passed at once. Unvouched: handed back.
+    let mut idle = engine();
+    let mut out2 = Vec::new();
+    assert!(idle
+        .pass_bare_ack(vouched(&ack), &key, 0, &mut out2)
+        .is_ok());
+    assert_eq!(counts(&idle), (1, 1, 1, 0));
+    assert!(idle
+        .pass_bare_ack(pool.packet(&ack), &key, 0, &mut out2)
+        .is_err());
+    assert_eq!(
+        counts(&idle),
+        (1, 1, 1, 0),
+        "nothing counted for what it gave back"
+    );
+    drop((out, ref_out, out2, bare, reference, idle));
+    assert_eq!(pool.in_use(), 0);
+}

@@ -83,25 +83,24 @@ impl<B: PacketBuf> Pipeline<B> {
 
     /// An outside receiver's ACK, taken from a burst before anything else looks at it: a TCP
     /// segment without payload, SYN, RST or FIN, in an untagged frame over IPv4 without options
-    /// and without the caravan mark, of a connection its recent slot remembers, while the merge
-    /// engine holds nothing (so it overtakes nothing). It is handled exactly as
-    /// [`inbound_tcp`](Self::inbound_tcp) handles it (the connection refreshed and its
-    /// acknowledgement applied, unless the slot already holds that acknowledgement from this
-    /// recency period; then passed on, counted as the merge engine counts it), without the
-    /// general parse, the mark check and the classification it would cost. Three frames in four
-    /// of an upload through the gateway are such ACKs. Anything else is given back untouched,
-    /// with nothing recorded, for the general path.
+    /// and without the caravan mark, whose IPv4 header the NIC vouched for, of a connection its
+    /// recent slot remembers. It is handled exactly as [`inbound_tcp`](Self::inbound_tcp)
+    /// handles it: the connection refreshed and its acknowledgement applied (unless the slot
+    /// already holds that acknowledgement from this recency period), then handed to the merge
+    /// engine, which sends what it holds of the flow first and passes it
+    /// ([`Merger::pass_bare_ack`]); but without the general parse, the mark check and the
+    /// classification, and, in the engine, without the parse and (when the engine holds
+    /// nothing) the flow lookup. Three frames in four of an upload through the gateway are such
+    /// ACKs. Anything else is given back untouched, with nothing recorded, for the general
+    /// path; so is every frame while packets are gathered for the engine (it would overtake
+    /// them).
     ///
-    /// Out of line: a burst of data segments (the engine holding their items) never calls it,
-    /// and its loop stays as small as it was without it.
+    /// Out of line: a burst of data segments never calls it ([`BARE_ACK_MAX_FRAME`]), and its
+    /// loop stays as small as it was without it.
     #[inline(never)]
     pub(super) fn outside_ack(&mut self, pkt: B, now: u64, out: &mut Vec<B>) -> Result<(), B> {
         // A header the NIC did not vouch for has its checksum checked on the general path.
-        if !self.cfg.merge
-            || !self.gathered.is_empty()
-            || !self.merger.is_idle()
-            || pkt.ip_csum_verdict() != Some(true)
-        {
+        if !self.cfg.merge || !self.gathered.is_empty() || pkt.ip_csum_verdict() != Some(true) {
             return Err(pkt);
         }
         // A marked frame has its mark cleared on the general path.
@@ -125,7 +124,8 @@ impl<B: PacketBuf> Pipeline<B> {
             let r = &mut self.recent[slot];
             (r.1, r.2, r.3) = (Some(a.ack), stamp, found);
         }
-        self.merger.pass_vouched_if_idle(pkt, out)
+        // Vouched for, so never given back.
+        self.merger.pass_bare_ack(pkt, &a.key, now, out)
     }
 
     /// A coalesced TCP segment above the iMTU: cut into iMTU-sized segments (zero-copy views
@@ -337,6 +337,11 @@ fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
 /// carried, when (the recency period, the connection table's generation), and its slot in the
 /// connection table.
 pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32), u32);
+
+/// The longest frame a bare ACK comes in ([`Pipeline::outside_ack`]): an untagged Ethernet
+/// header, an IPv4 header without options and the longest TCP header, without payload (a frame
+/// that short needs no Ethernet padding).
+pub(super) const BARE_ACK_MAX_FRAME: usize = 14 + 20 + 60;
 
 /// Connections remembered for [`Pipeline::inbound_tcp`]'s shortcut.
 pub(super) const RECENT_SLOTS: usize = 1024;

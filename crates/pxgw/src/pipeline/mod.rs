@@ -450,9 +450,9 @@ impl<B: PacketBuf> Pipeline<B> {
                 packets += 1;
                 bytes += pkt.len() as u64;
                 self.report.sizes.inbound_received.record(pkt.len());
-                // While the merge engine holds nothing, an outside receiver's ACK overtakes
-                // nothing (`outside_ack`); a segment with data is never refused there.
-                if pkt.len() <= fits {
+                // An outside receiver's ACK (`outside_ack`); a segment with data is too long
+                // to be one.
+                if pkt.len() <= inbound_tcp::BARE_ACK_MAX_FRAME {
                     match self.outside_ack(pkt, now, out) {
                         Ok(()) => continue,
                         Err(back) => pkt = back,

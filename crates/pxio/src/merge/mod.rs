@@ -598,17 +598,32 @@ impl<B: PacketBuf> Merger<B> {
         Ok(())
     }
 
-    /// [`pass_if_idle`](Self::pass_if_idle) for a caller that read from `pkt`'s own bytes that
-    /// it is a TCP/IPv4 segment without payload (`wire::plain_ipv4_ack`), when the NIC vouched
-    /// for its IPv4 header: then nothing is left to check, and it is passed and counted as
-    /// `rx` would. Gives it back when the engine holds anything or the header was not vouched
-    /// for. A segment with payload handed in here would only pass unmerged, counted as passed.
+    /// A bare acknowledgement of the flow `key` (a TCP/IPv4 segment without payload, which
+    /// the caller read from `pkt`'s own bytes: `wire::plain_ipv4_ack`) whose IPv4 header the
+    /// NIC vouched for: handled exactly as [`rx`](Self::rx) handles it, without the parse.
+    /// Such a segment is never merged; what the engine holds of its flow is sent first (so
+    /// the order on the wire is kept), then it, counted as passed. With nothing held at all,
+    /// not even the flow is looked up. Gives the packet back, untouched, when its header was
+    /// not vouched for (`rx` checks it). A segment with payload handed in here would only pass
+    /// unmerged, after its flow's items.
     #[inline]
-    pub fn pass_vouched_if_idle(&mut self, pkt: B, out: &mut Vec<B>) -> Result<(), B> {
-        if !self.is_idle() || pkt.ip_csum_verdict() != Some(true) {
+    pub fn pass_bare_ack(
+        &mut self,
+        pkt: B,
+        key: &FlowKey,
+        now: u64,
+        out: &mut Vec<B>,
+    ) -> Result<(), B> {
+        if pkt.ip_csum_verdict() != Some(true) {
             return Err(pkt);
         }
         self.stats.packets_in += 1;
+        if !self.is_idle() {
+            let hash = flow_table::key_hash(key, self.hash_seed);
+            if let Some(flow) = self.flows.find(hash, key) {
+                self.flush_flow(flow, now, out);
+            }
+        }
         self.pass(pkt, out);
         Ok(())
     }
