@@ -83,8 +83,8 @@ impl<B: PacketBuf> Pipeline<B> {
 
     /// An outside receiver's ACK, taken from a burst before anything else looks at it: a TCP
     /// segment without payload, SYN, RST or FIN, in an untagged frame over IPv4 without options
-    /// and without the caravan mark, whose IPv4 header the NIC vouched for, of a connection its
-    /// recent slot remembers. It is handled exactly as [`inbound_tcp`](Self::inbound_tcp)
+    /// (its header vouched for by the NIC) or IPv6 without extension headers, without the
+    /// caravan mark, of a connection its recent slot remembers. It is handled exactly as [`inbound_tcp`](Self::inbound_tcp)
     /// handles it: the connection refreshed and its acknowledgement applied (unless the slot
     /// already holds that acknowledgement from this recency period), then handed to the merge
     /// engine, which sends what it holds of the flow first and passes it
@@ -99,13 +99,14 @@ impl<B: PacketBuf> Pipeline<B> {
     /// loop stays as small as it was without it.
     #[inline(never)]
     pub(super) fn outside_ack(&mut self, pkt: B, now: u64, out: &mut Vec<B>) -> Result<(), B> {
-        // A header the NIC did not vouch for has its checksum checked on the general path.
-        if !self.cfg.merge || !self.gathered.is_empty() || pkt.ip_csum_verdict() != Some(true) {
+        if !self.cfg.merge || !self.gathered.is_empty() {
             return Err(pkt);
         }
-        // A marked frame has its mark cleared on the general path.
-        let Some(a) =
-            wire::plain_ipv4_ack(pkt.head(), pkt.len()).filter(|a| a.dscp != self.cfg.mark)
+        // A marked frame has its mark cleared on the general path; an IPv4 header the NIC did
+        // not vouch for has its checksum checked there.
+        let vouched = pkt.ip_csum_verdict() == Some(true);
+        let Some(a) = wire::plain_ack(pkt.head(), pkt.len())
+            .filter(|a| a.dscp != self.cfg.mark && (a.key.v6 || vouched))
         else {
             return Err(pkt);
         };
@@ -124,7 +125,7 @@ impl<B: PacketBuf> Pipeline<B> {
             let r = &mut self.recent[slot];
             (r.1, r.2, r.3) = (Some(a.ack), stamp, found);
         }
-        // Vouched for, so never given back.
+        // Vouched for (or IPv6), so never given back.
         self.merger.pass_bare_ack(pkt, &a.key, now, out)
     }
 
@@ -339,9 +340,9 @@ fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
 pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32), u32);
 
 /// The longest frame a bare ACK comes in ([`Pipeline::outside_ack`]): an untagged Ethernet
-/// header, an IPv4 header without options and the longest TCP header, without payload (a frame
-/// that short needs no Ethernet padding).
-pub(super) const BARE_ACK_MAX_FRAME: usize = 14 + 20 + 60;
+/// header, an IPv6 header and the longest TCP header, without payload (a frame that long needs
+/// no Ethernet padding; an IPv4 one is shorter).
+pub(super) const BARE_ACK_MAX_FRAME: usize = 14 + 40 + 60;
 
 /// Connections remembered for [`Pipeline::inbound_tcp`]'s shortcut.
 pub(super) const RECENT_SLOTS: usize = 1024;

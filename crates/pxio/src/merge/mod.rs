@@ -598,14 +598,14 @@ impl<B: PacketBuf> Merger<B> {
         Ok(())
     }
 
-    /// A bare acknowledgement of the flow `key` (a TCP/IPv4 segment without payload, which
-    /// the caller read from `pkt`'s own bytes: `wire::plain_ipv4_ack`) whose IPv4 header the
-    /// NIC vouched for: handled exactly as [`rx`](Self::rx) handles it, without the parse.
-    /// Such a segment is never merged; what the engine holds of its flow is sent first (so
-    /// the order on the wire is kept), then it, counted as passed. With nothing held at all,
-    /// not even the flow is looked up. Gives the packet back, untouched, when its header was
-    /// not vouched for (`rx` checks it). A segment with payload handed in here would only pass
-    /// unmerged, after its flow's items.
+    /// A bare acknowledgement of the flow `key` (a TCP segment without payload, which the
+    /// caller read from `pkt`'s own bytes: `wire::plain_ack`), over IPv6 or over IPv4 with a
+    /// header the NIC vouched for: handled exactly as [`rx`](Self::rx) handles it, without the
+    /// parse. Such a segment is never merged; what the engine holds of its flow is sent first
+    /// (so the order on the wire is kept), then it, counted as passed. With nothing held at
+    /// all, not even the flow is looked up. Gives the packet back, untouched, when its IPv4
+    /// header was not vouched for (`rx` checks it). A segment with payload handed in here would
+    /// only pass unmerged, after its flow's items.
     #[inline]
     pub fn pass_bare_ack(
         &mut self,
@@ -614,7 +614,7 @@ impl<B: PacketBuf> Merger<B> {
         now: u64,
         out: &mut Vec<B>,
     ) -> Result<(), B> {
-        if pkt.ip_csum_verdict() != Some(true) {
+        if !key.v6 && pkt.ip_csum_verdict() != Some(true) {
             return Err(pkt);
         }
         self.stats.packets_in += 1;

@@ -519,71 +519,87 @@ fn plain_ipv4_tcp_into(head: &[u8], frame_len: usize, out: &mut Class) -> bool {
     true
 }
 
-/// What [`plain_ipv4_ack`] reads of a bare acknowledgement.
+/// What [`plain_ack`] reads of a bare acknowledgement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlainAck {
     /// The flow, as [`classify`] gives it.
     pub key: FlowKey,
     /// The acknowledgment number.
     pub ack: u32,
-    /// The IPv4 header's DSCP.
+    /// The IP header's DSCP.
     pub dscp: u8,
 }
 
 /// A bare acknowledgement, as a receiver sends for the data it gets: a TCP segment without
-/// payload that has ACK set and none of SYN, RST and FIN, in a frame [`plain_ipv4_tcp`] takes
-/// (untagged Ethernet, unfragmented IPv4 without options, every header in `head`). It makes the
-/// same checks, so where it answers, [`classify`] says [`Class::Tcp`] with the same key and no
-/// payload; it reads only what a connection tracker needs of such a segment, from fixed
-/// offsets, in one pass. Anything else is `None`, left to [`classify`].
+/// payload that has ACK set and none of SYN, RST and FIN, in an untagged Ethernet frame over
+/// IPv4 without options (unfragmented) or IPv6 without extension headers, every header in
+/// `head`. It makes the checks [`classify`] makes of such a frame, so where it answers,
+/// [`classify`] says [`Class::Tcp`] with the same key and no payload; it reads only what a
+/// connection tracker needs of the segment, from fixed offsets, in one pass. Anything else is
+/// `None`, left to [`classify`].
 #[inline]
-pub fn plain_ipv4_ack(head: &[u8], frame_len: usize) -> Option<PlainAck> {
+pub fn plain_ack(head: &[u8], frame_len: usize) -> Option<PlainAck> {
     const L2: usize = ethernet::field::HEADER_LEN;
-    const L3: usize = ipv4::field::HEADER_LEN;
-    const L4: usize = L2 + L3;
-    const VER_IHL_PLAIN: u8 = (ipv4::VERSION << ipv4::field::VERSION_SHIFT) | 5;
     const NOT_BARE: u8 = tcp_flags::SYN | tcp_flags::RST | tcp_flags::FIN;
     let head = &head[..head.len().min(frame_len)];
-    let fixed: &[u8; L4 + tcp::field::HEADER_LEN] = head.first_chunk()?;
-    let ip = &fixed[L2..L4];
-    let tcp = &fixed[L4..];
-    let flags = tcp[tcp::field::FLAGS];
-    if read_u16(fixed, ethernet::field::ETHERTYPE) != ethernet::ethertype::IPV4
-        || ip[ipv4::field::VER_IHL] != VER_IHL_PLAIN
-        || ip[ipv4::field::PROTOCOL] != ip_proto::TCP
+    let (l3_len, ip_len, proto, v6) = match read_u16(head.get(..L2)?, ethernet::field::ETHERTYPE) {
+        ethernet::ethertype::IPV4 => {
+            let ip = Ipv4Packet::new_unchecked(head.get(L2..L2 + ipv4::field::HEADER_LEN)?);
+            // Without options, as `plain_ipv4_tcp` takes it.
+            if ip.version() != ipv4::VERSION || ip.ihl() != 5 || ip.is_fragment() {
+                return None;
+            }
+            let ip_len = usize::from(ip.total_len());
+            (ipv4::field::HEADER_LEN, ip_len, ip.protocol(), false)
+        }
+        ethernet::ethertype::IPV6 => {
+            let ip = Ipv6Packet::new_unchecked(head.get(L2..L2 + ipv6::field::HEADER_LEN)?);
+            if ip.version() != ipv6::VERSION {
+                return None;
+            }
+            let ip_len = ipv6::field::HEADER_LEN + usize::from(ip.payload_len());
+            (ipv6::field::HEADER_LEN, ip_len, ip.next_header(), true)
+        }
+        _ => return None,
+    };
+    let l4 = L2 + l3_len;
+    let tcp = TcpPacket::new_unchecked(head.get(l4..l4 + tcp::field::HEADER_LEN)?);
+    let flags = tcp.flags();
+    let l4_len = tcp.header_len();
+    // No payload: the IP packet is its two headers, all in `head`.
+    if proto != ip_proto::TCP
         || flags & tcp_flags::ACK == 0
         || flags & NOT_BARE != 0
-    {
-        return None;
-    }
-    let ip_len = usize::from(read_u16(ip, ipv4::field::LENGTH));
-    let l4_len = TcpPacket::new_unchecked(tcp).header_len();
-    let is_fragment = Ipv4Packet::new_unchecked(ip).is_fragment();
-    // No payload: the IP packet is its two headers. The TCP header's own bounds are those
-    // `plain_ipv4_tcp` checks.
-    if l4_len < tcp::field::HEADER_LEN
-        || ip_len != L3 + l4_len
+        || l4_len < tcp::field::HEADER_LEN
+        || ip_len != l3_len + l4_len
         || L2 + ip_len > frame_len
-        || L4 + l4_len > head.len()
-        || is_fragment
+        || l4 + l4_len > head.len()
     {
         return None;
     }
-    let mut src = [0; 16];
-    let mut dst = [0; 16];
-    src[..IPV4_ADDR_LEN].copy_from_slice(&ip[ipv4::field::SRC_ADDR]);
-    dst[..IPV4_ADDR_LEN].copy_from_slice(&ip[ipv4::field::DST_ADDR]);
+    let l3 = &head[L2..l4];
+    let (mut src, mut dst) = ([0; 16], [0; 16]);
+    let dscp = if v6 {
+        let ip = Ipv6Packet::new_unchecked(l3);
+        (src, dst) = (ip.src_addr(), ip.dst_addr());
+        ip.dscp()
+    } else {
+        let ip = Ipv4Packet::new_unchecked(l3);
+        src[..IPV4_ADDR_LEN].copy_from_slice(&ip.src_addr());
+        dst[..IPV4_ADDR_LEN].copy_from_slice(&ip.dst_addr());
+        ip.dscp()
+    };
     Some(PlainAck {
         key: FlowKey {
             src,
             dst,
-            sport: read_u16(tcp, tcp::field::SRC_PORT),
-            dport: read_u16(tcp, tcp::field::DST_PORT),
+            sport: tcp.src_port(),
+            dport: tcp.dst_port(),
             proto: ip_proto::TCP,
-            v6: false,
+            v6,
         },
-        ack: read_u32(tcp, tcp::field::ACK_NUM),
-        dscp: ip[ipv4::field::DSCP_ECN] >> 2,
+        ack: tcp.ack_number(),
+        dscp,
     })
 }
 

@@ -738,24 +738,34 @@ proptest! {
     }
 }
 
-/// What `plain_ipv4_ack` must agree with: the classifier's answer for a bare acknowledgement
-/// in a frame without VLAN tags or IPv4 options, read from the TCP header's own flags.
+/// What `plain_ack` must agree with: the classifier's answer for a bare acknowledgement in a
+/// frame without VLAN tags, IPv4 options or IPv6 extension headers, read from the TCP header's
+/// own flags.
 fn bare_ack_by_classify(head: &[u8], frame_len: usize) -> Option<(FlowKey, u32, u8)> {
     let h = match classify(head, frame_len) {
-        Class::Tcp(h) if h.l2_len == 14 && h.l3_len == 20 && h.payload_len == 0 => h,
+        Class::Tcp(h)
+            if h.l2_len == 14 && h.l3_len == if h.v6 { 40 } else { 20 } && h.payload_len == 0 =>
+        {
+            h
+        }
         _ => return None,
     };
     let tcp = TcpPacket::new_checked(&head[h.l4_offset()..h.hdr_len()]).ok()?;
     let flags = tcp.flags();
     let bare = flags & tcp_flags::ACK != 0
         && flags & (tcp_flags::SYN | tcp_flags::RST | tcp_flags::FIN) == 0;
-    bare.then(|| (h.key, tcp.ack_number(), head[L2 + 1] >> 2))
+    let dscp = if h.v6 {
+        Ipv6Packet::new_unchecked(&head[L2..]).dscp()
+    } else {
+        head[L2 + 1] >> 2
+    };
+    bare.then(|| (h.key, tcp.ack_number(), dscp))
 }
 
 #[test]
 fn a_bare_ack_is_read_as_the_classifier_reads_it() {
     let ack = v4_tcp(0);
-    let a = plain_ipv4_ack(&ack, ack.len()).expect("a bare ACK");
+    let a = plain_ack(&ack, ack.len()).expect("a bare ACK");
     assert_eq!(
         Some((a.key, a.ack, a.dscp)),
         bare_ack_by_classify(&ack, ack.len())
@@ -764,34 +774,58 @@ fn a_bare_ack_is_read_as_the_classifier_reads_it() {
     // Padded to Ethernet's minimum, still a bare ACK.
     let mut padded = ack.clone();
     padded.resize(ack.len() + 10, 0);
-    assert_eq!(plain_ipv4_ack(&padded, padded.len()), Some(a));
-    // With payload, with SYN, RST or FIN, tagged, fragmented, or with its TCP header cut off
-    // in the first segment: not one.
-    assert_eq!(plain_ipv4_ack(&v4_tcp(1), v4_tcp(1).len()), None);
+    assert_eq!(plain_ack(&padded, padded.len()), Some(a));
+    // With payload, with SYN, RST or FIN, tagged, with IPv4 options, fragmented, or with its TCP
+    // header cut off in the first segment: not one.
+    assert_eq!(plain_ack(&v4_tcp(1), v4_tcp(1).len()), None);
     for flag in [tcp_flags::SYN, tcp_flags::RST, tcp_flags::FIN] {
         let mut f = ack.clone();
         f[L2 + 20 + 13] |= flag;
-        assert_eq!(plain_ipv4_ack(&f, f.len()), None, "flag {flag:#x}");
+        assert_eq!(plain_ack(&f, f.len()), None, "flag {flag:#x}");
     }
     assert_eq!(
-        plain_ipv4_ack(&v4_opts_tcp_vlan(0), v4_opts_tcp_vlan(0).len()),
+        plain_ack(&v4_opts_tcp_vlan(0), v4_opts_tcp_vlan(0).len()),
         None
     );
     let mut frag = ack.clone();
     frag[V4_FLG_OFF] |= 0x20;
-    assert_eq!(plain_ipv4_ack(&frag, frag.len()), None);
-    assert_eq!(plain_ipv4_ack(&ack[..ack.len() - 1], ack.len()), None);
+    assert_eq!(plain_ack(&frag, frag.len()), None);
+    assert_eq!(plain_ack(&ack[..ack.len() - 1], ack.len()), None);
+    // IPv6 without extension headers: one; tagged: not.
+    let v6 = v6_ack(0, tcp_flags::ACK);
+    let a6 = plain_ack(&v6, v6.len()).expect("a bare IPv6 ACK");
+    assert!(a6.key.v6);
+    assert_eq!(
+        Some((a6.key, a6.ack, a6.dscp)),
+        bare_ack_by_classify(&v6, v6.len())
+    );
+    assert_eq!(plain_ack(&v6_tcp_qinq(0), v6_tcp_qinq(0).len()), None);
+}
+
+/// An untagged IPv6 TCP frame with `options` 4-byte words of TCP options (NOPs) and `flags`.
+fn v6_ack(options: usize, flags: u8) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(MAC_SRC, MAC_DST)
+        .ipv6(V6_SRC, V6_DST, 64)
+        .tcp(40000, 443, 0x1000, 64240)
+        .ack(0xdead_beef)
+        .options_raw(&vec![1; options * 4])
+        .unwrap();
+    let mut f = Vec::new();
+    b.write(&mut f, &[]).unwrap();
+    f[L2 + 40 + 13] = flags;
+    f
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
 
-    /// Any bytes in the first 60 of a bare ACK's frame, any padding or truncation, any split of
-    /// the head: `plain_ipv4_ack` answers exactly where the classifier sees a bare ACK in an
-    /// untagged frame over IPv4 without options, and reads the same key, acknowledgement and
-    /// DSCP.
+    /// Any bytes in the first 90 of a bare ACK's frame (IPv4 or IPv6), any padding or
+    /// truncation, any split of the head: `plain_ack` answers exactly where the classifier sees
+    /// a bare ACK in an untagged frame without IPv4 options or IPv6 extension headers, and
+    /// reads the same key, acknowledgement and DSCP.
     #[test]
-    fn plain_ipv4_ack_agrees_with_the_classifier(
+    fn plain_ack_agrees_with_the_classifier(
+        v6 in any::<bool>(),
         options in 0usize..4,
         payload_len in prop_oneof![Just(0usize), 1usize..4],
         flags in prop_oneof![
@@ -799,21 +833,22 @@ proptest! {
             Just(tcp_flags::ACK | tcp_flags::PSH),
             any::<u8>(),
         ],
-        edits in prop::collection::vec((0usize..66, any::<u8>()), 0..4),
+        edits in prop::collection::vec((0usize..90, any::<u8>()), 0..4),
         extra in 0usize..12,
         cut in 0usize..8,
-        head_cut in prop_oneof![Just(0usize), 1usize..40],
+        head_cut in prop_oneof![Just(0usize), 1usize..60],
     ) {
-        let mut b = PacketBuilder::ethernet2(MAC_SRC, MAC_DST)
-            .ipv4(V4_SRC, V4_DST, 64)
+        let eth = PacketBuilder::ethernet2(MAC_SRC, MAC_DST);
+        let ip = if v6 { eth.ipv6(V6_SRC, V6_DST, 64) } else { eth.ipv4(V4_SRC, V4_DST, 64) };
+        let b = ip
             .tcp(40000, 443, 0x1000, 64240)
-            .ack(0xdead_beef);
-        if options > 0 {
-            b = b.options(&mss_options()[..options]).unwrap();
-        }
+            .ack(0xdead_beef)
+            .options_raw(&vec![1; options * 4])
+            .unwrap();
         let mut f = Vec::new();
         b.write(&mut f, &payload(payload_len)).unwrap();
-        f[L2 + 20 + 13] = flags;
+        let l4 = L2 + if v6 { 40 } else { 20 };
+        f[l4 + 13] = flags;
         for (at, v) in edits {
             if at < f.len() {
                 f[at] = v;
@@ -822,7 +857,7 @@ proptest! {
         f.resize(f.len() + extra, 0);
         let frame_len = f.len().saturating_sub(cut);
         let head = &f[..f.len().saturating_sub(head_cut)];
-        let got = plain_ipv4_ack(head, frame_len).map(|a| (a.key, a.ack, a.dscp));
+        let got = plain_ack(head, frame_len).map(|a| (a.key, a.ack, a.dscp));
         prop_assert_eq!(got, bare_ack_by_classify(head, frame_len));
     }
 }
