@@ -11,22 +11,13 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use etherparse::{
-    icmpv4::DestUnreachableHeader, Icmpv4Type, Icmpv6Type, IpHeaders, IpNumber, Ipv4Header,
-    PacketBuilder,
-};
+use etherparse::{IpHeaders, IpNumber, Ipv4Header, PacketBuilder};
 use proptest::prelude::*;
 use pxgw::pipeline::Pipeline;
 use pxio::{wire, HeapBuf, HeapPool, PacketBuf};
 
-const OUTSIDE_V4: [u8; 4] = [198, 18, 0, 1];
-const INSIDE_V4: [u8; 4] = [198, 51, 100, 2];
-const ROUTER_V4: [u8; 4] = [198, 18, 0, 254];
-const OUTSIDE_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-const INSIDE_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
-const ROUTER_V6: [u8; 16] = [
-    0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe,
-];
+use common::hosts::{INSIDE_V4, INSIDE_V6, OUTSIDE_V4, OUTSIDE_V6};
+
 const INSIDE_PORT: u16 = 443;
 const OUTSIDE_ISN: u32 = 1_000_000;
 const INSIDE_ISN: u32 = 7_000_000;
@@ -126,26 +117,7 @@ fn too_big(c: u8, seq: u32, mtu: u16) -> Vec<u8> {
         0,
         &[0; 8],
     );
-    let eth = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-    let ip_len = if v6(c) { 40 } else { 20 };
-    let quote = &quoted[14..14 + ip_len + 8];
-    let mut v = Vec::new();
-    if v6(c) {
-        eth.ipv6(ROUTER_V6, INSIDE_V6, 64)
-            .icmpv6(Icmpv6Type::PacketTooBig {
-                mtu: u32::from(mtu),
-            })
-            .write(&mut v, quote)
-            .unwrap();
-    } else {
-        eth.ipv4(ROUTER_V4, INSIDE_V4, 64)
-            .icmpv4(Icmpv4Type::DestinationUnreachable(
-                DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: mtu },
-            ))
-            .write(&mut v, quote)
-            .unwrap();
-    }
-    v
+    common::too_big(&quoted, v6(c), u32::from(mtu))
 }
 
 /// What the outside sends, and how it differs from a plain bare ACK.

@@ -7,20 +7,13 @@
 mod common;
 
 use etherparse::{
-    icmpv4::DestUnreachableHeader, Icmpv4Type, Icmpv6Type, IpHeaders, IpNumber, Ipv4Header,
-    Ipv4HeaderSlice, PacketBuilder, TcpOptionElement,
+    IpHeaders, IpNumber, Ipv4Header, Ipv4HeaderSlice, PacketBuilder, TcpOptionElement,
 };
 use pxgw::pipeline::Pipeline;
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
-const OUTSIDE_V4: [u8; 4] = [198, 51, 100, 1];
-const INSIDE_V4: [u8; 4] = [198, 18, 0, 2];
-const ROUTER_V4: [u8; 4] = [198, 51, 100, 254];
-const OUTSIDE_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-const INSIDE_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
-const ROUTER_V6: [u8; 16] = [
-    0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe,
-];
+use common::hosts::{INSIDE_V4, INSIDE_V6, OUTSIDE_V4, OUTSIDE_V6};
+use common::too_big;
 
 /// The outside peer's port and the inside server's.
 const OUTSIDE_PORT: u16 = 40000;
@@ -321,31 +314,6 @@ fn an_inside_host_opening_the_same_four_tuple_again_starts_afresh() {
 }
 
 // ---- ICMP errors ----
-
-/// An ICMP error from a router outside quoting the first bytes of `quoted` (an inside host's
-/// frame): "fragmentation needed" (IPv4) or Packet Too Big (IPv6) with `mtu`.
-fn too_big(quoted: &[u8], v6: bool, mtu: u32) -> Vec<u8> {
-    let eth = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-    let ip_len = if v6 { 40 } else { 20 };
-    // The IP header and 8 bytes of TCP: all RFC 792 promises.
-    let quote = &quoted[14..14 + ip_len + 8];
-    let mut v = Vec::new();
-    if v6 {
-        eth.ipv6(ROUTER_V6, INSIDE_V6, 64)
-            .icmpv6(Icmpv6Type::PacketTooBig { mtu })
-            .write(&mut v, quote)
-            .unwrap();
-    } else {
-        let next_hop_mtu = u16::try_from(mtu).unwrap();
-        eth.ipv4(ROUTER_V4, INSIDE_V4, 64)
-            .icmpv4(Icmpv4Type::DestinationUnreachable(
-                DestUnreachableHeader::FragmentationNeeded { next_hop_mtu },
-            ))
-            .write(&mut v, quote)
-            .unwrap();
-    }
-    v
-}
 
 #[test]
 fn a_packet_too_big_counts_only_for_a_segment_in_flight_and_an_mtu_above_the_floor() {

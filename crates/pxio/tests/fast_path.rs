@@ -158,30 +158,8 @@ fn segments_after_an_item_out_of_segments_join_the_next_one_on_the_fast_path() {
 /// segment with payload, it is handed back for `rx`, which keeps the flow's order.
 #[test]
 fn a_pure_ack_passes_an_idle_engine_as_rx_would() {
-    use pxio::wire::{self, tcp_flags, Class, EthernetRepr, IpRepr, Ipv4Repr, Parsed, TcpRepr};
-    let eth = EthernetRepr {
-        dst: [2, 0, 0, 0, 0, 2],
-        src: [2, 0, 0, 0, 0, 1],
-        vlan_tci: None,
-        ethertype: 0,
-    };
-    let frame = |seq: u32, payload: &[u8]| {
-        let ip = IpRepr::V4(Ipv4Repr {
-            dont_frag: true,
-            ..Ipv4Repr::new([198, 51, 100, 7], [198, 18, 8, 2])
-        });
-        let tcp = TcpRepr {
-            src_port: 40000,
-            dst_port: 80,
-            seq,
-            ack: 5000,
-            flags: tcp_flags::ACK,
-            window: 65000,
-            urgent: 0,
-            options: &[],
-        };
-        wire::tcp_frame(eth, ip, tcp, payload).unwrap()
-    };
+    use pxio::wire::{Class, Parsed};
+    let frame = |seq: u32, payload: &[u8]| segment(40000, seq, payload);
     let headers = |f: &[u8]| match *Parsed::of(f, f.len()).class() {
         Class::Tcp(h) => h,
         _ => panic!("a TCP frame"),
@@ -243,30 +221,8 @@ fn a_pure_ack_passes_an_idle_engine_as_rx_would() {
 /// the same counters; an unvouched one is handed back for `rx`, which checks its header.
 #[test]
 fn a_bare_ack_leaves_after_its_flows_items_as_rx_sends_it() {
-    use pxio::wire::{self, tcp_flags, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
-    let eth = EthernetRepr {
-        dst: [2, 0, 0, 0, 0, 2],
-        src: [2, 0, 0, 0, 0, 1],
-        vlan_tci: None,
-        ethertype: 0,
-    };
-    let frame = |sport: u16, seq: u32, payload: &[u8]| {
-        let ip = IpRepr::V4(Ipv4Repr {
-            dont_frag: true,
-            ..Ipv4Repr::new([198, 51, 100, 7], [198, 18, 8, 2])
-        });
-        let tcp = TcpRepr {
-            src_port: sport,
-            dst_port: 80,
-            seq,
-            ack: 5000,
-            flags: tcp_flags::ACK,
-            window: 65000,
-            urgent: 0,
-            options: &[],
-        };
-        wire::tcp_frame(eth, ip, tcp, payload).unwrap()
-    };
+    use pxio::wire;
+    let frame = segment;
     let pool = HeapPool::new(64);
     let engine = || Merger::<HeapBuf>::new(config(9000, false), HeapPool::new(64)).unwrap();
     let vouched = |f: &[u8]| {
@@ -329,4 +285,30 @@ fn a_bare_ack_leaves_after_its_flows_items_as_rx_sends_it() {
     );
     drop((out, ref_out, out2, bare, reference, idle));
     assert_eq!(pool.in_use(), 0);
+}
+
+/// A TCP/IPv4 segment from outside, port `sport` to 80, acknowledging 5000 (ACK set, no options).
+fn segment(sport: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+    use pxio::wire::{self, tcp_flags, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
+    let eth = EthernetRepr {
+        dst: [2, 0, 0, 0, 0, 2],
+        src: [2, 0, 0, 0, 0, 1],
+        vlan_tci: None,
+        ethertype: 0,
+    };
+    let ip = IpRepr::V4(Ipv4Repr {
+        dont_frag: true,
+        ..Ipv4Repr::new([198, 51, 100, 7], [198, 18, 8, 2])
+    });
+    let tcp = TcpRepr {
+        src_port: sport,
+        dst_port: 80,
+        seq,
+        ack: 5000,
+        flags: tcp_flags::ACK,
+        window: 65000,
+        urgent: 0,
+        options: &[],
+    };
+    wire::tcp_frame(eth, ip, tcp, payload).unwrap()
 }

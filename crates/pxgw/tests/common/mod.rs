@@ -116,3 +116,44 @@ pub fn scratch(suite: &str, name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// The TCP test connections' hosts: the outside peer, the inside host, and a router outside
+/// that sends ICMP errors, in each family.
+#[allow(dead_code)] // not every test binary that includes this module sends TCP
+pub mod hosts {
+    pub const OUTSIDE_V4: [u8; 4] = [198, 51, 100, 1];
+    pub const INSIDE_V4: [u8; 4] = [198, 18, 0, 2];
+    pub const ROUTER_V4: [u8; 4] = [198, 51, 100, 254];
+    pub const OUTSIDE_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    pub const INSIDE_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+    pub const ROUTER_V6: [u8; 16] = [
+        0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe,
+    ];
+}
+
+/// An ICMP error from the router outside quoting the first bytes of `quoted` (an inside host's
+/// frame): "fragmentation needed" (IPv4) or Packet Too Big (IPv6) with `mtu`.
+#[allow(dead_code)] // not every test binary that includes this module sends ICMP errors
+pub fn too_big(quoted: &[u8], v6: bool, mtu: u32) -> Vec<u8> {
+    use etherparse::{icmpv4::DestUnreachableHeader, Icmpv4Type, Icmpv6Type, PacketBuilder};
+    let eth = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let ip_len = if v6 { 40 } else { 20 };
+    // The IP header and 8 bytes of TCP: all RFC 792 promises.
+    let quote = &quoted[14..14 + ip_len + 8];
+    let mut v = Vec::new();
+    if v6 {
+        eth.ipv6(hosts::ROUTER_V6, hosts::INSIDE_V6, 64)
+            .icmpv6(Icmpv6Type::PacketTooBig { mtu })
+            .write(&mut v, quote)
+            .unwrap();
+    } else {
+        let next_hop_mtu = u16::try_from(mtu).unwrap();
+        eth.ipv4(hosts::ROUTER_V4, hosts::INSIDE_V4, 64)
+            .icmpv4(Icmpv4Type::DestinationUnreachable(
+                DestUnreachableHeader::FragmentationNeeded { next_hop_mtu },
+            ))
+            .write(&mut v, quote)
+            .unwrap();
+    }
+    v
+}
