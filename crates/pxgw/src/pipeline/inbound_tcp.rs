@@ -41,7 +41,7 @@ impl<B: PacketBuf> Pipeline<B> {
         // an outside receiver's ACKs, each acknowledging more, cost no lookup either.
         let plain = seg.filter(|s| !(s.syn || s.rst || s.fin));
         let slot = recent_slot(&key);
-        let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
+        let stamp = self.recent_stamp(now);
         let seen = self.recall(slot, &key);
         let at = seen.map(|r| r.3);
         let repeat = plain.is_some_and(|s| seen.is_some_and(|r| r.1 == s.ack && r.2 == stamp));
@@ -84,8 +84,8 @@ impl<B: PacketBuf> Pipeline<B> {
     /// An outside receiver's ACK, taken from a burst before anything else looks at it: a TCP
     /// segment without payload, SYN, RST or FIN, in an untagged frame over IPv4 without options
     /// (its header vouched for by the NIC) or IPv6 without extension headers, without the
-    /// caravan mark, of a connection its recent slot remembers. It is handled exactly as [`inbound_tcp`](Self::inbound_tcp)
-    /// handles it: the connection refreshed and its acknowledgement applied (unless the slot
+    /// caravan mark, of a connection its recent slot remembers. It is handled exactly as
+    /// [`inbound_tcp`](Self::inbound_tcp) handles it: the connection refreshed and its acknowledgement applied (unless the slot
     /// already holds that acknowledgement from this recency period), then handed to the merge
     /// engine, which sends what it holds of the flow first and passes it
     /// ([`Merger::pass_bare_ack`]); but without the general parse, the mark check and the
@@ -115,7 +115,7 @@ impl<B: PacketBuf> Pipeline<B> {
         let Some(&(_, seen_ack, (period, generation), at)) = self.recall(slot, &key) else {
             return Err(pkt);
         };
-        let stamp = (now / conn::PROMOTE_EVERY_NS, self.conns.generation());
+        let stamp = self.recent_stamp(now);
         if seen_ack != Some(a.ack) || (period, generation) != stamp {
             // Gone since (expired, evicted): the general path says what it is now. A failed
             // lookup changes nothing.
@@ -221,6 +221,13 @@ impl<B: PacketBuf> Pipeline<B> {
         } else {
             self.merger.release_flow(flow, now, out);
         }
+    }
+
+    /// When a recent-connection slot is written at `now` ([`Recent`]): the recency period and
+    /// the connection table's generation. A plain segment carrying the acknowledgement its
+    /// slot holds, with the same stamp, has nothing to change in its connection.
+    fn recent_stamp(&self, now: u64) -> (u64, u32) {
+        (now / conn::PROMOTE_EVERY_NS, self.conns.generation())
     }
 
     /// What the recent-connection slot `slot` remembers of `key`'s connection, if it is that

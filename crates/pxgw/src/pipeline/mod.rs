@@ -450,8 +450,8 @@ impl<B: PacketBuf> Pipeline<B> {
                 packets += 1;
                 bytes += pkt.len() as u64;
                 self.report.sizes.inbound_received.record(pkt.len());
-                // An outside receiver's ACK (`outside_ack`); a segment with data is too long
-                // to be one.
+                // An outside receiver's ACK (`outside_ack`); a frame longer than any bare ACK
+                // never tries it.
                 if pkt.len() <= inbound_tcp::BARE_ACK_MAX_FRAME {
                     match self.outside_ack(pkt, now, out) {
                         Ok(()) => continue,
