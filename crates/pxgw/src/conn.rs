@@ -4,7 +4,7 @@
 //!
 //! **Half-open connections are kept apart**, so a SYN flood cannot switch merging off. A SYN costs
 //! its sender nothing and its source may be spoofed, so a SYN alone only makes a half-open entry,
-//! in a bounded table that evicts its oldest entries when full ([`Slots`]: two-way
+//! in a bounded table that evicts its oldest entries when full ([`Slots`]: four-way
 //! set-associative, keyed by a per-process random hash, so an attacker cannot aim at one
 //! connection's slot). A connection reaches the established table, the one merging depends on,
 //! only when a segment proves that both ends took part: one from outside that acknowledges the
@@ -250,7 +250,7 @@ struct Learning {
 }
 
 /// A bounded map from flows to `V` that never allocates after construction and evicts the
-/// least recently seen entry of a full set: two-way set-associative, indexed by a keyed hash
+/// least recently seen entry of a full set: four-way set-associative, indexed by a keyed hash
 /// (`std`'s SipHash with per-table random keys), so crafted 5-tuples cannot all land in the set
 /// of one chosen connection.
 #[derive(Debug)]
@@ -301,11 +301,15 @@ pub(crate) fn key_words(k: &FlowKey) -> [u64; 5] {
 /// timeouts are seconds long: a sighting known to within 17 ms is as good as an exact one.
 pub const PROMOTE_EVERY_NS: u64 = 1 << 24;
 
-/// Entries per set of a [`Slots`] table.
-const WAYS: usize = 2;
+/// Entries per set of a [`Slots`] table. With two, three handshakes in flight whose keys share
+/// a set evict one of them even in a table far from full (at 3,200 handshakes in a table of
+/// 65,536 entries, about one in 350); with four, five must meet in a set, which at that load
+/// practically never happens. Only a flood fills sets, and then the oldest entry makes room.
+const WAYS: usize = 4;
 
 impl<V> Slots<V> {
-    /// A table of at least `capacity` entries (rounded up to a power of two, at least 2).
+    /// A table of at least `capacity` entries (rounded up to a power of two, at least
+    /// [`WAYS`]).
     pub fn new(capacity: usize) -> Self {
         let sets = (capacity.max(WAYS) / WAYS).next_power_of_two();
         let mut slots = Vec::with_capacity(sets * WAYS);
@@ -320,7 +324,7 @@ impl<V> Slots<V> {
 
     fn set(&self, key: &FlowKey) -> usize {
         // The low bits of SipHash select the set (`sets` is a power of two).
-        (self.hasher.hash_one(key) as usize & (self.sets - 1)) * WAYS
+        (self.hasher.hash_one(KeyWords(*key)) as usize & (self.sets - 1)) * WAYS
     }
 
     fn find(&self, key: &FlowKey) -> Option<usize> {
@@ -1274,6 +1278,29 @@ mod tests {
         assert!(t.slots.iter().flatten().all(|(_, seen, _)| *seen >= 995));
         assert_eq!(t.len(), t.slots.iter().flatten().count());
         assert_eq!(t.remove(&key(999)), Some(999));
+    }
+
+    /// A set holds four entries: in a table of one set, four keys stay whatever they hash to,
+    /// and a fifth evicts the least recently seen of them, not a newer one.
+    #[test]
+    fn a_set_holds_four_and_evicts_the_oldest() {
+        let mut t = Slots::new(WAYS);
+        assert_eq!(t.sets, 1);
+        for i in 0..4 {
+            assert!(
+                !t.insert(key(i), i, u64::from(10 + i)),
+                "key {i} evicted another"
+            );
+        }
+        assert_eq!(t.len(), 4);
+        // Key 0 seen again: key 1 is now the oldest.
+        assert_eq!(t.get_mut(&key(0), 20), Some(&mut 0));
+        assert!(t.insert(key(9), 9, 21));
+        assert_eq!(t.len(), 4);
+        assert!(t.find(&key(1)).is_none());
+        for k in [0, 2, 3, 9] {
+            assert!(t.find(&key(k)).is_some(), "key {k} lost");
+        }
     }
 
     #[test]

@@ -42,7 +42,7 @@ use crate::icmp::{self as icmp_err, RateLimiter};
 use crate::lru_slab::LruSlab;
 use crate::mss;
 use crate::pmtud::PathMtu;
-use crate::stats::{CaravanSummary, Report};
+use crate::stats::{CaravanSummary, Report, SizeRun};
 
 mod caravans;
 mod inbound_tcp;
@@ -350,6 +350,9 @@ impl<B: PacketBuf> Pipeline<B> {
     /// Moves the frames the gateway itself sends outside (F-PMTUD probes and reports) to `out`,
     /// as buffers from the header pool (chained, since a probe is eMTU-sized).
     pub fn take_replies(&mut self, out: &mut Vec<B>) {
+        if self.replies.is_empty() {
+            return;
+        }
         let mut frames = std::mem::take(&mut self.replies);
         // ICMP errors sent inside are counted by the router counters instead.
         self.report.gateway_frames.sent += frames.len() as u64;
@@ -360,6 +363,9 @@ impl<B: PacketBuf> Pipeline<B> {
     /// Moves the frames the gateway itself sends inside (ICMP errors) to `out`, as
     /// [`take_replies`](Self::take_replies) does.
     pub fn take_inside_replies(&mut self, out: &mut Vec<B>) {
+        if self.inside_replies.is_empty() {
+            return;
+        }
         let mut frames = std::mem::take(&mut self.inside_replies);
         self.frames_to_bufs(&mut frames, out);
         self.inside_replies = frames;
@@ -432,6 +438,7 @@ impl<B: PacketBuf> Pipeline<B> {
     pub fn inbound_burst(&mut self, pkts: impl IntoIterator<Item = B>, now: u64, out: &mut Vec<B>) {
         self.in_burst = true;
         let (mut packets, mut bytes) = (0u64, 0u64);
+        let mut sizes = SizeRun::default();
         let mut pkts = pkts.into_iter();
         let mut chunk = std::mem::take(&mut self.chunk);
         // Only a frame that fits an untagged iMTU frame is offered to the fast path: a longer
@@ -449,7 +456,7 @@ impl<B: PacketBuf> Pipeline<B> {
             for (i, mut pkt) in chunk.drain(..).enumerate() {
                 packets += 1;
                 bytes += pkt.len() as u64;
-                self.report.sizes.inbound_received.record(pkt.len());
+                sizes.add(pkt.len(), &mut self.report.sizes.inbound_received);
                 // An outside receiver's ACK (`outside_ack`); a frame longer than any bare ACK
                 // never tries it.
                 if pkt.len() <= inbound_tcp::BARE_ACK_MAX_FRAME {
@@ -488,6 +495,7 @@ impl<B: PacketBuf> Pipeline<B> {
             }
         }
         self.chunk = chunk;
+        sizes.flush(&mut self.report.sizes.inbound_received);
         self.report.inbound.packets_in += packets;
         self.report.inbound.bytes_in += bytes;
         self.in_burst = false;
@@ -503,12 +511,14 @@ impl<B: PacketBuf> Pipeline<B> {
         out: &mut Vec<B>,
     ) {
         let (mut packets, mut bytes) = (0u64, 0u64);
+        let mut sizes = SizeRun::default();
         for pkt in pkts {
             packets += 1;
             bytes += pkt.len() as u64;
-            self.report.sizes.outbound_received.record(pkt.len());
+            sizes.add(pkt.len(), &mut self.report.sizes.outbound_received);
             self.outbound_one(pkt, now, out);
         }
+        sizes.flush(&mut self.report.sizes.outbound_received);
         self.report.outbound.packets_in += packets;
         self.report.outbound.bytes_in += bytes;
     }
