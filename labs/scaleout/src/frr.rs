@@ -239,6 +239,25 @@ impl Frr {
         Ok(downs)
     }
 
+    /// The instances across which every BFD session of this router (both families) is up.
+    pub fn bfd_up(&self) -> Result<BTreeSet<usize>> {
+        let text = self.vtysh(&["show bfd peers json".to_owned()])?;
+        let peers: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("show bfd peers json: {text}"))?;
+        let up = |addr: String| {
+            peers.as_array().into_iter().flatten().any(|p| {
+                p["peer"].as_str() == Some(addr.as_str()) && p["status"].as_str() == Some("up")
+            })
+        };
+        Ok((0..INSTANCES.len())
+            .filter(|&i| {
+                Family::BOTH
+                    .into_iter()
+                    .all(|f| up(link_addr(f, i, !self.inside).to_string()))
+            })
+            .collect())
+    }
+
     /// The daemons' pids, from their pid files.
     fn pids(&self) -> Vec<i32> {
         DAEMONS
@@ -357,6 +376,39 @@ pub fn routed_over(lab: &EcmpLab) -> Result<Option<BTreeSet<usize>>> {
         }
     }
     Ok(seen)
+}
+
+/// Polls until the routers route over exactly the instances `want` and both have every BFD
+/// session across them up, for at most `limit`: how long that took. BGP installs an instance's
+/// routes while its BFD sessions may still be coming up, and a session that is still
+/// initialising when its detection time runs out goes down: a load that starts before that
+/// would be charged with a flap it did not cause.
+pub fn wait_converged(
+    lab: &EcmpLab,
+    cp: &ControlPlane,
+    want: &[usize],
+    limit: Duration,
+) -> Result<Duration> {
+    let want: BTreeSet<usize> = want.iter().copied().collect();
+    let start = Instant::now();
+    loop {
+        let routes = routed_over(lab)?;
+        let up = cp
+            .routers()
+            .map(Frr::bfd_up)
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?;
+        if routes.as_ref() == Some(&want) && up.iter().all(|u| want.is_subset(u)) {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            bail!(
+                "the routers did not route over instances {want:?} with every BFD session up \
+                 within {limit:?} (routes over {routes:?}; sessions up across {up:?})"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Polls [`routed_over`] every 5 ms until it is `want`, for at most `limit`: how long that
