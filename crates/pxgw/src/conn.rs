@@ -308,8 +308,8 @@ pub const PROMOTE_EVERY_NS: u64 = 1 << 24;
 const WAYS: usize = 4;
 
 impl<V> Slots<V> {
-    /// A table of at least `capacity` entries (rounded up to a power of two, at least
-    /// [`WAYS`]).
+    /// A table of at least `capacity` entries (rounded up to a power of two, at least one set
+    /// of four).
     pub fn new(capacity: usize) -> Self {
         let sets = (capacity.max(WAYS) / WAYS).next_power_of_two();
         let mut slots = Vec::with_capacity(sets * WAYS);
