@@ -225,8 +225,10 @@ pub fn run_one(lab: &EcmpLab, pxgw: &Path, plan: &Plan, case: &Case) -> Result<R
 /// `steady`, `crash`, `drain` or `add`, starts with `only`), printing each as it ends. The
 /// runs with forced paths come first, on the lab's own routes (they emulate what symmetric or
 /// deliberately asymmetric router hashing does); FRR's routes alone steer everything after.
-pub fn run_all(pxgw: &Path, plan: &Plan, only: &str) -> Result<Report> {
-    let lab = EcmpLab::new()?;
+/// With `keep_logs`, the lab's scratch directory stays (see [`EcmpLab::keep_logs`]).
+pub fn run_all(pxgw: &Path, plan: &Plan, only: &str, keep_logs: bool) -> Result<Report> {
+    let mut lab = EcmpLab::new()?;
+    lab.keep_logs = keep_logs;
     let mut runs = Vec::new();
     let case = |paths, family, one_way, outside_mtu| Case {
         paths,

@@ -205,6 +205,8 @@ pub struct EcmpLab {
     pub slots: Vec<Slot>,
     /// Scratch files (configurations, logs, statistics).
     pub dir: PathBuf,
+    /// Leave [`dir`](Self::dir) in place when the lab ends (`--keep-logs`).
+    pub keep_logs: bool,
 }
 
 /// Turns off the offloads that would let the kernel put other than MTU-sized frames on the wire
@@ -336,6 +338,7 @@ impl EcmpLab {
             ri_host_iface,
             slots,
             dir,
+            keep_logs: false,
         };
         lab.install_routes(&[0, 1])?;
         for i in 0..PAIR {
@@ -580,6 +583,13 @@ impl EcmpLab {
 
 impl Drop for EcmpLab {
     fn drop(&mut self) {
+        if self.keep_logs {
+            eprintln!(
+                "scale-out: kept {} (pxgw's and FRR's configurations and logs)",
+                self.dir.display()
+            );
+            return;
+        }
         let _ = fs::remove_dir_all(&self.dir);
     }
 }

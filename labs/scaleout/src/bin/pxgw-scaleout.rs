@@ -39,6 +39,10 @@ enum What {
         /// BFD packets missed before a session goes down.
         #[arg(long, default_value_t = BfdTimers::LAB.multiplier)]
         bfd_multiplier: u32,
+        /// Keep the scratch directory (pxgw's and FRR's configurations and logs, bfdd's
+        /// session changes) and print where it is.
+        #[arg(long)]
+        keep_logs: bool,
     },
     /// The short run of the integration suite (1 MB per connection).
     Test {
@@ -55,6 +59,10 @@ enum What {
         /// BFD packets missed before a session goes down.
         #[arg(long, default_value_t = BfdTimers::LAB.multiplier)]
         bfd_multiplier: u32,
+        /// Keep the scratch directory (pxgw's and FRR's configurations and logs, bfdd's
+        /// session changes) and print where it is.
+        #[arg(long)]
+        keep_logs: bool,
     },
 }
 
@@ -70,19 +78,33 @@ fn main() {
 }
 
 fn run(what: What) -> Result<bool> {
-    let (mut plan, json, only, bfd) = match what {
+    let (mut plan, json, only, bfd, keep_logs) = match what {
         What::Run {
             json,
             only,
             bfd_interval_ms,
             bfd_multiplier,
-        } => (Plan::full(), json, only, (bfd_interval_ms, bfd_multiplier)),
+            keep_logs,
+        } => (
+            Plan::full(),
+            json,
+            only,
+            (bfd_interval_ms, bfd_multiplier),
+            keep_logs,
+        ),
         What::Test {
             json,
             only,
             bfd_interval_ms,
             bfd_multiplier,
-        } => (Plan::short(), json, only, (bfd_interval_ms, bfd_multiplier)),
+            keep_logs,
+        } => (
+            Plan::short(),
+            json,
+            only,
+            (bfd_interval_ms, bfd_multiplier),
+            keep_logs,
+        ),
     };
     plan.bfd = BfdTimers {
         interval_ms: bfd.0,
@@ -93,7 +115,7 @@ fn run(what: What) -> Result<bool> {
             anyhow::bail!("{tool} is missing: run `cargo xtask deps`");
         }
     }
-    let report = run_all(&scaleout_lab::pxgw_binary()?, &plan, &only)?;
+    let report = run_all(&scaleout_lab::pxgw_binary()?, &plan, &only, keep_logs)?;
     println!();
     print!("{}", report.table());
     if let Some(path) = json {
