@@ -763,10 +763,7 @@ impl SizeHistogram {
     /// Records one frame of `len` bytes.
     #[inline]
     pub fn record(&mut self, len: usize) {
-        let len = len as u64;
-        let i = FRAME_SIZE_BOUNDS.partition_point(|&b| b < len);
-        self.counts[i] += 1;
-        self.sum += len;
+        self.record_n(len, 1);
     }
 
     /// Records `n` frames of `len` bytes each.

@@ -25,45 +25,31 @@ struct Args {
 #[derive(Debug, Subcommand)]
 enum What {
     /// The full run (8 MB per connection); exits non-zero when a check fails.
-    Run {
-        /// Also write the report as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `steady`, `crash`,
-        /// `drain`, `add`) starts with this; `frr` for the runs on FRR alone.
-        #[arg(long, default_value = "")]
-        only: String,
-        /// BFD's transmit and receive interval on every session, ms.
-        #[arg(long, default_value_t = BfdTimers::LAB.interval_ms)]
-        bfd_interval_ms: u32,
-        /// BFD packets missed before a session goes down.
-        #[arg(long, default_value_t = BfdTimers::LAB.multiplier)]
-        bfd_multiplier: u32,
-        /// Keep the scratch directory (pxgw's and FRR's configurations and logs, bfdd's
-        /// session changes) and print where it is.
-        #[arg(long)]
-        keep_logs: bool,
-    },
+    Run(Options),
     /// The short run of the integration suite (1 MB per connection).
-    Test {
-        /// Also write the report as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `steady`, `crash`,
-        /// `drain`, `add`) starts with this; `frr` for the runs on FRR alone.
-        #[arg(long, default_value = "")]
-        only: String,
-        /// BFD's transmit and receive interval on every session, ms.
-        #[arg(long, default_value_t = BfdTimers::LAB.interval_ms)]
-        bfd_interval_ms: u32,
-        /// BFD packets missed before a session goes down.
-        #[arg(long, default_value_t = BfdTimers::LAB.multiplier)]
-        bfd_multiplier: u32,
-        /// Keep the scratch directory (pxgw's and FRR's configurations and logs, bfdd's
-        /// session changes) and print where it is.
-        #[arg(long)]
-        keep_logs: bool,
-    },
+    Test(Options),
+}
+
+/// What both runs take.
+#[derive(Debug, clap::Args)]
+struct Options {
+    /// Also write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Only the runs whose name (`symmetric-IPv4-true-1500`, ..., `steady`, `crash`,
+    /// `drain`, `add`) starts with this; `frr` for the runs on FRR alone.
+    #[arg(long, default_value = "")]
+    only: String,
+    /// BFD's transmit and receive interval on every session, ms.
+    #[arg(long, default_value_t = BfdTimers::LAB.interval_ms)]
+    bfd_interval_ms: u32,
+    /// BFD packets missed before a session goes down.
+    #[arg(long, default_value_t = BfdTimers::LAB.multiplier)]
+    bfd_multiplier: u32,
+    /// Keep the scratch directory (pxgw's and FRR's configurations and logs, bfdd's
+    /// session changes) and print where it is.
+    #[arg(long)]
+    keep_logs: bool,
 }
 
 fn main() {
@@ -78,47 +64,23 @@ fn main() {
 }
 
 fn run(what: What) -> Result<bool> {
-    let (mut plan, json, only, bfd, keep_logs) = match what {
-        What::Run {
-            json,
-            only,
-            bfd_interval_ms,
-            bfd_multiplier,
-            keep_logs,
-        } => (
-            Plan::full(),
-            json,
-            only,
-            (bfd_interval_ms, bfd_multiplier),
-            keep_logs,
-        ),
-        What::Test {
-            json,
-            only,
-            bfd_interval_ms,
-            bfd_multiplier,
-            keep_logs,
-        } => (
-            Plan::short(),
-            json,
-            only,
-            (bfd_interval_ms, bfd_multiplier),
-            keep_logs,
-        ),
+    let (mut plan, o) = match what {
+        What::Run(o) => (Plan::full(), o),
+        What::Test(o) => (Plan::short(), o),
     };
     plan.bfd = BfdTimers {
-        interval_ms: bfd.0,
-        multiplier: bfd.1,
+        interval_ms: o.bfd_interval_ms,
+        multiplier: o.bfd_multiplier,
     };
     for tool in ["nft", "ping", "ethtool", "vtysh"] {
         if !gateway_lab::have(tool) {
             anyhow::bail!("{tool} is missing: run `cargo xtask deps`");
         }
     }
-    let report = run_all(&scaleout_lab::pxgw_binary()?, &plan, &only, keep_logs)?;
+    let report = run_all(&scaleout_lab::pxgw_binary()?, &plan, &o.only, o.keep_logs)?;
     println!();
     print!("{}", report.table());
-    if let Some(path) = json {
+    if let Some(path) = o.json {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     }
     let failures = report.failures();
