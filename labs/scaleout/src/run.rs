@@ -143,6 +143,9 @@ pub struct Report {
     pub frr: Option<FrrReport>,
 }
 
+/// The least yield of a run with one-way learning.
+const MIN_ONE_WAY_YIELD: f64 = 0.5;
+
 /// Packets an instance must have seen from each side for it to count as carrying a run's
 /// traffic (far above the readiness pings and neighbour discovery).
 const CARRYING_PACKETS: u64 = 200;
@@ -426,15 +429,13 @@ impl Report {
                 )),
                 _ => {}
             }
-            // Every run with one-way learning merges, behind the 1400 B link too. The bar is
-            // the same there: with asymmetric paths the inside host sends its outbound data in
-            // 1400 B packets (docs/scale-out.md), several times more packets through the
-            // instances, and on a 2-core machine (each instance's worker on a core of its own,
-            // the transfers between them) its runs got 45-69 % where the symmetric ones got
-            // 70-80 %. Confining the transfers to one core and both workers to the other was
-            // tried and is worse there (19-66 %): two busy-polling workers on one core hold
-            // each other's merge items past their window.
-            if r.one_way && r.yield_share < 0.3 {
+            // Every run with one-way learning merges, behind the 1400 B link too, where the
+            // inside host sends its outbound data in 1400 B packets (docs/scale-out.md), several
+            // times more packets through the machine. With the instances at a high priority
+            // ([`crate::instance::NICE`]) every such run got 75-93 % on a 2-core machine (27
+            // runs); at the default one the lab's own threads preempted the workers and the
+            // runs behind the 1400 B link got 21-47 %.
+            if r.one_way && r.yield_share < MIN_ONE_WAY_YIELD {
                 bad.push(format!("{name}: yield {:.3}", r.yield_share));
             }
         }
@@ -521,7 +522,7 @@ mod tests {
     #[test]
     fn every_check_fails_on_what_it_guards() {
         assert_eq!(good().failures(), Vec::<String>::new());
-        let broken: [Breakage; 10] = [
+        let broken: [Breakage; 11] = [
             ("bytes not intact", |r| r.runs[0].bytes_ok = false),
             ("1 instances carried", |r| r.runs[1].instances_carrying = 1),
             ("MSS is 1460", |r| r.runs[0].inside_mss_min = 1460),
@@ -533,6 +534,7 @@ mod tests {
             ("below 70 % of symmetric", |r| r.runs[1].yield_share = 0.5),
             // Behind the 1400 B link (asymmetric): the yield is asserted there too.
             ("1400: yield 0.100", |r| r.runs[4].yield_share = 0.1),
+            ("1400: yield 0.450", |r| r.runs[4].yield_share = 0.45),
             ("no too-big", |r| r.runs[4].router_too_big = 0),
             ("split above the outside's MSS", |r| {
                 r.runs[3].router_too_big = 3
