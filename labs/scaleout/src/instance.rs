@@ -49,10 +49,9 @@ pub struct InstanceReport {
 
 /// The instances' scheduling priority (`nice`). On a machine this small the lab's transfers,
 /// routers and capture share the two cores the workers are pinned to. At the default priority
-/// each worker was preempted about 2,000 times a second (about 140 µs each, `schedstat`): the
-/// segments of that gap then reach the merge engine in one RX burst, its rate estimate reads
-/// them as one instant's arrivals, and the delay window it gives the flow is a few µs, so
-/// items left unfilled (asymmetric paths behind the 1400 B link: 21-47 % yield). A worker
+/// each worker was preempted about 2,000 times a second (about 140 µs each, `schedstat`), its
+/// items waited up to 3 ms (p99) against a 300 µs window, and they left less full (asymmetric
+/// paths behind the 1400 B link: 21-47 % yield). A worker
 /// owns its core in a deployment (`[workers] cores`, isolated from the scheduler); at -19 the
 /// lab's threads preempt it rarely (3 times in a run) and the same run merged 91 %.
 pub const NICE: i32 = -19;

@@ -432,8 +432,8 @@ impl Report {
             // Every run with one-way learning merges, behind the 1400 B link too, where the
             // inside host sends its outbound data in 1400 B packets (docs/scale-out.md), several
             // times more packets through the machine. With the instances at a high priority
-            // ([`crate::instance::NICE`]) every such run got 75-93 % on a 2-core machine (27
-            // runs); at the default one the lab's own threads preempted the workers and the
+            // ([`crate::instance::NICE`]) every such run got 63-94 % on a 2-core machine, most
+            // above 85 % (40 runs); at the default one the lab's own threads preempted the workers and the
             // runs behind the 1400 B link got 21-47 %.
             if r.one_way && r.yield_share < MIN_ONE_WAY_YIELD {
                 bad.push(format!("{name}: yield {:.3}", r.yield_share));
