@@ -494,10 +494,7 @@ fn plain_ipv4_tcp_into(head: &[u8], frame_len: usize, out: &mut Class) -> bool {
     if l4_len < tcp::field::HEADER_LEN || l4_len > ip_len - L3 || L4 + l4_len > head.len() {
         return false;
     }
-    let mut src = [0; 16];
-    let mut dst = [0; 16];
-    src[..IPV4_ADDR_LEN].copy_from_slice(&ip.src_addr());
-    dst[..IPV4_ADDR_LEN].copy_from_slice(&ip.dst_addr());
+    let (src, dst) = (v4_in_16(ip.src_addr()), v4_in_16(ip.dst_addr()));
     // `ip_len` came from a u16 and bounds every other length: the casts are lossless.
     *out = Class::Tcp(Headers {
         l2_len: L2 as u16,
@@ -517,6 +514,16 @@ fn plain_ipv4_tcp_into(head: &[u8], frame_len: usize, out: &mut Class) -> bool {
         },
     });
     true
+}
+
+/// An IPv4 address as a [`FlowKey`] holds it: in the first 4 of 16 bytes, the rest zero. Made as
+/// one 16-byte value rather than 4 bytes then 12 zeros: a key's readers load its addresses 8
+/// bytes at a time (hashes, comparisons), and a load that spans two stores waits for both to
+/// reach the cache (no store forwarding), which cost a connection tracker a stall of about a
+/// dozen cycles per word on every bare ACK.
+#[inline(always)]
+fn v4_in_16(addr: [u8; IPV4_ADDR_LEN]) -> [u8; 16] {
+    u128::from(u32::from_le_bytes(addr)).to_le_bytes()
 }
 
 /// What [`plain_ack`] reads of a bare acknowledgement.
@@ -578,16 +585,12 @@ pub fn plain_ack(head: &[u8], frame_len: usize) -> Option<PlainAck> {
         return None;
     }
     let l3 = &head[L2..l4];
-    let (mut src, mut dst) = ([0; 16], [0; 16]);
-    let dscp = if v6 {
+    let (src, dst, dscp) = if v6 {
         let ip = Ipv6Packet::new_unchecked(l3);
-        (src, dst) = (ip.src_addr(), ip.dst_addr());
-        ip.dscp()
+        (ip.src_addr(), ip.dst_addr(), ip.dscp())
     } else {
         let ip = Ipv4Packet::new_unchecked(l3);
-        src[..IPV4_ADDR_LEN].copy_from_slice(&ip.src_addr());
-        dst[..IPV4_ADDR_LEN].copy_from_slice(&ip.dst_addr());
-        ip.dscp()
+        (v4_in_16(ip.src_addr()), v4_in_16(ip.dst_addr()), ip.dscp())
     };
     Some(PlainAck {
         key: FlowKey {
@@ -644,10 +647,7 @@ fn classify_ipv4(head: &[u8], l2_len: usize, bounds: &Bounds) -> Result<Class, M
     if ip.is_fragment() {
         return Ok(Class::Fragment);
     }
-    let mut src = [0; 16];
-    let mut dst = [0; 16];
-    src[..IPV4_ADDR_LEN].copy_from_slice(&ip.src_addr());
-    dst[..IPV4_ADDR_LEN].copy_from_slice(&ip.dst_addr());
+    let (src, dst) = (v4_in_16(ip.src_addr()), v4_in_16(ip.dst_addr()));
     let net = Network {
         l2_len,
         l3_len,
@@ -770,8 +770,7 @@ pub fn flow_of(head: &[u8], frame_len: usize) -> Option<FlowKey> {
             if v4.version() != ipv4::VERSION || v4.frag_offset() != 0 {
                 return None;
             }
-            key.src[..IPV4_ADDR_LEN].copy_from_slice(&v4.src_addr());
-            key.dst[..IPV4_ADDR_LEN].copy_from_slice(&v4.dst_addr());
+            (key.src, key.dst) = (v4_in_16(v4.src_addr()), v4_in_16(v4.dst_addr()));
             key.proto = v4.protocol();
             v4.header_len()
         }
