@@ -433,8 +433,10 @@ impl Report {
             // inside host sends its outbound data in 1400 B packets (docs/scale-out.md), several
             // times more packets through the machine. With the instances at a high priority
             // ([`crate::instance::NICE`]) every such run got 63-94 % on a 2-core machine, most
-            // above 85 % (40 runs); at the default one the lab's own threads preempted the workers and the
-            // runs behind the 1400 B link got 21-47 %.
+            // above 85 % (40 runs); at the default one the lab's own threads preempted the
+            // workers and the runs behind the 1400 B link got 21-47 %. Confining the transfers
+            // to one core and both workers to the other was tried and is worse (19-66 %): two
+            // busy-polling workers on one core hold each other's merge items past their window.
             if r.one_way && r.yield_share < MIN_ONE_WAY_YIELD {
                 bad.push(format!("{name}: yield {:.3}", r.yield_share));
             }
