@@ -103,6 +103,15 @@ impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
             .is_some_and(|(k, _)| k == key)
     }
 
+    /// Asks the CPU to bring slot `slot` into its cache, for a lookup of it soon after (a
+    /// slot out of range is ignored).
+    #[inline]
+    pub fn prefetch(&self, slot: u32) {
+        if let Some(s) = self.slots.get(slot as usize) {
+            dpdk::prefetch(s);
+        }
+    }
+
     /// The key of the entry in `slot`, if the slot is used: for a caller that compares it with
     /// a key of its own kind, without making a `K`.
     #[inline]
@@ -170,6 +179,23 @@ impl<K: Hash + Eq + Copy, V, S: BuildHasher> LruSlab<K, V, S> {
             }
         }
         Some(answer)
+    }
+
+    /// Replaces the value in `slot` (from [`find`](Self::find)) with `value` and makes the entry
+    /// the most recently used: its key starts afresh (a flow's next caravan) where it is,
+    /// without a lookup. The old value comes back, or `value` itself (`Err`) for an unused
+    /// slot.
+    pub fn renew_at(&mut self, slot: u32, value: V) -> Result<V, V> {
+        let Some((_, old)) = self
+            .slots
+            .get_mut(slot as usize)
+            .and_then(|s| s.entry.as_mut())
+        else {
+            return Err(value);
+        };
+        let old = std::mem::replace(old, value);
+        self.move_to_front(slot);
+        Ok(old)
     }
 
     /// Puts `value` under `key` as the most recently used entry. Returns the entry it replaced:
@@ -293,6 +319,8 @@ mod tests {
         SlotThenAt(u16),
         /// Replace the value in place (`Some`) or remove it (`None`).
         UpdateAt(u16, Option<u32>),
+        /// Replace the value and make it the newest.
+        RenewAt(u16, u32),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -306,7 +334,8 @@ mod tests {
             key.clone().prop_map(Op::Pop),
             Just(Op::PopLru),
             key.clone().prop_map(Op::SlotThenAt),
-            (key, proptest::option::of(any::<u32>())).prop_map(|(k, v)| Op::UpdateAt(k, v)),
+            (key.clone(), proptest::option::of(any::<u32>())).prop_map(|(k, v)| Op::UpdateAt(k, v)),
+            (key, any::<u32>()).prop_map(|(k, v)| Op::RenewAt(k, v)),
         ]
     }
 
@@ -345,6 +374,15 @@ mod tests {
                             Some(v) => model.peek_mut(&k).map(|old| (k, std::mem::replace(old, v))),
                             None => model.pop(&k).map(|old| (k, old)),
                         };
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::RenewAt(k, v) => {
+                        let got = slab.find(&k).map(|s| slab.renew_at(s, v));
+                        // `put` on a live key: the value replaced, the entry the newest.
+                        let want = model.peek(&k).map(|&old| Ok(old));
+                        if want.is_some() {
+                            model.put(k, v);
+                        }
                         prop_assert_eq!(got, want);
                     }
                     Op::SlotThenAt(k) => {

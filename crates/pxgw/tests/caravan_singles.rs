@@ -170,3 +170,68 @@ fn caravans_leave_oldest_first() {
         }
     }
 }
+
+/// A flow whose caravan is full starts afresh: the datagram that does not fit sends the full
+/// caravan on and waits as the flow's newest, so a flow that opened before it leaves first
+/// when its time comes, and the datagram only when its own time does. Handed over one at a
+/// time and in bursts (which find a flow's caravan by its header bytes).
+#[test]
+fn a_datagram_that_fits_no_caravan_waits_as_the_newest() {
+    for v6 in [false, true] {
+        for burst in [false, true] {
+            let case = format!("v6 {v6}, burst {burst}");
+            let pool = HeapPool::new(256);
+            let feed = |px: &mut Pipeline<HeapBuf>, frame: &[u8], now: u64, out: &mut _| {
+                if burst {
+                    px.inbound_burst([pool.packet(frame)], now, out);
+                } else {
+                    px.inbound(pool.packet(frame), now, out);
+                    px.end_of_burst(now, out);
+                }
+            };
+            let a = |i: u8| udp(v6, 1000, 64, 0, &[i; 1400]);
+            // How many of flow A's datagrams it takes for one not to fit.
+            let fill = {
+                let (mut px, mut out) = (pipeline(), Vec::new());
+                let mut n = 0u8;
+                while out.is_empty() {
+                    assert!(n < 64, "{case}: a caravan never filled");
+                    feed(&mut px, &a(n), 0, &mut out);
+                    n += 1;
+                }
+                n
+            };
+            let (mut px, mut out) = (pipeline(), Vec::new());
+            for i in 0..fill - 1 {
+                feed(&mut px, &a(i), 0, &mut out);
+            }
+            // Flow B opens at 10; A's datagram that does not fit comes at 20.
+            feed(&mut px, &udp(v6, 2000, 64, 0, &[9; 100]), 10, &mut out);
+            assert!(out.is_empty(), "{case}");
+            let last = a(fill - 1);
+            feed(&mut px, &last, 20, &mut out);
+            assert_eq!(out.len(), 1, "{case}");
+            assert!(
+                is_caravan(&out[0].to_vec()),
+                "{case}: the full caravan leaves"
+            );
+            out.clear();
+            let sports = |out: &[HeapBuf]| -> Vec<u16> {
+                out.iter()
+                    .map(|p| match wire::classify(p.head(), p.len()) {
+                        wire::Class::Udp(h) => h.key.sport,
+                        other => panic!("not a datagram: {other:?}"),
+                    })
+                    .collect()
+            };
+            // B's time has come, A's datagram's not yet; then A's.
+            px.poll(TIMEOUT_NS + 10, &mut out);
+            assert_eq!(sports(&out), [2000], "{case}");
+            px.poll(TIMEOUT_NS + 20, &mut out);
+            assert_eq!(sports(&out), [2000, 1000], "{case}");
+            assert_eq!(out[1].to_vec(), last, "{case}: it leaves as it came");
+            drop(out);
+            assert_eq!(pool.in_use(), 0, "{case}: nothing leaked");
+        }
+    }
+}

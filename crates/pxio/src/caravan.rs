@@ -21,7 +21,7 @@
 //! neither read out of bounds nor change a result. The plain entry points classify, then call
 //! their twins.
 
-use crate::buf::PacketBuf;
+use crate::buf::{PacketBuf, PacketChain};
 use crate::checksum::{self, Sum};
 use crate::wire::{self, Class, Headers, Parsed};
 use caravan_common::format::{Refused, Walk};
@@ -120,9 +120,10 @@ pub enum SameFlowRefused<B> {
 }
 
 /// An open caravan: datagrams are appended zero-copy until [`finish`](Self::finish).
-#[derive(Debug)]
-pub struct CaravanBuilder<B> {
-    pkt: B,
+pub struct CaravanBuilder<B: PacketBuf> {
+    /// The outer header, then every datagram, growing at its end in O(1): a walk down the
+    /// chain on each append would cost a caravan of k datagrams k² pointer chases.
+    pkt: B::Chain,
     hdr: Headers,
     /// The first datagram's [`ip_signature`], which every other must have (the outer header
     /// keeps the first's until `finish`).
@@ -136,6 +137,17 @@ pub struct CaravanBuilder<B> {
     inner_len: usize,
     count: u16,
     cfg: CaravanConfig,
+}
+
+impl<B: PacketBuf> std::fmt::Debug for CaravanBuilder<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaravanBuilder")
+            .field("hdr", &self.hdr)
+            .field("count", &self.count)
+            .field("ip_len", &self.ip_len())
+            .field("segments", &self.pkt.packet().num_segs())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The IP fields a caravan keeps once for all its datagrams: they must agree. `None` for a
@@ -274,26 +286,69 @@ const MASKED_MAX: usize = 64;
 struct HeaderMask {
     /// Bytes covered (at least eight).
     len: usize,
-    /// 0xff where the bytes must be equal, 0 where they may differ.
-    bytes: [u8; MASKED_MAX],
+    /// 0xff where the bytes must be equal, 0 where they may differ: one of [`MASKS`], made
+    /// when the program is built. A mask made for each caravan was written byte by byte and
+    /// read back eight or sixteen at a time at once, which stalls on store forwarding.
+    bytes: &'static [u8; MASKED_MAX],
+}
+
+/// Link headers a [`HeaderMask`] is made for: Ethernet and zero to six VLAN tags (IPv4; IPv6
+/// fits one tag at most).
+const MASK_LAYOUTS: usize = 7;
+
+/// The masks for each link header ([`MASK_LAYOUTS`], by tag count) and family (IPv4, IPv6).
+static MASKS: [[[u8; MASKED_MAX]; 2]; MASK_LAYOUTS] = {
+    let mut all = [[[0u8; MASKED_MAX]; 2]; MASK_LAYOUTS];
+    let mut tags = 0;
+    while tags < MASK_LAYOUTS {
+        all[tags][0] = mask_bytes(ETH_HLEN + 4 * tags, false);
+        all[tags][1] = mask_bytes(ETH_HLEN + 4 * tags, true);
+        tags += 1;
+    }
+    all
+};
+
+/// Untagged Ethernet header bytes.
+const ETH_HLEN: usize = 14;
+
+/// The mask bytes of a link header of `l2` bytes and an IPv4 header without options (or an
+/// IPv6 one, `v6`): 0xff up to the ports' end, but for the fields that differ between
+/// datagrams. Bytes past [`MASKED_MAX`] are left out (such a layout gets no mask).
+const fn mask_bytes(l2: usize, v6: bool) -> [u8; MASKED_MAX] {
+    let l3 = if v6 { 40 } else { 20 };
+    let mut bytes = [0u8; MASKED_MAX];
+    let mut i = 0;
+    while i < l2 + l3 + 4 && i < MASKED_MAX {
+        let free = if v6 {
+            i >= l2 + 4 && i < l2 + 6 // payload length
+        } else {
+            (i >= l2 + 2 && i < l2 + 6) // total length, identification
+                || (i >= l2 + 10 && i < l2 + 12) // header checksum
+        };
+        if !free {
+            bytes[i] = 0xff;
+        }
+        i += 1;
+    }
+    bytes
 }
 
 impl HeaderMask {
-    /// The mask for datagrams like one with headers `h` (UDP; IPv4 without options).
+    /// The mask for datagrams like one with headers `h` (UDP; IPv4 without options, or IPv6
+    /// without extension headers); `None` for any other layout, whose datagrams take the
+    /// general path.
     fn of(h: &Headers) -> Option<HeaderMask> {
-        let (l2, l4) = (usize::from(h.l2_len), h.l4_offset());
-        let len = l4 + 4;
-        if len > MASKED_MAX || (!h.v6 && h.l3_len != 20) {
+        let l2 = usize::from(h.l2_len);
+        let len = h.l4_offset() + 4;
+        let l3_plain = if h.v6 { 40 } else { 20 };
+        if len > MASKED_MAX
+            || h.l3_len != l3_plain
+            || l2 < ETH_HLEN
+            || !(l2 - ETH_HLEN).is_multiple_of(4)
+        {
             return None;
         }
-        let mut bytes = [0u8; MASKED_MAX];
-        bytes[..len].fill(0xff);
-        if h.v6 {
-            bytes[l2 + 4..l2 + 6].fill(0); // payload length
-        } else {
-            bytes[l2 + 2..l2 + 6].fill(0); // total length, identification
-            bytes[l2 + 10..l2 + 12].fill(0); // header checksum
-        }
+        let bytes = &MASKS.get((l2 - ETH_HLEN) / 4)?[usize::from(h.v6)];
         Some(HeaderMask { len, bytes })
     }
 
@@ -307,7 +362,7 @@ impl HeaderMask {
         let word = |b: &[u8], at: usize| {
             u64::from_ne_bytes(b[at..at + 8].try_into().expect("eight bytes"))
         };
-        let differ = |at: usize| (word(new, at) ^ word(old, at)) & word(&self.bytes, at);
+        let differ = |at: usize| (word(new, at) ^ word(old, at)) & word(self.bytes, at);
         let mut diff = 0;
         let mut at = 0;
         while at + 8 <= n {
@@ -502,7 +557,7 @@ impl<B: PacketBuf> CaravanBuilder<B> {
         };
         let sig = ip_signature(first.head(), &hdr);
         let mut builder = Self {
-            pkt: outer,
+            pkt: B::Chain::new(outer),
             hdr,
             sig,
             mask: HeaderMask::of(&hdr),
@@ -556,7 +611,7 @@ impl<B: PacketBuf> CaravanBuilder<B> {
     /// its own.
     fn push_headers(&mut self, dgram: B, hdr: Option<Headers>) -> Result<(), (CaravanError, B)> {
         let joined = joining(
-            self.pkt.head(),
+            self.pkt.packet().head(),
             &self.hdr,
             self.sig,
             dgram.head(),
@@ -603,13 +658,15 @@ impl<B: PacketBuf> CaravanBuilder<B> {
     #[inline]
     fn same_flow_ip_len(&self, head: &[u8], frame_len: usize) -> Option<u16> {
         let mask = self.mask.as_ref()?;
-        repeated_headers(self.pkt.head(), &self.hdr, mask, head, frame_len)
+        repeated_headers(self.pkt.packet().head(), &self.hdr, mask, head, frame_len)
     }
 
     /// Appends `dgram`, a datagram of this caravan's flow with the first's header layout and
     /// an IP length of `ip_len`, when it fits.
     fn append(&mut self, mut dgram: B, ip_len: u16) -> Result<(), (CaravanError, B)> {
-        if !self.fits(usize::from(ip_len)) || self.pkt.num_segs() + dgram.num_segs() > B::MAX_SEGS {
+        if !self.fits(usize::from(ip_len))
+            || self.pkt.packet().num_segs() + dgram.num_segs() > B::MAX_SEGS
+        {
             return Err((CaravanError::Full, dgram));
         }
         let hdr = &self.hdr;
@@ -620,7 +677,7 @@ impl<B: PacketBuf> CaravanBuilder<B> {
         if !dgram.truncate(l4 + udp_len) || !dgram.adj(l4) {
             return Err((CaravanError::NotUdp, dgram));
         }
-        if let Err(dgram) = self.pkt.chain(dgram) {
+        if let Err(dgram) = self.pkt.append(dgram) {
             return Err((CaravanError::Full, dgram));
         }
         self.inner_sum = self.inner_sum.add(if self.inner_len % 2 == 1 {
@@ -636,7 +693,7 @@ impl<B: PacketBuf> CaravanBuilder<B> {
     /// Closes the caravan: outer lengths, the DSCP mark, the IPv4 header checksum, the caravan
     /// header and the outer UDP checksum (derived from the inner checksums, without reading
     /// payload).
-    pub fn finish(mut self) -> B {
+    pub fn finish(self) -> B {
         let hdr = self.hdr;
         let (l2, l3) = (usize::from(hdr.l2_len), usize::from(hdr.l3_len));
         let udp_len = (OVERHEAD + self.inner_len) as u16;
@@ -644,8 +701,8 @@ impl<B: PacketBuf> CaravanBuilder<B> {
         let caravan_hdr = format::encode_header(self.count as u8);
         let ip_len = hdr.l3_len + udp_len;
         let dscp = self.cfg.dscp;
-        let bytes = self
-            .pkt
+        let mut pkt = self.pkt.into_packet();
+        let bytes = pkt
             .head_mut()
             .expect("the outer header is a fresh private buffer");
         if hdr.v6 {
@@ -674,7 +731,7 @@ impl<B: PacketBuf> CaravanBuilder<B> {
             value = 0xffff; // 0 means "no checksum" in UDP
         }
         wire::UdpPacket::new_unchecked(&mut bytes[l4..l4 + UDP_HDR]).set_checksum(value);
-        self.pkt
+        pkt
     }
 }
 
@@ -836,4 +893,61 @@ pub fn unpack_parsed<B: PacketBuf>(
         offset += len;
     }
     Ok(usize::from(count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every mask keeps the bytes a caravan keeps one of, and frees exactly the fields that
+    /// differ between datagrams: made here as the fields are named, byte by byte.
+    #[test]
+    fn masks_free_only_the_lengths_identification_and_checksum() {
+        for v6 in [false, true] {
+            let mut masked = Vec::new();
+            for tags in 0..MASK_LAYOUTS {
+                let l2 = ETH_HLEN + 4 * tags;
+                let l3 = if v6 { 40 } else { 20 };
+                let len = l2 + l3 + 4;
+                let h = Headers {
+                    l2_len: l2 as u16,
+                    l3_len: l3 as u16,
+                    l4_len: 8,
+                    v6,
+                    proto: wire::ip_proto::UDP,
+                    ip_len: (l3 + 8) as u16,
+                    payload_len: 0,
+                    key: wire::FlowKey {
+                        src: [0; 16],
+                        dst: [0; 16],
+                        sport: 1,
+                        dport: 2,
+                        proto: wire::ip_proto::UDP,
+                        v6,
+                    },
+                };
+                let Some(mask) = HeaderMask::of(&h) else {
+                    continue;
+                };
+                masked.push(tags);
+                assert_eq!(mask.len, len);
+                let mut want = [0u8; MASKED_MAX];
+                want[..len].fill(0xff);
+                // (start, end) of each field that differs between datagrams.
+                let free: Vec<(usize, usize)> = if v6 {
+                    vec![(l2 + 4, l2 + 6)]
+                } else {
+                    vec![(l2 + 2, l2 + 4), (l2 + 4, l2 + 6), (l2 + 10, l2 + 12)]
+                };
+                for (start, end) in free {
+                    want[start..end].fill(0);
+                }
+                assert_eq!(mask.bytes, &want, "{tags} tags, v6 {v6}");
+            }
+            // Every layout whose headers fit the mask has one: IPv4 with up to six tags, IPv6
+            // with one at most.
+            let fits: Vec<usize> = if v6 { vec![0, 1] } else { (0..7).collect() };
+            assert_eq!(masked, fits, "v6 {v6}");
+        }
+    }
 }

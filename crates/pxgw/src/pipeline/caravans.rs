@@ -47,8 +47,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 // (TTL, ECN, DF), starts the flow's next caravan; one that cannot travel in any
                 // passes. Either way after the held caravan, so the flow keeps its order.
                 Err((CaravanError::Full | CaravanError::Mismatch, pkt)) => {
-                    self.close_slot(s, out);
-                    pkt
+                    return self.reopen_slot(s, KeyWords(h.key), pkt, parsed, now, out);
                 }
                 Err((_, pkt)) => {
                     self.close_slot(s, out);
@@ -124,9 +123,46 @@ impl<B: PacketBuf> Pipeline<B> {
             Err(SameFlowRefused::Full(pkt, parsed)) => (pkt, parsed),
         };
         let key = KeyWords(*key);
-        self.close_slot(at, out);
-        self.hold(key, pkt, &parsed, now, out);
+        self.reopen_slot(at, key, pkt, &parsed, now, out);
         Ok(())
+    }
+
+    /// The flow in `at` (of `key`) sends on what it holds, and `pkt`, its next datagram, which did not
+    /// join (`parsed`, its parse), is held in the same place as [`hold`](Self::hold) would
+    /// hold it: the flow's entry starts afresh, the newest, so caravans still leave in the
+    /// order they opened, without a lookup or an eviction. One that could never open a
+    /// caravan passes at once, after what the flow held.
+    fn reopen_slot(
+        &mut self,
+        at: u32,
+        key: KeyWords,
+        pkt: B,
+        parsed: &Parsed,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        let packable = self
+            .cfg
+            .caravan
+            .is_some_and(|ccfg| caravan::packable_parsed(&pkt, parsed, &ccfg).is_ok());
+        if !packable {
+            self.close_slot(at, out);
+            return out.push(pkt);
+        }
+        let slot = hint_slot(pkt.head());
+        match self.caravans.renew_at(at, (Open::Lone(pkt, *parsed), now)) {
+            Ok((open, _)) => {
+                self.emit(open, out);
+                self.make_hot(at, slot);
+            }
+            // Callers reopen a place they just found; should it be free, the datagram (the
+            // lone one just given, back) is held as any other.
+            Err((open, _)) => {
+                if let Open::Lone(pkt, parsed) = open {
+                    self.hold(key, pkt, &parsed, now, out);
+                }
+            }
+        }
     }
 
     /// Holds `pkt`, the flow of `key`'s only datagram now, until a second joins it; one that

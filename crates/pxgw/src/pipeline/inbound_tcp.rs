@@ -230,6 +230,13 @@ impl<B: PacketBuf> Pipeline<B> {
         (now / conn::PROMOTE_EVERY_NS, self.conns.generation())
     }
 
+    /// Asks the CPU to bring in what the recent-connection slot of `key` (inbound-oriented)
+    /// remembers, for a packet of that connection a little later in the burst.
+    #[inline]
+    pub(super) fn prefetch_recent(&self, key: &FlowKey) {
+        dpdk::prefetch(&self.recent[recent_slot(key)]);
+    }
+
     /// What the recent-connection slot `slot` remembers of `key`'s connection, if it is that
     /// connection's ([`Recent`]).
     pub(super) fn recall(&self, slot: usize, key: &FlowKey) -> Option<&Recent> {

@@ -120,6 +120,9 @@ pub struct Pipeline<B: PacketBuf> {
     /// packet at hand while the merge engine streams it ([`Merger::begin_stream`]).
     chunk: Vec<B>,
     streaming: Option<usize>,
+    /// The parses of an outbound chunk, made in a pass of their own
+    /// ([`outbound_burst`](Self::outbound_burst)): one per place, written where they stay.
+    chunk_parsed: Vec<Parsed>,
     /// The pieces of a coalesced packet being cut (kept, so cutting allocates nothing).
     pieces: Vec<B>,
     /// Whether frames cut short were reported, (outbound, inbound).
@@ -253,6 +256,7 @@ impl<B: PacketBuf> Pipeline<B> {
             gathered: Vec::with_capacity(GATHER_CAPACITY),
             chunk: Vec::with_capacity(BURST_CHUNK),
             streaming: None,
+            chunk_parsed: vec![Parsed::of(&[], 0); BURST_CHUNK],
             hot_caravans: Box::new([None; HOT_CARAVANS]),
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
@@ -512,12 +516,36 @@ impl<B: PacketBuf> Pipeline<B> {
     ) {
         let (mut packets, mut bytes) = (0u64, 0u64);
         let mut sizes = SizeRun::default();
-        for pkt in pkts {
-            packets += 1;
-            bytes += pkt.len() as u64;
-            sizes.add(pkt.len(), &mut self.report.sizes.outbound_received);
-            self.outbound_one(pkt, now, out);
+        let mut pkts = pkts.into_iter();
+        let mut chunk = std::mem::take(&mut self.chunk);
+        let mut parsed = std::mem::take(&mut self.chunk_parsed);
+        loop {
+            chunk.extend(pkts.by_ref().take(BURST_CHUNK));
+            let n = chunk.len();
+            if n == 0 {
+                break;
+            }
+            // The chunk is parsed first, and each TCP segment's connection slot fetched, so
+            // that the chunk's cache misses on connections overlap rather than come one per
+            // segment.
+            for (p, pkt) in parsed.iter_mut().zip(&chunk) {
+                p.parse_into(pkt.head(), pkt.len());
+                if let Class::Tcp(h) = p.class() {
+                    self.prefetch_recent(&conn::reverse(&h.key));
+                }
+            }
+            for (pkt, p) in chunk.drain(..).zip(parsed.iter()) {
+                packets += 1;
+                bytes += pkt.len() as u64;
+                sizes.add(pkt.len(), &mut self.report.sizes.outbound_received);
+                self.outbound_parsed(pkt, p, now, out);
+            }
+            if n < BURST_CHUNK {
+                break;
+            }
         }
+        self.chunk = chunk;
+        self.chunk_parsed = parsed;
         sizes.flush(&mut self.report.sizes.outbound_received);
         self.report.outbound.packets_in += packets;
         self.report.outbound.bytes_in += bytes;
@@ -650,12 +678,19 @@ impl<B: PacketBuf> Pipeline<B> {
     fn outbound_one(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
         // Parsed once here; the caravan unpacker takes the same parse.
         let parsed = Parsed::of(pkt.head(), pkt.len());
-        match *parsed.class() {
-            Class::Tcp(h) => self.outbound_tcp(pkt, &parsed, &h, now, out),
+        self.outbound_parsed(pkt, &parsed, now, out);
+    }
+
+    /// [`outbound_one`](Self::outbound_one) of a packet parsed already (`parsed`, its parse).
+    #[inline]
+    fn outbound_parsed(&mut self, pkt: B, parsed: &Parsed, now: u64, out: &mut Vec<B>) {
+        // By reference: a copy of the headers just written would stall on store forwarding.
+        match parsed.class() {
+            Class::Tcp(h) => self.outbound_tcp(pkt, parsed, h, now, out),
             Class::Udp(h) => {
                 if let Some(ccfg) = self.cfg.caravan {
-                    if dscp(pkt.head(), &h) == ccfg.dscp {
-                        return self.outbound_caravan(pkt, &parsed, &ccfg, now, out);
+                    if dscp(pkt.head(), h) == ccfg.dscp {
+                        return self.outbound_caravan(pkt, parsed, &ccfg, now, out);
                     }
                 }
                 // The parse already says how long the IP packet is: a datagram that fits the

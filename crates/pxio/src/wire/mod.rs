@@ -253,13 +253,13 @@ pub struct Parsed {
 
 impl Parsed {
     /// [`classify`]s the frame whose first segment is `head` and whose length is `frame_len`.
+    /// Built where it is returned, field by field ([`Parsed::parse_into`]): a class built apart
+    /// and copied in is read back wider than it was written, which stalls on store forwarding.
     #[inline]
     pub fn of(head: &[u8], frame_len: usize) -> Parsed {
-        Parsed {
-            class: classify(head, frame_len),
-            frame_len: u32::try_from(frame_len).unwrap_or(u32::MAX),
-            head_len: u32::try_from(head.len()).unwrap_or(u32::MAX),
-        }
+        let mut parsed = Parsed::EMPTY;
+        parsed.parse_into(head, frame_len);
+        parsed
     }
 
     /// The parse of the frame whose first segment is `head` and whose length is `frame_len`,
