@@ -465,6 +465,87 @@ impl Mbuf {
         None
     }
 
+    /// Cuts the packet at byte `at`: this packet keeps the first `at` bytes and the rest comes
+    /// back as a packet of its own, zero-copy. The segments past the one holding byte `at` move
+    /// to the rest as they are; only that one segment, when `at` falls inside it, is shared: one
+    /// indirect mbuf from `pool` views its bytes from `at` on. So a cut costs at most one mbuf
+    /// and one reference however long the chain, where a view of the whole rest
+    /// ([`share_range`](Self::share_range)) costs one per segment. On failure (`at` not strictly
+    /// inside the packet, `pool` empty) this packet is unchanged.
+    pub fn split_off(&mut self, at: usize, pool: &Mempool) -> Result<Mbuf> {
+        let total = self.len();
+        if at == 0 || at >= total {
+            return Err(Error::InvalidArgument(format!(
+                "a cut at {at} outside a {total}-byte packet"
+            )));
+        }
+        // The segment holding byte `at` (or ending right before it), its place in the chain
+        // and the bytes before it.
+        let (mut seg, mut before, mut segs) = (self.raw, 0usize, 1u16);
+        loop {
+            // SAFETY: seg is a valid segment of our chain.
+            let m = unsafe { seg.as_ref() };
+            let end = before + usize::from(m.data_len);
+            if end >= at {
+                break;
+            }
+            // `at` < pkt_len, so a segment past this one holds it.
+            let next = NonNull::new(m.next)
+                .ok_or_else(|| Error::InvalidArgument("a chain shorter than its pkt_len".into()))?;
+            (before, segs, seg) = (end, segs + 1, next);
+        }
+        let all = self.head().nb_segs;
+        // SAFETY: seg is a valid segment of our chain.
+        let seg_len = usize::from(unsafe { seg.as_ref().data_len });
+        let head = self.raw.as_ptr();
+        let rest = if before + seg_len == at {
+            // A boundary: the segments after `seg` move, nothing is allocated.
+            // SAFETY: seg is a valid segment of our chain, and at < total puts a segment after
+            // it; cutting the link leaves two well-formed chains once each head's counters are
+            // set (only meaningful in a head, as in DPDK); the rest's ownership moves to the
+            // returned Mbuf, nothing else refers to it.
+            unsafe {
+                let next = (*seg.as_ptr()).next;
+                let rest = NonNull::new(next).ok_or_else(|| {
+                    Error::InvalidArgument("a chain shorter than its pkt_len".into())
+                })?;
+                (*seg.as_ptr()).next = std::ptr::null_mut();
+                (*rest.as_ptr()).nb_segs = all - segs;
+                (*rest.as_ptr()).pkt_len = (total - at) as u32;
+                Mbuf::from_raw(rest)
+            }
+        } else {
+            let view = pool.alloc()?;
+            let skip = at - before;
+            // SAFETY: view is a fresh, empty, direct mbuf we own; seg a valid segment of our
+            // chain holding bytes `skip..seg_len` past `at`. Attaching makes view indirect,
+            // pointing at seg's buffer with a reference on it (DPDK's free of view drops it);
+            // moving its start by `skip` and giving it the `seg_len - skip` bytes after stays
+            // inside seg's data. The segments after seg move to view (seg's link is cut, so
+            // each has one owner), and seg keeps its first `skip` bytes. Counters are set in
+            // both heads (`seg` may be this packet's head: written through raw pointers, one
+            // statement at a time).
+            unsafe {
+                let v = view.as_ptr();
+                dpdk_sys::px_pktmbuf_attach(v, seg.as_ptr());
+                (*v).data_off += skip as u16;
+                (*v).data_len = (seg_len - skip) as u16;
+                (*v).next = (*seg.as_ptr()).next;
+                (*v).nb_segs = all - segs + 1;
+                (*v).pkt_len = (total - at) as u32;
+                (*seg.as_ptr()).next = std::ptr::null_mut();
+                (*seg.as_ptr()).data_len = skip as u16;
+            }
+            view
+        };
+        // SAFETY: we own the head; the counters describe the first `segs` segments now.
+        unsafe {
+            (*head).nb_segs = segs;
+            (*head).pkt_len = at as u32;
+        }
+        Ok(rest)
+    }
+
     /// A zero-copy view of bytes `[offset, offset + len)`: a new chain of indirect mbufs from
     /// `pool`, each attached (by refcount) to the segment of this packet it covers.
     pub fn share_range(&self, offset: usize, len: usize, pool: &Mempool) -> Result<Mbuf> {
@@ -491,7 +572,7 @@ impl Mbuf {
             }
             return Ok(piece);
         }
-        let mut head: Option<Mbuf> = None;
+        let mut head: Option<MbufChain> = None;
         let mut skip = offset;
         let mut left = len;
         for seg in self.segment_ptrs() {
@@ -514,13 +595,14 @@ impl Mbuf {
             let excess = piece.len() - take;
             piece.trim(excess)?;
             match head.as_mut() {
-                None => head = Some(piece),
-                Some(h) => h.chain(piece).map_err(|(e, _)| e)?,
+                None => head = Some(MbufChain::new(piece)),
+                Some(h) => h.append(piece).map_err(|(e, _)| e)?,
             }
             skip = 0;
             left -= take;
         }
-        head.ok_or_else(|| Error::InvalidArgument("empty range".into()))
+        head.map(MbufChain::into_mbuf)
+            .ok_or_else(|| Error::InvalidArgument("empty range".into()))
     }
 
     fn segment_ptrs(&self) -> impl Iterator<Item = NonNull<dpdk_sys::rte_mbuf>> + '_ {

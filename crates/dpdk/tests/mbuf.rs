@@ -215,6 +215,60 @@ fn truncate_cuts_inside_a_segment_and_frees_the_rest() {
 }
 
 #[test]
+fn split_off_cuts_anywhere_sharing_at_most_the_one_segment_it_falls_in() {
+    let pool = pool(64, 512);
+    let whole = three_segment_packet(&pool).to_vec();
+    // Inside the head, on each boundary, inside later segments, next to the ends.
+    for at in [1, 60, 100, 101, 120, 150, 151, 199] {
+        let mut m = three_segment_packet(&pool);
+        let before = pool.in_use();
+        let rest = m.split_off(at, &pool).unwrap();
+        assert_eq!(m.to_vec(), &whole[..at], "kept, cut at {at}");
+        assert_eq!(rest.to_vec(), &whole[at..], "rest, cut at {at}");
+        // Each head counts its own chain.
+        assert_eq!(m.num_segs(), m.segments().count(), "cut at {at}");
+        assert_eq!(rest.num_segs(), rest.segments().count(), "cut at {at}");
+        let boundary = [100, 150].contains(&at);
+        // One view where the cut falls inside a segment, none on a boundary.
+        assert_eq!(
+            pool.in_use() - before,
+            usize::from(!boundary),
+            "cut at {at}"
+        );
+        assert_eq!(
+            m.num_segs() + rest.num_segs(),
+            3 + usize::from(!boundary),
+            "cut at {at}"
+        );
+        // Either side outlives the other.
+        drop(m);
+        assert_eq!(rest.to_vec(), &whole[at..], "rest alone, cut at {at}");
+        drop(rest);
+        assert_no_leaks(&pool);
+    }
+    // A view of a view is cut as well, and nothing outside the packet is.
+    let m = three_segment_packet(&pool);
+    let mut view = m.share_range(50, 120, &pool).unwrap();
+    drop(m);
+    let rest = view.split_off(75, &pool).unwrap();
+    assert_eq!(view.to_vec(), &whole[50..125]);
+    assert_eq!(rest.to_vec(), &whole[125..170]);
+    let mut r = rest.share_range(0, 45, &pool).unwrap();
+    for at in [0, 45, 46] {
+        let cut = r.split_off(at, &pool);
+        assert!(matches!(cut, Err(Error::InvalidArgument(_))), "cut at {at}");
+        assert_eq!(
+            r.to_vec(),
+            &whole[125..170],
+            "unchanged after a refused cut"
+        );
+    }
+    drop(r);
+    drop((view, rest));
+    assert_no_leaks(&pool);
+}
+
+#[test]
 fn share_range_is_a_zero_copy_view_of_any_byte_range() {
     let pool = pool(64, 512);
     let m = three_segment_packet(&pool);

@@ -49,6 +49,20 @@ pub trait PacketBuf: Sized {
     /// A zero-copy view of `[offset, offset + len)`, sharing the data by refcount; `None` when the
     /// pool is exhausted or the range is out of bounds.
     fn share_range(&self, offset: usize, len: usize, pool: &Self::Pool) -> Option<Self>;
+    /// Cuts the packet at byte `at`, anywhere strictly inside it: `self` keeps the first `at`
+    /// bytes and the rest comes back as a packet of its own, zero-copy; `None`, and `self`
+    /// unchanged, when `at` is not strictly inside or the pool is exhausted. The default shares
+    /// the whole rest ([`share_range`](Self::share_range)) and truncates; a buffer with chains
+    /// moves the segments past the cut and shares only the one it falls in, so a cut costs the
+    /// same however long the chain (an LRO packet's, say).
+    fn split_off(&mut self, at: usize, pool: &Self::Pool) -> Option<Self> {
+        let len = self.len();
+        if at == 0 || at >= len {
+            return None;
+        }
+        let rest = self.share_range(at, len - at, pool)?;
+        self.truncate(at).then_some(rest)
+    }
     /// Cuts the packet at byte `len` when that is a boundary between segments: `self` keeps
     /// the first `len` bytes and the rest comes back as a packet of its own, without copying,
     /// sharing or allocating buffers. `None`, and `self` unchanged, when `len` falls inside a
@@ -222,6 +236,9 @@ impl PacketBuf for dpdk::Mbuf {
     }
     fn share_range(&self, offset: usize, len: usize, pool: &Self::Pool) -> Option<Self> {
         dpdk::Mbuf::share_range(self, offset, len, pool).ok()
+    }
+    fn split_off(&mut self, at: usize, pool: &Self::Pool) -> Option<Self> {
+        dpdk::Mbuf::split_off(self, at, pool).ok()
     }
     fn detach_at(&mut self, len: usize) -> Option<Self> {
         dpdk::Mbuf::detach_at(self, len)

@@ -574,6 +574,10 @@ pub fn too_big(
     send_from(&lab.ext, lab.ext_iface(), vec![frame])
 }
 
+/// The ICMP capture's packet-socket buffer: half a second of a gigabit transfer,
+/// so that a capture thread kept off the CPU loses no error among the transfer's frames.
+const ICMP_WATCH_RCVBUF: usize = 64 << 20;
+
 /// ICMP errors from [`ROUTER`] that reached the inside host's interface, counted while held.
 pub struct IcmpWatch {
     count: Arc<std::sync::atomic::AtomicU64>,
@@ -590,7 +594,9 @@ impl IcmpWatch {
         let iface = lab.int_iface().to_owned();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = spawn_in(&lab.int, "icmp-watch", move || {
-            let mut wire = PacketWire::open(&iface)?;
+            // The bulk transfer's frames share the socket with the three errors: with the
+            // default buffer, a few milliseconds off the CPU on a busy machine lost one.
+            let mut wire = PacketWire::open_buffered(&iface, ICMP_WATCH_RCVBUF)?;
             let _ = ready_tx.send(());
             while !st.load(Ordering::Relaxed) {
                 let Ok(frame) = wire.rx.next() else {

@@ -249,17 +249,21 @@ fn finalize<B: PacketBuf>(pkt: &mut B, it: &Item<B>, nic: Offload, pool: &B::Poo
     true
 }
 
-/// Replaces a shared first segment's headers with a private copy so they can be rewritten.
+/// Replaces a shared first segment's headers with a private copy so they can be rewritten: the
+/// rest moves behind the copy ([`PacketBuf::split_off`]: the later segments as they are, the
+/// first one's payload through one view), and the shared headers are let go.
 fn privatize_head<B: PacketBuf>(pkt: &mut B, hdr_len: usize, pool: &B::Pool) -> bool {
     let Some(mut head) = B::alloc_with(pool, &pkt.head()[..hdr_len]) else {
         return false;
     };
-    let rest_len = pkt.len() - hdr_len;
-    if rest_len > 0 {
-        let Some(rest) = pkt.share_range(hdr_len, rest_len, pool) else {
+    if pkt.len() > hdr_len {
+        let Some(rest) = pkt.split_off(hdr_len, pool) else {
             return false;
         };
-        if head.chain(rest).is_err() {
+        if let Err(rest) = head.chain(rest) {
+            // One segment more than the packet had: put it back as it was, bytes unchanged.
+            let rejoined = pkt.chain(rest).is_ok();
+            debug_assert!(rejoined, "a cut's two parts fit where the packet did");
             return false;
         }
     }

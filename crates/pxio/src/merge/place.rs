@@ -120,14 +120,12 @@ impl<B: PacketBuf> Merger<B> {
         }
         // Cut: `room` bytes complete this item, the rest is held by a view.
         let (head_sum, rest_sum) = self.cut_sums(&pkt, &seg, room);
-        let Some(rest) = self.remainder(&pkt, &seg, room) else {
+        let Some(rest) = self.remainder(&mut pkt, &seg, room) else {
             // No buffer for the rest's header: no cut; the item goes, the segment starts anew.
             self.emit_through(flow, idx, now, out);
             let prev = self.last_item_before(flow, seg.seq);
             return self.insert_item(flow, prev, pkt, seg, now, out, None);
         };
-        let cut = pkt.truncate(seg.hdr_len() + room as usize);
-        debug_assert!(cut, "room < payload length");
         self.stats.cuts += 1;
         // The first part carries no PSH/FIN: they belong to the last byte, now in `rest`.
         self.join_segment(idx, pkt, seg.hdr_len(), Tail::of(&seg, head_sum, 0), now);
@@ -177,9 +175,10 @@ impl<B: PacketBuf> Merger<B> {
         }
     }
 
-    /// A new packet for the bytes of `pkt` past the first `room` payload bytes: a copy of its
-    /// headers (sequence number advanced) chained to a zero-copy view of the rest.
-    fn remainder(&self, pkt: &B, seg: &Segment, room: u32) -> Option<B> {
+    /// Cuts `pkt` after its first `room` payload bytes: the rest comes back as a new packet, a
+    /// copy of the headers (sequence number advanced) chained to the rest's buffers, zero-copy
+    /// ([`PacketBuf::split_off`]). `None`, and `pkt` unchanged, when no buffer is left.
+    fn remainder(&self, pkt: &mut B, seg: &Segment, room: u32) -> Option<B> {
         let hdr_len = seg.hdr_len();
         let mut head = B::alloc_with(&self.pool, pkt.head().get(..hdr_len)?)?;
         // The sequence number, where the layout puts it in the copied header.
@@ -188,10 +187,16 @@ impl<B: PacketBuf> Merger<B> {
             .get_mut(seg.layout.l4_offset() + 4..)?
             .first_chunk_mut()?;
         *seq = seg.seq.wrapping_add(room).to_be_bytes();
-        let rest_len = usize::from(seg.payload_len) - room as usize;
-        let view = pkt.share_range(hdr_len + room as usize, rest_len, &self.pool)?;
-        head.chain(view).ok()?;
-        Some(head)
+        let rest = pkt.split_off(hdr_len + room as usize, &self.pool)?;
+        match head.chain(rest) {
+            Ok(()) => Some(head),
+            // One segment more than `pkt` had: a chain within the limit takes it.
+            Err(rest) => {
+                let rejoined = pkt.chain(rest).is_ok();
+                debug_assert!(rejoined, "a cut's two parts fit where the packet did");
+                None
+            }
+        }
     }
 
     /// Appends segment `pkt` to item `idx`: its headers (`hdr_len` bytes) are stripped and its
