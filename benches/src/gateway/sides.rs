@@ -114,12 +114,10 @@ impl PxgwSide {
     fn send(&mut self, out: &mut Vec<Mbuf>) {
         self.p.take_replies(&mut self.to_ext);
         self.p.take_inside_replies(&mut self.to_int);
-        for m in &self.to_int {
-            self.p.count_sent(true, m.len());
-        }
-        for m in &self.to_ext {
-            self.p.count_sent(false, m.len());
-        }
+        self.p
+            .count_sent_burst(true, self.to_int.iter().map(Mbuf::len));
+        self.p
+            .count_sent_burst(false, self.to_ext.iter().map(Mbuf::len));
         out.append(&mut self.to_int);
         out.append(&mut self.to_ext);
     }

@@ -241,9 +241,8 @@ impl Worker {
             }
             // Only what the driver took counts as sent; what it kept refusing is freed here and
             // counted as tx_dropped (not sent, and not the driver's oerrors either).
-            for &len in &lens[..sent] {
-                self.pipeline.count_sent(inbound, len);
-            }
+            self.pipeline
+                .count_sent_burst(inbound, lens[..sent].iter().copied());
             if !burst.is_empty() {
                 self.pipeline.count_tx_dropped((queued - sent) as u64);
                 burst.clear();

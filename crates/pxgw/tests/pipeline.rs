@@ -236,3 +236,24 @@ fn udp_becomes_caravans_inbound_and_datagrams_outbound() {
     drop((to_int, to_ext, px));
     assert_eq!(pool.in_use(), 0);
 }
+
+/// A TX burst counted at once gives the counters and frame-size histograms that counting its
+/// frames one at a time gives, in both directions.
+#[test]
+fn a_sent_burst_counts_what_its_frames_do_one_by_one() {
+    let lens = [66, 66, 66, 1514, 1514, 9014, 66, 60, 1514];
+    let (mut one, mut burst) = (pipeline(""), pipeline(""));
+    for inbound in [true, false] {
+        for len in lens {
+            one.count_sent(inbound, len);
+        }
+        burst.count_sent_burst(inbound, lens);
+    }
+    let json = |px: &Pipeline<HeapBuf>| px.report().to_json(1.0, 0, &Default::default());
+    let (one, burst) = (json(&one), json(&burst));
+    assert_eq!(one, burst);
+    for direction in ["inbound", "outbound"] {
+        assert_eq!(burst[direction]["packets_out"], lens.len() as u64, "{direction}");
+        assert_eq!(burst[direction]["max_frame_out"], 9014, "{direction}");
+    }
+}

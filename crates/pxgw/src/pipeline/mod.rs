@@ -314,21 +314,28 @@ impl<B: PacketBuf> Pipeline<B> {
 
     /// Counts a frame sent toward the inside (`inbound`) or the outside.
     pub fn count_sent(&mut self, inbound: bool, bytes: usize) {
-        let d = if inbound {
-            &mut self.report.inbound
+        self.count_sent_burst(inbound, [bytes]);
+    }
+
+    /// Counts the frames of a TX burst sent toward the inside (`inbound`) or the outside, of
+    /// lengths `lens`: the same counts as [`count_sent`](Self::count_sent) for each, with the
+    /// sizes recorded once per run of one size (a burst of ACKs, or of one flow's pieces, is
+    /// mostly of one size; finding a length's bucket costs more than comparing it).
+    pub fn count_sent_burst(&mut self, inbound: bool, lens: impl IntoIterator<Item = usize>) {
+        let report = &mut self.report;
+        let (d, h) = if inbound {
+            (&mut report.inbound, &mut report.sizes.inbound_sent)
         } else {
-            &mut self.report.outbound
+            (&mut report.outbound, &mut report.sizes.outbound_sent)
         };
-        d.packets_out += 1;
-        d.bytes_out += bytes as u64;
-        d.max_frame_out = d.max_frame_out.max(bytes as u64);
-        let sizes = &mut self.report.sizes;
-        if inbound {
-            &mut sizes.inbound_sent
-        } else {
-            &mut sizes.outbound_sent
+        let mut run = SizeRun::default();
+        for len in lens {
+            d.packets_out += 1;
+            d.bytes_out += len as u64;
+            d.max_frame_out = d.max_frame_out.max(len as u64);
+            run.add(len, h);
         }
-        .record(bytes);
+        run.flush(h);
     }
 
     /// Counts frames the TX queue would not take (freed unsent).
