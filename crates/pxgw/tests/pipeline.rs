@@ -253,7 +253,11 @@ fn a_sent_burst_counts_what_its_frames_do_one_by_one() {
     let (one, burst) = (json(&one), json(&burst));
     assert_eq!(one, burst);
     for direction in ["inbound", "outbound"] {
-        assert_eq!(burst[direction]["packets_out"], lens.len() as u64, "{direction}");
+        assert_eq!(
+            burst[direction]["packets_out"],
+            lens.len() as u64,
+            "{direction}"
+        );
         assert_eq!(burst[direction]["max_frame_out"], 9014, "{direction}");
     }
 }

@@ -43,8 +43,9 @@ impl<B: PacketBuf> Pipeline<B> {
         let slot = recent_slot(&key);
         let stamp = self.recent_stamp(now);
         let seen = self.recall(slot, &key);
-        let at = seen.map(|r| r.3);
-        let repeat = plain.is_some_and(|s| seen.is_some_and(|r| r.1 == s.ack && r.2 == stamp));
+        let at = seen.map(|r| r.at);
+        let repeat =
+            plain.is_some_and(|s| seen.is_some_and(|r| r.ack == s.ack && r.stamp() == stamp));
         let found = if repeat {
             at
         } else {
@@ -59,7 +60,7 @@ impl<B: PacketBuf> Pipeline<B> {
             _ => false,
         };
         if let (Some(s), Some(found)) = (plain.filter(|_| self.in_burst && !repeat), found) {
-            self.recent[slot] = (key, s.ack, stamp, found);
+            self.recent[slot] = Recent::new(key, s.ack, stamp, found);
         }
         if h.ip_len > self.cfg.imtu {
             return self.inbound_coalesced(pkt, parsed, known, now, out);
@@ -112,18 +113,21 @@ impl<B: PacketBuf> Pipeline<B> {
         };
         let key = conn::inbound_key(&a.key);
         let slot = recent_slot(&key);
-        let Some(&(_, seen_ack, (period, generation), at)) = self.recall(slot, &key) else {
+        let Some(&seen) = self.recall(slot, &key) else {
             return Err(pkt);
         };
         let stamp = self.recent_stamp(now);
-        if seen_ack != Some(a.ack) || (period, generation) != stamp {
+        if seen.ack != Some(a.ack) || seen.stamp() != stamp {
             // Gone since (expired, evicted): the general path says what it is now. A failed
             // lookup changes nothing.
-            let Some(found) = self.conns.on_outside_ack(at, generation, &key, a.ack, now) else {
+            let Some(found) = self
+                .conns
+                .on_outside_ack(seen.at, seen.generation, &key, a.ack, now)
+            else {
                 return Err(pkt);
             };
             let r = &mut self.recent[slot];
-            (r.1, r.2, r.3) = (Some(a.ack), stamp, found);
+            (r.ack, r.period, r.generation, r.at) = (Some(a.ack), stamp.0, stamp.1, found);
         }
         // Vouched for (or IPv6), so never given back.
         self.merger.pass_bare_ack(pkt, &a.key, now, out)
@@ -241,7 +245,7 @@ impl<B: PacketBuf> Pipeline<B> {
     /// connection's ([`Recent`]).
     pub(super) fn recall(&self, slot: usize, key: &FlowKey) -> Option<&Recent> {
         let r = &self.recent[slot];
-        (r.0 == *key).then_some(r)
+        (r.key == *key).then_some(r)
     }
 
     /// Hands `pkt` to the merge engine: at once on its general path while it streams the
@@ -350,8 +354,40 @@ fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
 
 /// A connection seen established: its key, the acknowledgement a plain inbound segment of it
 /// carried, when (the recency period, the connection table's generation), and its slot in the
-/// connection table.
-pub(super) type Recent = (FlowKey, Option<u32>, (u64, u32), u32);
+/// connection table. One cache line: a slot laid out across two cost a second miss on many
+/// lookups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub(super) struct Recent {
+    pub(super) key: FlowKey,
+    pub(super) ack: Option<u32>,
+    pub(super) period: u64,
+    pub(super) generation: u32,
+    pub(super) at: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Recent>() == 64);
+
+impl Recent {
+    /// A slot no packet's connection has: its key is no packet's, nor its stamp.
+    pub(super) const EMPTY: Self = Self::new(FlowKey::ZERO, None, NEVER, 0);
+
+    /// `key`'s connection, found in slot `at`, with `ack` seen at `stamp`.
+    pub(super) const fn new(key: FlowKey, ack: Option<u32>, stamp: (u64, u32), at: u32) -> Self {
+        Self {
+            key,
+            ack,
+            period: stamp.0,
+            generation: stamp.1,
+            at,
+        }
+    }
+
+    /// When it was written: the recency period and the connection table's generation.
+    pub(super) fn stamp(&self) -> (u64, u32) {
+        (self.period, self.generation)
+    }
+}
 
 /// The longest frame a bare ACK comes in ([`Pipeline::outside_ack`]): an untagged Ethernet
 /// header, an IPv6 header and the longest TCP header, without payload (a frame that long needs

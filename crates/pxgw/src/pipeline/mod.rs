@@ -63,8 +63,6 @@ const MAX_HALF_OPEN: usize = 65536;
 const MAX_LEARNING: usize = 16384;
 /// Connections learned one way (`[connections] one_way`), per worker (oldest evicted).
 const MAX_ONE_WAY: usize = 16384;
-/// A key no packet has (an empty slot of `Pipeline::recent`, whose stamp never matches either).
-const NO_FLOW: FlowKey = FlowKey::ZERO;
 /// A recency stamp no packet has (see `Pipeline::recent`).
 const NEVER: (u64, u32) = (u64::MAX, 0);
 /// Packets gathered for the merge engine in one burst, before the vector grows: a burst of
@@ -260,7 +258,7 @@ impl<B: PacketBuf> Pipeline<B> {
             hot_caravans: Box::new([None; HOT_CARAVANS]),
             pieces: Vec::with_capacity(64),
             warned_bad_ip_length: [false; 2],
-            recent: Box::new([(NO_FLOW, None, NEVER, 0); inbound_tcp::RECENT_SLOTS]),
+            recent: Box::new([inbound_tcp::Recent::EMPTY; inbound_tcp::RECENT_SLOTS]),
         })
     }
 

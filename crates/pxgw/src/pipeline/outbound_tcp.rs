@@ -32,12 +32,12 @@ impl<B: PacketBuf> Pipeline<B> {
             // and the counters are read and written.
             // The connection's slot, remembered as inbound segments remember it.
             let slot = inbound_tcp::recent_slot(&key);
-            let at = self.recall(slot, &key).map(|r| r.3);
+            let at = self.recall(slot, &key).map(|r| r.at);
             if let Some((found, c)) = self.conns.on_inside_mut(at, &key, &seg, now) {
                 if at != Some(found) {
                     // No acknowledgement or period of an inbound segment: the next inbound
                     // segment records its own.
-                    self.recent[slot] = (key, None, NEVER, found);
+                    self.recent[slot] = inbound_tcp::Recent::new(key, None, NEVER, found);
                 }
                 let hint = if c.pmtu > 0 { c.pmtu } else { default_hint };
                 let mut pmtu = hint.min(self.pmtu.pmtu(dst, now)).max(floor);
