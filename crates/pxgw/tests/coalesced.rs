@@ -509,3 +509,102 @@ fn a_frame_cut_short_of_its_ip_length_is_dropped_and_counted() {
     assert_eq!(r.drops.bad_ip_length, 2);
     assert_eq!((r.drops.split_failed, r.drops.oversize), (0, 0));
 }
+
+/// LRO packets as a NIC delivers them (chains of one buffer per segment, the RSS hash and good
+/// checksum verdicts), toward an inside port with checksum offload and TSO: the engine takes
+/// each one whole where its item has room, on the fast path, and the outputs are byte for byte
+/// what the general path makes of the same packets without the hash; the stream is intact and
+/// every packet above the iMTU asks the NIC to cut it there.
+#[test]
+fn lro_chains_join_whole_and_leave_as_the_general_path_sends_them() {
+    use pxgw::pipeline::Offloads;
+    use pxio::split::SplitOffloads;
+    const MSS: usize = 1448;
+    const LRO_SEGMENTS: [usize; 9] = [9, 3, 11, 7, 9, 5, 11, 10, 4];
+    /// The frames sent inside (bytes, TSO segment size), the report, the fast path's joins.
+    type Run = (Vec<(Vec<u8>, Option<u16>)>, pxgw::stats::Report, u64);
+    let run = |v6: bool, rss: bool| -> Run {
+        let pool = HeapPool::new(256);
+        let cfg = pxgw::config::Config::parse(
+            "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
+        )
+        .unwrap();
+        let offloads = Offloads {
+            inside_checksum: true,
+            inside_tso_max_len: u16::MAX,
+            outside: SplitOffloads::default(),
+        };
+        let mut px = Pipeline::new(&cfg, HeapPool::new(256), HeapPool::new(256), offloads).unwrap();
+        handshake(&mut px, &pool, v6, 40100);
+        let mut out = Vec::new();
+        let mut seq = ISS_OUT;
+        // Bursts of LRO packets of 3 to 11 segments, one packet per burst, as one flow's
+        // segments coalesce between two polls of the queue.
+        for (b, segs) in LRO_SEGMENTS.into_iter().enumerate() {
+            let data = pattern(segs * MSS, b);
+            let frame = tcp(v6, true, 40100, seq, ISS_IN, wire::tcp_flags::ACK, &data);
+            let hdr = frame.len() - data.len();
+            let mut chain = pool.packet(&frame[..hdr + MSS]);
+            for piece in frame[hdr + MSS..].chunks(MSS) {
+                assert!(chain.chain(pool.packet(piece)).is_ok());
+            }
+            assert_eq!(chain.num_segs(), segs);
+            if rss {
+                chain.set_rss_hash(Some(0x5eed_0001));
+            }
+            chain.set_ip_csum_verdict(Some(true));
+            chain.set_l4_csum_verdict(Some(true));
+            px.inbound_burst([chain], 10 + b as u64 * 5_000, &mut out);
+            seq = seq.wrapping_add(data.len() as u32);
+        }
+        px.flush(1_000_000, &mut out);
+        let frames = out
+            .iter()
+            .map(|p| (p.to_vec(), p.requested_tx_offload().map(|o| o.tso_segsz)))
+            .collect();
+        drop(out);
+        assert_eq!(pool.in_use(), 0, "nothing leaked");
+        (frames, px.report(), px.merge_stats().fast_merges)
+    };
+    for v6 in [false, true] {
+        let (fast, r, fast_joins) = run(v6, true);
+        let (general, _, none) = run(v6, false);
+        assert_eq!(
+            fast, general,
+            "v6 {v6}: the fast path sends what the general path does"
+        );
+        // Each packet that continues its item joins on the fast path (the first of each item
+        // and those the item has no room for take the general path); without the hash, none.
+        assert!(
+            fast_joins >= 3,
+            "v6 {v6}: {fast_joins} LRO packets joined on the fast path"
+        );
+        assert_eq!(none, 0);
+        let l34 = tcp(v6, true, 40100, ISS_OUT, ISS_IN, wire::tcp_flags::ACK, &[]).len() - 14;
+        let mut data = Vec::new();
+        for (f, tso) in &fast {
+            let ip_len = f.len() - 14;
+            if ip_len > IMTU {
+                assert_eq!(*tso, Some((IMTU - l34) as u16), "v6 {v6}: cut at the iMTU");
+            }
+            data.extend_from_slice(&f[14 + l34..]);
+        }
+        let sent: Vec<u8> = LRO_SEGMENTS
+            .into_iter()
+            .enumerate()
+            .flat_map(|(b, segs)| pattern(segs * MSS, b))
+            .collect();
+        assert!(data == sent, "v6 {v6}: the stream arrives intact, in order");
+        // Those above the iMTU are coalesced; the others are segments like any.
+        let above = LRO_SEGMENTS
+            .iter()
+            .filter(|&&n| l34 + n * MSS > IMTU)
+            .count();
+        assert_eq!(above, 6);
+        assert_eq!(
+            r.coalesced.inbound, above as u64,
+            "v6 {v6}: every one counted"
+        );
+        assert_eq!(r.drops.oversize_inbound + r.drops.coalesced_failed, 0);
+    }
+}

@@ -305,6 +305,12 @@ impl<B: PacketBuf> Pipeline<B> {
         &self.merger.stats().delay_ns
     }
 
+    /// The merge engine's own statistics (which of its paths took the segments, among them),
+    /// for tests and tools that look inside it; the report holds what operators read.
+    pub fn merge_stats(&self) -> &pxio::merge::MergeStats {
+        self.merger.stats()
+    }
+
     /// The path MTUs F-PMTUD discovered (the most recent), oldest first.
     pub fn discovered_paths(&self) -> &[crate::pmtud::DiscoveredPath] {
         self.pmtu.paths()
@@ -450,8 +456,6 @@ impl<B: PacketBuf> Pipeline<B> {
         let mut sizes = SizeRun::default();
         let mut pkts = pkts.into_iter();
         let mut chunk = std::mem::take(&mut self.chunk);
-        // Only a frame that fits an untagged iMTU frame is offered to the fast path: a longer
-        // one may be coalesced, and is cut first (`inbound_tcp`).
         let fits = usize::from(self.cfg.imtu) + ETH_HLEN;
         loop {
             chunk.extend(pkts.by_ref().take(BURST_CHUNK));
@@ -474,9 +478,17 @@ impl<B: PacketBuf> Pipeline<B> {
                         Err(back) => pkt = back,
                     }
                 }
-                if stream && pkt.len() <= fits {
+                if stream {
+                    // A frame longer than an untagged iMTU frame is coalesced (LRO, GRO): the
+                    // fast path takes it whole when its item may hold it, and the general
+                    // path cuts it first otherwise (`inbound_tcp`).
+                    let coalesced = pkt.len() > fits;
                     match self.merger.offer_fast(i, pkt, now, out) {
                         Ok(flow) => {
+                            if coalesced {
+                                self.report.coalesced.inbound += 1;
+                                self.report.coalesced.inbound_segments += 1;
+                            }
                             self.fast_joined(flow, now, out);
                             continue;
                         }

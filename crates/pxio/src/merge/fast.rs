@@ -5,9 +5,10 @@
 //! (written into the buffer on receive, free to read) finds in [`FastIndex`] the flow a packet
 //! of that hash last belonged to. The packet joins that flow's last item when the flow holds
 //! one or two (the first of two out of segments and waiting for the burst's settle, say) and
-//! the item is open, and the packet passes the run path's test (see
-//! `run`): both checksums vouched for by the NIC, one buffer, and its header equal to the
-//! item's first segment's in every byte a merge compares. That masked compare covers the
+//! the item is open, and the packet passes the run path's test (see `run`), but for its
+//! buffers: both checksums vouched for by the NIC, and its header equal to the item's first
+//! segment's in every byte a merge compares. A chain (the NIC's LRO, the kernel's GRO) joins as
+//! one buffer does, if it is no longer than an item may be. That masked compare covers the
 //! Ethernet type and VLAN tags, the IP version and header length, the protocol, the fragment
 //! fields, the TCP data offset and every address and port, so a packet that passes it has the
 //! item's header layout and belongs to its flow: no parse, no flow-table hash, no lookup. What
@@ -195,8 +196,10 @@ impl<B: PacketBuf> Merger<B> {
         } else {
             pkt.csum_vouched(true)
         };
-        if it.closed() || !vouched || pkt.num_segs() != 1 || usize::from(it.nb_segs) + 1 > max_segs
-        {
+        // A chain (the NIC's LRO, the kernel's GRO) joins as a single buffer does: its buffers
+        // are linked after the item's, each counted against the item's segments.
+        let segs = pkt.num_segs();
+        if it.closed() || !vouched || usize::from(it.nb_segs) + segs > max_segs {
             return Err(pkt);
         }
         let Some(held) = it.pkt.as_ref() else {
@@ -226,12 +229,14 @@ impl<B: PacketBuf> Merger<B> {
         };
         let l34 = layout.l3_l4_len();
         // The frame holds exactly the IP packet (no padding: a padded frame is trimmed on the
-        // general path), and the packet carries payload.
-        if frame.len() != l3 + ip_len as usize || ip_len <= l34 {
+        // general path), and the packet carries payload. A packet longer than an item may be
+        // alone (a coalesced one that was not cut to it) is left to the general path, which
+        // never sees one: its rest would be such an item.
+        let limit = super::limit_of(limits, layout);
+        if pkt.len() != l3 + ip_len as usize || ip_len <= l34 || ip_len > limit {
             return Err(pkt);
         }
         let payload = ip_len - l34;
-        let limit = super::limit_of(limits, layout);
         let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
         let ip_id = if layout.v6 { 0 } else { be16([ip[4], ip[5]]) };
         let df = it.df(); // compared: the packet's equals the item's
@@ -254,13 +259,13 @@ impl<B: PacketBuf> Merger<B> {
         delay::arrive(e, ip_len as u16, payload as u16, now, inv_tau);
         let mut pkt = pkt;
         let stripped = pkt.adj(layout.hdr_len());
-        debug_assert!(stripped, "the compared header is in the only segment");
+        debug_assert!(stripped, "the compared header is in the first segment");
         let head = it.pkt.as_mut().expect("held items have a packet");
         // The segment count was checked above, so chaining cannot fail.
         if head.append(pkt).is_err() {
             unreachable_chain();
         }
-        it.nb_segs += 1;
+        it.nb_segs += segs as u16;
         // With TX offload every sum the fast path brings is zero, and adding zero leaves the
         // item's sum as it is (in either byte order): nothing to do.
         if !offload {
