@@ -220,7 +220,10 @@ impl<B: PacketBuf> Pipeline<B> {
         let Some(&key) = self.merger.flow_key(flow) else {
             return;
         };
-        if self.conns.on_outside(None, &key, None, now).is_some() {
+        // The slot its segments remember, if they do: no lookup.
+        let r = &self.recent[recent_slot(&key)];
+        let at = (r.key == key).then_some(r.at);
+        if self.conns.on_outside(at, &key, None, now).is_some() {
             *seen = stamp;
         } else {
             self.merger.release_flow(flow, now, out);
