@@ -430,39 +430,15 @@ impl Mbuf {
     /// or allocated (the segments move). `None`, and this packet unchanged, when `len` falls
     /// inside a segment or is not strictly between 0 and the packet's length.
     pub fn detach_at(&mut self, len: usize) -> Option<Mbuf> {
-        let total = self.len();
-        if len == 0 || len >= total {
+        if len == 0 || len >= self.len() {
             return None;
         }
-        let head = self.raw.as_ptr();
-        let mut before = 0usize;
-        let mut segs = 0u16;
-        for seg in self.segment_ptrs() {
-            // SAFETY: seg is a valid segment of our chain, borrowed for this loop.
-            let m = unsafe { seg.as_ref() };
-            before += usize::from(m.data_len);
-            segs += 1;
-            if before > len {
-                return None;
-            }
-            if before == len {
-                let tail = NonNull::new(m.next)?;
-                // SAFETY: seg, head and tail are valid segments of the chain we own. Cutting
-                // after seg leaves two well-formed chains once each head's counters are set
-                // (like DPDK, pkt_len and nb_segs are only meaningful in a head); the tail's
-                // ownership moves to the returned Mbuf, nothing else refers to it.
-                unsafe {
-                    (*seg.as_ptr()).next = std::ptr::null_mut();
-                    let all = (*head).nb_segs;
-                    (*head).nb_segs = segs;
-                    (*head).pkt_len = len as u32;
-                    (*tail.as_ptr()).nb_segs = all - segs;
-                    (*tail.as_ptr()).pkt_len = (total - len) as u32;
-                    return Some(Mbuf::from_raw(tail));
-                }
-            }
+        let (seg, end, segs) = self.segment_ending_at_or_after(len)?;
+        if end != len {
+            return None;
         }
-        None
+        // SAFETY: seg is the `segs`-th segment of our chain and ends at byte `len`.
+        unsafe { self.unlink_after(seg, segs, len) }
     }
 
     /// Cuts the packet at byte `at`: this packet keeps the first `at` bytes and the rest comes
@@ -474,76 +450,91 @@ impl Mbuf {
     /// inside the packet, `pool` empty) this packet is unchanged.
     pub fn split_off(&mut self, at: usize, pool: &Mempool) -> Result<Mbuf> {
         let total = self.len();
+        let short =
+            || Error::InvalidArgument(format!("a cut at {at} outside a {total}-byte packet"));
         if at == 0 || at >= total {
-            return Err(Error::InvalidArgument(format!(
-                "a cut at {at} outside a {total}-byte packet"
-            )));
+            return Err(short());
         }
-        // The segment holding byte `at` (or ending right before it), its place in the chain
-        // and the bytes before it.
-        let (mut seg, mut before, mut segs) = (self.raw, 0usize, 1u16);
-        loop {
-            // SAFETY: seg is a valid segment of our chain.
-            let m = unsafe { seg.as_ref() };
-            let end = before + usize::from(m.data_len);
-            if end >= at {
-                break;
-            }
-            // `at` < pkt_len, so a segment past this one holds it.
-            let next = NonNull::new(m.next)
-                .ok_or_else(|| Error::InvalidArgument("a chain shorter than its pkt_len".into()))?;
-            (before, segs, seg) = (end, segs + 1, next);
+        let (seg, end, segs) = self.segment_ending_at_or_after(at).ok_or_else(short)?;
+        if end == at {
+            // A boundary: the segments after `seg` move, nothing is allocated.
+            // SAFETY: seg is the `segs`-th segment of our chain and ends at byte `at`.
+            return unsafe { self.unlink_after(seg, segs, at) }.ok_or_else(short);
         }
-        let all = self.head().nb_segs;
+        let view = pool.alloc()?;
         // SAFETY: seg is a valid segment of our chain.
         let seg_len = usize::from(unsafe { seg.as_ref().data_len });
-        let head = self.raw.as_ptr();
-        let rest = if before + seg_len == at {
-            // A boundary: the segments after `seg` move, nothing is allocated.
-            // SAFETY: seg is a valid segment of our chain, and at < total puts a segment after
-            // it; cutting the link leaves two well-formed chains once each head's counters are
-            // set (only meaningful in a head, as in DPDK); the rest's ownership moves to the
-            // returned Mbuf, nothing else refers to it.
-            unsafe {
-                let next = (*seg.as_ptr()).next;
-                let rest = NonNull::new(next).ok_or_else(|| {
-                    Error::InvalidArgument("a chain shorter than its pkt_len".into())
-                })?;
-                (*seg.as_ptr()).next = std::ptr::null_mut();
-                (*rest.as_ptr()).nb_segs = all - segs;
-                (*rest.as_ptr()).pkt_len = (total - at) as u32;
-                Mbuf::from_raw(rest)
-            }
-        } else {
-            let view = pool.alloc()?;
-            let skip = at - before;
-            // SAFETY: view is a fresh, empty, direct mbuf we own; seg a valid segment of our
-            // chain holding bytes `skip..seg_len` past `at`. Attaching makes view indirect,
-            // pointing at seg's buffer with a reference on it (DPDK's free of view drops it);
-            // moving its start by `skip` and giving it the `seg_len - skip` bytes after stays
-            // inside seg's data. The segments after seg move to view (seg's link is cut, so
-            // each has one owner), and seg keeps its first `skip` bytes. Counters are set in
-            // both heads (`seg` may be this packet's head: written through raw pointers, one
-            // statement at a time).
-            unsafe {
-                let v = view.as_ptr();
-                dpdk_sys::px_pktmbuf_attach(v, seg.as_ptr());
-                (*v).data_off += skip as u16;
-                (*v).data_len = (seg_len - skip) as u16;
-                (*v).next = (*seg.as_ptr()).next;
-                (*v).nb_segs = all - segs + 1;
-                (*v).pkt_len = (total - at) as u32;
-                (*seg.as_ptr()).next = std::ptr::null_mut();
-                (*seg.as_ptr()).data_len = skip as u16;
-            }
-            view
-        };
-        // SAFETY: we own the head; the counters describe the first `segs` segments now.
+        let skip = at - (end - seg_len);
+        let all = self.head().nb_segs;
+        // SAFETY: view is a fresh, empty, direct mbuf we own; seg a valid segment of our chain
+        // holding bytes `skip..seg_len` past `at`. Attaching makes view indirect, pointing at
+        // seg's buffer with a reference on it (DPDK's free of view drops it); moving its start
+        // by `skip` and giving it the `seg_len - skip` bytes after stays inside seg's data. The
+        // segments after seg move to view (seg's link is cut, so each has one owner), and seg
+        // keeps its first `skip` bytes. Counters are set in both heads (`seg` may be this
+        // packet's head: written through raw pointers, one statement at a time).
         unsafe {
+            let v = view.as_ptr();
+            dpdk_sys::px_pktmbuf_attach(v, seg.as_ptr());
+            (*v).data_off += skip as u16;
+            (*v).data_len = (seg_len - skip) as u16;
+            (*v).next = (*seg.as_ptr()).next;
+            (*v).nb_segs = all - segs + 1;
+            (*v).pkt_len = (total - at) as u32;
+            (*seg.as_ptr()).next = std::ptr::null_mut();
+            (*seg.as_ptr()).data_len = skip as u16;
+            let head = self.raw.as_ptr();
             (*head).nb_segs = segs;
             (*head).pkt_len = at as u32;
         }
-        Ok(rest)
+        Ok(view)
+    }
+
+    /// The first segment of the chain that ends at byte `at` or after it, with the byte it
+    /// ends at and its place in the chain (1 for the head); `None` past the chain's end.
+    fn segment_ending_at_or_after(
+        &self,
+        at: usize,
+    ) -> Option<(NonNull<dpdk_sys::rte_mbuf>, usize, u16)> {
+        let mut end = 0usize;
+        for (i, seg) in self.segment_ptrs().enumerate() {
+            // SAFETY: seg is a valid segment of our chain, borrowed for this loop.
+            end += usize::from(unsafe { seg.as_ref() }.data_len);
+            if end >= at {
+                return Some((seg, end, i as u16 + 1));
+            }
+        }
+        None
+    }
+
+    /// Cuts the chain after `seg`, its `segs`-th segment, which ends at byte `len`: this
+    /// packet keeps `len` bytes, the segments after `seg` come back as a chain of their own.
+    /// `None`, and nothing changed, when no segment follows.
+    ///
+    /// # Safety
+    /// `seg` must be the `segs`-th segment of this chain, ending at byte `len`.
+    unsafe fn unlink_after(
+        &mut self,
+        seg: NonNull<dpdk_sys::rte_mbuf>,
+        segs: u16,
+        len: usize,
+    ) -> Option<Mbuf> {
+        let total = self.len();
+        let head = self.raw.as_ptr();
+        // SAFETY: seg, head and tail are valid segments of the chain we own (the caller's
+        // contract for seg). Cutting after seg leaves two well-formed chains once each head's
+        // counters are set (like DPDK, pkt_len and nb_segs are only meaningful in a head); the
+        // tail's ownership moves to the returned Mbuf, nothing else refers to it.
+        unsafe {
+            let tail = NonNull::new((*seg.as_ptr()).next)?;
+            (*seg.as_ptr()).next = std::ptr::null_mut();
+            let all = (*head).nb_segs;
+            (*head).nb_segs = segs;
+            (*head).pkt_len = len as u32;
+            (*tail.as_ptr()).nb_segs = all - segs;
+            (*tail.as_ptr()).pkt_len = (total - len) as u32;
+            Some(Mbuf::from_raw(tail))
+        }
     }
 
     /// A zero-copy view of bytes `[offset, offset + len)`: a new chain of indirect mbufs from

@@ -162,8 +162,7 @@ impl<B: PacketBuf> Pipeline<B> {
         let mut pieces = std::mem::take(&mut self.pieces);
         match split_tcp_parsed(pkt, &parsed, to, offloads, &self.pool, &mut pieces) {
             Ok(n) => {
-                self.report.coalesced.inbound += 1;
-                self.report.coalesced.inbound_segments += n as u64;
+                self.count_coalesced_inbound(n);
                 for mut piece in pieces.drain(..) {
                     // Cut from a verified segment: each piece's checksum is right (or left to
                     // the NIC, which the merge engine's offload mode expects).
@@ -192,6 +191,12 @@ impl<B: PacketBuf> Pipeline<B> {
             }
         }
         self.pieces = pieces;
+    }
+
+    /// Counts a coalesced inbound packet (above the iMTU), cut into `pieces` (1: taken whole).
+    pub(super) fn count_coalesced_inbound(&mut self, pieces: usize) {
+        self.report.coalesced.inbound += 1;
+        self.report.coalesced.inbound_segments += pieces as u64;
     }
 
     /// A segment the merge engine's fast path took in an inbound burst, of its flow entry

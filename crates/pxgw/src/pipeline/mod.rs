@@ -486,8 +486,7 @@ impl<B: PacketBuf> Pipeline<B> {
                     match self.merger.offer_fast(i, pkt, now, out) {
                         Ok(flow) => {
                             if coalesced {
-                                self.report.coalesced.inbound += 1;
-                                self.report.coalesced.inbound_segments += 1;
+                                self.count_coalesced_inbound(1);
                             }
                             self.fast_joined(flow, now, out);
                             continue;

@@ -256,16 +256,8 @@ fn privatize_head<B: PacketBuf>(pkt: &mut B, hdr_len: usize, pool: &B::Pool) -> 
     let Some(mut head) = B::alloc_with(pool, &pkt.head()[..hdr_len]) else {
         return false;
     };
-    if pkt.len() > hdr_len {
-        let Some(rest) = pkt.split_off(hdr_len, pool) else {
-            return false;
-        };
-        if let Err(rest) = head.chain(rest) {
-            // One segment more than the packet had: put it back as it was, bytes unchanged.
-            let rejoined = pkt.chain(rest).is_ok();
-            debug_assert!(rejoined, "a cut's two parts fit where the packet did");
-            return false;
-        }
+    if pkt.len() > hdr_len && !super::place::move_rest_behind(pkt, hdr_len, &mut head, pool) {
+        return false;
     }
     *pkt = head;
     true

@@ -187,16 +187,7 @@ impl<B: PacketBuf> Merger<B> {
             .get_mut(seg.layout.l4_offset() + 4..)?
             .first_chunk_mut()?;
         *seq = seg.seq.wrapping_add(room).to_be_bytes();
-        let rest = pkt.split_off(hdr_len + room as usize, &self.pool)?;
-        match head.chain(rest) {
-            Ok(()) => Some(head),
-            // One segment more than `pkt` had: a chain within the limit takes it.
-            Err(rest) => {
-                let rejoined = pkt.chain(rest).is_ok();
-                debug_assert!(rejoined, "a cut's two parts fit where the packet did");
-                None
-            }
-        }
+        move_rest_behind(pkt, hdr_len + room as usize, &mut head, &self.pool).then_some(head)
     }
 
     /// Appends segment `pkt` to item `idx`: its headers (`hdr_len` bytes) are stripped and its
@@ -433,6 +424,28 @@ fn seq_lt(a: u32, b: u32) -> bool {
 #[inline]
 pub(super) fn concat_sum(a: Sum, a_len: u32, b: Sum) -> Sum {
     a.add(if a_len % 2 == 1 { b.swapped() } else { b })
+}
+
+/// Moves `pkt`'s bytes from `at` on behind `head`, zero-copy ([`PacketBuf::split_off`]): `pkt`
+/// keeps the first `at`. False, and both unchanged, when no buffer is left for the cut.
+pub(super) fn move_rest_behind<B: PacketBuf>(
+    pkt: &mut B,
+    at: usize,
+    head: &mut B,
+    pool: &B::Pool,
+) -> bool {
+    let Some(rest) = pkt.split_off(at, pool) else {
+        return false;
+    };
+    match head.chain(rest) {
+        Ok(()) => true,
+        // One segment more than `pkt` had: `pkt`, within the limit before, takes it back.
+        Err(rest) => {
+            let rejoined = pkt.chain(rest).is_ok();
+            debug_assert!(rejoined, "a cut's two parts fit where the packet did");
+            false
+        }
+    }
 }
 
 /// Chaining fails only past the segment limit, which every merge checks first.
