@@ -39,10 +39,20 @@ impl<B: PacketBuf> Pipeline<B> {
         // ACK was applied). A TSO burst's segments mostly arrive so. Any other segment of a
         // connection seen before finds it in the slot remembered (one key compare, no hash):
         // an outside receiver's ACKs, each acknowledging more, cost no lookup either.
+        //
+        // The connection is remembered by the merge engine's flow entry when the engine named
+        // one for the packet (the start of a flow's next burst comes so), else by its hashed
+        // slot.
         let plain = seg.filter(|s| !(s.syn || s.rst || s.fin));
         let slot = recent_slot(&key);
         let stamp = self.recent_stamp(now);
-        let seen = self.recall(slot, &key);
+        let flow = self
+            .streaming
+            .and_then(|i| self.merger.streamed_flow(i, &h.key));
+        let seen = flow
+            .and_then(|f| self.flow_recent.get(f as usize))
+            .filter(|r| r.key == key)
+            .or_else(|| self.recall(slot, &key));
         let at = seen.map(|r| r.at);
         let repeat =
             plain.is_some_and(|s| seen.is_some_and(|r| r.ack == s.ack && r.stamp() == stamp));
@@ -60,7 +70,11 @@ impl<B: PacketBuf> Pipeline<B> {
             _ => false,
         };
         if let (Some(s), Some(found)) = (plain.filter(|_| self.in_burst && !repeat), found) {
-            self.recent[slot] = Recent::new(key, s.ack, stamp, found);
+            let r = Recent::new(key, s.ack, stamp, found);
+            match flow {
+                Some(f) => self.remember_flow(f, r),
+                None => self.recent[slot] = r,
+            }
         }
         if h.ip_len > self.cfg.imtu {
             return self.inbound_coalesced(pkt, parsed, known, now, out);
@@ -207,31 +221,56 @@ impl<B: PacketBuf> Pipeline<B> {
     /// item began (expired, evicted, reset) has the flow's items sent on at once, so that its
     /// next segments find it unknown and pass unmerged.
     ///
-    /// What is remembered is the flow entry's, not the key's: an entry the engine gives to
-    /// another flow began that flow's first item with a segment this pipeline looked up.
+    /// The period is checked on the flow entry's record alone, not its key: an entry the
+    /// engine gives to another flow began that flow's first item with a segment this pipeline
+    /// looked up, so a record left by the entry's last flow only skips one refresh.
     pub(super) fn fast_joined(&mut self, flow: u32, now: u64, out: &mut Vec<B>) {
-        // The period as 32 bits: it wraps after 50 days, and a stale entry that matches again
-        // only skips one refresh.
-        let stamp = (
-            (now / conn::PROMOTE_EVERY_NS) as u32,
-            self.conns.generation(),
-        );
-        let Some(seen) = self.fast_seen.get_mut(flow as usize) else {
-            return;
-        };
-        if *seen == stamp {
-            return;
+        let stamp = self.recent_stamp(now);
+        match self.fast_seen.get(flow as usize) {
+            Some(&seen) if seen != fast_stamp(stamp) => {
+                self.refresh_fast_flow(flow, stamp, now, out)
+            }
+            _ => {}
         }
-        let Some(&key) = self.merger.flow_key(flow) else {
+    }
+
+    /// [`fast_joined`](Self::fast_joined) once per recency period: the connection refreshed,
+    /// found through the slot the flow entry or its hashed slot remembers (no lookup), and
+    /// the entry's record rewritten; or the flow's items sent on, its connection gone.
+    #[cold]
+    fn refresh_fast_flow(&mut self, flow: u32, stamp: (u64, u32), now: u64, out: &mut Vec<B>) {
+        let (Some(&seen), Some(&key)) = (
+            self.flow_recent.get(flow as usize),
+            self.merger.flow_key(flow),
+        ) else {
             return;
         };
-        // The slot its segments remember, if they do: no lookup.
-        let r = &self.recent[recent_slot(&key)];
-        let at = (r.key == key).then_some(r.at);
-        if self.conns.on_outside(at, &key, None, now).is_some() {
-            *seen = stamp;
+        let mine = seen.key == key;
+        let at = if mine {
+            Some(seen.at)
         } else {
-            self.merger.release_flow(flow, now, out);
+            self.recall(recent_slot(&key), &key).map(|r| r.at)
+        };
+        match self.conns.on_outside(at, &key, None, now) {
+            // The acknowledgement the entry remembers was applied; another flow's is not this
+            // connection's.
+            Some(found) => {
+                let ack = if mine { seen.ack } else { None };
+                self.remember_flow(flow, Recent::new(key, ack, stamp, found));
+            }
+            None => self.merger.release_flow(flow, now, out),
+        }
+    }
+
+    /// Remembers `r`, a connection just refreshed, by the merge engine's flow entry `flow`: in
+    /// full for its flow's next burst, and its stamp for the fast path's segments.
+    fn remember_flow(&mut self, flow: u32, r: Recent) {
+        if let (Some(by_flow), Some(seen)) = (
+            self.flow_recent.get_mut(flow as usize),
+            self.fast_seen.get_mut(flow as usize),
+        ) {
+            *seen = fast_stamp(r.stamp());
+            *by_flow = r;
         }
     }
 
@@ -395,6 +434,13 @@ impl Recent {
     pub(super) fn stamp(&self) -> (u64, u32) {
         (self.period, self.generation)
     }
+}
+
+/// A recency stamp in the eight bytes [`Pipeline::fast_joined`] reads per segment: the period
+/// as 32 bits wraps after 2.3 years of 16.7 ms periods, and a stale record that matches again
+/// only skips one refresh.
+fn fast_stamp((period, generation): (u64, u32)) -> (u32, u32) {
+    (period as u32, generation)
 }
 
 /// The longest frame a bare ACK comes in ([`Pipeline::outside_ack`]): an untagged Ethernet

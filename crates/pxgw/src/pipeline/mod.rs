@@ -130,9 +130,14 @@ pub struct Pipeline<B: PacketBuf> {
     /// the connection table's generation and their slot in it (`inbound_tcp`,
     /// `outbound_tcp`).
     recent: Box<[inbound_tcp::Recent; inbound_tcp::RECENT_SLOTS]>,
-    /// When a segment the merge engine's fast path took was last recorded for each of its
-    /// flow entries: the recency period and the connection table's generation
-    /// (`inbound_tcp`'s `fast_joined`).
+    /// The same, per flow entry of the merge engine: the connection of the flow the entry held
+    /// when a segment of it last refreshed the connection. A segment the engine's fast path
+    /// joins, or one it refused whose entry the engine named ([`Merger::streamed_flow`]),
+    /// finds its connection here, whatever the flow count: the hashed slots above hold 1,024
+    /// connections, the engine's entries every flow it merges (`inbound_tcp`).
+    flow_recent: Vec<inbound_tcp::Recent>,
+    /// The stamp of each flow entry's record (`flow_recent`), in eight bytes: what the fast
+    /// path's segments check, eight entries to a cache line.
     fast_seen: Vec<(u32, u32)>,
     /// Hints to open caravans, by a fold of an untagged UDP frame's address and port bytes
     /// (`caravans::hint_slot`): the place in `caravans` of what a flow of that hint slot holds
@@ -194,7 +199,8 @@ impl<B: PacketBuf> Pipeline<B> {
         };
         let merger = Merger::new(merge_cfg, merge_pool)?;
         Ok(Self {
-            fast_seen: vec![(u32::MAX, u32::MAX); merger.flow_capacity()],
+            flow_recent: vec![inbound_tcp::Recent::EMPTY; merger.flow_capacity()],
+            fast_seen: vec![(u32::MAX, 0); merger.flow_capacity()],
             cfg: Settings {
                 emtu: cfg.emtu(),
                 imtu: cfg.imtu(),

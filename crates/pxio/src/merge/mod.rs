@@ -554,6 +554,19 @@ impl<B: PacketBuf> Merger<B> {
         self.rx_general(pkt, hint, alone, Some(&parsed), now, out);
     }
 
+    /// The flow entry the fast index named for packet `i` of the streamed chunk, if that entry
+    /// holds `key` now: the entry [`rx_streamed`](Self::rx_streamed) will take the packet
+    /// into without hashing, whose line was fetched with the chunk. A caller that keeps state
+    /// per flow entry (beside [`offer_fast`](Self::offer_fast)'s flows) finds it so for a
+    /// packet the fast path refused, with no lookup of its own.
+    #[inline]
+    pub fn streamed_flow(&self, i: usize, key: &FlowKey) -> Option<u32> {
+        let s = &self.stream;
+        let hashed = i < s.len && s.with_rss & (1 << i) != 0;
+        let hint = s.hints[i.min(BURST_CHUNK - 1)];
+        (hashed && hint != flow_table::NIL && self.flows.holds(hint, key)).then_some(hint)
+    }
+
     /// Ends the chunk [`begin_stream`](Self::begin_stream) began: counts the segments the fast
     /// path appended, and chooses how the next chunk is taken.
     pub fn end_stream(&mut self) {
