@@ -608,3 +608,84 @@ fn lro_chains_join_whole_and_leave_as_the_general_path_sends_them() {
         assert_eq!(r.drops.oversize_inbound + r.drops.coalesced_failed, 0);
     }
 }
+
+/// A flow's next burst finds its connection through the merge engine's flow entry (the entry
+/// outlives the flow's items): it is merged while the connection is known, and passes unmerged,
+/// in order, once the connection was evicted between the bursts, though the entry and the
+/// record beside it still name it and nothing else about the segments changed.
+#[test]
+fn a_flows_next_burst_is_merged_only_while_its_connection_is_known() {
+    use wire::tcp_flags::{ACK, PSH, SYN};
+    let pool = HeapPool::new(1024);
+    let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
+    let nic = |f: &[u8], port: u16| {
+        let mut b = pool.packet(f);
+        b.set_rss_hash(Some(u32::from(port).wrapping_mul(0x9e37_79b9)));
+        b.set_ip_csum_verdict(Some(true));
+        b.set_l4_csum_verdict(Some(true));
+        b
+    };
+    let (a, b) = (42000, 42001);
+    handshake(&mut px, &pool, false, a);
+    // Segment k of A; the last of each burst carries PSH, so its item leaves with the burst.
+    let seg = |k: u32, last: bool| {
+        let flags = if last { ACK | PSH } else { ACK };
+        tcp(
+            false,
+            true,
+            a,
+            ISS_OUT + k * 1000,
+            ISS_IN,
+            flags,
+            &pattern(1000, k as usize),
+        )
+    };
+    let a_of = |out: &mut Vec<HeapBuf>| -> Vec<(u32, usize)> {
+        let frames: Vec<Vec<u8>> = out.drain(..).map(|b| b.to_vec()).collect();
+        streams(&frames, IMTU)
+            .remove(&a)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(seq, data)| (seq.wrapping_sub(ISS_OUT), data.len()))
+            .collect()
+    };
+    let mut out = Vec::new();
+    px.inbound_burst((0..4).map(|k| nic(&seg(k, k == 3), a)), 10, &mut out);
+    assert_eq!(a_of(&mut out), [(0, 4000)], "the first burst is merged");
+    px.inbound_burst((4..8).map(|k| nic(&seg(k, k == 7), a)), 20, &mut out);
+    assert_eq!(
+        a_of(&mut out),
+        [(4000, 4000)],
+        "so is the next, A still known"
+    );
+    // B completes, which evicts A (max = 1); A's flow entry in the engine stays.
+    px.inbound_burst(
+        [nic(&tcp(false, true, b, ISS_OUT - 1, 0, SYN, &[]), b)],
+        21,
+        &mut out,
+    );
+    px.outbound_burst(
+        [pool.packet(&tcp(false, false, b, ISS_IN - 1, ISS_OUT, SYN | ACK, &[]))],
+        22,
+        &mut out,
+    );
+    px.inbound_burst(
+        [nic(&tcp(false, true, b, ISS_OUT, ISS_IN, ACK, &[]), b)],
+        23,
+        &mut out,
+    );
+    assert_eq!(
+        px.report().mss.established_evicted,
+        1,
+        "B's completion evicted A"
+    );
+    out.clear();
+    px.inbound_burst((8..12).map(|k| nic(&seg(k, k == 11), a)), 30, &mut out);
+    assert_eq!(
+        a_of(&mut out),
+        [(8000, 1000), (9000, 1000), (10000, 1000), (11000, 1000)],
+        "A's next burst passes unmerged, in order"
+    );
+    assert!(!px.holding(), "nothing is held for A");
+    assert_eq!(pool.in_use(), 0, "nothing leaked");
+}
