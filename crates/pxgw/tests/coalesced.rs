@@ -76,24 +76,49 @@ fn tcp(
 /// Establishes the connection of `port` through the pipeline: SYN from outside, SYN-ACK from
 /// inside, ACK from outside.
 fn handshake(px: &mut Pipeline<HeapBuf>, pool: &HeapPool, v6: bool, port: u16) {
+    handshake_at(px, pool, v6, port, 1);
+}
+
+/// [`handshake`] from time `t` (ns): its three packets at `t`, `t + 1` and `t + 2`.
+fn handshake_at(px: &mut Pipeline<HeapBuf>, pool: &HeapPool, v6: bool, port: u16, t: u64) {
     use wire::tcp_flags::{ACK, SYN};
     let mut out = Vec::new();
     px.inbound_burst(
         [pool.packet(&tcp(v6, true, port, ISS_OUT - 1, 0, SYN, &[]))],
-        1,
+        t,
         &mut out,
     );
     px.outbound_burst(
         [pool.packet(&tcp(v6, false, port, ISS_IN - 1, ISS_OUT, SYN | ACK, &[]))],
-        2,
+        t + 1,
         &mut out,
     );
     px.inbound_burst(
         [pool.packet(&tcp(v6, true, port, ISS_OUT, ISS_IN, ACK, &[]))],
-        3,
+        t + 2,
         &mut out,
     );
     assert_eq!(out.len(), 3, "the handshake crosses");
+}
+
+/// `frame` as a NIC hands it up: an RSS hash that follows `port`, both checksums vouched for.
+fn from_nic(pool: &HeapPool, frame: &[u8], port: u16) -> HeapBuf {
+    let mut b = pool.packet(frame);
+    b.set_rss_hash(Some(u32::from(port).wrapping_mul(0x9e37_79b9)));
+    b.set_ip_csum_verdict(Some(true));
+    b.set_l4_csum_verdict(Some(true));
+    b
+}
+
+/// The segments of the connection of `port` among `frames` (checked as [`streams`] checks
+/// them): each one's offset in the outside's stream and its payload length.
+fn segments_of(frames: &[Vec<u8>], port: u16) -> Vec<(u32, usize)> {
+    streams(frames, IMTU)
+        .remove(&port)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(seq, data)| (seq.wrapping_sub(ISS_OUT), data.len()))
+        .collect()
 }
 
 /// What left: per connection port, the payload bytes by sequence number, after checking every
@@ -401,13 +426,7 @@ fn a_connection_evicted_mid_burst_stops_being_merged_in_order() {
     use wire::tcp_flags::{ACK, SYN};
     let pool = HeapPool::new(1024);
     let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
-    let nic = |f: &[u8], port: u16| {
-        let mut b = pool.packet(f);
-        b.set_rss_hash(Some(u32::from(port).wrapping_mul(0x9e37_79b9)));
-        b.set_ip_csum_verdict(Some(true));
-        b.set_l4_csum_verdict(Some(true));
-        b
-    };
+    let nic = |f: &[u8], port: u16| from_nic(&pool, f, port);
     let (a, b) = (41000, 41001);
     handshake(&mut px, &pool, false, a);
     // B's handshake up to the inside host's SYN-ACK: the outside's ACK completes it later.
@@ -452,14 +471,8 @@ fn a_connection_evicted_mid_burst_stops_being_merged_in_order() {
     assert!(!px.holding(), "nothing is held for A");
     let frames: Vec<Vec<u8>> = out.iter().map(PacketBuf::to_vec).collect();
     drop(out);
-    let a_segments: Vec<(u32, usize)> = streams(&frames, IMTU)
-        .remove(&a)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(seq, data)| (seq.wrapping_sub(ISS_OUT), data.len()))
-        .collect();
     assert_eq!(
-        a_segments,
+        segments_of(&frames, a),
         [(4000, 2000), (6000, 1000)],
         "segments 4 and 5 merged and sent on when A went, then 6 alone, in order \
          (before: {first:?})"
@@ -615,16 +628,10 @@ fn lro_chains_join_whole_and_leave_as_the_general_path_sends_them() {
 /// record beside it still name it and nothing else about the segments changed.
 #[test]
 fn a_flows_next_burst_is_merged_only_while_its_connection_is_known() {
-    use wire::tcp_flags::{ACK, PSH, SYN};
+    use wire::tcp_flags::{ACK, PSH};
     let pool = HeapPool::new(1024);
     let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
-    let nic = |f: &[u8], port: u16| {
-        let mut b = pool.packet(f);
-        b.set_rss_hash(Some(u32::from(port).wrapping_mul(0x9e37_79b9)));
-        b.set_ip_csum_verdict(Some(true));
-        b.set_l4_csum_verdict(Some(true));
-        b
-    };
+    let nic = |f: &[u8], port: u16| from_nic(&pool, f, port);
     let (a, b) = (42000, 42001);
     handshake(&mut px, &pool, false, a);
     // Segment k of A; the last of each burst carries PSH, so its item leaves with the burst.
@@ -640,14 +647,9 @@ fn a_flows_next_burst_is_merged_only_while_its_connection_is_known() {
             &pattern(1000, k as usize),
         )
     };
-    let a_of = |out: &mut Vec<HeapBuf>| -> Vec<(u32, usize)> {
+    let a_of = |out: &mut Vec<HeapBuf>| {
         let frames: Vec<Vec<u8>> = out.drain(..).map(|b| b.to_vec()).collect();
-        streams(&frames, IMTU)
-            .remove(&a)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(seq, data)| (seq.wrapping_sub(ISS_OUT), data.len()))
-            .collect()
+        segments_of(&frames, a)
     };
     let mut out = Vec::new();
     px.inbound_burst((0..4).map(|k| nic(&seg(k, k == 3), a)), 10, &mut out);
@@ -658,28 +660,13 @@ fn a_flows_next_burst_is_merged_only_while_its_connection_is_known() {
         [(4000, 4000)],
         "so is the next, A still known"
     );
-    // B completes, which evicts A (max = 1); A's flow entry in the engine stays.
-    px.inbound_burst(
-        [nic(&tcp(false, true, b, ISS_OUT - 1, 0, SYN, &[]), b)],
-        21,
-        &mut out,
-    );
-    px.outbound_burst(
-        [pool.packet(&tcp(false, false, b, ISS_IN - 1, ISS_OUT, SYN | ACK, &[]))],
-        22,
-        &mut out,
-    );
-    px.inbound_burst(
-        [nic(&tcp(false, true, b, ISS_OUT, ISS_IN, ACK, &[]), b)],
-        23,
-        &mut out,
-    );
+    // B's handshake completes, which evicts A (max = 1); A's flow entry in the engine stays.
+    handshake_at(&mut px, &pool, false, b, 21);
     assert_eq!(
         px.report().mss.established_evicted,
         1,
         "B's completion evicted A"
     );
-    out.clear();
     px.inbound_burst((8..12).map(|k| nic(&seg(k, k == 11), a)), 30, &mut out);
     assert_eq!(
         a_of(&mut out),

@@ -439,7 +439,7 @@ impl Recent {
 /// A recency stamp in the eight bytes [`Pipeline::fast_joined`] reads per segment: the period
 /// as 32 bits wraps after 2.3 years of 16.7 ms periods, and a stale record that matches again
 /// only skips one refresh.
-fn fast_stamp((period, generation): (u64, u32)) -> (u32, u32) {
+pub(super) fn fast_stamp((period, generation): (u64, u32)) -> (u32, u32) {
     (period as u32, generation)
 }
 

@@ -200,7 +200,7 @@ impl<B: PacketBuf> Pipeline<B> {
         let merger = Merger::new(merge_cfg, merge_pool)?;
         Ok(Self {
             flow_recent: vec![inbound_tcp::Recent::EMPTY; merger.flow_capacity()],
-            fast_seen: vec![(u32::MAX, 0); merger.flow_capacity()],
+            fast_seen: vec![inbound_tcp::fast_stamp(NEVER); merger.flow_capacity()],
             cfg: Settings {
                 emtu: cfg.emtu(),
                 imtu: cfg.imtu(),

@@ -526,11 +526,10 @@ impl<B: PacketBuf> Merger<B> {
     /// packet is given back untouched.
     #[inline]
     pub fn offer_fast(&mut self, i: usize, pkt: B, now: u64, out: &mut Vec<B>) -> Result<u32, B> {
-        let s = &self.stream;
-        if i >= s.len || s.with_rss & (1 << i) == 0 {
+        if !self.stream_hashed(i) {
             return Err(pkt);
         }
-        let (hash, hint) = (s.rss[i], s.hints[i]);
+        let (hash, hint) = (self.stream.rss[i], self.stream.hints[i]);
         let flow = if hint != flow_table::NIL {
             hint
         } else {
@@ -548,7 +547,7 @@ impl<B: PacketBuf> Merger<B> {
     /// pieces, in order): each takes the same index.
     pub fn rx_streamed(&mut self, i: usize, pkt: B, parsed: Parsed, now: u64, out: &mut Vec<B>) {
         let s = &self.stream;
-        let hashed = i < s.len && s.with_rss & (1 << i) != 0;
+        let hashed = self.stream_hashed(i);
         let hint = if hashed { s.hints[i] } else { flow_table::NIL };
         let alone = hashed && usize::from(self.chunk_last[s.rss[i] as usize % LAST_SLOTS]) == i;
         self.rx_general(pkt, hint, alone, Some(&parsed), now, out);
@@ -561,10 +560,19 @@ impl<B: PacketBuf> Merger<B> {
     /// packet the fast path refused, with no lookup of its own.
     #[inline]
     pub fn streamed_flow(&self, i: usize, key: &FlowKey) -> Option<u32> {
+        if !self.stream_hashed(i) {
+            return None;
+        }
+        let hint = self.stream.hints[i];
+        (hint != flow_table::NIL && self.flows.holds(hint, key)).then_some(hint)
+    }
+
+    /// Whether packet `i` of the streamed chunk is in it and carries an RSS hash (so its
+    /// `rss` and `hints` places hold its own).
+    #[inline]
+    fn stream_hashed(&self, i: usize) -> bool {
         let s = &self.stream;
-        let hashed = i < s.len && s.with_rss & (1 << i) != 0;
-        let hint = s.hints[i.min(BURST_CHUNK - 1)];
-        (hashed && hint != flow_table::NIL && self.flows.holds(hint, key)).then_some(hint)
+        i < s.len && s.with_rss & (1 << i) != 0
     }
 
     /// Ends the chunk [`begin_stream`](Self::begin_stream) began: counts the segments the fast
