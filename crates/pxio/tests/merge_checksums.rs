@@ -342,3 +342,54 @@ fn one_at_a_time_segments_with_the_nics_verdicts_take_the_run_path() {
     let carried: usize = frames.iter().map(|f| tcp_verdict(f).unwrap().1.len()).sum();
     assert_eq!(carried, 30 * 1448, "every byte once");
 }
+
+/// `tcp_checksums_ok`, the check a caller makes before vouching for a segment itself: a
+/// segment in a chain of buffers verifies in software on either family; a flipped payload byte
+/// in its last buffer, or a flipped IPv4 header byte, fails it; and the NIC's verdict, where the
+/// buffer carries one, is what it answers.
+#[test]
+fn a_chained_segments_checksums_are_checked_in_every_buffer() {
+    use pxio::merge::tcp_checksums_ok;
+    use pxio::wire::{Class, Parsed};
+    use pxio::PacketBuf;
+    let pool = HeapPool::new(64);
+    for v6 in [false, true] {
+        let flow = FlowSpec { v6, ..flow() };
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i * 13 + i / 7) as u8).collect();
+        let frame = common::tcp_frame(&flow, 7, 1, 1, common::SegFlags::default(), &payload);
+        let chained = |frame: &[u8]| {
+            let mut head = pool.packet(&frame[..200]);
+            for piece in frame[200..].chunks(1500) {
+                assert!(head.chain(pool.packet(piece)).is_ok());
+            }
+            head
+        };
+        let check = |pkt: &HeapBuf| {
+            let parsed = Parsed::of(pkt.head(), pkt.len());
+            let Class::Tcp(h) = *parsed.class() else {
+                panic!("v6 {v6}: a TCP segment");
+            };
+            tcp_checksums_ok(pkt, &h)
+        };
+        let good = chained(&frame);
+        assert!(good.num_segs() > 3);
+        assert!(check(&good), "v6 {v6}: an intact segment verifies");
+        let mut damaged = frame.clone();
+        let last = damaged.len() - 1;
+        damaged[last] ^= 0x40;
+        let mut bad = chained(&damaged);
+        assert!(!check(&bad), "v6 {v6}: a damaged last buffer fails");
+        bad.set_l4_csum_verdict(Some(true));
+        bad.set_ip_csum_verdict(Some(true));
+        assert!(check(&bad), "v6 {v6}: the NIC's verdict is trusted");
+        let mut refused = chained(&frame);
+        refused.set_l4_csum_verdict(Some(false));
+        assert!(!check(&refused), "v6 {v6}: the NIC's refusal too");
+        if !v6 {
+            let mut ip_damaged = frame.clone();
+            ip_damaged[14 + 8] ^= 0x01; // the TTL: the header checksum no longer holds
+            assert!(!check(&chained(&ip_damaged)), "a damaged IPv4 header fails");
+        }
+    }
+    assert_eq!(pool.in_use(), 0);
+}

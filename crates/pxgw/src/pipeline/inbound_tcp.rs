@@ -173,6 +173,11 @@ impl<B: PacketBuf> Pipeline<B> {
             }
             _ => self.cfg.imtu,
         };
+        if let Class::Tcp(h) = parsed.class() {
+            if h.ip_len <= to {
+                return self.inbound_coalesced_whole(pkt, parsed, h, now, out);
+            }
+        }
         let mut pieces = std::mem::take(&mut self.pieces);
         match split_tcp_parsed(pkt, &parsed, to, offloads, &self.pool, &mut pieces) {
             Ok(n) => {
@@ -205,6 +210,32 @@ impl<B: PacketBuf> Pipeline<B> {
             }
         }
         self.pieces = pieces;
+    }
+
+    /// A coalesced TCP segment of a merged connection that needs no cut (`h`, its headers from
+    /// `parsed`): the merge engine takes it whole, and with TSO toward the inside the NIC cuts
+    /// it at the iMTU should it leave as it is. Its checksums are verified first, as a cut
+    /// would verify them (the NIC's verdict, else in software): a damaged one is dropped and
+    /// counted, never sent on with checksums made afresh over its bytes.
+    fn inbound_coalesced_whole(
+        &mut self,
+        mut pkt: B,
+        parsed: Parsed,
+        h: &Headers,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        if !pxio::merge::tcp_checksums_ok(&pkt, h) {
+            self.report.drops.coalesced_failed += 1;
+            return;
+        }
+        self.count_coalesced_inbound(1);
+        pkt.set_l4_csum_verdict(Some(true));
+        pkt.set_ip_csum_verdict(Some(true));
+        if h.ip_len > self.cfg.imtu {
+            pkt.request_tx_offload(tso_request(h, self.cfg.imtu));
+        }
+        self.hand_to_merger(pkt, parsed, now, out);
     }
 
     /// Counts a coalesced inbound packet (above the iMTU), cut into `pieces` (1: taken whole).
@@ -286,6 +317,24 @@ impl<B: PacketBuf> Pipeline<B> {
     #[inline]
     pub(super) fn prefetch_recent(&self, key: &FlowKey) {
         dpdk::prefetch(&self.recent[recent_slot(key)]);
+    }
+
+    /// Asks the CPU to bring in what the pipeline remembers by the flow entries the merge
+    /// engine named for the chunk it streams ([`Merger::stream_hints`]): the fast path's stamp
+    /// for each segment it joins, and the record the first segment of a flow's next burst
+    /// finds its connection by. With thousands of flows neither is in the cache, and a load
+    /// of each, one packet after another, waited for its miss in turn.
+    #[inline]
+    pub(super) fn prefetch_flow_records(&self) {
+        for flow in self.merger.stream_hints() {
+            if let (Some(seen), Some(r)) = (
+                self.fast_seen.get(flow as usize),
+                self.flow_recent.get(flow as usize),
+            ) {
+                dpdk::prefetch(seen);
+                dpdk::prefetch(r);
+            }
+        }
     }
 
     /// What the recent-connection slot `slot` remembers of `key`'s connection, if it is that

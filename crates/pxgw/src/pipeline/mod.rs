@@ -472,6 +472,9 @@ impl<B: PacketBuf> Pipeline<B> {
             // What earlier chunks gathered goes to the engine before this one is streamed.
             self.merge_gathered(now, out);
             let stream = self.cfg.merge && self.merger.begin_stream(&chunk);
+            if stream {
+                self.prefetch_flow_records();
+            }
             for (i, mut pkt) in chunk.drain(..).enumerate() {
                 packets += 1;
                 bytes += pkt.len() as u64;

@@ -156,6 +156,7 @@ pub use delay::{UnitGammaQuantiles, MAX_K};
 use flow_table::{flags, Slot};
 pub use flow_table::{FlowEntry, FlowTable};
 use item::{Item, Layout};
+pub use segment::tcp_checksums_ok;
 use segment::{Refusal, Segment};
 pub use stats::MergeStats;
 
@@ -565,6 +566,22 @@ impl<B: PacketBuf> Merger<B> {
         }
         let hint = self.stream.hints[i];
         (hint != flow_table::NIL && self.flows.holds(hint, key)).then_some(hint)
+    }
+
+    /// The flow entries the fast index named for the streamed chunk's packets, in chunk order
+    /// (a packet without a hash, or for which it named none, gives none). Hints, not answers:
+    /// an entry may hold another flow by the time its packet is taken ([`streamed_flow`]
+    /// checks). A caller that keeps state per flow entry prefetches it with them, while the
+    /// engine's own entries for the chunk are on their way.
+    ///
+    /// [`streamed_flow`]: Self::streamed_flow
+    pub fn stream_hints(&self) -> impl Iterator<Item = u32> + '_ {
+        let s = &*self.stream;
+        s.hints[..s.len]
+            .iter()
+            .enumerate()
+            .filter(move |&(i, &hint)| s.with_rss & (1 << i) != 0 && hint != flow_table::NIL)
+            .map(|(_, &hint)| hint)
     }
 
     /// Whether packet `i` of the streamed chunk is in it and carries an RSS hash (so its

@@ -198,6 +198,38 @@ pub(super) fn claimed_payload_sum(bytes: &[u8], hdr: &Headers) -> Sum {
     checksum::covered_sum(field).sub(pseudo).sub(header)
 }
 
+/// Whether the checksums of `pkt`, a TCP segment with headers `hdr` (its parse), hold: each by
+/// the NIC's verdict where the buffer carries one, else computed, the IPv4 header's over its 20
+/// or more bytes and the TCP checksum over the pseudo-header, the header and the payload in
+/// every buffer of the chain. For a caller about to vouch for a segment itself (a coalesced
+/// packet passed on whole, say): a segment that fails must not be sent on with checksums
+/// made afresh over its damaged bytes.
+pub fn tcp_checksums_ok<B: PacketBuf>(pkt: &B, hdr: &Headers) -> bool {
+    let bytes = pkt.head();
+    if bytes.len() < hdr.hdr_len() {
+        return false;
+    }
+    if !hdr.v6 {
+        let ip_ok = match pkt.ip_csum_verdict() {
+            Some(verdict) => verdict,
+            None => {
+                wire::Ipv4Packet::new_unchecked(&bytes[usize::from(hdr.l2_len)..]).verify_checksum()
+            }
+        };
+        if !ip_ok {
+            return false;
+        }
+    }
+    match pkt.l4_csum_verdict() {
+        Some(verdict) => verdict,
+        None => {
+            let start = hdr.hdr_len();
+            let actual = range_sum(pkt, start, start + usize::from(hdr.payload_len));
+            sums_equal(actual, claimed_payload_sum(bytes, hdr))
+        }
+    }
+}
+
 /// The sum of bytes `[start, end)` of `pkt`, aligned to `start` (as if they began a checksummed
 /// area): each buffer's part is summed where it lies, and swapped when it starts at an odd
 /// distance from `start`.
