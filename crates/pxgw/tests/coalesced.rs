@@ -677,25 +677,41 @@ fn a_flows_next_burst_is_merged_only_while_its_connection_is_known() {
     assert_eq!(pool.in_use(), 0, "nothing leaked");
 }
 
-/// A damaged coalesced segment is dropped and counted also where it is not cut: toward an
-/// inside port with TSO the engine takes a 20 KB packet whole, and its checksum must still be
-/// verified (no NIC vouched for it), never marked good for the merge to re-checksum.
-#[test]
-fn a_damaged_coalesced_segment_taken_whole_is_dropped_not_rechecksummed() {
+/// A pipeline toward an inside port that fills checksums, with TSO up to `tso` bytes (0: none),
+/// and the extra configuration `extra`.
+fn offloaded_pipeline(tso: u16, extra: &str) -> Pipeline<HeapBuf> {
     use pxgw::pipeline::Offloads;
     use pxio::split::SplitOffloads;
-    for v6 in [false, true] {
+    let cfg = pxgw::config::Config::parse(&format!(
+        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n{extra}"
+    ))
+    .unwrap();
+    let offloads = Offloads {
+        inside_checksum: true,
+        inside_tso_max_len: tso,
+        outside: SplitOffloads::default(),
+    };
+    Pipeline::new(&cfg, HeapPool::new(256), HeapPool::new(256), offloads).unwrap()
+}
+
+/// A damaged coalesced segment, which no NIC vouched for, is dropped and counted wherever its
+/// checksums would be made afresh: taken whole toward an inside port with TSO (the engine takes
+/// a 20 KB packet whole), or cut toward one that fills checksums (the cut sums nothing itself);
+/// a damaged payload byte or a damaged IPv4 header (its TTL, which the TCP checksum does not
+/// cover) alike. Nothing leaves with checksums made over damaged bytes.
+#[test]
+fn a_damaged_coalesced_segment_is_dropped_wherever_its_checksums_would_be_made_afresh() {
+    for (tso, v6, damage_ip) in [
+        (u16::MAX, false, false),
+        (u16::MAX, true, false),
+        (u16::MAX, false, true),
+        (0, false, false),
+        (0, true, false),
+        (0, false, true),
+    ] {
+        let case = format!("tso {tso}, v6 {v6}, IPv4 header {damage_ip}");
         let pool = HeapPool::new(1024);
-        let cfg = pxgw::config::Config::parse(
-            "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
-        )
-        .unwrap();
-        let offloads = Offloads {
-            inside_checksum: true,
-            inside_tso_max_len: u16::MAX,
-            outside: SplitOffloads::default(),
-        };
-        let mut px = Pipeline::new(&cfg, HeapPool::new(256), HeapPool::new(256), offloads).unwrap();
+        let mut px = offloaded_pipeline(tso, "");
         handshake(&mut px, &pool, v6, 40003);
         let mut frame = tcp(
             v6,
@@ -706,21 +722,220 @@ fn a_damaged_coalesced_segment_taken_whole_is_dropped_not_rechecksummed() {
             wire::tcp_flags::ACK,
             &pattern(20_000, 2),
         );
-        let last = frame.len() - 1;
-        frame[last] ^= 0x5a;
+        if damage_ip {
+            frame[14 + 8] ^= 0x01;
+        } else {
+            let last = frame.len() - 1;
+            frame[last] ^= 0x5a;
+        }
         let mut out = Vec::new();
         px.inbound_burst([pool.packet(&frame)], 10, &mut out);
         let frames = drain(&mut px, out, 20);
-        assert!(
-            frames.is_empty(),
-            "v6 {v6}: nothing with a fresh checksum over damaged bytes"
-        );
+        assert!(frames.is_empty(), "{case}: nothing sent");
         drop(frames);
         let r = px.report();
+        assert_eq!(r.drops.coalesced_failed, 1, "{case}: counted");
+        assert_eq!(pool.in_use(), 0, "{case}: nothing leaked");
+    }
+}
+
+/// A coalesced segment that leaves as it came, above the iMTU with a TSO request (nothing joins
+/// it: it ends with PSH), is readied as DPDK's TSO contract requires: the TCP checksum field
+/// holds the pseudo-header sum without the length, and the IPv4 header checksum is zero. With
+/// its own checksum there, a NIC that adds to the seed would send every piece with a wrong one.
+#[test]
+fn a_coalesced_segment_left_whole_for_tso_carries_the_seed_the_nic_expects() {
+    use pxio::checksum::{pseudo_header_v4, pseudo_header_v6};
+    use wire::tcp_flags::{ACK, PSH};
+    for v6 in [false, true] {
+        let pool = HeapPool::new(1024);
+        let mut px = offloaded_pipeline(u16::MAX, "");
+        handshake(&mut px, &pool, v6, 40005);
+        let frame = tcp(
+            v6,
+            true,
+            40005,
+            ISS_OUT,
+            ISS_IN,
+            ACK | PSH,
+            &pattern(20_000, 3),
+        );
+        let mut pkt = pool.packet(&frame);
+        pkt.set_l4_csum_verdict(Some(true));
+        pkt.set_ip_csum_verdict(Some(true));
+        let mut out = Vec::new();
+        px.inbound_burst([pkt], 10, &mut out);
+        px.flush(20, &mut out);
+        assert_eq!(out.len(), 1, "v6 {v6}: one packet");
+        let sent = out[0].to_vec();
+        let l34 = frame.len() - 20_000 - 14;
+        let tso = out[0].requested_tx_offload().expect("a TSO request");
         assert_eq!(
-            r.drops.coalesced_failed + r.merge.bad_checksum,
+            usize::from(tso.tso_segsz),
+            IMTU - l34,
+            "v6 {v6}: cut at the iMTU"
+        );
+        assert_eq!(
+            sent[14 + l34..],
+            frame[14 + l34..],
+            "v6 {v6}: the payload as it came"
+        );
+        let (seed, tcp_at) = if v6 {
+            let (src, dst) = (OUTSIDE6, INSIDE6);
+            (pseudo_header_v6(src, dst, 6, 0).fold(), 14 + 40)
+        } else {
+            assert_eq!(sent[14 + 10..14 + 12], [0, 0], "the IPv4 checksum zeroed");
+            (pseudo_header_v4(OUTSIDE, INSIDE, 6, 0).fold(), 14 + 20)
+        };
+        assert_eq!(
+            u16::from_be_bytes([sent[tcp_at + 16], sent[tcp_at + 17]]),
+            seed,
+            "v6 {v6}: the TCP checksum field holds the seed"
+        );
+        drop(out);
+        assert_eq!(pool.in_use(), 0, "nothing leaked");
+    }
+}
+
+/// A connection evicted while the engine holds an item of it: its next segment, which the fast
+/// path does not take (it acknowledges more), finds the connection gone and is sent on unmerged;
+/// what the engine held of the flow goes first, so nothing is reordered.
+#[test]
+fn a_segment_of_a_connection_gone_while_the_engine_holds_its_data_goes_after_that_data() {
+    use wire::tcp_flags::{ACK, SYN};
+    let pool = HeapPool::new(1024);
+    let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
+    let nic = |f: &[u8], port: u16| from_nic(&pool, f, port);
+    let (a, b) = (41100, 41101);
+    handshake(&mut px, &pool, false, a);
+    let mut out = Vec::new();
+    px.inbound_burst(
+        [nic(&tcp(false, true, b, ISS_OUT - 1, 0, SYN, &[]), b)],
+        4,
+        &mut out,
+    );
+    px.outbound_burst(
+        [pool.packet(&tcp(false, false, b, ISS_IN - 1, ISS_OUT, SYN | ACK, &[]))],
+        5,
+        &mut out,
+    );
+    drop(out);
+    let seg = |k: u32, ack: u32| {
+        tcp(
+            false,
+            true,
+            a,
+            ISS_OUT + k * 1000,
+            ack,
+            ACK,
+            &pattern(1000, k as usize),
+        )
+    };
+    // Warm the engine's choice of path: a burst of A's segments that continue one another, so
+    // that the next burst is taken in arrival order, each segment merged as it comes.
+    let mut out = Vec::new();
+    px.inbound_burst((0..4).map(|k| nic(&seg(k, ISS_IN), a)), 10, &mut out);
+    px.flush(15, &mut out);
+    // A's segment starts an item; B's ACK completes B, which evicts A (max = 1); A's next two
+    // segments acknowledge more than the item's, so the fast path leaves them to the pipeline.
+    let burst = [
+        nic(&seg(4, ISS_IN), a),
+        nic(&tcp(false, true, b, ISS_OUT, ISS_IN, ACK, &[]), b),
+        nic(&seg(5, ISS_IN + 100), a),
+        nic(&seg(6, ISS_IN + 200), a),
+    ];
+    px.inbound_burst(burst, 20, &mut out);
+    px.flush(30, &mut out);
+    assert_eq!(
+        px.report().mss.established_evicted,
+        1,
+        "B's completion evicted A"
+    );
+    let frames: Vec<Vec<u8>> = out.iter().map(PacketBuf::to_vec).collect();
+    drop(out);
+    assert_eq!(
+        segments_of(&frames, a),
+        [(0, 4000), (4000, 1000), (5000, 1000), (6000, 1000)],
+        "A's segments in order"
+    );
+    assert_eq!(pool.in_use(), 0, "nothing leaked");
+}
+
+/// A coalesced chain of more buffers than the inside port sends in one packet (`max_segs`, its
+/// `nb_seg_max`) is not taken whole, which could leave it as it came: it is cut at the iMTU, and
+/// no packet leaves with more buffers than the port takes. The stream arrives intact.
+#[test]
+fn a_coalesced_chain_longer_than_the_port_sends_is_cut_at_the_imtu() {
+    use wire::tcp_flags::{ACK, PSH};
+    const PIECE: usize = 2000;
+    let pool = HeapPool::new(1024);
+    let mut px = offloaded_pipeline(u16::MAX, "[merge]\nmax_segs = 8\n");
+    handshake(&mut px, &pool, false, 40006);
+    let data = pattern(15 * PIECE, 4);
+    let frame = tcp(false, true, 40006, ISS_OUT, ISS_IN, ACK | PSH, &data);
+    let hdr = frame.len() - data.len();
+    let mut chain = pool.packet(&frame[..hdr + PIECE]);
+    for piece in frame[hdr + PIECE..].chunks(PIECE) {
+        assert!(chain.chain(pool.packet(piece)).is_ok());
+    }
+    assert_eq!(chain.num_segs(), 15);
+    chain.set_l4_csum_verdict(Some(true));
+    chain.set_ip_csum_verdict(Some(true));
+    let mut out = Vec::new();
+    px.inbound_burst([chain], 10, &mut out);
+    px.flush(20, &mut out);
+    assert!(out.len() > 1, "cut");
+    for p in &out {
+        assert!(p.num_segs() <= 8, "{} buffers in one packet", p.num_segs());
+    }
+    let frames: Vec<Vec<u8>> = out.iter().map(PacketBuf::to_vec).collect();
+    drop(out);
+    let got: Vec<u8> = frames.iter().flat_map(|f| f[hdr..].to_vec()).collect();
+    assert!(got == data, "the stream intact, in order");
+    assert_eq!(pool.in_use(), 0, "nothing leaked");
+}
+
+/// An inside host's segment that arrived damaged, with no NIC verdict, is not split into pieces
+/// whose checksums the outside port's NIC would make afresh (TSO, or checksum offload): it is
+/// dropped and counted, as a cut in software drops it. Both families, both offloads.
+#[test]
+fn a_damaged_outbound_segment_is_not_split_into_freshly_checksummed_pieces() {
+    use pxgw::pipeline::Offloads;
+    use pxio::split::SplitOffloads;
+    for (v6, tso) in [(false, true), (true, true), (false, false), (true, false)] {
+        let pool = HeapPool::new(1024);
+        let cfg = pxgw::config::Config::parse(
+            "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
+        )
+        .unwrap();
+        let offloads = Offloads {
+            inside_checksum: false,
+            inside_tso_max_len: 0,
+            outside: SplitOffloads {
+                tso,
+                checksum: true,
+            },
+        };
+        let mut px = Pipeline::new(&cfg, HeapPool::new(256), HeapPool::new(256), offloads).unwrap();
+        handshake(&mut px, &pool, v6, 40007);
+        let mut frame = tcp(
+            v6,
+            false,
+            40007,
+            ISS_IN,
+            ISS_OUT,
+            wire::tcp_flags::ACK,
+            &pattern(8_000, 5),
+        );
+        let last = frame.len() - 1;
+        frame[last] ^= 0x21;
+        let mut out = Vec::new();
+        px.outbound_burst([pool.packet(&frame)], 10, &mut out);
+        assert!(out.is_empty(), "v6 {v6}, tso {tso}: nothing sent");
+        assert_eq!(
+            px.report().drops.split_failed,
             1,
-            "v6 {v6}: counted"
+            "v6 {v6}, tso {tso}: counted"
         );
         assert_eq!(pool.in_use(), 0, "nothing leaked");
     }

@@ -46,9 +46,9 @@ pub enum SplitError {
     /// No buffer for a segment's header or view.
     #[error("buffer pool exhausted while splitting")]
     PoolExhausted,
-    /// The packet's TCP checksum does not match its bytes: it is not re-checksummed into
-    /// segments that would look valid.
-    #[error("TCP checksum of the packet to split does not verify")]
+    /// The packet's TCP checksum, or its IPv4 header checksum, does not match its bytes (or
+    /// the NIC said so): it is not re-checksummed into segments that would look valid.
+    #[error("a checksum of the packet to split does not verify")]
     BadChecksum,
 }
 
@@ -67,8 +67,13 @@ pub struct SplitOffloads {
 /// packet goes out whole with a TSO request (unless it carries URG or SYN, see the module docs);
 /// otherwise it is cut in software: sequence numbers advance, IPv4 IDs increase by one per
 /// segment, flags and the urgent pointer are set per piece as the module docs say, and every
-/// checksum is correct (or left to the NIC when checksum offload was granted). On error nothing
-/// was pushed and the packet is returned with the reason.
+/// checksum is correct (or left to the NIC when checksum offload was granted). A packet that
+/// is split is verified first wherever its checksums are made afresh: by the NIC's verdicts
+/// where the buffer carries them, else in software (the IPv4 header always; the TCP checksum
+/// in the same pass that sums the pieces, or on its own when the NIC is to fill the pieces'
+/// checksums or cut the packet itself), and one that fails is refused
+/// ([`SplitError::BadChecksum`]). On error nothing was pushed and the packet is returned with
+/// the reason.
 pub fn split_tcp<B: PacketBuf>(
     pkt: B,
     mtu: u16,
@@ -108,6 +113,16 @@ pub fn split_tcp_parsed<B: PacketBuf>(
         return Err((SplitError::MtuTooSmall { mtu, headers }, pkt));
     }
     let mss = mtu - headers;
+    // The software sums check the TCP checksum on their way; nothing else here checks a
+    // checksum the NIC is asked to make afresh, nor the IPv4 header a piece's is made from.
+    let verified = if offloads.tso || offloads.checksum {
+        crate::merge::tcp_checksums_ok(&pkt, &hdr)
+    } else {
+        crate::merge::ip_header_ok(&pkt, &hdr)
+    };
+    if !verified {
+        return Err((SplitError::BadChecksum, pkt));
+    }
     if offloads.tso && !needs_software(&pkt, &hdr) {
         let mut pkt = pkt;
         if prepare_for_nic(&mut pkt, &hdr, mss) {
@@ -132,28 +147,42 @@ fn needs_software<B: PacketBuf>(pkt: &B, hdr: &Headers) -> bool {
     flags & (tcp_flags::URG | tcp_flags::SYN) != 0
 }
 
-/// Asks the NIC to segment: IPv4 checksum zeroed, TCP checksum seeded with the pseudo-header
-/// sum without length, as DPDK's TSO contract requires.
+/// Asks the NIC to segment, and says nothing of the checksums (they are seeds now).
 fn prepare_for_nic<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
+    if !request_tso(pkt, hdr, mss) {
+        return false;
+    }
+    mark_rewritten_checksums(pkt, false, hdr.v6);
+    true
+}
+
+/// Asks the NIC to cut `pkt`, a TCP segment with headers `hdr` (its parse), into pieces of
+/// `mss` payload bytes (TSO), readied as DPDK's TSO contract requires: the IPv4 header
+/// checksum zeroed, the TCP checksum field seeded with the pseudo-header sum without the
+/// length, the IP and TCP checksums requested. A packet sent on with a TSO request and its own
+/// checksum in the field comes out of a NIC that adds to the seed (Intel's) with every piece's
+/// checksum wrong. The checksum verdicts are left as they are: a caller that verified the
+/// segment may hand it on as verified (a merge engine with checksum offload makes its own
+/// seeds). False, with nothing changed, when the first buffer is shared and cannot be written
+/// or does not hold the headers.
+pub fn request_tso<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
     let (l2, l3, end) = (
         usize::from(hdr.l2_len),
         usize::from(hdr.l3_len),
         hdr.hdr_len(),
     );
-    let Some(bytes) = pkt.head_mut() else {
+    let Some(bytes) = pkt.head_mut().filter(|b| b.len() >= end) else {
         return false;
     };
+    let ip_ok = hdr.v6 || wire::Ipv4Packet::new_checked(&bytes[l2..l2 + l3]).is_ok();
+    if !ip_ok || wire::TcpPacket::new_checked(&bytes[l2 + l3..end]).is_err() {
+        return false;
+    }
     let seed = pseudo_header(bytes, hdr, 0);
     if !hdr.v6 {
-        match wire::Ipv4Packet::new_checked(&mut bytes[l2..l2 + l3]) {
-            Ok(mut ip) => ip.set_checksum(0),
-            Err(_) => return false,
-        }
+        wire::Ipv4Packet::new_unchecked(&mut bytes[l2..l2 + l3]).set_checksum(0);
     }
-    match wire::TcpPacket::new_checked(&mut bytes[l2 + l3..end]) {
-        Ok(mut tcp) => tcp.set_checksum(seed.fold()),
-        Err(_) => return false,
-    }
+    wire::TcpPacket::new_unchecked(&mut bytes[l2 + l3..end]).set_checksum(seed.fold());
     pkt.request_tx_offload(TxOffload {
         l2_len: hdr.l2_len as u8,
         l3_len: hdr.l3_len,
@@ -164,7 +193,6 @@ fn prepare_for_nic<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
         udp_checksum: false,
         tso_segsz: mss,
     });
-    mark_rewritten_checksums(pkt, false, hdr.v6);
     true
 }
 

@@ -13,7 +13,6 @@
 //! Appendix example of 13.5 KB and 7.5 KB LRO packets), never taken for an oversize packet.
 
 use pxio::split::split_tcp_parsed;
-use pxio::TxOffload;
 
 use super::*;
 
@@ -92,7 +91,7 @@ impl<B: PacketBuf> Pipeline<B> {
             // engine parses again if it did not).
             self.hand_to_merger(pkt, parsed, now, out);
         } else {
-            self.send_inside(pkt, now, out);
+            self.send_inside_after_flow(pkt, &h.key, now, out);
         }
     }
 
@@ -166,8 +165,15 @@ impl<B: PacketBuf> Pipeline<B> {
         // Cut where the engine would: at the iMTU, or with TSO toward the inside at the most
         // whole iMTU-sized pieces a TSO request carries, so that a 64 KB LRO packet makes two
         // pieces, not eight, and the engine's cuts stash the rest for the next one.
+        // A chain longer than the inside port sends in one packet (its `nb_seg_max`, the
+        // engine's `max_segs`) is cut at the iMTU, whose pieces span a few buffers each: taken
+        // whole, it could leave as it came, with nothing to join it.
         let to = match parsed.class() {
-            Class::Tcp(h) if self.cfg.merge && known => {
+            Class::Tcp(h)
+                if self.cfg.merge
+                    && known
+                    && pkt.num_segs() <= usize::from(self.merger.config().max_segs) =>
+            {
                 let l34 = u32::from(h.ip_len) - u32::from(h.payload_len);
                 u16::try_from(self.merger.largest_item(l34)).unwrap_or(self.cfg.imtu)
             }
@@ -192,14 +198,18 @@ impl<B: PacketBuf> Pipeline<B> {
                     // there, should the engine pass it on as it is (a retransmission, no free
                     // item): nothing above the iMTU ever reaches the wire.
                     if let Class::Tcp(h) = parsed.class() {
-                        if h.ip_len > self.cfg.imtu {
-                            piece.request_tx_offload(tso_request(h, self.cfg.imtu));
+                        if h.ip_len > self.cfg.imtu && !self.request_tso(&mut piece, h) {
+                            self.report.drops.coalesced_failed += 1;
+                            continue;
                         }
                     }
                     if self.cfg.merge && known {
                         self.hand_to_merger(piece, parsed, now, out);
                     } else {
-                        self.send_inside(piece, now, out);
+                        match parsed.class() {
+                            Class::Tcp(h) => self.send_inside_after_flow(piece, &h.key, now, out),
+                            _ => self.send_inside(piece, now, out),
+                        }
                     }
                 }
             }
@@ -229,13 +239,22 @@ impl<B: PacketBuf> Pipeline<B> {
             self.report.drops.coalesced_failed += 1;
             return;
         }
-        self.count_coalesced_inbound(1);
         pkt.set_l4_csum_verdict(Some(true));
         pkt.set_ip_csum_verdict(Some(true));
-        if h.ip_len > self.cfg.imtu {
-            pkt.request_tx_offload(tso_request(h, self.cfg.imtu));
+        if h.ip_len > self.cfg.imtu && !self.request_tso(&mut pkt, h) {
+            self.report.drops.coalesced_failed += 1;
+            return;
         }
+        self.count_coalesced_inbound(1);
         self.hand_to_merger(pkt, parsed, now, out);
+    }
+
+    /// Has the NIC cut `pkt` (headers `h`) at the iMTU, readied as DPDK's TSO contract wants
+    /// ([`pxio::split::request_tso`]), should the merge engine pass it on as it is. False when
+    /// its headers cannot be written (shared).
+    fn request_tso(&self, pkt: &mut B, h: &Headers) -> bool {
+        let l34 = h.ip_len - h.payload_len;
+        pxio::split::request_tso(pkt, h, self.cfg.imtu - l34)
     }
 
     /// Counts a coalesced inbound packet (above the iMTU), cut into `pieces` (1: taken whole).
@@ -364,6 +383,21 @@ impl<B: PacketBuf> Pipeline<B> {
         out.push(pkt);
     }
 
+    /// [`send_inside`](Self::send_inside) for a packet of the flow `key` that the merge engine
+    /// may hold data of (its connection was known when that data came, and is not now: expired,
+    /// evicted): what the engine holds of the flow goes first.
+    pub(super) fn send_inside_after_flow(
+        &mut self,
+        pkt: B,
+        key: &FlowKey,
+        now: u64,
+        out: &mut Vec<B>,
+    ) {
+        self.merge_gathered(now, out);
+        self.merger.release_key(key, now, out);
+        out.push(pkt);
+    }
+
     /// Hands what the burst gathered to the merge engine, which settles it.
     pub(super) fn merge_gathered(&mut self, now: u64, out: &mut Vec<B>) {
         if !self.gathered.is_empty() {
@@ -429,22 +463,6 @@ impl<B: PacketBuf> Pipeline<B> {
         } else {
             self.cfg.mss_floor.0
         }
-    }
-}
-
-/// The TSO request that has the NIC cut a TCP segment with headers `h` at `imtu`, checksums
-/// filled (the split seeded them).
-fn tso_request(h: &Headers, imtu: u16) -> TxOffload {
-    let l34 = h.ip_len - h.payload_len;
-    TxOffload {
-        l2_len: h.l3_offset() as u8,
-        l3_len: (h.l4_offset() - h.l3_offset()) as u16,
-        l4_len: (h.hdr_len() - h.l4_offset()) as u8,
-        ipv4: !h.key.v6,
-        ip_checksum: !h.key.v6,
-        tcp_checksum: true,
-        udp_checksum: false,
-        tso_segsz: imtu - l34,
     }
 }
 

@@ -156,7 +156,7 @@ pub use delay::{UnitGammaQuantiles, MAX_K};
 use flow_table::{flags, Slot};
 pub use flow_table::{FlowEntry, FlowTable};
 use item::{Item, Layout};
-pub use segment::tcp_checksums_ok;
+pub use segment::{ip_header_ok, tcp_checksums_ok};
 use segment::{Refusal, Segment};
 pub use stats::MergeStats;
 
@@ -656,14 +656,23 @@ impl<B: PacketBuf> Merger<B> {
             return Err(pkt);
         }
         self.stats.packets_in += 1;
-        if !self.is_idle() {
-            let hash = flow_table::key_hash(key, self.hash_seed);
-            if let Some(flow) = self.flows.find(hash, key) {
-                self.flush_flow(flow, now, out);
-            }
-        }
+        self.release_key(key, now, out);
         self.pass(pkt, out);
         Ok(())
+    }
+
+    /// Sends everything the engine holds of the flow `key` to `out` now, before a packet of
+    /// that flow the caller sends on without the engine (a connection it no longer merges), so
+    /// that the packet overtakes none of the flow's held data. With nothing held at all, not
+    /// even the flow is looked up.
+    pub fn release_key(&mut self, key: &FlowKey, now: u64, out: &mut Vec<B>) {
+        if self.is_idle() {
+            return;
+        }
+        let hash = flow_table::key_hash(key, self.hash_seed);
+        if let Some(flow) = self.flows.find(hash, key) {
+            self.flush_flow(flow, now, out);
+        }
     }
 
     /// The 5-tuple of flow entry `flow` (as [`offer_fast`](Self::offer_fast) returns it).

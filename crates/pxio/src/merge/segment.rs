@@ -205,21 +205,10 @@ pub(super) fn claimed_payload_sum(bytes: &[u8], hdr: &Headers) -> Sum {
 /// packet passed on whole, say): a segment that fails must not be sent on with checksums
 /// made afresh over its damaged bytes.
 pub fn tcp_checksums_ok<B: PacketBuf>(pkt: &B, hdr: &Headers) -> bool {
-    let bytes = pkt.head();
-    if bytes.len() < hdr.hdr_len() {
+    if !ip_header_ok(pkt, hdr) {
         return false;
     }
-    if !hdr.v6 {
-        let ip_ok = match pkt.ip_csum_verdict() {
-            Some(verdict) => verdict,
-            None => {
-                wire::Ipv4Packet::new_unchecked(&bytes[usize::from(hdr.l2_len)..]).verify_checksum()
-            }
-        };
-        if !ip_ok {
-            return false;
-        }
-    }
+    let bytes = pkt.head();
     match pkt.l4_csum_verdict() {
         Some(verdict) => verdict,
         None => {
@@ -228,6 +217,23 @@ pub fn tcp_checksums_ok<B: PacketBuf>(pkt: &B, hdr: &Headers) -> bool {
             sums_equal(actual, claimed_payload_sum(bytes, hdr))
         }
     }
+}
+
+/// Whether the IPv4 header checksum of `pkt` (headers `hdr`, its parse) holds, by the NIC's
+/// verdict where the buffer carries one, else computed; an IPv6 header has none. False when
+/// the first buffer does not hold the headers.
+pub fn ip_header_ok<B: PacketBuf>(pkt: &B, hdr: &Headers) -> bool {
+    let bytes = pkt.head();
+    if bytes.len() < hdr.hdr_len() {
+        return false;
+    }
+    hdr.v6
+        || match pkt.ip_csum_verdict() {
+            Some(verdict) => verdict,
+            None => {
+                wire::Ipv4Packet::new_unchecked(&bytes[usize::from(hdr.l2_len)..]).verify_checksum()
+            }
+        }
 }
 
 /// The sum of bytes `[start, end)` of `pkt`, aligned to `start` (as if they began a checksummed
