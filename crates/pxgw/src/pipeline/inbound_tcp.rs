@@ -184,6 +184,12 @@ impl<B: PacketBuf> Pipeline<B> {
                 return self.inbound_coalesced_whole(pkt, parsed, h, now, out);
             }
         }
+        if let Class::Tcp(h) = parsed.class() {
+            if !received_checksums_ok(&pkt, h, offloads) {
+                self.report.drops.coalesced_failed += 1;
+                return;
+            }
+        }
         let mut pieces = std::mem::take(&mut self.pieces);
         match split_tcp_parsed(pkt, &parsed, to, offloads, &self.pool, &mut pieces) {
             Ok(n) => {
@@ -463,6 +469,23 @@ impl<B: PacketBuf> Pipeline<B> {
         } else {
             self.cfg.mss_floor.0
         }
+    }
+}
+
+/// Whether the checksums of `pkt` (headers `h`), a received TCP segment about to be split with
+/// `offloads`, hold where the split would not check them itself: the IPv4 header always (the
+/// pieces' headers are made from it), the TCP checksum when the NIC is to make the pieces'
+/// (checksum offload, TSO). The software split verifies the TCP checksum on its way. A damaged
+/// segment must not leave as pieces with checksums made afresh over its bytes.
+pub(super) fn received_checksums_ok<B: PacketBuf>(
+    pkt: &B,
+    h: &Headers,
+    offloads: SplitOffloads,
+) -> bool {
+    if offloads.tso || offloads.checksum {
+        pxio::merge::tcp_checksums_ok(pkt, h)
+    } else {
+        pxio::merge::ip_header_ok(pkt, h)
     }
 }
 

@@ -139,6 +139,10 @@ impl<B: PacketBuf> Pipeline<B> {
         if h.ip_len <= pmtu {
             return out.push(pkt);
         }
+        if !inbound_tcp::received_checksums_ok(&pkt, h, self.cfg.offloads) {
+            self.report.drops.split_failed += 1;
+            return;
+        }
         self.report.coalesced.outbound += u64::from(h.ip_len > self.cfg.imtu);
         match split_tcp_parsed(pkt, parsed, pmtu, self.cfg.offloads, &self.pool, out) {
             Ok(n) if n > 1 => {
