@@ -423,25 +423,14 @@ fn whole_bursts_keep_every_stream_intact_with_and_without_rss() {
 /// passes unmerged, after it. Nothing is held for a connection the gateway no longer knows.
 #[test]
 fn a_connection_evicted_mid_burst_stops_being_merged_in_order() {
-    use wire::tcp_flags::{ACK, SYN};
+    use wire::tcp_flags::ACK;
     let pool = HeapPool::new(1024);
     let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
     let nic = |f: &[u8], port: u16| from_nic(&pool, f, port);
     let (a, b) = (41000, 41001);
     handshake(&mut px, &pool, false, a);
     // B's handshake up to the inside host's SYN-ACK: the outside's ACK completes it later.
-    let mut out = Vec::new();
-    px.inbound_burst(
-        [nic(&tcp(false, true, b, ISS_OUT - 1, 0, SYN, &[]), b)],
-        4,
-        &mut out,
-    );
-    px.outbound_burst(
-        [pool.packet(&tcp(false, false, b, ISS_IN - 1, ISS_OUT, SYN | ACK, &[]))],
-        5,
-        &mut out,
-    );
-    drop(out);
+    half_open(&mut px, &pool, b);
     // Warm the engine's choice of path: a burst of A's segments that continue one another.
     let seg = |k: u32| {
         tcp(
@@ -530,24 +519,13 @@ fn a_frame_cut_short_of_its_ip_length_is_dropped_and_counted() {
 /// every packet above the iMTU asks the NIC to cut it there.
 #[test]
 fn lro_chains_join_whole_and_leave_as_the_general_path_sends_them() {
-    use pxgw::pipeline::Offloads;
-    use pxio::split::SplitOffloads;
     const MSS: usize = 1448;
     const LRO_SEGMENTS: [usize; 9] = [9, 3, 11, 7, 9, 5, 11, 10, 4];
     /// The frames sent inside (bytes, TSO segment size), the report, the fast path's joins.
     type Run = (Vec<(Vec<u8>, Option<u16>)>, pxgw::stats::Report, u64);
     let run = |v6: bool, rss: bool| -> Run {
         let pool = HeapPool::new(256);
-        let cfg = pxgw::config::Config::parse(
-            "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
-        )
-        .unwrap();
-        let offloads = Offloads {
-            inside_checksum: true,
-            inside_tso_max_len: u16::MAX,
-            outside: SplitOffloads::default(),
-        };
-        let mut px = Pipeline::new(&cfg, HeapPool::new(256), HeapPool::new(256), offloads).unwrap();
+        let mut px = offloaded_pipeline(u16::MAX, "");
         handshake(&mut px, &pool, v6, 40100);
         let mut out = Vec::new();
         let mut seq = ISS_OUT;
@@ -677,21 +655,53 @@ fn a_flows_next_burst_is_merged_only_while_its_connection_is_known() {
     assert_eq!(pool.in_use(), 0, "nothing leaked");
 }
 
-/// A pipeline toward an inside port that fills checksums, with TSO up to `tso` bytes (0: none),
-/// and the extra configuration `extra`.
-fn offloaded_pipeline(tso: u16, extra: &str) -> Pipeline<HeapBuf> {
-    use pxgw::pipeline::Offloads;
-    use pxio::split::SplitOffloads;
+/// A pipeline whose ports grant `offloads`, with the extra configuration `extra`.
+fn pipeline_offloading(offloads: pxgw::pipeline::Offloads, extra: &str) -> Pipeline<HeapBuf> {
     let cfg = pxgw::config::Config::parse(&format!(
         "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n{extra}"
     ))
     .unwrap();
-    let offloads = Offloads {
+    Pipeline::new(&cfg, HeapPool::new(256), HeapPool::new(256), offloads).unwrap()
+}
+
+/// A pipeline toward an inside port that fills checksums, with TSO up to `tso` bytes (0: none),
+/// and the extra configuration `extra`.
+fn offloaded_pipeline(tso: u16, extra: &str) -> Pipeline<HeapBuf> {
+    let offloads = pxgw::pipeline::Offloads {
         inside_checksum: true,
         inside_tso_max_len: tso,
-        outside: SplitOffloads::default(),
+        outside: pxio::split::SplitOffloads::default(),
     };
-    Pipeline::new(&cfg, HeapPool::new(256), HeapPool::new(256), offloads).unwrap()
+    pipeline_offloading(offloads, extra)
+}
+
+/// Opens the connection of `port` half-way through the pipeline: the outside's SYN and the
+/// inside host's SYN-ACK; the outside's ACK, sent later, completes it.
+fn half_open(px: &mut Pipeline<HeapBuf>, pool: &HeapPool, port: u16) {
+    use wire::tcp_flags::{ACK, SYN};
+    let mut out = Vec::new();
+    px.inbound_burst(
+        [from_nic(
+            pool,
+            &tcp(false, true, port, ISS_OUT - 1, 0, SYN, &[]),
+            port,
+        )],
+        4,
+        &mut out,
+    );
+    px.outbound_burst(
+        [pool.packet(&tcp(
+            false,
+            false,
+            port,
+            ISS_IN - 1,
+            ISS_OUT,
+            SYN | ACK,
+            &[],
+        ))],
+        5,
+        &mut out,
+    );
 }
 
 /// A damaged coalesced segment, which no NIC vouched for, is dropped and counted wherever its
@@ -802,24 +812,13 @@ fn a_coalesced_segment_left_whole_for_tso_carries_the_seed_the_nic_expects() {
 /// what the engine held of the flow goes first, so nothing is reordered.
 #[test]
 fn a_segment_of_a_connection_gone_while_the_engine_holds_its_data_goes_after_that_data() {
-    use wire::tcp_flags::{ACK, SYN};
+    use wire::tcp_flags::ACK;
     let pool = HeapPool::new(1024);
     let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
     let nic = |f: &[u8], port: u16| from_nic(&pool, f, port);
     let (a, b) = (41100, 41101);
     handshake(&mut px, &pool, false, a);
-    let mut out = Vec::new();
-    px.inbound_burst(
-        [nic(&tcp(false, true, b, ISS_OUT - 1, 0, SYN, &[]), b)],
-        4,
-        &mut out,
-    );
-    px.outbound_burst(
-        [pool.packet(&tcp(false, false, b, ISS_IN - 1, ISS_OUT, SYN | ACK, &[]))],
-        5,
-        &mut out,
-    );
-    drop(out);
+    half_open(&mut px, &pool, b);
     let seg = |k: u32, ack: u32| {
         tcp(
             false,
@@ -904,10 +903,6 @@ fn a_damaged_outbound_segment_is_not_split_into_freshly_checksummed_pieces() {
     use pxio::split::SplitOffloads;
     for (v6, tso) in [(false, true), (true, true), (false, false), (true, false)] {
         let pool = HeapPool::new(1024);
-        let cfg = pxgw::config::Config::parse(
-            "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
-        )
-        .unwrap();
         let offloads = Offloads {
             inside_checksum: false,
             inside_tso_max_len: 0,
@@ -916,7 +911,7 @@ fn a_damaged_outbound_segment_is_not_split_into_freshly_checksummed_pieces() {
                 checksum: true,
             },
         };
-        let mut px = Pipeline::new(&cfg, HeapPool::new(256), HeapPool::new(256), offloads).unwrap();
+        let mut px = pipeline_offloading(offloads, "");
         handshake(&mut px, &pool, v6, 40007);
         let mut frame = tcp(
             v6,

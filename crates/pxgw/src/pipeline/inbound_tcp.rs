@@ -76,7 +76,7 @@ impl<B: PacketBuf> Pipeline<B> {
             }
         }
         if h.ip_len > self.cfg.imtu {
-            return self.inbound_coalesced(pkt, parsed, known, now, out);
+            return self.inbound_coalesced(pkt, parsed, h, known, now, out);
         }
         if self.cfg.merge && known {
             // A pure ACK goes on at once when the engine holds nothing (nor was anything
@@ -91,7 +91,7 @@ impl<B: PacketBuf> Pipeline<B> {
             // engine parses again if it did not).
             self.hand_to_merger(pkt, parsed, now, out);
         } else {
-            self.send_inside_after_flow(pkt, &h.key, now, out);
+            self.send_inside(pkt, &h.key, now, out);
         }
     }
 
@@ -154,6 +154,7 @@ impl<B: PacketBuf> Pipeline<B> {
         &mut self,
         pkt: B,
         parsed: Parsed,
+        h: &Headers,
         known: bool,
         now: u64,
         out: &mut Vec<B>,
@@ -168,27 +169,19 @@ impl<B: PacketBuf> Pipeline<B> {
         // A chain longer than the inside port sends in one packet (its `nb_seg_max`, the
         // engine's `max_segs`) is cut at the iMTU, whose pieces span a few buffers each: taken
         // whole, it could leave as it came, with nothing to join it.
-        let to = match parsed.class() {
-            Class::Tcp(h)
-                if self.cfg.merge
-                    && known
-                    && pkt.num_segs() <= usize::from(self.merger.config().max_segs) =>
-            {
-                let l34 = u32::from(h.ip_len) - u32::from(h.payload_len);
-                u16::try_from(self.merger.largest_item(l34)).unwrap_or(self.cfg.imtu)
-            }
-            _ => self.cfg.imtu,
+        let merged = self.cfg.merge && known;
+        let to = if merged && pkt.num_segs() <= usize::from(self.merger.config().max_segs) {
+            let l34 = u32::from(h.ip_len) - u32::from(h.payload_len);
+            u16::try_from(self.merger.largest_item(l34)).unwrap_or(self.cfg.imtu)
+        } else {
+            self.cfg.imtu
         };
-        if let Class::Tcp(h) = parsed.class() {
-            if h.ip_len <= to {
-                return self.inbound_coalesced_whole(pkt, parsed, h, now, out);
-            }
+        if h.ip_len <= to {
+            return self.inbound_coalesced_whole(pkt, parsed, h, now, out);
         }
-        if let Class::Tcp(h) = parsed.class() {
-            if !received_checksums_ok(&pkt, h, offloads) {
-                self.report.drops.coalesced_failed += 1;
-                return;
-            }
+        if !received_checksums_ok(&pkt, h, offloads) {
+            self.report.drops.coalesced_failed += 1;
+            return;
         }
         let mut pieces = std::mem::take(&mut self.pieces);
         match split_tcp_parsed(pkt, &parsed, to, offloads, &self.pool, &mut pieces) {
@@ -203,19 +196,16 @@ impl<B: PacketBuf> Pipeline<B> {
                     // A piece above the iMTU (TSO toward the inside) asks the NIC to cut it
                     // there, should the engine pass it on as it is (a retransmission, no free
                     // item): nothing above the iMTU ever reaches the wire.
-                    if let Class::Tcp(h) = parsed.class() {
-                        if h.ip_len > self.cfg.imtu && !self.request_tso(&mut piece, h) {
+                    if let Class::Tcp(ph) = parsed.class() {
+                        if ph.ip_len > self.cfg.imtu && !self.request_tso(&mut piece, ph) {
                             self.report.drops.coalesced_failed += 1;
                             continue;
                         }
                     }
-                    if self.cfg.merge && known {
+                    if merged {
                         self.hand_to_merger(piece, parsed, now, out);
                     } else {
-                        match parsed.class() {
-                            Class::Tcp(h) => self.send_inside_after_flow(piece, &h.key, now, out),
-                            _ => self.send_inside(piece, now, out),
-                        }
+                        self.send_inside(piece, &h.key, now, out);
                     }
                 }
             }
@@ -382,23 +372,11 @@ impl<B: PacketBuf> Pipeline<B> {
         }
     }
 
-    /// Sends a packet inside without the merge engine: after what was gathered for it, so it
-    /// never overtakes an earlier packet of its flow.
-    pub(super) fn send_inside(&mut self, pkt: B, now: u64, out: &mut Vec<B>) {
-        self.merge_gathered(now, out);
-        out.push(pkt);
-    }
-
-    /// [`send_inside`](Self::send_inside) for a packet of the flow `key` that the merge engine
-    /// may hold data of (its connection was known when that data came, and is not now: expired,
-    /// evicted): what the engine holds of the flow goes first.
-    pub(super) fn send_inside_after_flow(
-        &mut self,
-        pkt: B,
-        key: &FlowKey,
-        now: u64,
-        out: &mut Vec<B>,
-    ) {
+    /// Sends a packet of the TCP flow `key` inside without the merge engine: after what was
+    /// gathered for it, and after what the engine holds of its flow (its connection was known
+    /// when that data came, and may not be now: expired, evicted), so it never overtakes an
+    /// earlier packet of its flow.
+    pub(super) fn send_inside(&mut self, pkt: B, key: &FlowKey, now: u64, out: &mut Vec<B>) {
         self.merge_gathered(now, out);
         self.merger.release_key(key, now, out);
         out.push(pkt);
