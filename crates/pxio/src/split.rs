@@ -100,7 +100,8 @@ pub fn split_tcp_parsed<B: PacketBuf>(
     pool: &B::Pool,
     out: &mut Vec<B>,
 ) -> Result<usize, (SplitError, B)> {
-    let hdr = match *parsed.or_fresh(pkt.head(), pkt.len()).class() {
+    let mut fresh = None;
+    let hdr = match parsed.fitting(pkt.head(), pkt.len(), &mut fresh).class() {
         Class::Tcp(h) if h.ip_len > mtu => h,
         _ => {
             out.push(pkt);
@@ -112,18 +113,18 @@ pub fn split_tcp_parsed<B: PacketBuf>(
         return Err((SplitError::MtuTooSmall { mtu, headers }, pkt));
     }
     let mss = mtu - headers;
-    if offloads.tso && !needs_software(&pkt, &hdr) {
+    if offloads.tso && !needs_software(&pkt, hdr) {
         let mut pkt = pkt;
-        if prepare_for_nic(&mut pkt, &hdr, mss) {
+        if prepare_for_nic(&mut pkt, hdr, mss) {
             out.push(pkt);
             return Ok(1);
         }
         // Shared headers we cannot prepare: fall back to software.
-        return software(pkt, &hdr, mss, offloads.checksum, pool, out);
+        return software(pkt, hdr, mss, offloads.checksum, pool, out);
     }
-    match detached(pkt, &hdr, mss, offloads.checksum, pool, out) {
+    match detached(pkt, hdr, mss, offloads.checksum, pool, out) {
         Ok(done) => done,
-        Err(pkt) => software(pkt, &hdr, mss, offloads.checksum, pool, out),
+        Err(pkt) => software(pkt, hdr, mss, offloads.checksum, pool, out),
     }
 }
 
@@ -163,8 +164,10 @@ pub fn request_tso<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
     let Some(bytes) = pkt.head_mut().filter(|b| b.len() >= end) else {
         return false;
     };
-    let ip_ok = hdr.v6 || wire::Ipv4Packet::new_checked(&bytes[l2..l2 + l3]).is_ok();
-    if !ip_ok || wire::TcpPacket::new_checked(&bytes[l2 + l3..end]).is_err() {
+    // The parse validated these headers, and they lie in the first buffer; the least header
+    // lengths keep the unchecked views below inside `bytes[..end]` for any `hdr` at all.
+    let least_l3 = if hdr.v6 { 40 } else { 20 };
+    if l3 < least_l3 || hdr.l4_len < 20 {
         return false;
     }
     let seed = pseudo_header(bytes, hdr, 0);

@@ -498,3 +498,36 @@ fn pieces_do_not_keep_the_received_ip_checksum_verdict() {
         }
     }
 }
+
+/// `request_tso` takes the headers from its caller: lengths no IP or TCP header has are
+/// refused, the packet left as it was, whatever the caller hands it (never a panic).
+#[test]
+fn a_tso_request_with_impossible_header_lengths_changes_nothing() {
+    for v6 in [false, true] {
+        let f = flow(v6, true);
+        let frame = tcp_frame(&f, f.isn, 1, 5, SegFlags::default(), &[7u8; 3000]);
+        let hdr = *Parsed::of(&frame, frame.len())
+            .tcp()
+            .expect("a TCP segment");
+        let pool = HeapPool::new(8);
+        let mut good = pool.packet(&frame);
+        assert!(
+            pxio::split::request_tso(&mut good, &hdr, 1448),
+            "the real headers"
+        );
+        assert!(good.requested_tx_offload().is_some());
+        let mut pkt = pool.packet(&frame);
+        for bad in [
+            pxio::wire::Headers { l3_len: 8, ..hdr },
+            pxio::wire::Headers {
+                l3_len: 20 + 20 * u16::from(v6) - 4,
+                ..hdr
+            },
+            pxio::wire::Headers { l4_len: 12, ..hdr },
+        ] {
+            assert!(!pxio::split::request_tso(&mut pkt, &bad, 1448), "{bad:?}");
+            assert_eq!(pkt.to_vec(), frame, "bytes unchanged");
+            assert_eq!(pkt.requested_tx_offload(), None, "nothing asked of the NIC");
+        }
+    }
+}

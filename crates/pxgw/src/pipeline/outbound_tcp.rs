@@ -26,14 +26,15 @@ impl<B: PacketBuf> Pipeline<B> {
         let seg = conn::Segment::parse(pkt.head(), h);
         let floor = self.split_floor(h.key.v6);
         let default_hint = self.default_hint();
-        if let Some(seg) = seg.filter(|s| !s.syn) {
+        // By reference: the segment is read where `parse` wrote it.
+        if let Some(seg) = seg.as_ref().filter(|s| !s.syn) {
             let dst = dst_addr(&h.key);
             // Disjoint fields: the connection found stays borrowed while the path MTU state
             // and the counters are read and written.
             // The connection's slot, remembered as inbound segments remember it.
             let slot = inbound_tcp::recent_slot(&key);
             let at = self.recall(slot, &key).map(|r| r.at);
-            if let Some((found, c)) = self.conns.on_inside_mut(at, &key, &seg, now) {
+            if let Some((found, c)) = self.conns.on_inside_mut(at, &key, seg, now) {
                 if at != Some(found) {
                     // No acknowledgement or period of an inbound segment: the next inbound
                     // segment records its own.
@@ -57,7 +58,7 @@ impl<B: PacketBuf> Pipeline<B> {
                 return self.leave(pkt, parsed, h, pmtu, out);
             }
             // The inside host's segments may complete a half-open connection.
-            self.conns.on_segment(&key, &seg, false, now);
+            self.conns.on_segment(&key, seg, false, now);
         }
         self.outbound_tcp_unknown(pkt, parsed, h, seg, now, out)
     }

@@ -747,9 +747,16 @@ impl<B: PacketBuf> Merger<B> {
         now: u64,
         out: &mut Vec<B>,
     ) {
+        // The parse handed in is read where it lies (see `Parsed::fitting`).
+        let mut fresh = None;
         let parsed = match parsed {
-            Some(p) => Self::trusted(&pkt, *p),
-            None => Parsed::of(pkt.head(), pkt.len()),
+            Some(p) => p.fitting(pkt.head(), pkt.len(), &mut fresh),
+            None => {
+                // Parsed where it is kept (see `Parsed::parse_into`).
+                let p = fresh.insert(Parsed::EMPTY);
+                p.parse_into(pkt.head(), pkt.len());
+                p
+            }
         };
         match parsed.class() {
             Class::Tcp(hdr) => {
@@ -764,7 +771,7 @@ impl<B: PacketBuf> Merger<B> {
                 };
                 self.rx_tcp(pkt, hdr, hash, known, alone, now, out);
             }
-            _ => self.rx_other(pkt, &parsed, now, out),
+            _ => self.rx_other(pkt, parsed, now, out),
         }
     }
 

@@ -205,6 +205,10 @@ pub(super) fn claimed_payload_sum(bytes: &[u8], hdr: &Headers) -> Sum {
 /// packet passed on whole, say): a segment that fails must not be sent on with checksums
 /// made afresh over its damaged bytes.
 pub fn tcp_checksums_ok<B: PacketBuf>(pkt: &B, hdr: &Headers) -> bool {
+    // Both verdicts good, read at once: what nearly every segment from a NIC that checks has.
+    if pkt.csum_vouched(!hdr.v6) {
+        return pkt.head().len() >= hdr.hdr_len();
+    }
     if !ip_header_ok(pkt, hdr) {
         return false;
     }
