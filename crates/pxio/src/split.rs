@@ -153,8 +153,9 @@ fn prepare_for_nic<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
 /// checksum in the field comes out of a NIC that adds to the seed (Intel's) with every piece's
 /// checksum wrong. The checksum verdicts are left as they are: a caller that verified the
 /// segment may hand it on as verified (a merge engine with checksum offload makes its own
-/// seeds). False, with nothing changed, when the first buffer is shared and cannot be written
-/// or does not hold the headers.
+/// seeds). `hdr` must be the packet's parse: its lengths are trusted as the parse validated
+/// them. False, with nothing changed, when the first buffer is shared and cannot be written or
+/// does not hold the headers, or when `hdr` gives lengths no IP or TCP header has.
 pub fn request_tso<B: PacketBuf>(pkt: &mut B, hdr: &Headers, mss: u16) -> bool {
     let (l2, l3, end) = (
         usize::from(hdr.l2_len),

@@ -349,7 +349,7 @@ impl Parsed {
 
     /// [`or_fresh`](Self::or_fresh) by reference: this parse when it fits, else a fresh one
     /// made in `fresh`. A parse holds a whole flow key: copying it (and the headers out of it)
-    /// cost a split under TSO a third of its instructions.
+    /// cost a split under TSO more than half its instructions.
     #[inline]
     pub fn fitting<'a>(
         &'a self,
