@@ -201,3 +201,107 @@ fn the_tally_catches_a_lost_frame_and_a_changed_byte() {
         }
     }
 }
+
+/// How [`TsoRequester`] leaves the checksum fields of the segments it asks the NIC to cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seeds {
+    /// As DPDK's contract wants them (`pxio::split::request_tso`).
+    Right,
+    /// The segment's own TCP checksum left in the field.
+    OwnTcpChecksum,
+    /// The IPv4 header checksum left as it came.
+    OwnIpChecksum,
+}
+
+/// A side that forwards everything, asking the NIC to cut each segment from inside to the
+/// eMTU (TSO), its checksum fields left as `seeds` says.
+struct TsoRequester {
+    seeds: Seeds,
+}
+
+impl TsoRequester {
+    fn forward(&mut self, rx: &mut Burst<RX_MAX>, out: &mut Vec<Mbuf>) {
+        for mut m in rx.drain() {
+            let parsed = pxio::wire::Parsed::of(m.data(), m.len());
+            if let Some(h) = parsed.tcp().filter(|h| h.ip_len > 1500) {
+                let (ip_at, tcp_at) = (h.l3_offset(), h.l4_offset() + 16);
+                let before = m.data().to_vec();
+                assert!(pxio::split::request_tso(
+                    &mut m,
+                    h,
+                    1500 - h.l3_len - h.l4_len
+                ));
+                let d = m.data_mut().unwrap();
+                match self.seeds {
+                    Seeds::Right => {}
+                    Seeds::OwnTcpChecksum => {
+                        d[tcp_at..tcp_at + 2].copy_from_slice(&before[tcp_at..tcp_at + 2])
+                    }
+                    Seeds::OwnIpChecksum => {
+                        d[ip_at + 10..ip_at + 12].copy_from_slice(&before[ip_at + 10..ip_at + 12])
+                    }
+                }
+            }
+            out.push(m);
+        }
+    }
+}
+
+impl Side for TsoRequester {
+    fn timed_inbound(&mut self, rx: &mut Burst<RX_MAX>, _now: u64, out: &mut Vec<Mbuf>) {
+        self.forward(rx, out);
+    }
+    fn timed_outbound(&mut self, rx: &mut Burst<RX_MAX>, _now: u64, out: &mut Vec<Mbuf>) {
+        self.forward(rx, out);
+    }
+    fn next_deadline(&self) -> Option<u64> {
+        None
+    }
+    fn timed_poll(&mut self, _now: u64, _out: &mut Vec<Mbuf>) {}
+    fn timed_finish(&mut self, _now: u64, _out: &mut Vec<Mbuf>) {}
+}
+
+/// A TSO request whose checksum fields are not the seeds DPDK's contract asks for fails the
+/// tally (an Intel-style NIC would send every piece with a wrong checksum), and one with the
+/// seeds passes.
+#[test]
+fn the_tally_catches_a_tso_request_without_its_seeds() {
+    let pools = Pools::new(eal(), 9000 + 14 + 128).unwrap();
+    let w = Workload::generate(WorkloadSpec {
+        kind: Kind::OutboundTcp,
+        flows: 8,
+        gbps_per_flow: 2.0,
+        v6: false,
+        packets: 3_000,
+        seed: 1,
+        imtu: 9000,
+    })
+    .unwrap();
+    for (seeds, fault) in [
+        (Seeds::Right, None),
+        (Seeds::OwnTcpChecksum, Some("tx_l4_seed")),
+        (Seeds::OwnIpChecksum, Some("tx_ip_checksum_not_zeroed")),
+    ] {
+        let tally = Tally::new(&w, "tso", true, true);
+        let run = run_side(
+            || Ok(Box::new(TsoRequester { seeds }) as Box<dyn Side>),
+            &w,
+            NIC,
+            &pools,
+            tally,
+            eal().tsc_hz(),
+        )
+        .unwrap();
+        // "what: count" each.
+        let faults: Vec<&str> = run
+            .outcome
+            .faults
+            .iter()
+            .filter_map(|f| f.split(':').next())
+            .collect();
+        match fault {
+            None => assert!(faults.is_empty(), "{seeds:?}: {:?}", run.outcome.faults),
+            Some(f) => assert_eq!(faults, [f], "{seeds:?}"),
+        }
+    }
+}

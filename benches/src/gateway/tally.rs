@@ -14,7 +14,8 @@
 //! - **ACKs, ICMP, ARP** pass unchanged: each must come out once, byte for byte.
 //! - **Checksums**: a packet that asks nothing of the NIC must carry right IPv4, TCP, UDP and ICMP
 //!   checksums; one that asks for checksum offload or TSO must say where its headers are (the
-//!   lengths a NIC reads), as they are.
+//!   lengths a NIC reads), as they are, and carry the seeds DPDK's contract asks for (the IPv4
+//!   header checksum zeroed, the pseudo-header sum in the TCP or UDP field).
 //!
 //! Frames the gateway sends of its own (F-PMTUD probes, ICMP errors) are counted, not faulted.
 //! Anything else is a fault; a run with a fault fails.
@@ -188,7 +189,7 @@ impl<'w> Tally<'w> {
             & (tx_flags::IP_CKSUM | tx_flags::TCP_CKSUM | tx_flags::UDP_CKSUM | tx_flags::TCP_SEG)
             != 0;
         if asks {
-            self.check_tx_lengths(m, f, &ip);
+            self.check_tx_request(m, flags, f, &ip);
         } else if self.verify && !checksums_ok(f, &ip) {
             self.fault("bad_checksum");
         }
@@ -201,6 +202,37 @@ impl<'w> Tally<'w> {
                 self.out.wire_frames += 1;
                 self.fault("malformed");
             }
+        }
+    }
+
+    /// A TX offload request must name the headers where they are, and find the checksum fields
+    /// as DPDK's contract wants them (what `rte_net_intel_cksum_prepare` leaves): the IPv4
+    /// header checksum zeroed when the NIC is to fill it, the TCP or UDP checksum seeded with
+    /// the pseudo-header sum (without the length under TSO, whose pieces each have their own).
+    /// An Intel-style NIC adds to that seed: any other value leaves every piece's checksum
+    /// wrong, where a ConnectX, which ignores it, would hide the fault.
+    fn check_tx_request(&mut self, m: &Mbuf, flags: u64, f: &[u8], ip: &IpInfo) {
+        self.check_tx_lengths(m, f, ip);
+        if flags & tx_flags::IP_CKSUM != 0 && !ip.v6 && be16(f, ETH_LEN + 10) != 0 {
+            self.fault("tx_ip_checksum_not_zeroed");
+        }
+        let field = match ip.proto {
+            6 if flags & (tx_flags::TCP_CKSUM | tx_flags::TCP_SEG) != 0 => ip.l4 + 16,
+            17 if flags & tx_flags::UDP_CKSUM != 0 => ip.l4 + 6,
+            _ => return,
+        };
+        if field + 2 > f.len() {
+            return self.fault("malformed");
+        }
+        let l4_len = if flags & tx_flags::TCP_SEG != 0 {
+            0
+        } else {
+            (ETH_LEN + ip.ip_len).saturating_sub(ip.l4)
+        };
+        let seed = pseudo(ip.v6, f, ip.proto, l4_len).fold();
+        // 0 and 0xffff are the same ones' complement sum.
+        if u32::from(be16(f, field)) % 0xffff != u32::from(seed) % 0xffff {
+            self.fault("tx_l4_seed");
         }
     }
 
