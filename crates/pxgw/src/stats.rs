@@ -69,8 +69,9 @@ group! {
         /// Inbound frames that wore the caravan mark (or may have) and could not be rewritten
         /// without it (shared data, or a first buffer too short for the IP header's first bytes).
         mark_uncleared: counter => "pxgw_drops" { reason: field };
-        /// Coalesced inbound TCP packets (LRO, GRO) that could not be cut at the iMTU (a bad
-        /// checksum, no buffer).
+        /// Coalesced inbound TCP packets (LRO, GRO) dropped: a checksum that fails (checked
+        /// before a cut, and before one is passed on whole for fresh checksums), or no buffer
+        /// for a cut.
         coalesced_failed: counter => "pxgw_drops" { reason: field };
         /// IP packets whose header claims more bytes than the frame holds (or fewer than the
         /// header itself), dropped as Linux drops them (InTruncatedPkts): a frame cut short on

@@ -935,3 +935,79 @@ fn a_damaged_outbound_segment_is_not_split_into_freshly_checksummed_pieces() {
         assert_eq!(pool.in_use(), 0, "nothing leaked");
     }
 }
+
+/// Inbound TCP packets above the iMTU are counted as coalesced (`coalesced.inbound`), and only
+/// they: a VLAN-tagged frame carrying an IP packet of exactly the iMTU is four bytes longer
+/// than an untagged one, not coalesced, whether the engine's fast path takes it or not; a
+/// tagged packet above the iMTU is.
+#[test]
+fn only_packets_above_the_imtu_count_as_coalesced_when_tagged() {
+    use wire::tcp_flags::ACK;
+    let pool = HeapPool::new(256);
+    let mut px = offloaded_pipeline(u16::MAX, "");
+    let port = 40200;
+    handshake(&mut px, &pool, false, port);
+    const PAYLOAD: usize = IMTU - 40; // an IPv4 packet of exactly the iMTU
+    let tagged = |seq: u32, len: usize, salt: usize| {
+        let eth = wire::EthernetRepr {
+            vlan_tci: Some(7),
+            ..FROM_OUTSIDE
+        };
+        let ip = IpRepr::V4(Ipv4Repr {
+            dont_frag: true,
+            ..Ipv4Repr::new(OUTSIDE, INSIDE)
+        });
+        let tcp = TcpRepr {
+            src_port: port,
+            dst_port: 80,
+            seq,
+            ack: ISS_IN,
+            flags: ACK,
+            window: 65000,
+            urgent: 0,
+            options: &[],
+        };
+        let f = wire::tcp_frame(eth, ip, tcp, &pattern(len, salt)).unwrap();
+        from_nic(&pool, &f, port)
+    };
+    let mut out = Vec::new();
+    let mut seq = ISS_OUT;
+    // Bursts of four iMTU-sized segments that continue one another: the first burst warms the
+    // engine's choice of path, the next ones go on its fast path.
+    for b in 0..3u64 {
+        let burst: Vec<HeapBuf> = (0..4)
+            .map(|k| {
+                let s = tagged(seq, PAYLOAD, k);
+                seq = seq.wrapping_add(PAYLOAD as u32);
+                s
+            })
+            .collect();
+        assert!(burst.iter().all(|p| p.len() == 18 + IMTU));
+        px.inbound_burst(burst, 10 + b * 1000, &mut out);
+    }
+    assert!(px.merge_stats().fast_merges > 0, "the fast path took some");
+    assert_eq!(
+        px.report().coalesced.inbound,
+        0,
+        "no iMTU-sized packet is coalesced"
+    );
+    // A tagged packet above the iMTU is.
+    px.inbound_burst([tagged(seq, 3 * PAYLOAD, 9)], 5_000, &mut out);
+    assert_eq!(
+        px.report().coalesced.inbound,
+        1,
+        "a packet above the iMTU is"
+    );
+    px.flush(1_000_000, &mut out);
+    let frames: Vec<Vec<u8>> = out.iter().map(PacketBuf::to_vec).collect();
+    drop(out);
+    // Merged past the iMTU (TSO toward the inside): the payload bytes, counted whole.
+    let bytes: usize = frames
+        .iter()
+        .filter_map(|f| wire::Parsed::of(f, f.len()).tcp().copied())
+        .filter(|h| h.key.sport == port)
+        .map(|h| usize::from(h.payload_len))
+        .sum();
+    assert_eq!(bytes, 15 * PAYLOAD, "every byte went inside");
+    assert_eq!(pool.in_use(), 0, "nothing leaked");
+}

@@ -488,10 +488,16 @@ impl<B: PacketBuf> Pipeline<B> {
                     }
                 }
                 if stream {
-                    // A frame longer than an untagged iMTU frame is coalesced (LRO, GRO): the
-                    // fast path takes it whole when its item may hold it, and the general
-                    // path cuts it first otherwise (`inbound_tcp`).
-                    let coalesced = pkt.len() > fits;
+                    // A frame longer than an untagged iMTU frame may be coalesced (LRO, GRO):
+                    // the fast path takes it whole when its item may hold it, and the general
+                    // path cuts it first otherwise (`inbound_tcp`). It is when its IP packet
+                    // is above the iMTU, not a tagged frame of an iMTU-sized one (the fast
+                    // path takes a frame that holds exactly its IP packet).
+                    let coalesced = pkt.len() > fits && {
+                        let l2 = wire::EthernetFrame::new_checked(pkt.head())
+                            .map_or(ETH_HLEN, |e| e.header_len());
+                        pkt.len() - l2 > usize::from(self.cfg.imtu)
+                    };
                     match self.merger.offer_fast(i, pkt, now, out) {
                         Ok(flow) => {
                             if coalesced {
