@@ -425,12 +425,9 @@ fn whole_bursts_keep_every_stream_intact_with_and_without_rss() {
 fn a_connection_evicted_mid_burst_stops_being_merged_in_order() {
     use wire::tcp_flags::ACK;
     let pool = HeapPool::new(1024);
-    let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
     let nic = |f: &[u8], port: u16| from_nic(&pool, f, port);
     let (a, b) = (41000, 41001);
-    handshake(&mut px, &pool, false, a);
-    // B's handshake up to the inside host's SYN-ACK: the outside's ACK completes it later.
-    half_open(&mut px, &pool, b);
+    let mut px = one_slot_with(&pool, a, b);
     // Warm the engine's choice of path: a burst of A's segments that continue one another.
     let seg = |k: u32| {
         tcp(
@@ -675,6 +672,16 @@ fn offloaded_pipeline(tso: u16, extra: &str) -> Pipeline<HeapBuf> {
     pipeline_offloading(offloads, extra)
 }
 
+/// A pipeline whose connection table holds one connection: `a`'s, established; `b`'s
+/// handshake up to the inside host's SYN-ACK, so that the outside's ACK, sent later, completes
+/// it and evicts `a`.
+fn one_slot_with(pool: &HeapPool, a: u16, b: u16) -> Pipeline<HeapBuf> {
+    let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
+    handshake(&mut px, pool, false, a);
+    half_open(&mut px, pool, b);
+    px
+}
+
 /// Opens the connection of `port` half-way through the pipeline: the outside's SYN and the
 /// inside host's SYN-ACK; the outside's ACK, sent later, completes it.
 fn half_open(px: &mut Pipeline<HeapBuf>, pool: &HeapPool, port: u16) {
@@ -814,11 +821,9 @@ fn a_coalesced_segment_left_whole_for_tso_carries_the_seed_the_nic_expects() {
 fn a_segment_of_a_connection_gone_while_the_engine_holds_its_data_goes_after_that_data() {
     use wire::tcp_flags::ACK;
     let pool = HeapPool::new(1024);
-    let mut px = common::pipeline_with("", "[connections]\nmax = 1\n");
     let nic = |f: &[u8], port: u16| from_nic(&pool, f, port);
     let (a, b) = (41100, 41101);
-    handshake(&mut px, &pool, false, a);
-    half_open(&mut px, &pool, b);
+    let mut px = one_slot_with(&pool, a, b);
     let seg = |k: u32, ack: u32| {
         tcp(
             false,
@@ -936,78 +941,80 @@ fn a_damaged_outbound_segment_is_not_split_into_freshly_checksummed_pieces() {
     }
 }
 
+/// `frame`, an untagged Ethernet frame, with an 802.1Q tag of `tci` after its MAC addresses
+/// (no checksum covers the link header).
+fn vlan_tagged(frame: &[u8], tci: u16) -> Vec<u8> {
+    let [hi, lo] = tci.to_be_bytes();
+    [&frame[..12], &[0x81, 0x00, hi, lo], &frame[12..]].concat()
+}
+
 /// Inbound TCP packets above the iMTU are counted as coalesced (`coalesced.inbound`), and only
 /// they: a VLAN-tagged frame carrying an IP packet of exactly the iMTU is four bytes longer
 /// than an untagged one, not coalesced, whether the engine's fast path takes it or not; a
-/// tagged packet above the iMTU is.
+/// tagged packet above the iMTU is. Both families.
 #[test]
 fn only_packets_above_the_imtu_count_as_coalesced_when_tagged() {
-    use wire::tcp_flags::ACK;
-    let pool = HeapPool::new(256);
-    let mut px = offloaded_pipeline(u16::MAX, "");
-    let port = 40200;
-    handshake(&mut px, &pool, false, port);
-    const PAYLOAD: usize = IMTU - 40; // an IPv4 packet of exactly the iMTU
-    let tagged = |seq: u32, len: usize, salt: usize| {
-        let eth = wire::EthernetRepr {
-            vlan_tci: Some(7),
-            ..FROM_OUTSIDE
+    for v6 in [false, true] {
+        let pool = HeapPool::new(256);
+        let mut px = offloaded_pipeline(u16::MAX, "");
+        let port = 40200;
+        handshake(&mut px, &pool, v6, port);
+        // An IP packet of exactly the iMTU.
+        let payload = IMTU - if v6 { 60 } else { 40 };
+        let tagged = |seq: u32, len: usize, salt: usize| {
+            let f = tcp(
+                v6,
+                true,
+                port,
+                seq,
+                ISS_IN,
+                wire::tcp_flags::ACK,
+                &pattern(len, salt),
+            );
+            from_nic(&pool, &vlan_tagged(&f, 7), port)
         };
-        let ip = IpRepr::V4(Ipv4Repr {
-            dont_frag: true,
-            ..Ipv4Repr::new(OUTSIDE, INSIDE)
-        });
-        let tcp = TcpRepr {
-            src_port: port,
-            dst_port: 80,
-            seq,
-            ack: ISS_IN,
-            flags: ACK,
-            window: 65000,
-            urgent: 0,
-            options: &[],
-        };
-        let f = wire::tcp_frame(eth, ip, tcp, &pattern(len, salt)).unwrap();
-        from_nic(&pool, &f, port)
-    };
-    let mut out = Vec::new();
-    let mut seq = ISS_OUT;
-    // Bursts of four iMTU-sized segments that continue one another: the first burst warms the
-    // engine's choice of path, the next ones go on its fast path.
-    for b in 0..3u64 {
-        let burst: Vec<HeapBuf> = (0..4)
-            .map(|k| {
-                let s = tagged(seq, PAYLOAD, k);
-                seq = seq.wrapping_add(PAYLOAD as u32);
-                s
-            })
-            .collect();
-        assert!(burst.iter().all(|p| p.len() == 18 + IMTU));
-        px.inbound_burst(burst, 10 + b * 1000, &mut out);
+        let mut out = Vec::new();
+        let mut seq = ISS_OUT;
+        // Bursts of four iMTU-sized segments that continue one another: the first burst warms
+        // the engine's choice of path, the next ones go on its fast path.
+        for b in 0..3u64 {
+            let burst: Vec<HeapBuf> = (0..4)
+                .map(|k| {
+                    let s = tagged(seq, payload, k);
+                    seq = seq.wrapping_add(payload as u32);
+                    s
+                })
+                .collect();
+            assert!(burst.iter().all(|p| p.len() == 18 + IMTU));
+            px.inbound_burst(burst, 10 + b * 1000, &mut out);
+        }
+        assert!(
+            px.merge_stats().fast_merges > 0,
+            "v6 {v6}: the fast path took some"
+        );
+        assert_eq!(
+            px.report().coalesced.inbound,
+            0,
+            "v6 {v6}: no iMTU-sized packet is coalesced"
+        );
+        // A tagged packet above the iMTU is.
+        px.inbound_burst([tagged(seq, 3 * payload, 9)], 5_000, &mut out);
+        assert_eq!(
+            px.report().coalesced.inbound,
+            1,
+            "v6 {v6}: a packet above the iMTU is"
+        );
+        px.flush(1_000_000, &mut out);
+        let frames: Vec<Vec<u8>> = out.iter().map(PacketBuf::to_vec).collect();
+        drop(out);
+        // Merged past the iMTU (TSO toward the inside): the payload bytes, counted whole.
+        let bytes: usize = frames
+            .iter()
+            .filter_map(|f| wire::Parsed::of(f, f.len()).tcp().copied())
+            .filter(|h| h.key.sport == port)
+            .map(|h| usize::from(h.payload_len))
+            .sum();
+        assert_eq!(bytes, 15 * payload, "v6 {v6}: every byte went inside");
+        assert_eq!(pool.in_use(), 0, "nothing leaked");
     }
-    assert!(px.merge_stats().fast_merges > 0, "the fast path took some");
-    assert_eq!(
-        px.report().coalesced.inbound,
-        0,
-        "no iMTU-sized packet is coalesced"
-    );
-    // A tagged packet above the iMTU is.
-    px.inbound_burst([tagged(seq, 3 * PAYLOAD, 9)], 5_000, &mut out);
-    assert_eq!(
-        px.report().coalesced.inbound,
-        1,
-        "a packet above the iMTU is"
-    );
-    px.flush(1_000_000, &mut out);
-    let frames: Vec<Vec<u8>> = out.iter().map(PacketBuf::to_vec).collect();
-    drop(out);
-    // Merged past the iMTU (TSO toward the inside): the payload bytes, counted whole.
-    let bytes: usize = frames
-        .iter()
-        .filter_map(|f| wire::Parsed::of(f, f.len()).tcp().copied())
-        .filter(|h| h.key.sport == port)
-        .map(|h| usize::from(h.payload_len))
-        .sum();
-    assert_eq!(bytes, 15 * PAYLOAD, "every byte went inside");
-    assert_eq!(pool.in_use(), 0, "nothing leaked");
 }

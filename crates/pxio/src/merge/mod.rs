@@ -751,12 +751,7 @@ impl<B: PacketBuf> Merger<B> {
         let mut fresh = None;
         let parsed = match parsed {
             Some(p) => p.fitting(pkt.head(), pkt.len(), &mut fresh),
-            None => {
-                // Parsed where it is kept (see `Parsed::parse_into`).
-                let p = fresh.insert(Parsed::EMPTY);
-                p.parse_into(pkt.head(), pkt.len());
-                p
-            }
+            None => Parsed::made_in(&mut fresh, pkt.head(), pkt.len()),
         };
         match parsed.class() {
             Class::Tcp(hdr) => {

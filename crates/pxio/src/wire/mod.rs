@@ -360,10 +360,21 @@ impl Parsed {
         if self.fits(head.len(), frame_len) {
             self
         } else {
-            let parsed = fresh.insert(Parsed::EMPTY);
-            parsed.parse_into(head, frame_len);
-            parsed
+            Parsed::made_in(fresh, head, frame_len)
         }
+    }
+
+    /// The parse of the frame whose first segment is `head` and whose length is `frame_len`,
+    /// made in `fresh`, where it is kept ([`Parsed::parse_into`]).
+    #[inline]
+    pub(crate) fn made_in<'a>(
+        fresh: &'a mut Option<Parsed>,
+        head: &[u8],
+        frame_len: usize,
+    ) -> &'a Parsed {
+        let parsed = fresh.insert(Parsed::EMPTY);
+        parsed.parse_into(head, frame_len);
+        parsed
     }
 }
 
