@@ -92,8 +92,16 @@ impl Pools {
         Ok(Self {
             small: Mempool::new(eal, &format!("gw_small{n}"), 32767, 256, 2048 + 128)?,
             big: Mempool::new(eal, &format!("gw_big{n}"), 2047, 256, big_room)?,
-            headers: Mempool::new(eal, &format!("gw_hdr{n}"), 32767, 256, 256)?,
-            indirect: Mempool::new(eal, &format!("gw_ind{n}"), 32767, 256, 0)?,
+            // pxgw's own header pool, its size and per-lcore cache as a worker has them.
+            headers: pxgw::ports::header_pool(eal, &format!("gw_hdr{n}"))?,
+            // rte_gso's views get the same cache as pxgw's, whose views share its header pool.
+            indirect: Mempool::new(
+                eal,
+                &format!("gw_ind{n}"),
+                32767,
+                pxgw::ports::HEADER_POOL_CACHE,
+                0,
+            )?,
         })
     }
 

@@ -288,6 +288,27 @@ fn framesz(cfg: &Config) -> Option<u32> {
         .max()
 }
 
+/// Buffers in the header pool, shared by every worker.
+pub const HEADER_POOL_SIZE: u32 = 16_383;
+
+/// Each worker's (lcore's) cache of header buffers: DPDK's largest, 512.
+///
+/// A worker takes two header buffers for every piece it splits in software (its header, and a
+/// view of its payload) and returns them when the burst is sent. A burst of 32 inside segments
+/// of 8,948 B split to 1,500 B takes about 450. With a cache of 256, DPDK's mempool flushes
+/// back to the shared ring at 384 and refills from it, and the ring hands out the buffers
+/// returned longest ago, cold in every cache: each header the split writes then misses the
+/// last-level cache. With 512 (flushed at 768) a burst's buffers are the ones the last burst
+/// returned. The gateway bench's outbound TCP without offloads ran at 435 ns per frame with
+/// 256 and at 212–218 ns with 512.
+pub const HEADER_POOL_CACHE: u32 = 512;
+
+/// The pool of header buffers (256 B each) the workers build with: merged items' and split
+/// pieces' headers, the views of payload they share, caravans' outer headers.
+pub fn header_pool(eal: &Eal, name: &str) -> dpdk::Result<Arc<Mempool>> {
+    Mempool::new(eal, name, HEADER_POOL_SIZE, HEADER_POOL_CACHE, 256)
+}
+
 /// Starts the EAL, the pools and both ports as `cfg` says, hairpinned where both ports can
 /// (SIGCOMM'26 §4.4); every refusal is one line naming the port and the limit.
 pub fn open(cfg: &Config) -> Result<Gateway> {
@@ -303,8 +324,7 @@ pub fn open(cfg: &Config) -> Result<Gateway> {
         data_room as u16,
     )
     .context("creating the packet pool")?;
-    let headers =
-        Mempool::new(&eal, "pxgw_hdr", 16383, 256, 256).context("creating the header pool")?;
+    let headers = header_pool(&eal, "pxgw_hdr").context("creating the header pool")?;
     // Hairpin queues only when both ports have them: what the external port leaves on the NIC
     // leaves by the internal one (an RX hairpin queue outside, a TX hairpin queue inside; each
     // port gets a pair, the unused halves stay idle). Otherwise every flow goes to the CPU
