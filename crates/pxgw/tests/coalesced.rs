@@ -9,18 +9,14 @@
 
 mod common;
 
-use common::{FROM_INSIDE, FROM_OUTSIDE};
+use common::{tcp, INSIDE, INSIDE6, OUTSIDE, OUTSIDE6};
 
 use etherparse::{SlicedPacket, TransportSlice};
 use pxgw::pipeline::Pipeline;
-use pxio::wire::{self, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr};
+use pxio::wire;
 use pxio::{HeapBuf, HeapPool, PacketBuf};
 
 const IMTU: usize = 9000;
-const OUTSIDE: [u8; 4] = [198, 51, 100, 7];
-const INSIDE: [u8; 4] = [198, 18, 8, 2];
-const OUTSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
-const INSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
 /// The outside peer's first sequence number (its SYN's).
 const ISS_OUT: u32 = 1000;
 /// The inside host's.
@@ -28,49 +24,6 @@ const ISS_IN: u32 = 5000;
 
 fn pattern(n: usize, salt: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 + i / 251 + salt) as u8).collect()
-}
-
-/// A TCP frame of the connection between port `port` outside and 80 inside; `inbound` means
-/// outside → inside.
-fn tcp(
-    v6: bool,
-    inbound: bool,
-    port: u16,
-    seq: u32,
-    ack: u32,
-    flags: u8,
-    payload: &[u8],
-) -> Vec<u8> {
-    let ip = match (v6, inbound) {
-        (false, true) => IpRepr::V4(Ipv4Repr {
-            dont_frag: true,
-            ..Ipv4Repr::new(OUTSIDE, INSIDE)
-        }),
-        (false, false) => IpRepr::V4(Ipv4Repr {
-            dont_frag: true,
-            ..Ipv4Repr::new(INSIDE, OUTSIDE)
-        }),
-        (true, true) => IpRepr::V6(Ipv6Repr::new(OUTSIDE6, INSIDE6)),
-        (true, false) => IpRepr::V6(Ipv6Repr::new(INSIDE6, OUTSIDE6)),
-    };
-    let (src_port, dst_port) = if inbound { (port, 80) } else { (80, port) };
-    let mss = [2, 4, 0x05, 0xb4]; // 1460
-    let tcp = TcpRepr {
-        src_port,
-        dst_port,
-        seq,
-        ack,
-        flags,
-        window: 65000,
-        urgent: 0,
-        options: if flags & wire::tcp_flags::SYN != 0 {
-            &mss
-        } else {
-            &[]
-        },
-    };
-    let eth = if inbound { FROM_OUTSIDE } else { FROM_INSIDE };
-    wire::tcp_frame(eth, ip, tcp, payload).unwrap()
 }
 
 /// Establishes the connection of `port` through the pipeline: SYN from outside, SYN-ACK from

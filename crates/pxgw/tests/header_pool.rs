@@ -6,54 +6,20 @@
 //! buffer no cache holds. The gateway bench's outbound TCP without offloads took twice as long
 //! per frame that way.
 
+mod common;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use common::tcp4 as tcp;
 use dpdk::testing::{assert_no_leaks, eal, pool};
 use dpdk::{Mbuf, Mempool};
-use pxgw::config::Config;
-use pxgw::pipeline::Pipeline;
 use pxgw::ports::{header_pool, HEADER_POOL_CACHE, HEADER_POOL_SIZE};
-use pxio::split::SplitOffloads;
-use pxio::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
+use pxio::wire;
 
-const OUTSIDE: [u8; 4] = [198, 51, 100, 7];
-const INSIDE: [u8; 4] = [198, 18, 8, 2];
-const ETH: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 2],
-    src: [2, 0, 0, 0, 0, 1],
-    vlan_tci: None,
-    ethertype: 0,
-};
 /// One inside segment per flow and burst: 32 segments of 8,948 B, seven pieces each.
 const FLOWS: u16 = 32;
 const BURSTS: u32 = 20;
-
-fn tcp(inbound: bool, port: u16, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
-    let (src, dst) = if inbound {
-        (OUTSIDE, INSIDE)
-    } else {
-        (INSIDE, OUTSIDE)
-    };
-    let ip = IpRepr::V4(Ipv4Repr {
-        dont_frag: true,
-        ..Ipv4Repr::new(src, dst)
-    });
-    let (src_port, dst_port) = if inbound { (port, 80) } else { (80, port) };
-    let mss = [2, 4, 0x05, 0xb4];
-    let syn = flags & wire::tcp_flags::SYN != 0;
-    let tcp = TcpRepr {
-        src_port,
-        dst_port,
-        seq,
-        ack,
-        flags,
-        window: 65000,
-        urgent: 0,
-        options: if syn { &mss } else { &[] },
-    };
-    wire::tcp_frame(ETH, ip, tcp, payload).unwrap()
-}
 
 /// Runs `BURSTS` bursts of inside segments through a pipeline building from `headers`, on a
 /// port without offloads (every piece split in software), each burst's outputs freed before
@@ -62,17 +28,7 @@ fn tcp(inbound: bool, port: u16, seq: u32, ack: u32, flags: u8, payload: &[u8]) 
 fn header_buffers_used(headers: &Arc<Mempool>) -> (usize, u64) {
     use wire::tcp_flags::{ACK, SYN};
     let rx = pool(1024, 9100 + 128);
-    let cfg = Config::parse(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
-    )
-    .unwrap();
-    let mut px = Pipeline::<Mbuf>::new(
-        &cfg,
-        headers.clone(),
-        headers.clone(),
-        SplitOffloads::default(),
-    )
-    .unwrap();
+    let mut px = common::mbuf_pipeline(headers);
     let mbuf = |frame: &[u8]| {
         let mut m = rx.alloc().unwrap();
         m.extend_from_slice(frame).unwrap();

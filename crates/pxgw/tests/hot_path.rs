@@ -4,48 +4,14 @@
 //! without what a NIC gives (the RSS hash and the checksum verdicts). Proven with
 //! allocation-counter's counting global allocator.
 
+mod common;
+
+use common::tcp4 as tcp;
 use dpdk::testing::{assert_no_leaks, pool};
 use dpdk::Mbuf;
-use pxgw::config::Config;
-use pxgw::pipeline::Pipeline;
-use pxio::split::SplitOffloads;
-use pxio::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, TcpRepr};
+use pxio::wire;
 
-const OUTSIDE: [u8; 4] = [198, 51, 100, 7];
-const INSIDE: [u8; 4] = [198, 18, 8, 2];
-const ETH: EthernetRepr = EthernetRepr {
-    dst: [2, 0, 0, 0, 0, 2],
-    src: [2, 0, 0, 0, 0, 1],
-    vlan_tci: None,
-    ethertype: 0,
-};
 const FLOWS: u16 = 16;
-
-fn tcp(inbound: bool, port: u16, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
-    let (src, dst) = if inbound {
-        (OUTSIDE, INSIDE)
-    } else {
-        (INSIDE, OUTSIDE)
-    };
-    let ip = IpRepr::V4(Ipv4Repr {
-        dont_frag: true,
-        ..Ipv4Repr::new(src, dst)
-    });
-    let (src_port, dst_port) = if inbound { (port, 80) } else { (80, port) };
-    let mss = [2, 4, 0x05, 0xb4];
-    let syn = flags & wire::tcp_flags::SYN != 0;
-    let tcp = TcpRepr {
-        src_port,
-        dst_port,
-        seq,
-        ack,
-        flags,
-        window: 65000,
-        urgent: 0,
-        options: if syn { &mss } else { &[] },
-    };
-    wire::tcp_frame(ETH, ip, tcp, payload).unwrap()
-}
 
 #[test]
 fn a_burst_through_the_gateway_allocates_nothing() {
@@ -58,17 +24,7 @@ fn bursts_without_allocating(nic: bool) {
     use wire::tcp_flags::{ACK, SYN};
     let rx = pool(2048, 16_384 + 128);
     let headers = pool(4096, 256);
-    let cfg = Config::parse(
-        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
-    )
-    .unwrap();
-    let mut px = Pipeline::<Mbuf>::new(
-        &cfg,
-        headers.clone(),
-        headers.clone(),
-        SplitOffloads::default(),
-    )
-    .unwrap();
+    let mut px = common::mbuf_pipeline(&headers);
     let mbuf = |frame: &[u8], port: u16| {
         let mut m = rx.alloc().unwrap();
         m.extend_from_slice(frame).unwrap();

@@ -10,39 +10,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use pxgw::pmtud::DiscoveredPath;
 use pxgw::publish::{channel, DELAY_EVERY_NS, MAX_PATHS};
 use pxgw::stats::{LoadMeter, Report};
-use pxio::wire::{self, tcp_flags, IpRepr, Ipv4Repr, TcpRepr};
+use pxio::wire::tcp_flags;
 use pxio::{HeapBuf, HeapPool};
 
-const OUTSIDE: [u8; 4] = [198, 51, 100, 7];
-const INSIDE: [u8; 4] = [198, 18, 8, 2];
-
+/// A frame of the one connection, port 50000 outside to 80 inside.
 fn tcp(inbound: bool, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
-    let (src, dst, eth) = if inbound {
-        (OUTSIDE, INSIDE, common::FROM_OUTSIDE)
-    } else {
-        (INSIDE, OUTSIDE, common::FROM_INSIDE)
-    };
-    let ip = IpRepr::V4(Ipv4Repr {
-        dont_frag: true,
-        ..Ipv4Repr::new(src, dst)
-    });
-    let (src_port, dst_port) = if inbound { (443, 50000) } else { (50000, 443) };
-    let mss = [2, 4, 0x05, 0xb4];
-    let tcp = TcpRepr {
-        src_port,
-        dst_port,
-        seq,
-        ack,
-        flags,
-        window: 65000,
-        urgent: 0,
-        options: if flags & tcp_flags::SYN != 0 {
-            &mss
-        } else {
-            &[]
-        },
-    };
-    wire::tcp_frame(eth, ip, tcp, payload).unwrap()
+    common::tcp4(inbound, 50000, seq, ack, flags, payload)
 }
 
 fn path(i: u8) -> DiscoveredPath {

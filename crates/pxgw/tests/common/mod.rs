@@ -28,6 +28,22 @@ pub fn pipeline_with(external: &str, extra: &str) -> Pipeline<HeapBuf> {
     .unwrap()
 }
 
+/// A pipeline on mbufs for `net_null` ports, without offloads, building from `headers`.
+#[allow(dead_code)] // not every test binary that includes this module runs on mbufs
+pub fn mbuf_pipeline(headers: &std::sync::Arc<dpdk::Mempool>) -> Pipeline<dpdk::Mbuf> {
+    let cfg = Config::parse(
+        "[ports.external]\ndevice = \"net_null0\"\n[ports.internal]\ndevice = \"net_null1\"\n",
+    )
+    .unwrap();
+    Pipeline::new(
+        &cfg,
+        headers.clone(),
+        headers.clone(),
+        SplitOffloads::default(),
+    )
+    .unwrap()
+}
+
 /// The Ethernet header of a frame arriving from outside (the outside router's MAC to pxgw's).
 #[allow(dead_code)] // not every test binary that includes this module sends frames
 pub const FROM_OUTSIDE: EthernetRepr = EthernetRepr {
@@ -69,6 +85,71 @@ pub const FROM_INSIDE: EthernetRepr = EthernetRepr {
     vlan_tci: None,
     ethertype: 0,
 };
+
+/// The outside host of the TCP helpers ([`tcp`]), over IPv4.
+#[allow(dead_code)] // not every test binary that includes this module sends TCP
+pub const OUTSIDE: [u8; 4] = [198, 51, 100, 7];
+/// The inside host of the TCP helpers, over IPv4.
+#[allow(dead_code)]
+pub const INSIDE: [u8; 4] = [198, 18, 8, 2];
+/// The outside host of the TCP helpers, over IPv6.
+#[allow(dead_code)]
+pub const OUTSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+/// The inside host of the TCP helpers, over IPv6.
+#[allow(dead_code)]
+pub const INSIDE6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
+/// A TCP frame of the connection between port `port` of [`OUTSIDE`] (or [`OUTSIDE6`]) and port
+/// 80 of [`INSIDE`] (or [`INSIDE6`]); `inbound` means outside → inside. A SYN announces MSS
+/// 1460.
+#[allow(dead_code)]
+pub fn tcp(
+    v6: bool,
+    inbound: bool,
+    port: u16,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    use pxio::wire::{self, IpRepr, Ipv4Repr, Ipv6Repr, TcpRepr};
+    let ip = match (v6, inbound) {
+        (false, true) => IpRepr::V4(Ipv4Repr {
+            dont_frag: true,
+            ..Ipv4Repr::new(OUTSIDE, INSIDE)
+        }),
+        (false, false) => IpRepr::V4(Ipv4Repr {
+            dont_frag: true,
+            ..Ipv4Repr::new(INSIDE, OUTSIDE)
+        }),
+        (true, true) => IpRepr::V6(Ipv6Repr::new(OUTSIDE6, INSIDE6)),
+        (true, false) => IpRepr::V6(Ipv6Repr::new(INSIDE6, OUTSIDE6)),
+    };
+    let (src_port, dst_port) = if inbound { (port, 80) } else { (80, port) };
+    let mss = [2, 4, 0x05, 0xb4]; // 1460
+    let tcp = TcpRepr {
+        src_port,
+        dst_port,
+        seq,
+        ack,
+        flags,
+        window: 65000,
+        urgent: 0,
+        options: if flags & wire::tcp_flags::SYN != 0 {
+            &mss
+        } else {
+            &[]
+        },
+    };
+    let eth = if inbound { FROM_OUTSIDE } else { FROM_INSIDE };
+    wire::tcp_frame(eth, ip, tcp, payload).unwrap()
+}
+
+/// [`tcp`] over IPv4.
+#[allow(dead_code)]
+pub fn tcp4(inbound: bool, port: u16, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+    tcp(false, inbound, port, seq, ack, flags, payload)
+}
 
 /// The MSS option of a TCP frame, and whether its checksum verifies.
 #[allow(dead_code)] // not every test binary that includes this module reads MSS options
