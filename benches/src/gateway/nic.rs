@@ -92,8 +92,8 @@ impl Pools {
         Ok(Self {
             small: Mempool::new(eal, &format!("gw_small{n}"), 32767, 256, 2048 + 128)?,
             big: Mempool::new(eal, &format!("gw_big{n}"), 2047, 256, big_room)?,
-            // pxgw's own header pool, its size and per-lcore cache as a worker has them.
-            headers: pxgw::ports::header_pool(eal, &format!("gw_hdr{n}"))?,
+            // pxgw's own header pool, its size and per-lcore cache as one worker has them.
+            headers: pxgw::ports::header_pool(eal, &format!("gw_hdr{n}"), 1)?,
             // rte_gso's views get the same cache as pxgw's, whose views share its header pool.
             indirect: Mempool::new(
                 eal,

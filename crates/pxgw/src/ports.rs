@@ -288,8 +288,8 @@ fn framesz(cfg: &Config) -> Option<u32> {
         .max()
 }
 
-/// Buffers in the header pool, shared by every worker.
-pub const HEADER_POOL_SIZE: u32 = 16_383;
+/// Header buffers every worker can take from, beyond what the workers' caches keep.
+pub const HEADER_POOL_SHARED: u32 = 16_383;
 
 /// Each worker's (lcore's) cache of header buffers: DPDK's largest, 512.
 ///
@@ -303,10 +303,25 @@ pub const HEADER_POOL_SIZE: u32 = 16_383;
 /// 256 and at 212–218 ns with 512.
 pub const HEADER_POOL_CACHE: u32 = 512;
 
-/// The pool of header buffers (256 B each) the workers build with: merged items' and split
-/// pieces' headers, the views of payload they share, caravans' outer headers.
-pub fn header_pool(eal: &Eal, name: &str) -> dpdk::Result<Arc<Mempool>> {
-    Mempool::new(eal, name, HEADER_POOL_SIZE, HEADER_POOL_CACHE, 256)
+/// The most header buffers one worker's cache keeps: DPDK's mempool flushes a cache back to
+/// the shared ring only once it holds more than 1.5 times its size. No other worker can take
+/// them.
+pub const HEADER_POOL_CACHE_MAX: u32 = HEADER_POOL_CACHE * 3 / 2;
+
+/// The header pool's size for `workers` workers: [`HEADER_POOL_SHARED`] plus what each
+/// worker's cache may keep ([`HEADER_POOL_CACHE_MAX`]), rounded up to a power of two less one
+/// (the size DPDK's ring-backed pools use best). A fixed size would leave less to share with
+/// every worker: at 22 workers and more, full caches would hold the whole pool, and a worker
+/// whose cache ran dry would find nothing to build with.
+pub fn header_pool_size(workers: u16) -> u32 {
+    let n = HEADER_POOL_SHARED + u32::from(workers) * HEADER_POOL_CACHE_MAX;
+    (n + 1).next_power_of_two() - 1
+}
+
+/// The pool of header buffers (256 B each) `workers` workers build with: merged items' and
+/// split pieces' headers, the views of payload they share, caravans' outer headers.
+pub fn header_pool(eal: &Eal, name: &str, workers: u16) -> dpdk::Result<Arc<Mempool>> {
+    Mempool::new(eal, name, header_pool_size(workers), HEADER_POOL_CACHE, 256)
 }
 
 /// Starts the EAL, the pools and both ports as `cfg` says, hairpinned where both ports can
@@ -324,7 +339,8 @@ pub fn open(cfg: &Config) -> Result<Gateway> {
         data_room as u16,
     )
     .context("creating the packet pool")?;
-    let headers = header_pool(&eal, "pxgw_hdr").context("creating the header pool")?;
+    let headers =
+        header_pool(&eal, "pxgw_hdr", cfg.workers.count).context("creating the header pool")?;
     // Hairpin queues only when both ports have them: what the external port leaves on the NIC
     // leaves by the internal one (an RX hairpin queue outside, a TX hairpin queue inside; each
     // port gets a pair, the unused halves stay idle). Otherwise every flow goes to the CPU

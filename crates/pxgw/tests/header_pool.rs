@@ -5,6 +5,9 @@
 //! the buffers returned longest ago: the bursts walk the whole pool, every header written to a
 //! buffer no cache holds. The gateway bench's outbound TCP without offloads took twice as long
 //! per frame that way.
+//!
+//! What a cache keeps, no other worker can take: the pool grows with the workers, so that
+//! however many there are, each still finds the shared part when its own cache runs dry.
 
 mod common;
 
@@ -14,7 +17,9 @@ use std::sync::Arc;
 use common::tcp4 as tcp;
 use dpdk::testing::{assert_no_leaks, eal, pool};
 use dpdk::{Mbuf, Mempool};
-use pxgw::ports::{header_pool, HEADER_POOL_CACHE, HEADER_POOL_SIZE};
+use pxgw::ports::{
+    header_pool, header_pool_size, HEADER_POOL_CACHE, HEADER_POOL_CACHE_MAX, HEADER_POOL_SHARED,
+};
 use pxio::wire;
 
 /// One inside segment per flow and burst: 32 segments of 8,948 B, seven pieces each.
@@ -79,7 +84,7 @@ fn software_splits_build_from_the_buffers_the_last_burst_returned() {
     let _lcore = eal().register_thread().unwrap();
     // Seven pieces per segment, two buffers per piece (its header, a view of its payload): 448
     // buffers a burst, within what the cache keeps.
-    let (used, pieces) = header_buffers_used(&header_pool(eal(), "hdr_reuse").unwrap());
+    let (used, pieces) = header_buffers_used(&header_pool(eal(), "hdr_reuse", 1).unwrap());
     assert_eq!(pieces, u64::from(BURSTS) * u64::from(FLOWS) * 7);
     assert!(
         used <= 2 * HEADER_POOL_CACHE as usize,
@@ -89,10 +94,72 @@ fn software_splits_build_from_the_buffers_the_last_burst_returned() {
 
     // The control: DPDK's old default of 256 cannot hold a burst, and the same bursts walk
     // the pool (which is what the test above would see if the cache shrank).
-    let small = Mempool::new(eal(), "hdr_reuse_256", HEADER_POOL_SIZE, 256, 256).unwrap();
+    let small = Mempool::new(eal(), "hdr_reuse_256", header_pool_size(1), 256, 256).unwrap();
     let (walked, _) = header_buffers_used(&small);
     assert!(
         walked > 4 * HEADER_POOL_CACHE as usize,
         "with a cache of 256 the bursts used only {walked} distinct header buffers"
+    );
+}
+
+/// Workers, each with a full cache: more than the old fixed pool of 16,383 could serve, which
+/// 22 full caches would hold whole.
+const MANY_WORKERS: u16 = 24;
+
+/// Fills the caches of `workers` workers in `pool`, `HEADER_POOL_CACHE_MAX` buffers each (what
+/// a burst of splits returns, the most a cache keeps), then counts the buffers a thread
+/// without a cache can still take: what a worker whose own cache ran dry finds.
+fn left_after_full_caches(pool: &Mempool, workers: u16) -> usize {
+    // Threads the EAL gave no lcore id take from the shared ring alone, and return to it.
+    let take = |n: usize| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                (0..n)
+                    .map_while(|_| pool.alloc().ok())
+                    .collect::<Vec<Mbuf>>()
+            })
+            .join()
+            .unwrap()
+        })
+    };
+    let mut taken = take(usize::from(workers) * HEADER_POOL_CACHE_MAX as usize);
+    // Each worker frees its share into its own cache (the buffers a thread frees go to its
+    // cache, whoever took them). Every worker stays registered until all have, so each has its
+    // own lcore id, and so its own cache.
+    let barrier = std::sync::Barrier::new(usize::from(workers));
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            let share: Vec<Mbuf> = taken
+                .drain(..taken.len().min(HEADER_POOL_CACHE_MAX as usize))
+                .collect();
+            let barrier = &barrier;
+            s.spawn(move || {
+                let _lcore = eal().register_thread().unwrap();
+                drop(share);
+                barrier.wait();
+            });
+        }
+    });
+    take(usize::MAX).len()
+}
+
+#[test]
+fn full_caches_on_every_worker_leave_the_shared_part_to_each() {
+    let workers = MANY_WORKERS;
+    let headers = header_pool(eal(), "hdr_workers", workers).unwrap();
+    let left = left_after_full_caches(&headers, workers);
+    assert!(
+        left >= HEADER_POOL_SHARED as usize,
+        "with {workers} full caches a worker found {left} header buffers, fewer than the \
+         {HEADER_POOL_SHARED} shared (pool of {})",
+        header_pool_size(workers)
+    );
+
+    // The control: the old fixed pool of 16,383, which the same full caches hold whole.
+    let fixed = Mempool::new(eal(), "hdr_fixed", 16_383, HEADER_POOL_CACHE, 256).unwrap();
+    let left_fixed = left_after_full_caches(&fixed, workers);
+    assert!(
+        left_fixed < HEADER_POOL_SHARED as usize / 2,
+        "the fixed pool left {left_fixed} header buffers behind {workers} full caches"
     );
 }
