@@ -713,7 +713,7 @@ fn stream_chunk(
             Ok(flow) => wrong_flow += usize::from(m.flow_key(flow).copied() != own),
             Err(pkt) => {
                 let p = Parsed::of(pkt.head(), pkt.len());
-                m.rx_streamed(i, pkt, p, now, out);
+                m.rx_streamed(i, pkt, &p, now, out);
             }
         }
     }

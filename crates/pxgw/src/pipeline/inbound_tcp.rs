@@ -21,7 +21,7 @@ impl<B: PacketBuf> Pipeline<B> {
     pub(super) fn inbound_tcp(
         &mut self,
         mut pkt: B,
-        parsed: Parsed,
+        parsed: &Parsed,
         h: &Headers,
         now: u64,
         out: &mut Vec<B>,
@@ -153,7 +153,7 @@ impl<B: PacketBuf> Pipeline<B> {
     fn inbound_coalesced(
         &mut self,
         pkt: B,
-        parsed: Parsed,
+        parsed: &Parsed,
         h: &Headers,
         known: bool,
         now: u64,
@@ -184,7 +184,7 @@ impl<B: PacketBuf> Pipeline<B> {
             return;
         }
         let mut pieces = std::mem::take(&mut self.pieces);
-        match split_tcp_parsed(pkt, &parsed, to, offloads, &self.pool, &mut pieces) {
+        match split_tcp_parsed(pkt, parsed, to, offloads, &self.pool, &mut pieces) {
             Ok(n) => {
                 self.count_coalesced_inbound(n);
                 for mut piece in pieces.drain(..) {
@@ -203,7 +203,7 @@ impl<B: PacketBuf> Pipeline<B> {
                         }
                     }
                     if merged {
-                        self.hand_to_merger(piece, parsed, now, out);
+                        self.hand_to_merger(piece, &parsed, now, out);
                     } else {
                         self.send_inside(piece, &h.key, now, out);
                     }
@@ -226,7 +226,7 @@ impl<B: PacketBuf> Pipeline<B> {
     fn inbound_coalesced_whole(
         &mut self,
         mut pkt: B,
-        parsed: Parsed,
+        parsed: &Parsed,
         h: &Headers,
         now: u64,
         out: &mut Vec<B>,
@@ -362,13 +362,13 @@ impl<B: PacketBuf> Pipeline<B> {
     /// Hands `pkt` to the merge engine: at once on its general path while it streams the
     /// burst's chunk, gathered for the end of the chunk otherwise inside
     /// [`inbound_burst`](Pipeline::inbound_burst), at once for a packet handed over alone.
-    pub(super) fn hand_to_merger(&mut self, pkt: B, parsed: Parsed, now: u64, out: &mut Vec<B>) {
+    pub(super) fn hand_to_merger(&mut self, pkt: B, parsed: &Parsed, now: u64, out: &mut Vec<B>) {
         if let Some(i) = self.streaming {
             self.merger.rx_streamed(i, pkt, parsed, now, out);
         } else if self.in_burst {
-            self.gathered.push((pkt, parsed));
+            self.gathered.push((pkt, *parsed));
         } else {
-            self.merger.rx_parsed(pkt, parsed, now, out);
+            self.merger.rx_parsed(pkt, *parsed, now, out);
         }
     }
 
@@ -382,12 +382,19 @@ impl<B: PacketBuf> Pipeline<B> {
         out.push(pkt);
     }
 
-    /// Hands what the burst gathered to the merge engine, which settles it.
+    /// Hands what the burst gathered to the merge engine, which settles it. Checked inline:
+    /// every chunk asks, and mostly nothing was gathered.
+    #[inline]
     pub(super) fn merge_gathered(&mut self, now: u64, out: &mut Vec<B>) {
         if !self.gathered.is_empty() {
-            self.merger
-                .rx_burst_parsed(self.gathered.drain(..), now, out);
+            self.merge_gathered_now(now, out);
         }
+    }
+
+    #[inline(never)]
+    fn merge_gathered_now(&mut self, now: u64, out: &mut Vec<B>) {
+        self.merger
+            .rx_burst_parsed(self.gathered.drain(..), now, out);
     }
 
     /// An outside SYN or SYN-ACK. Its MSS is raised to the iMTU's, so the inside host sends
@@ -434,7 +441,7 @@ impl<B: PacketBuf> Pipeline<B> {
         out: &mut Vec<B>,
     ) {
         if self.cfg.merge {
-            self.hand_to_merger(pkt, parsed, now, out);
+            self.hand_to_merger(pkt, &parsed, now, out);
         } else {
             out.push(pkt);
         }

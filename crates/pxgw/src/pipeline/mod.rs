@@ -606,8 +606,8 @@ impl<B: PacketBuf> Pipeline<B> {
                     // TCP this large is coalesced (the NIC's LRO, the kernel's GRO): a run of
                     // segments, cut at the iMTU (`inbound_tcp`), not an oversize packet.
                     let parsed = Parsed::of(pkt.head(), pkt.len());
-                    return match *parsed.class() {
-                        Class::Tcp(h) => self.inbound_tcp(pkt, parsed, &h, now, out),
+                    return match parsed.class() {
+                        Class::Tcp(h) => self.inbound_tcp(pkt, &parsed, h, now, out),
                         // Cut short: no packet of that length ever arrived to answer for.
                         Class::Malformed(wire::Malformed::BadTotalLength) => {
                             self.bad_ip_length(true)
@@ -625,8 +625,9 @@ impl<B: PacketBuf> Pipeline<B> {
         // Parsed once here; the merge engine, the PMTU tracker and the caravan builder take the
         // same parse.
         let parsed = Parsed::of(pkt.head(), pkt.len());
-        match *parsed.class() {
-            Class::Tcp(h) => self.inbound_tcp(pkt, parsed, &h, now, out),
+        // By reference: a copy of the headers just written would stall on store forwarding.
+        match parsed.class() {
+            Class::Tcp(h) => self.inbound_tcp(pkt, &parsed, h, now, out),
             Class::Udp(h) => {
                 // Only F-PMTUD traffic (probes for the inside, reports for the gateway's own
                 // probes) is shown to the path-MTU state; the rest never pays for it.
@@ -641,7 +642,7 @@ impl<B: PacketBuf> Pipeline<B> {
                     self.report.gateway_frames.received += 1;
                     return;
                 }
-                self.inbound_udp(pkt, &h, &parsed, now, out)
+                self.inbound_udp(pkt, h, &parsed, now, out)
             }
             Class::Fragment => {
                 // A fragment may belong to a probe: the responder tracks fragments by

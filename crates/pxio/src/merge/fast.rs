@@ -143,7 +143,8 @@ impl<B: PacketBuf> Merger<B> {
     ///
     /// One function, holding the flow's entry and its item for the whole join: each is looked
     /// up once (split into an admission test and a join, the path looked both up again, and
-    /// returned what it read through memory).
+    /// returned what it read through memory). A joined segment comes back with its flow, which
+    /// a caller that keeps state per flow would otherwise look up again.
     #[inline(always)]
     pub(super) fn fast_join(
         &mut self,
@@ -152,7 +153,7 @@ impl<B: PacketBuf> Merger<B> {
         hint: u32,
         now: u64,
         out: &mut Vec<B>,
-    ) -> Result<Joined, B> {
+    ) -> Result<(Joined, u32), B> {
         let flow = if hint != NIL {
             hint
         } else {
@@ -248,7 +249,7 @@ impl<B: PacketBuf> Merger<B> {
             // Only what the cold path cannot read again is handed over: nothing is stored for
             // it on the way of every appended packet.
             self.fast_cut(pkt, flow, idx, ip_len as u16, now, out);
-            return Ok(Joined::Cut);
+            return Ok((Joined::Cut, flow));
         }
         // Read as `Tail::read` reads them (spelled out: through that function the path took 35
         // more instructions per packet). The NIC verified the checksum, so the field's claim
@@ -280,7 +281,7 @@ impl<B: PacketBuf> Merger<B> {
         if done {
             self.emit_through(flow, idx, now, out);
         }
-        Ok(Joined::Appended)
+        Ok((Joined::Appended, flow))
     }
 
     /// Cuts `pkt`, admitted as `a` but too long for its item's room under the iMTU, as the

@@ -531,14 +531,9 @@ impl<B: PacketBuf> Merger<B> {
             return Err(pkt);
         }
         let (hash, hint) = (self.stream.rss[i], self.stream.hints[i]);
-        let flow = if hint != flow_table::NIL {
-            hint
-        } else {
-            self.fast.get(hash)
-        };
-        match self.fast_join(pkt, hash, hint, now, out)? {
-            fast::Joined::Appended => self.stream.joins += 1,
-            fast::Joined::Cut => {}
+        let (joined, flow) = self.fast_join(pkt, hash, hint, now, out)?;
+        if let fast::Joined::Appended = joined {
+            self.stream.joins += 1;
         }
         Ok(flow)
     }
@@ -546,12 +541,12 @@ impl<B: PacketBuf> Merger<B> {
     /// Merges packet `i` of the streamed chunk, which the fast path refused, on the general
     /// path, with its parse. A packet may be handed in as several (a coalesced segment cut in
     /// pieces, in order): each takes the same index.
-    pub fn rx_streamed(&mut self, i: usize, pkt: B, parsed: Parsed, now: u64, out: &mut Vec<B>) {
+    pub fn rx_streamed(&mut self, i: usize, pkt: B, parsed: &Parsed, now: u64, out: &mut Vec<B>) {
         let s = &self.stream;
         let hashed = self.stream_hashed(i);
         let hint = if hashed { s.hints[i] } else { flow_table::NIL };
         let alone = hashed && usize::from(self.chunk_last[s.rss[i] as usize % LAST_SLOTS]) == i;
-        self.rx_general(pkt, hint, alone, Some(&parsed), now, out);
+        self.rx_general(pkt, hint, alone, Some(parsed), now, out);
     }
 
     /// The flow entry the fast index named for packet `i` of the streamed chunk, if that entry
@@ -710,11 +705,11 @@ impl<B: PacketBuf> Merger<B> {
             let hashed = with_rss & (1 << i) != 0;
             if hashed {
                 match self.fast_join(pkt, rss[i], hints[i], now, out) {
-                    Ok(fast::Joined::Appended) => {
+                    Ok((fast::Joined::Appended, _)) => {
                         joins += 1;
                         continue;
                     }
-                    Ok(fast::Joined::Cut) => continue,
+                    Ok((fast::Joined::Cut, _)) => continue,
                     Err(back) => pkt = back,
                 }
             }
