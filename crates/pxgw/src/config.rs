@@ -318,14 +318,17 @@ impl Workers {
                         + u32::from(p.tx_descriptors)
                 })
                 .sum::<u32>();
-        let pool_min = rings + 4096;
+        // What each worker's cache may keep (DPDK flushes a cache above 1.5 times its size),
+        // no other worker can take.
+        let caches = u32::from(self.count) * crate::ports::PACKET_POOL_CACHE * 3 / 2;
+        let pool_min = rings + caches + 4096;
         if self.pool_size < pool_min {
             return Err(invalid(
                 "workers.pool_size",
                 self.pool_size,
                 &format!(
                     "at least {pool_min}: the RX and TX rings of {} worker(s) hold {rings} mbufs, \
-                     plus 4096 for bursts and held packets",
+                     their caches up to {caches}, plus 4096 for bursts and held packets",
                     self.count
                 ),
             ));

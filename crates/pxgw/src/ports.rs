@@ -288,6 +288,10 @@ fn framesz(cfg: &Config) -> Option<u32> {
         .max()
 }
 
+/// Each worker's (lcore's) cache of packet mbufs (`workers.pool_size` counts what it may keep:
+/// `crate::config`).
+pub const PACKET_POOL_CACHE: u32 = 256;
+
 /// Header buffers every worker can take from, beyond what the workers' caches keep.
 pub const HEADER_POOL_SHARED: u32 = 16_383;
 
@@ -335,7 +339,7 @@ pub fn open(cfg: &Config) -> Result<Gateway> {
         &eal,
         "pxgw_rx",
         cfg.workers.pool_size,
-        256,
+        PACKET_POOL_CACHE,
         data_room as u16,
     )
     .context("creating the packet pool")?;

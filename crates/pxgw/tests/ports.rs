@@ -78,8 +78,9 @@ fn a_pool_smaller_than_the_rings_is_refused() {
     );
     assert_eq!(
         refusal(&text),
-        "invalid value for `workers.pool_size`: 16383; at least 20480: the RX and TX rings of 2 \
-         worker(s) hold 16384 mbufs, plus 4096 for bursts and held packets"
+        "invalid value for `workers.pool_size`: 16383; at least 21248: the RX and TX rings of 2 \
+         worker(s) hold 16384 mbufs, their caches up to 768, plus 4096 for bursts and held \
+         packets"
     );
 }
 

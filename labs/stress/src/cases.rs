@@ -287,7 +287,8 @@ fn row(
 
 /// pxgw's configuration for the mempool case: caravans that may wait 100 ms, so a UDP flood
 /// over 1024 flows holds thousands of datagrams, and with `small` the smallest packet pool the
-/// configuration allows (rings of 64 descriptors: 4352 mbufs), which that cannot hold.
+/// configuration allows (rings of 64 descriptors and one worker's cache: 4736 mbufs), which
+/// that cannot hold.
 ///
 /// The outside port is `net_af_packet` on `ext_iface` even where the lab uses `net_tap`: DPDK
 /// 22.11's `net_tap` reads its TAP only after a SIGIO, and once a burst ended on a failed mbuf
@@ -313,7 +314,7 @@ fn exhaustible(config: &str, small: bool, ext_iface: &str) -> String {
         config = config
             .replace("[ports.external]\n", &format!("[ports.external]\n{rings}"))
             .replace("[ports.internal]\n", &format!("[ports.internal]\n{rings}"))
-            .replace("[workers]\n", "[workers]\npool_size = 4352\n");
+            .replace("[workers]\n", "[workers]\npool_size = 4736\n");
     }
     config
 }
@@ -337,7 +338,7 @@ fn mempool(b: &mut Bench<'_>, lab: &Lab) -> Result<Case> {
     let plan = b.plan;
     // Each flow's datagrams in a burst, flows revisited after more than the caravan timeout:
     // every datagram waits the whole 100 ms in its caravan, so pxgw holds 100 ms of the flood
-    // (about 6000 datagrams) at any time, more than the small pool's 4352 mbufs.
+    // (about 6000 datagrams) at any time, more than the small pool's 4736 mbufs.
     let udp = Kind::Udp {
         flows: 1024,
         burst: MEMPOOL_BURST,
@@ -380,7 +381,7 @@ fn mempool(b: &mut Bench<'_>, lab: &Lab) -> Result<Case> {
     let notes = format!(
         "{sent} UDP datagrams at {} kpps over 1024 flows, {MEMPOOL_BURST} in a row each, caravans \
          held 100 ms: with a pool \
-         of 4352 mbufs {lost_small} frames lost and counted (imissed {}, rx_nombuf {}, \
+         of 4736 mbufs {lost_small} frames lost and counted (imissed {}, rx_nombuf {}, \
          drops.pool_exhausted {}), {} datagrams packed; with the default pool (control, \
          {control_sent} datagrams) {lost_control} lost, {} packed, exit code {control_code}, \
          leaked {}; exit code {code}; during: {during}; a later transfer: {after}",
