@@ -154,6 +154,10 @@ pub struct Observed {
     pub syns_sent: u32,
     /// Frames the client sent.
     pub frames_sent: u64,
+    /// The data segments the listener's interface received, in order: each one's offset in
+    /// the stream and its length. A report of a stream that differs names them, so that a
+    /// segment lost or reordered on the way shows.
+    pub seen: Vec<(u32, usize)>,
 }
 
 impl Observed {
@@ -178,9 +182,12 @@ impl Observed {
                 .position(|(a, b)| a != b)
                 .unwrap_or(self.stream.len().min(reference.stream.len()));
             return Err(format!(
-                "the application read {} (reference: {}); first difference at byte {at}",
+                "the application read {} (reference: {}); first difference at byte {at}; the \
+                 listener received {} (reference: {})",
                 self.summary(),
-                reference.summary()
+                reference.summary(),
+                segments(&self.seen),
+                segments(&reference.seen)
             ));
         }
         if (self.oob, self.end) != (reference.oob, reference.end) {
@@ -206,6 +213,12 @@ pub fn stream_byte(offset: usize) -> u8 {
     (offset.wrapping_mul(31) ^ (offset / 251)) as u8
 }
 
+/// Segments as `offset+length`, in the order given.
+fn segments(seen: &[(u32, usize)]) -> String {
+    let each: Vec<String> = seen.iter().map(|(at, len)| format!("{at}+{len}")).collect();
+    format!("[{}]", each.join(", "))
+}
+
 /// The reference for a [`Reference::Stream`] script.
 pub fn stream_reference(len: usize) -> Observed {
     Observed {
@@ -215,6 +228,7 @@ pub fn stream_reference(len: usize) -> Observed {
         syns_seen: 0,
         syns_sent: 0,
         frames_sent: 0,
+        seen: Vec::new(),
     }
 }
 
@@ -343,8 +357,14 @@ pub fn run(lab: &Lab, script: &Script, k: u16) -> Result<Observed> {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let (syns_seen, copies) = join(capture)?;
     let (frames_sent, syns_sent) = client?;
+    let base = script.isn.wrapping_add(1);
+    let seen = copies
+        .iter()
+        .filter(|c| !c.payload.is_empty())
+        .map(|c| (c.seq.wrapping_sub(base), c.payload.len()))
+        .collect();
     let (stream, oob, end) = if script.vlan {
-        reassemble(script.isn.wrapping_add(1), &copies)
+        reassemble(base, &copies)
     } else {
         app?
     };
@@ -355,6 +375,7 @@ pub fn run(lab: &Lab, script: &Script, k: u16) -> Result<Observed> {
         syns_seen,
         syns_sent,
         frames_sent,
+        seen,
     })
 }
 
@@ -717,6 +738,7 @@ pub fn urgent_outbound(lab: &Lab, family: Family, k: u16) -> Result<Observed> {
         syns_seen: 0,
         syns_sent: 0,
         frames_sent: 0,
+        seen: Vec::new(),
     })
 }
 
@@ -951,4 +973,36 @@ pub fn scripts() -> Vec<Script> {
         )
     });
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream that differs from its reference is reported with the segments each listener
+    /// received, so that a segment lost or reordered on the way can be told from bytes
+    /// changed.
+    #[test]
+    fn a_differing_stream_names_the_segments_each_listener_received() {
+        let observed = |stream: &[u8], seen: Vec<(u32, usize)>| Observed {
+            stream: stream.to_vec(),
+            oob: None,
+            end: End::Eof,
+            syns_seen: 1,
+            syns_sent: 1,
+            frames_sent: 4,
+            seen,
+        };
+        let reference = observed(b"abcd", vec![(0, 2), (2, 2)]);
+        let got = observed(b"abXd", vec![(0, 2), (3, 1), (2, 2)]);
+        assert_eq!(
+            got.matches(&reference),
+            Err(
+                "the application read 4 B, Eof (reference: 4 B, Eof); first difference at \
+                 byte 2; the listener received [0+2, 3+1, 2+2] (reference: [0+2, 2+2])"
+                    .to_owned()
+            )
+        );
+        assert_eq!(reference.matches(&reference), Ok(()));
+    }
 }
