@@ -318,9 +318,9 @@ impl Workers {
                         + u32::from(p.tx_descriptors)
                 })
                 .sum::<u32>();
-        // What each worker's cache may keep (DPDK flushes a cache above 1.5 times its size),
-        // no other worker can take.
-        let caches = u32::from(self.count) * crate::ports::PACKET_POOL_CACHE * 3 / 2;
+        // What each worker's cache may keep, which no other worker can take.
+        let caches =
+            u32::from(self.count) * crate::ports::cache_keeps(crate::ports::PACKET_POOL_CACHE);
         let pool_min = rings + caches + 4096;
         if self.pool_size < pool_min {
             return Err(invalid(

@@ -288,6 +288,13 @@ fn framesz(cfg: &Config) -> Option<u32> {
         .max()
 }
 
+/// The most buffers an lcore's cache of `size` keeps: DPDK's mempool flushes a cache back to
+/// the shared ring only once it holds more than 1.5 times its size. No other lcore can take
+/// them, so a pool shared by workers needs this much per worker beyond what they share.
+pub const fn cache_keeps(size: u32) -> u32 {
+    size * 3 / 2
+}
+
 /// Each worker's (lcore's) cache of packet mbufs (`workers.pool_size` counts what it may keep:
 /// `crate::config`).
 pub const PACKET_POOL_CACHE: u32 = 256;
@@ -307,10 +314,8 @@ pub const HEADER_POOL_SHARED: u32 = 16_383;
 /// 256 and at 212–218 ns with 512.
 pub const HEADER_POOL_CACHE: u32 = 512;
 
-/// The most header buffers one worker's cache keeps: DPDK's mempool flushes a cache back to
-/// the shared ring only once it holds more than 1.5 times its size. No other worker can take
-/// them.
-pub const HEADER_POOL_CACHE_MAX: u32 = HEADER_POOL_CACHE * 3 / 2;
+/// The most header buffers one worker's cache keeps ([`cache_keeps`]).
+pub const HEADER_POOL_CACHE_MAX: u32 = cache_keeps(HEADER_POOL_CACHE);
 
 /// The header pool's size for `workers` workers: [`HEADER_POOL_SHARED`] plus what each
 /// worker's cache may keep ([`HEADER_POOL_CACHE_MAX`]), rounded up to a power of two less one
