@@ -35,6 +35,14 @@
 //! callgrind's cache model (the host's cache sizes, as valgrind reads them) gives each engine's
 //! instruction-cache, data-cache and last-level misses per packet: a simulation, not the CPU's
 //! counters, but the same for every run of the same binary.
+//!
+//! `gateway-instructions`: the same count for the gateway benchmark's sides (pxgw's pipeline,
+//! pxio's engines alone, the DPDK gateway), each alone under callgrind, per frame in: the
+//! instructions, the first-level instruction- and data-cache misses and the mispredicted
+//! branches of their timed sections. Inbound TCP at 1, 100 and 3,200 flows and outbound TCP at
+//! 100, IPv4, NIC profile, 30,000 frames asked for; or the one scenario given after `--` (e.g.
+//! `-- --scenario mix --flows 100 --profile nic-lro`). Where timing on a shared machine moves by
+//! a tenth from one run to the next, this is how a change to pxgw's per-packet work is judged.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -64,6 +72,9 @@ pub enum BenchKind {
     /// pxio and rte_gro alone under callgrind: exact instructions per packet in their timed
     /// sections (poisson-tso at 1 and 800 flows, or the scenario given after `--`).
     Instructions,
+    /// pxgw, pxio alone and the DPDK gateway under callgrind: instructions, cache misses and
+    /// mispredicted branches per frame of the gateway benchmark's scenarios.
+    GatewayInstructions,
 }
 
 impl BenchKind {
@@ -77,6 +88,7 @@ impl BenchKind {
             BenchKind::RuleManager => "rule-manager",
             BenchKind::Gateway => "gateway",
             BenchKind::Instructions => "instructions",
+            BenchKind::GatewayInstructions => "gateway-instructions",
         }
     }
 
@@ -88,7 +100,8 @@ impl BenchKind {
             | BenchKind::Caravan
             | BenchKind::Nf
             | BenchKind::Gateway
-            | BenchKind::Instructions => true,
+            | BenchKind::Instructions
+            | BenchKind::GatewayInstructions => true,
             BenchKind::PmtuCache | BenchKind::RuleManager => false,
         }
     }
@@ -103,6 +116,7 @@ impl BenchKind {
             BenchKind::RuleManager => "rule-manager",
             BenchKind::Gateway => "gateway-bench",
             BenchKind::Instructions => "merge",
+            BenchKind::GatewayInstructions => "gateway-bench",
         }
     }
 }
@@ -147,6 +161,12 @@ pub fn run(what: BenchKind, json: Option<PathBuf>, extra: &[String]) -> Result<(
         }
         return instructions(extra);
     }
+    if what == BenchKind::GatewayInstructions {
+        if json.is_some() {
+            bail!("xtask bench gateway-instructions: no JSON report (it prints a table)");
+        }
+        return gateway_instructions(extra);
+    }
     let mut cmd = cargo();
     cmd.args([
         "run",
@@ -184,6 +204,8 @@ struct PerPacket {
     d1_misses: f64,
     /// Last-level cache misses (instructions and data).
     ll_misses: f64,
+    /// Mispredicted branches, conditional and indirect (0 without `--branch-sim=yes`).
+    mispredicts: f64,
 }
 
 /// `cargo xtask bench instructions`: see the module docs.
@@ -260,6 +282,142 @@ fn instructions(extra: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The sides `gateway-instructions` counts, in the order of its columns: the gateway
+/// benchmark's `--only` value and the column's name.
+const GATEWAY_SIDES: [(&str, &str); 3] =
+    [("pxgw", "pxgw"), ("engine", "pxio"), ("dpdk", "dpdk gw")];
+
+/// `cargo xtask bench gateway-instructions`: see the module docs.
+fn gateway_instructions(extra: &[String]) -> Result<()> {
+    let scenarios: Vec<Vec<String>> = if extra.is_empty() {
+        [
+            ("inbound-tcp", "1"),
+            ("inbound-tcp", "100"),
+            ("inbound-tcp", "3200"),
+            ("outbound-tcp", "100"),
+        ]
+        .iter()
+        .map(|(kind, flows)| {
+            [
+                "--scenario",
+                kind,
+                "--flows",
+                flows,
+                "--family",
+                "4",
+                "--profile",
+                "nic",
+                "--packets",
+                "30000",
+            ]
+            .map(String::from)
+            .to_vec()
+        })
+        .collect()
+    } else {
+        vec![extra.to_vec()]
+    };
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| build_ebpf::workspace_root().join("target"));
+    let bench = target.join("release/gateway-bench");
+    let out = std::env::temp_dir().join(format!("px-callgrind-gw-{}.out", std::process::id()));
+    println!(
+        "gateway-instructions: per frame in, in each side's timed sections (valgrind callgrind, \
+         one run each): instructions exact; I1 (first-level instruction-cache) and D1 \
+         (first-level data-cache) misses from callgrind's cache model, mispredicted branches \
+         from its branch model; pxgw / pxio / DPDK gateway"
+    );
+    println!(
+        "{:<34} {:>7} | {:>17} {:>11} | {:>17} | {:>17} | {:>17}",
+        "scenario",
+        "frames",
+        "instructions",
+        "pxgw/pxio,dpdk",
+        "I1 misses",
+        "D1 misses",
+        "mispredicted",
+    );
+    for args in &scenarios {
+        let mut counted = Vec::with_capacity(GATEWAY_SIDES.len());
+        let mut scenario = None;
+        for (only, _) in GATEWAY_SIDES {
+            let mut cmd = Command::new("valgrind");
+            cmd.args([
+                "--tool=callgrind",
+                "--collect-atstart=no",
+                "--cache-sim=yes",
+                "--branch-sim=yes",
+                "--toggle-collect=*CycleTimer*time*",
+            ])
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(&bench)
+            .args(args)
+            .args(["--reps", "1", "--no-verify", "--only", only]);
+            let output = cmd
+                .output()
+                .with_context(|| format!("cannot start {}", describe(&cmd)))?;
+            if !output.status.success() {
+                bail!(
+                    "{} failed: {}: {}",
+                    describe(&cmd),
+                    output.status,
+                    String::from_utf8_lossy(&output.stderr).trim()
+                );
+            }
+            let (name, frames) = gateway_scenario(&String::from_utf8_lossy(&output.stderr))?;
+            let side = callgrind_per_packet(&out, frames);
+            let _ = std::fs::remove_file(&out);
+            counted.push(side?);
+            scenario = Some((name, frames));
+        }
+        let (name, frames) = scenario.context("no side was counted")?;
+        let [pxgw, engine, dpdk] = counted[..] else {
+            bail!("one count per side");
+        };
+        let three = |f: fn(&PerPacket) -> f64, prec: usize| -> String {
+            let v = [f(&pxgw), f(&engine), f(&dpdk)].map(|v| format!("{v:.prec$}"));
+            v.join("/")
+        };
+        println!(
+            "{name:<34} {frames:>7} | {:>17} {:>11} | {:>17} | {:>17} | {:>17}",
+            three(|p| p.instructions, 0),
+            format!(
+                "{:.2},{:.2}",
+                pxgw.instructions / engine.instructions,
+                pxgw.instructions / dpdk.instructions
+            ),
+            three(|p| p.i1_misses, 2),
+            three(|p| p.d1_misses, 2),
+            three(|p| p.mispredicts, 2),
+        );
+    }
+    Ok(())
+}
+
+/// The scenario and frames of a `gateway-bench --only` run's progress line (on stderr), which
+/// must be exactly one (callgrind counts the whole run).
+fn gateway_scenario(stderr: &str) -> Result<(String, u64)> {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("gateway: "))
+        .collect();
+    let [line] = lines[..] else {
+        bail!(
+            "xtask bench gateway-instructions: give one scenario (one --scenario, --flows, \
+             --family and --profile): the run printed {} scenario lines",
+            lines.len()
+        );
+    };
+    let parse = || -> Option<(String, u64)> {
+        let rest = line.strip_prefix("gateway: ")?;
+        let (name, tail) = rest.rsplit_once(" (")?;
+        let frames = tail.strip_suffix(" frames) ...")?;
+        Some((name.to_string(), frames.parse().ok()?))
+    };
+    parse().with_context(|| format!("unexpected scenario line: {line:?}"))
+}
+
 /// The scenario (`"SCHEDULE FLOWS"`) and input packets of a `merge --profile-*` run's output,
 /// which must hold exactly one scenario (callgrind counts the whole run).
 fn profiled_scenario(stdout: &str) -> Result<(String, u64)> {
@@ -326,6 +484,7 @@ fn parse_callgrind_summary(text: &str, packets: u64) -> Option<PerPacket> {
         i1_misses: sum(&["I1mr"]),
         d1_misses: sum(&["D1mr", "D1mw"]),
         ll_misses: sum(&["ILmr", "DLmr", "DLmw"]),
+        mispredicts: sum(&["Bcm", "Bim"]),
     })
 }
 
@@ -348,6 +507,20 @@ mod tests {
     }
 
     #[test]
+    fn a_gateway_scenario_line_gives_its_name_and_frames() {
+        let err = "EAL: Detected CPU lcores: 2\n\
+                   gateway: inbound-tcp ipv4 3200 flows, nic+lro (714105 frames) ...\n";
+        assert_eq!(
+            gateway_scenario(err).unwrap(),
+            ("inbound-tcp ipv4 3200 flows, nic+lro".to_string(), 714_105)
+        );
+        let two = format!("{err}{err}");
+        assert!(gateway_scenario(&two).is_err(), "one scenario at a time");
+        assert!(gateway_scenario("gateway: garbled\n").is_err());
+        assert!(gateway_scenario("").is_err());
+    }
+
+    #[test]
     fn a_callgrind_summary_gives_each_event_per_packet() {
         let text = "positions: line\nevents: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n\
                     fl=x\n0 1 2 3 4 5 6 7 8 9\nsummary: 1000 400 200 50 30 10 5 3 2\n";
@@ -359,8 +532,12 @@ mod tests {
                 i1_misses: 5.0,
                 d1_misses: 4.0,
                 ll_misses: 1.0,
+                mispredicts: 0.0,
             }
         );
+        let branches = "events: Ir Bc Bcm Bi Bim\nsummary: 100 40 6 10 4\n";
+        let b = parse_callgrind_summary(branches, 10).unwrap();
+        assert_eq!((b.instructions, b.mispredicts), (10.0, 1.0));
         // Without the cache model only instructions are counted.
         let plain = parse_callgrind_summary("events: Ir\nsummary: 500\n", 5).unwrap();
         assert_eq!((plain.instructions, plain.i1_misses), (100.0, 0.0));

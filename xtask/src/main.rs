@@ -7,8 +7,10 @@
 //! * `cargo xtask test` is the one test command (`.ci/run` calls it): the documentation's links,
 //!   deps, fmt, clippy, rustdoc, build checks, the tests (and the ignored ones this machine can
 //!   run), then the integration suites; its summary counts and names every test it skipped.
-//! * `cargo xtask bench merge|caravan|pmtu-cache [--json FILE]` runs a benchmark in release mode and prints
-//!   its table (and writes its JSON report).
+//! * `cargo xtask bench merge|gateway|caravan|pmtu-cache|nf|rule-manager [--json FILE]` runs a
+//!   benchmark in release mode and prints its table (and writes its JSON report);
+//!   `instructions` and `gateway-instructions` count the merge and gateway benchmarks' timed
+//!   sections under callgrind.
 //! * `cargo xtask lab pmtud|stress|scale-out [--json FILE]` runs a namespace lab in release mode and
 //!   prints its table (and writes its JSON report): F-PMTUD, scamper and the kernel's PMTUD,
 //!   with and without an ICMP black hole; hostile input against pxgw (crafted TCP sequences
