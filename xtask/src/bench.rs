@@ -222,10 +222,7 @@ fn instructions(extra: &[String]) -> Result<()> {
     } else {
         vec![extra.to_vec()]
     };
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| build_ebpf::workspace_root().join("target"));
-    let merge = target.join("release/merge");
+    let merge = release_binary("merge");
     let out = std::env::temp_dir().join(format!("px-callgrind-{}.out", std::process::id()));
     println!(
         "instructions: per input packet in each engine's timed sections, exact (valgrind \
@@ -248,17 +245,8 @@ fn instructions(extra: &[String]) -> Result<()> {
         let mut per_packet = Vec::with_capacity(COUNTED.len());
         let mut scenario = None;
         for (flag, pattern) in COUNTED {
-            let mut cmd = Command::new("valgrind");
-            cmd.args([
-                "--tool=callgrind",
-                "--collect-atstart=no",
-                "--cache-sim=yes",
-            ])
-            .arg(format!("--toggle-collect={pattern}"))
-            .arg(format!("--callgrind-out-file={}", out.display()))
-            .arg(&merge)
-            .args(args)
-            .args(["--reps", "1", flag]);
+            let mut cmd = callgrind(pattern, &out, false);
+            cmd.arg(&merge).args(args).args(["--reps", "1", flag]);
             let stdout = run_output(&mut cmd)?;
             let (name, packets) = profiled_scenario(&stdout)?;
             let counted = callgrind_per_packet(&out, packets)?;
@@ -280,6 +268,33 @@ fn instructions(extra: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A binary of the workspace's release build (`CARGO_TARGET_DIR`, else `target/`).
+fn release_binary(name: &str) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| build_ebpf::workspace_root().join("target"))
+        .join("release")
+        .join(name)
+}
+
+/// valgrind's callgrind, counting only inside the functions `pattern` matches (their timed
+/// sections), with the cache model, the branch model too when `branches`, into `out`; the
+/// program and its arguments follow.
+fn callgrind(pattern: &str, out: &Path, branches: bool) -> Command {
+    let mut cmd = Command::new("valgrind");
+    cmd.args([
+        "--tool=callgrind",
+        "--collect-atstart=no",
+        "--cache-sim=yes",
+    ]);
+    if branches {
+        cmd.arg("--branch-sim=yes");
+    }
+    cmd.arg(format!("--toggle-collect={pattern}"))
+        .arg(format!("--callgrind-out-file={}", out.display()));
+    cmd
 }
 
 /// The sides `gateway-instructions` counts, in the order of its columns: the gateway
@@ -317,10 +332,7 @@ fn gateway_instructions(extra: &[String]) -> Result<()> {
     } else {
         vec![extra.to_vec()]
     };
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| build_ebpf::workspace_root().join("target"));
-    let bench = target.join("release/gateway-bench");
+    let bench = release_binary("gateway-bench");
     let out = std::env::temp_dir().join(format!("px-callgrind-gw-{}.out", std::process::id()));
     println!(
         "gateway-instructions: per frame in, in each side's timed sections (valgrind callgrind, \
@@ -342,18 +354,10 @@ fn gateway_instructions(extra: &[String]) -> Result<()> {
         let mut counted = Vec::with_capacity(GATEWAY_SIDES.len());
         let mut scenario = None;
         for (only, _) in GATEWAY_SIDES {
-            let mut cmd = Command::new("valgrind");
-            cmd.args([
-                "--tool=callgrind",
-                "--collect-atstart=no",
-                "--cache-sim=yes",
-                "--branch-sim=yes",
-                "--toggle-collect=*CycleTimer*time*",
-            ])
-            .arg(format!("--callgrind-out-file={}", out.display()))
-            .arg(&bench)
-            .args(args)
-            .args(["--reps", "1", "--no-verify", "--only", only]);
+            let mut cmd = callgrind("*CycleTimer*time*", &out, true);
+            cmd.arg(&bench)
+                .args(args)
+                .args(["--reps", "1", "--no-verify", "--only", only]);
             let output = cmd
                 .output()
                 .with_context(|| format!("cannot start {}", describe(&cmd)))?;
