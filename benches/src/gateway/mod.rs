@@ -229,8 +229,8 @@ pub struct GatewayRow {
     pub engine_cycles_per_pkt: Option<f64>,
     /// The share of pxgw's time spent outside pxio's engines: `1 - engine / pxgw`.
     pub outside_engine_share: Option<f64>,
-    /// pxgw's time over the engine's, paired: the median over rounds of the two sides' runs in
-    /// the same round ([`paired_ratio`]).
+    /// pxgw's time over the engine's, paired: the median over rounds of the ratio of the two
+    /// sides' runs in the same round.
     pub pxgw_per_engine_paired: Option<f64>,
     /// pxgw's time over the DPDK gateway's, paired the same way.
     pub pxgw_per_dpdk_gateway_paired: Option<f64>,
