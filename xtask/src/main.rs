@@ -153,6 +153,13 @@ fn run_status(cmd: &mut Command) -> Result<()> {
 
 /// Runs `cmd`, captures its stdout and returns it as text; fails unless it exits successfully.
 fn run_output(cmd: &mut Command) -> Result<String> {
+    let out = run_captured(cmd)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `cmd` and captures its stdout and stderr; fails, with its stderr, unless it exits
+/// successfully.
+fn run_captured(cmd: &mut Command) -> Result<std::process::Output> {
     let out = cmd
         .output()
         .with_context(|| format!("cannot start {}", describe(cmd)))?;
@@ -164,7 +171,7 @@ fn run_output(cmd: &mut Command) -> Result<String> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(out)
 }
 
 /// A human-readable rendering of `cmd`'s program and arguments, for messages.
