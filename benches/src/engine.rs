@@ -125,6 +125,30 @@ pub fn best_of(
     fastest(runs)
 }
 
+/// The median over rounds of `a`'s time over `b`'s in the same round (`a[i]` and
+/// `b[i]` ran in round `i`). A round runs each side once, back to back, so what disturbs the
+/// shared host for a round (a neighbour's load, the clock) weighs on both sides of its ratio,
+/// where the fastest run of each side may come from different rounds. `None` when either
+/// side did not run.
+pub fn paired_ratio(
+    a: impl IntoIterator<Item = f64>,
+    b: impl IntoIterator<Item = f64>,
+) -> Option<f64> {
+    let mut ratios: Vec<f64> = a
+        .into_iter()
+        .zip(b)
+        .map(|(a, b)| a / b)
+        .filter(|r| r.is_finite())
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(ratios[n / 2]),
+        _ => Some((ratios[n / 2 - 1] + ratios[n / 2]) / 2.0),
+    }
+}
+
 /// The fastest of `runs` of one engine on one trace (made in any order, e.g. interleaved with
 /// another engine's so that both sample the same moments of a shared machine), checked as in
 /// [`best_of`]. `wall_s` becomes the total. An empty list is an error.
@@ -156,4 +180,23 @@ pub fn fastest(runs: Vec<EngineResult>) -> Result<EngineResult, BenchError> {
     }
     best.wall_s = wall_s;
     Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::paired_ratio;
+
+    #[test]
+    fn a_paired_ratio_is_the_median_of_each_rounds_ratio() {
+        // The third round disturbed the first side only. Round by round the first side took
+        // 1.2, 1.0 and 3.0 times the second's time: the median says 1.2.
+        assert_eq!(
+            paired_ratio([12.0, 10.0, 30.0], [10.0, 10.0, 10.0]),
+            Some(1.2)
+        );
+        assert_eq!(paired_ratio([12.0, 10.0], [10.0, 10.0]), Some(1.1));
+        // A side that did not run, or a run with no time, gives no ratio.
+        assert_eq!(paired_ratio([12.0], []), None);
+        assert_eq!(paired_ratio([12.0], [0.0]), None);
+    }
 }

@@ -46,7 +46,8 @@ struct Args {
     /// rte_gro table items per flow.
     #[arg(long)]
     gro_items: Option<u16>,
-    /// Runs per engine and scenario (the engines take turns); the fastest is reported.
+    /// Runs per engine and scenario (the engines take turns): the fastest is reported, and the
+    /// median of the ratios within a round.
     #[arg(long, default_value_t = 5)]
     reps: u32,
     /// Check every output payload byte against the flow's stream (slower, not timed).
@@ -191,7 +192,9 @@ fn main() -> Result<()> {
          rte_gro ns includes rte_net_get_ptype (the header parse it needs) on every packet, its \
          share in parentheses, and readies each merged packet for the NIC's checksum offload and \
          TSO (rte_net_intel_cksum_prepare: rte_gro leaves its checksums stale), as pxio's emit \
-         does for its own; both counted in its timed region. gro/pxio: rte_gro ns / pxio NIC ns. \
+         does for its own; both counted in its timed region. gro/pxio: rte_gro ns / pxio NIC ns, \
+         each engine's fastest run; in parentheses, the median over rounds of the same ratio \
+         within one round (the engines take turns), the one to judge on a shared host. \
          gro min: rte_gro after a minimal parse instead, the packet type and header lengths from \
          a check of the fixed Ethernet/IPv4/TCP layout (a NIC that reports the packet type \
          leaves only the lengths to fill). gro+gso: rte_gro, then rte_gso \

@@ -31,6 +31,7 @@ use self::frames::{Kind, Workload, WorkloadSpec};
 use self::nic::{Lro, Pools, Profile};
 use self::sides::{run_side, DpdkSide, EngineSide, FloorSide, PxgwSide, Side, SideRun};
 use self::tally::Tally;
+use crate::engine::paired_ratio;
 use crate::BenchError;
 
 /// The sides, in report order.
@@ -301,27 +302,6 @@ pub const REQUIRED_FIELDS: [&str; 12] = [
     "packets_per_imtu",
     "frames_out_per_frame_in",
 ];
-
-/// The median over rounds of `a`'s time per frame over `b`'s in the same round (`a[i]` and
-/// `b[i]` ran in round `i`). A round runs every side once, back to back, so what disturbs the
-/// shared host for a round (a neighbour's load, the clock) weighs on both sides of its ratio,
-/// where the fastest run of each side may come from different rounds. `None` when either
-/// side did not run.
-fn paired_ratio(a: impl IntoIterator<Item = f64>, b: impl IntoIterator<Item = f64>) -> Option<f64> {
-    let mut ratios: Vec<f64> = a
-        .into_iter()
-        .zip(b)
-        .map(|(a, b)| a / b)
-        .filter(|r| r.is_finite())
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    let n = ratios.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(ratios[n / 2]),
-        _ => Some((ratios[n / 2 - 1] + ratios[n / 2]) / 2.0),
-    }
-}
 
 /// The fastest of `runs` (a run's outcome is the same every time but for the timing; a differing
 /// one is reported as a fault).
@@ -648,23 +628,4 @@ pub fn check_json(text: &str, scenarios: &[Scenario]) -> Vec<String> {
         }
     }
     wrong
-}
-
-#[cfg(test)]
-mod tests {
-    use super::paired_ratio;
-
-    #[test]
-    fn a_paired_ratio_is_the_median_of_each_rounds_ratio() {
-        // The third round disturbed the first side only. Round by round the first side took
-        // 1.2, 1.0 and 3.0 times the second's time: the median says 1.2.
-        assert_eq!(
-            paired_ratio([12.0, 10.0, 30.0], [10.0, 10.0, 10.0]),
-            Some(1.2)
-        );
-        assert_eq!(paired_ratio([12.0, 10.0], [10.0, 10.0]), Some(1.1));
-        // A side that did not run, or a run with no time, gives no ratio.
-        assert_eq!(paired_ratio([12.0], []), None);
-        assert_eq!(paired_ratio([12.0], [0.0]), None);
-    }
 }
