@@ -275,6 +275,9 @@ impl<B: PacketBuf> Pipeline<B> {
     /// The period is checked on the flow entry's record alone, not its key: an entry the
     /// engine gives to another flow began that flow's first item with a segment this pipeline
     /// looked up, so a record left by the entry's last flow only skips one refresh.
+    ///
+    /// Out of line, one call per run: inlined into the burst loop it cost 10 instructions per
+    /// frame more at 100 flows and 11 more per datagram (callgrind).
     #[inline(never)]
     pub(super) fn fast_run(
         &mut self,
@@ -376,7 +379,8 @@ impl<B: PacketBuf> Pipeline<B> {
     /// engine named for the chunk it streams ([`Merger::stream_hints`]): the fast path's stamp
     /// for each segment it joins, and the record the first segment of a flow's next burst
     /// finds its connection by. With thousands of flows neither is in the cache, and a load
-    /// of each, one packet after another, waited for its miss in turn.
+    /// of each, one packet after another, waited for its miss in turn. Once per chunk, out of
+    /// the burst loop's code.
     #[inline(never)]
     pub(super) fn prefetch_flow_records(&self) {
         for flow in self.merger.stream_hints() {

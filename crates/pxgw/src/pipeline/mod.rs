@@ -608,7 +608,6 @@ impl<B: PacketBuf> Pipeline<B> {
     }
 
     /// [`inbound`](Self::inbound) without the receive counters (a burst counts them once).
-    #[inline(never)]
     fn inbound_one(&mut self, mut pkt: B, now: u64, out: &mut Vec<B>) {
         if !self.inbound_unmark(&mut pkt) {
             return;
@@ -682,7 +681,7 @@ impl<B: PacketBuf> Pipeline<B> {
     }
 
     /// After an inbound RX burst: settles the merge engine, releases expired windows and
-    /// caravans.
+    /// caravans. Once per burst, out of the burst loop's code.
     #[inline(never)]
     pub fn end_of_burst(&mut self, now: u64, out: &mut Vec<B>) {
         self.merger.settle(now, out);
