@@ -647,7 +647,6 @@ proptest! {
         delay in any::<bool>(),
         offload in any::<bool>(),
         rss in 0u8..4,
-        stop_every in 0usize..4,
     ) {
         use pxio::merge::MergeConfig;
         let cfg = MergeConfig { checksum_offload: offload, ..config(4000, delay) };
@@ -662,16 +661,15 @@ proptest! {
             m.rx_burst(inputs.iter().map(&make), now, out);
         });
         // And a caller that takes each chunk one packet at a time, as pxgw's pipeline does
-        // (`begin_stream`, the packets offered to the fast path one by one or in runs the
-        // caller may stop at any packet taken, the ones it refuses parsed by the caller and
-        // handed to the general path at once, `end_stream`, `settle`), merges exactly as
-        // `rx_burst` does; the flow the fast path names for a segment it took is that
-        // segment's own.
+        // (`begin_stream`, each packet offered to the fast path, the ones it refuses parsed by
+        // the caller and handed to the general path at once, `end_stream`, `settle`), merges
+        // exactly as `rx_burst` does; the flow the fast path names for a segment it took is
+        // that segment's own.
         let mut streamed = Merger::<HeapBuf>::with_hash_seed(cfg.clone(), HeapPool::new(256), 1).unwrap();
         let mut reference = Merger::<HeapBuf>::with_hash_seed(cfg, HeapPool::new(256), 1).unwrap();
         let mut wrong_flow = 0;
         let (frames_st, _) = burst_vs_one_by_one(&case, &mut streamed, &mut reference, &plain, |m, inputs, now, out| {
-            wrong_flow += stream_chunk(m, inputs.iter().map(&make).collect(), now, out, stop_every);
+            wrong_flow += stream_chunk(m, inputs.iter().map(&make).collect(), now, out);
         });
         prop_assert_eq!(wrong_flow, 0);
         let on_wire: Vec<Vec<u8>> = frames_b.iter().map(nic_tx).collect();
@@ -686,20 +684,16 @@ proptest! {
     }
 }
 
-/// Merges one RX burst's `chunk` one packet at a time: offered to the fast path, else parsed
-/// here and handed to the general path (or whole, grouped, when the engine says so); then
-/// settles. `stop_every`: 0 offers each packet on its own (`offer_fast`); `k` offers them in
-/// runs (`offer_fast_run`, as pxgw's pipeline does), the caller stopping the run after every
-/// `k`-th packet the fast path takes. Returns how many segments the fast path took for a flow
+/// Merges one RX burst's `chunk` one packet at a time, as pxgw's pipeline does: offered to the
+/// fast path, else parsed here and handed to the general path (or whole, grouped, when the
+/// engine says so); then settles. Returns how many segments the fast path took for a flow
 /// that is not theirs.
 fn stream_chunk(
     m: &mut Merger<HeapBuf>,
     chunk: Vec<HeapBuf>,
     now: u64,
     out: &mut Vec<HeapBuf>,
-    stop_every: usize,
 ) -> usize {
-    use pxio::merge::FastRun;
     use pxio::wire::{Class, Parsed};
     if !m.begin_stream(&chunk) {
         let parsed = chunk.into_iter().map(|b| {
@@ -717,46 +711,19 @@ fn stream_chunk(
         hints.iter().all(|&h| (h as usize) < m.flow_capacity()),
         "{hints:?}"
     );
-    let own: Vec<_> = chunk
-        .iter()
-        .map(|pkt| match Parsed::of(pkt.head(), pkt.len()).class() {
+    let mut wrong_flow = 0;
+    for (i, pkt) in chunk.into_iter().enumerate() {
+        let own = match Parsed::of(pkt.head(), pkt.len()).class() {
             Class::Tcp(h) => Some(h.key),
             _ => None,
-        })
-        .collect();
-    let mut wrong_flow = 0;
-    let mut pkts = chunk.into_iter().enumerate();
-    loop {
-        let refused = if stop_every == 0 {
-            let Some((i, pkt)) = pkts.next() else { break };
-            match m.offer_fast(i, pkt, now, out) {
-                Ok(flow) => {
-                    wrong_flow += usize::from(m.flow_key(flow).copied() != own[i]);
-                    continue;
-                }
-                Err(pkt) => (i, pkt),
-            }
-        } else {
-            let mut taken = Vec::new();
-            let mut left = stop_every;
-            let run = m.offer_fast_run(&mut pkts, now, out, |i, flow| {
-                taken.push((i, flow));
-                left -= 1;
-                left > 0
-            });
-            wrong_flow += taken
-                .iter()
-                .filter(|&&(i, flow)| m.flow_key(flow).copied() != own[i])
-                .count();
-            match run {
-                FastRun::Done => break,
-                FastRun::Stopped(_) => continue,
-                FastRun::Refused(i, pkt) => (i, pkt),
-            }
         };
-        let (i, pkt) = refused;
-        let p = Parsed::of(pkt.head(), pkt.len());
-        m.rx_streamed(i, pkt, &p, now, out);
+        match m.offer_fast(i, pkt, now, out) {
+            Ok(flow) => wrong_flow += usize::from(m.flow_key(flow).copied() != own),
+            Err(pkt) => {
+                let p = Parsed::of(pkt.head(), pkt.len());
+                m.rx_streamed(i, pkt, &p, now, out);
+            }
+        }
     }
     m.end_stream();
     m.settle(now, out);

@@ -259,58 +259,28 @@ impl<B: PacketBuf> Pipeline<B> {
         self.report.coalesced.inbound_segments += pieces as u64;
     }
 
-    /// Runs the merge engine's fast path over the streamed chunk's next packets
-    /// ([`Merger::offer_fast_run`]) until it refuses one, which is given back. Bit `i` of
-    /// `coalesced` marks packet `i` of the chunk as coalesced (LRO, GRO), counted if taken.
-    ///
-    /// A segment the fast path takes continued an item that began with a segment of a known
-    /// connection, and it carries that item's acknowledgement (the fast path compares it),
-    /// which that segment applied: its connection has nothing to learn from it but that it was
-    /// seen, which is recorded once per recency period, as for any plain segment. The run
-    /// stops after the first segment of a flow whose period has passed, for that refresh
-    /// ([`refresh_fast_flow`](Self::refresh_fast_flow)) before the next packet: a connection
-    /// gone since the item began (expired, evicted, reset) has the flow's items sent on at
-    /// once, so that its next segments find it unknown and pass unmerged.
+    /// A segment the merge engine's fast path took in an inbound burst, of its flow entry
+    /// `flow`. It continued an item that began with a segment of a known connection, and it
+    /// carries that item's acknowledgement (the fast path compares it), which that segment
+    /// applied: its connection has nothing to learn from it but that it was seen, which is
+    /// recorded once per recency period, as for any plain segment. A connection gone since the
+    /// item began (expired, evicted, reset) has the flow's items sent on at once, so that its
+    /// next segments find it unknown and pass unmerged.
     ///
     /// The period is checked on the flow entry's record alone, not its key: an entry the
     /// engine gives to another flow began that flow's first item with a segment this pipeline
     /// looked up, so a record left by the entry's last flow only skips one refresh.
-    ///
-    /// Out of line, one call per run: inlined into the burst loop it cost 10 instructions per
-    /// frame more at 100 flows and 11 more per datagram (callgrind).
-    #[inline(never)]
-    pub(super) fn fast_run(
-        &mut self,
-        pkts: &mut impl Iterator<Item = (usize, B)>,
-        coalesced: u64,
-        now: u64,
-        out: &mut Vec<B>,
-    ) -> FastRun<B> {
+    pub(super) fn fast_joined(&mut self, flow: u32, now: u64, out: &mut Vec<B>) {
         let stamp = self.recent_stamp(now);
-        let current = fast_stamp(stamp);
-        let (mut taken_coalesced, mut stale) = (0u64, None);
-        let fast_seen = &self.fast_seen;
-        let run = self.merger.offer_fast_run(pkts, now, out, |i, flow| {
-            taken_coalesced += (coalesced >> i) & 1;
-            match fast_seen.get(flow as usize) {
-                Some(&seen) if seen != current => {
-                    stale = Some(flow);
-                    false
-                }
-                _ => true,
+        match self.fast_seen.get(flow as usize) {
+            Some(&seen) if seen != fast_stamp(stamp) => {
+                self.refresh_fast_flow(flow, stamp, now, out)
             }
-        });
-        if taken_coalesced > 0 {
-            self.report.coalesced.inbound += taken_coalesced;
-            self.report.coalesced.inbound_segments += taken_coalesced;
+            _ => {}
         }
-        if let Some(flow) = stale {
-            self.refresh_fast_flow(flow, stamp, now, out);
-        }
-        run
     }
 
-    /// [`fast_run`](Self::fast_run)'s work once per recency period: the connection refreshed,
+    /// [`fast_joined`](Self::fast_joined) once per recency period: the connection refreshed,
     /// found through the slot the flow entry or its hashed slot remembers (no lookup), and
     /// the entry's record rewritten; or the flow's items sent on, its connection gone.
     #[cold]
@@ -557,7 +527,7 @@ impl Recent {
 /// cores since 2010; 48 KB on the newest), the smaller taken.
 const FIRST_LEVEL_CACHE_BYTES: usize = 32 << 10;
 
-/// A recency stamp in the eight bytes [`Pipeline::fast_run`] reads per segment: the period
+/// A recency stamp in the eight bytes [`Pipeline::fast_joined`] reads per segment: the period
 /// as 32 bits wraps after 2.3 years of 16.7 ms periods, and a stale record that matches again
 /// only skips one refresh.
 pub(super) fn fast_stamp((period, generation): (u64, u32)) -> (u32, u32) {

@@ -28,7 +28,7 @@
 //!   `pmtu.blackhole_mtu` (docs/fpmtud.md).
 
 use pxio::caravan::{self, CaravanBuilder, CaravanConfig, CaravanError, SameFlowRefused};
-use pxio::merge::{FastRun, Merger, BURST_CHUNK};
+use pxio::merge::{Merger, BURST_CHUNK};
 use pxio::split::SplitOffloads;
 use pxio::wire::{self, Class, FlowKey, Headers, Parsed};
 use pxio::PacketBuf;
@@ -445,13 +445,12 @@ impl<B: PacketBuf> Pipeline<B> {
     /// path and its grouping by flow as they run alone:
     ///
     /// - where the port gives the RSS hash and segments mostly continue their flows' items,
-    ///   each chunk of the burst is taken in arrival order: the packets go to the engine's
-    ///   fast path in runs, the engine's own loop ([`Merger::offer_fast_run`]), which joins a
-    ///   segment that continues its flow's last item before anything parses it (the connection
-    ///   was known when the item began, and the segment carries the item's acknowledgement,
-    ///   applied when the item began); the packet it refuses is handled here and, if it is to
-    ///   be merged, goes to the engine's general path at once, before the run goes on
-    ///   ([`Merger::begin_stream`]);
+    ///   each chunk of the burst is taken in arrival order: a packet is first offered to the
+    ///   engine's fast path, which joins a segment that continues its flow's last item before
+    ///   anything parses it (the connection was known when the item began, and the segment
+    ///   carries the item's acknowledgement, applied when the item began); what it
+    ///   refuses is handled here and, if it is to be merged, goes to the engine's general path
+    ///   at once ([`Merger::begin_stream`]);
     /// - otherwise the segments for the engine are gathered and handed to it together at the
     ///   end of the chunk ([`Merger::rx_burst_parsed`]).
     ///
@@ -476,51 +475,37 @@ impl<B: PacketBuf> Pipeline<B> {
             if stream && self.flow_records_outgrow_cache() {
                 self.prefetch_flow_records();
             }
-            // The chunk's counters, and which of its frames are coalesced (LRO, GRO), in a
-            // pass of their own: the fast path's run below does nothing per packet but merge.
-            let mut coalesced = 0u64;
-            for (i, pkt) in chunk.iter().enumerate() {
-                let len = pkt.len();
-                bytes += len as u64;
-                sizes.add(len, &mut self.report.sizes.inbound_received);
-                // Coalesced when its IP packet is above the iMTU, not when it is a tagged
-                // frame of an iMTU-sized one (the fast path takes a frame that holds exactly
-                // its IP packet).
-                if stream && len > fits {
-                    let l2 = wire::EthernetFrame::new_checked(pkt.head())
-                        .map_or(ETH_HLEN, |e| e.header_len());
-                    if len - l2 > usize::from(self.cfg.imtu) {
-                        coalesced |= 1 << i;
-                    }
-                }
-            }
-            packets += n as u64;
-            let mut rest = chunk.drain(..).enumerate();
-            // The next packet's place in the chunk: one the fast path cannot take (no flow
-            // entry named for it: a datagram, an ACK of an upload) is not offered to it.
-            let mut next = 0;
-            loop {
-                let (i, mut pkt) = if stream && self.merger.stream_may_join(next) {
-                    match self.fast_run(&mut rest, coalesced, now, out) {
-                        FastRun::Done => break,
-                        FastRun::Stopped(i) => {
-                            next = i + 1;
-                            continue;
-                        }
-                        FastRun::Refused(i, pkt) => (i, pkt),
-                    }
-                } else {
-                    match rest.next() {
-                        Some(next) => next,
-                        None => break,
-                    }
-                };
-                next = i + 1;
+            for (i, mut pkt) in chunk.drain(..).enumerate() {
+                packets += 1;
+                bytes += pkt.len() as u64;
+                sizes.add(pkt.len(), &mut self.report.sizes.inbound_received);
                 // An outside receiver's ACK (`outside_ack`); a frame longer than any bare ACK
-                // never tries it. The fast path takes no segment without payload.
+                // never tries it.
                 if pkt.len() <= inbound_tcp::BARE_ACK_MAX_FRAME {
                     match self.outside_ack(pkt, now, out) {
                         Ok(()) => continue,
+                        Err(back) => pkt = back,
+                    }
+                }
+                if stream {
+                    // A frame longer than an untagged iMTU frame may be coalesced (LRO, GRO):
+                    // the fast path takes it whole when its item may hold it, and the general
+                    // path cuts it first otherwise (`inbound_tcp`). It is when its IP packet
+                    // is above the iMTU, not a tagged frame of an iMTU-sized one (the fast
+                    // path takes a frame that holds exactly its IP packet).
+                    let coalesced = pkt.len() > fits && {
+                        let l2 = wire::EthernetFrame::new_checked(pkt.head())
+                            .map_or(ETH_HLEN, |e| e.header_len());
+                        pkt.len() - l2 > usize::from(self.cfg.imtu)
+                    };
+                    match self.merger.offer_fast(i, pkt, now, out) {
+                        Ok(flow) => {
+                            if coalesced {
+                                self.count_coalesced_inbound(1);
+                            }
+                            self.fast_joined(flow, now, out);
+                            continue;
+                        }
                         Err(back) => pkt = back,
                     }
                 }

@@ -193,19 +193,6 @@ fn low_bits(n: usize) -> u64 {
     }
 }
 
-/// Where [`Merger::offer_fast_run`] stopped.
-#[derive(Debug)]
-pub enum FastRun<B> {
-    /// Every packet offered was taken.
-    Done,
-    /// The fast path took every packet before this one, packet `.0` of the chunk, which it
-    /// refused, given back untouched.
-    Refused(usize, B),
-    /// The caller's callback asked to stop, after packet `.0` of the chunk, which the fast
-    /// path took.
-    Stopped(usize),
-}
-
 /// A chunk taken one packet at a time by a caller ([`Merger::begin_stream`]).
 struct StreamChunk {
     /// Each packet's RSS hash (where bit `i` of `with_rss` is set).
@@ -559,60 +546,6 @@ impl<B: PacketBuf> Merger<B> {
             self.stream.joins += 1;
         }
         Ok(flow)
-    }
-
-    /// Offers the streamed chunk's packets, taken from `pkts` (each with its index in the chunk,
-    /// in order), to the fast path one after another, as [`offer_fast`](Self::offer_fast)
-    /// would each, until one is refused or `joined` asks to stop. `joined(i, flow)` is called
-    /// for each packet `i` the fast path took, of flow entry `flow`; when it returns false the
-    /// run stops there, for the caller to act on that flow before the next packet is offered.
-    ///
-    /// The loop is the engine's own ([`rx_burst`](Self::rx_burst)'s), not one call per packet:
-    /// a caller that looks only at what the fast path refuses keeps its own work off the
-    /// packets the fast path takes.
-    #[inline]
-    pub fn offer_fast_run(
-        &mut self,
-        pkts: &mut impl Iterator<Item = (usize, B)>,
-        now: u64,
-        out: &mut Vec<B>,
-        mut joined: impl FnMut(usize, u32) -> bool,
-    ) -> FastRun<B> {
-        let (len, with_rss) = (self.stream.len, self.stream.with_rss);
-        let mut joins = 0u64;
-        let end = loop {
-            let Some((i, pkt)) = pkts.next() else {
-                break FastRun::Done;
-            };
-            if i >= len || with_rss & (1 << i) == 0 {
-                break FastRun::Refused(i, pkt);
-            }
-            let (hash, hint) = (self.stream.rss[i], self.stream.hints[i]);
-            match self.fast_join(pkt, hash, hint, now, out) {
-                Ok((j, flow)) => {
-                    joins += u64::from(matches!(j, fast::Joined::Appended));
-                    if !joined(i, flow) {
-                        break FastRun::Stopped(i);
-                    }
-                }
-                Err(pkt) => break FastRun::Refused(i, pkt),
-            }
-        };
-        self.stream.joins += joins;
-        end
-    }
-
-    /// Whether the fast path may take packet `i` of the streamed chunk: it carries an RSS hash
-    /// and the fast index named a flow entry for it. A packet for which this is false the fast
-    /// path refuses at once, so a caller may spare itself the offer.
-    #[inline]
-    pub fn stream_may_join(&self, i: usize) -> bool {
-        self.stream_hashed(i)
-            && self
-                .stream
-                .hints
-                .get(i)
-                .is_some_and(|&h| h != flow_table::NIL)
     }
 
     /// Merges packet `i` of the streamed chunk, which the fast path refused, on the general
