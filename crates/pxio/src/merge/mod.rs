@@ -1264,3 +1264,27 @@ fn group_by_flow<B>(pending: &mut [Pending<B>]) -> Option<usize> {
     }
     last_barrier
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::{HeapBuf, HeapPool};
+
+    #[test]
+    fn stream_hints_name_each_run_of_one_entry_once() {
+        let mut m = Merger::<HeapBuf>::new(MergeConfig::default(), HeapPool::new(16)).unwrap();
+        let nil = flow_table::NIL;
+        let hints = [3, 3, nil, 3, 5, 5, 7];
+        m.stream.hints[..hints.len()].copy_from_slice(&hints);
+        // Packet 5 carries no hash: its place is not read.
+        m.stream.with_rss = 0b101_1111;
+        m.stream.len = hints.len();
+        // A packet the index named no entry for does not end a run; a new entry starts one.
+        assert_eq!(m.stream_hints().collect::<Vec<_>>(), [3, 5, 7]);
+        // Only the chunk's own packets count.
+        m.stream.len = 6;
+        assert_eq!(m.stream_hints().collect::<Vec<_>>(), [3, 5]);
+        m.stream.with_rss = 0;
+        assert_eq!(m.stream_hints().count(), 0);
+    }
+}
