@@ -337,7 +337,7 @@ impl<B: PacketBuf> Pipeline<B> {
     /// Whether the records [`prefetch_flow_records`](Self::prefetch_flow_records) fetches, one
     /// per flow the merge engine holds, are more than a first-level data cache holds. Below
     /// that they stay in it from one burst to the next, and fetching them again cost more than
-    /// it saved: 23 instructions per segment at 100 flows, no time saved without LRO.
+    /// it saved: 23 instructions per frame at 100 flows, no time saved without LRO.
     #[inline]
     pub(super) fn flow_records_outgrow_cache(&self) -> bool {
         const RECORD_BYTES: usize =
